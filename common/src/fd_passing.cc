@@ -38,7 +38,7 @@ absl::Status SetNonBlocking(int fd) {
   return absl::OkStatus();
 }
 
-absl::Status SendFrame(int sock, std::string_view payload, const std::vector<int>& fds,
+absl::Status SendFrame(int sock, absl::string_view payload, const std::vector<int>& fds,
                        absl::Duration timeout) {
   if (fds.size() > kMaxFdsPerFrame) {
     return absl::InvalidArgumentError(absl::StrCat("fd channel: ", fds.size(),
@@ -52,7 +52,7 @@ absl::Status SendFrame(int sock, std::string_view payload, const std::vector<int
   std::string buf(4, '\0');
   uint32_t len = static_cast<uint32_t>(payload.size());
   for (int i = 0; i < 4; ++i) buf[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  buf.append(payload);
+  buf.append(payload.data(), payload.size());
 
   size_t sent = 0;
   bool fds_sent = fds.empty();

@@ -18,7 +18,7 @@ constexpr const char* kNames[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
 
-bool ParseLogLevel(std::string_view text, LogLevel* out) {
+bool ParseLogLevel(absl::string_view text, LogLevel* out) {
   std::string t = absl::AsciiStrToLower(text);
   if (t == "debug") *out = LogLevel::kDebug;
   else if (t == "info") *out = LogLevel::kInfo;
@@ -28,7 +28,7 @@ bool ParseLogLevel(std::string_view text, LogLevel* out) {
   return true;
 }
 
-void LogLine(LogLevel level, std::string_view message) {
+void LogLine(LogLevel level, absl::string_view message) {
   std::string ts = absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone());
   // One fprintf per line so concurrent threads do not interleave mid-line.
   std::fprintf(stderr, "%s %s mooncake[%d] %.*s\n", ts.c_str(), kNames[static_cast<int>(level)],

@@ -7,7 +7,7 @@
 
 namespace mooncake {
 
-absl::Status ErrnoStatus(int err, std::string_view what) {
+absl::Status ErrnoStatus(int err, absl::string_view what) {
   std::string msg = absl::StrCat(what, ": ", std::strerror(err));
   switch (err) {
     case ENOENT:

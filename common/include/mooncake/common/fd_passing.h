@@ -6,6 +6,7 @@
 // reads/writes and EINTR; received fds are CLOEXEC.
 #pragma once
 
+#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,7 +27,7 @@ struct Frame {
 
 // Sends `payload` and `fds` (borrowed; not closed). Deadline applies to the
 // whole frame.
-absl::Status SendFrame(int sock, std::string_view payload, const std::vector<int>& fds,
+absl::Status SendFrame(int sock, absl::string_view payload, const std::vector<int>& fds,
                        absl::Duration timeout = absl::Seconds(10));
 
 // Receives one frame. Returns Unavailable when the peer closed before any

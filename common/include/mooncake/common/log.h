@@ -13,8 +13,8 @@ enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // Parses "debug", "info", "warning"/"warn", "error".
-bool ParseLogLevel(std::string_view text, LogLevel* out);
-void LogLine(LogLevel level, std::string_view message);
+bool ParseLogLevel(absl::string_view text, LogLevel* out);
+void LogLine(LogLevel level, absl::string_view message);
 
 }  // namespace mooncake
 

@@ -5,6 +5,7 @@
 // once, at the boundary, with a message naming the call.
 #pragma once
 
+#include "absl/strings/string_view.h"
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -31,6 +32,6 @@
 namespace mooncake {
 
 // "what: strerror(err)" with the canonical code that fits errno `err`.
-absl::Status ErrnoStatus(int err, std::string_view what);
+absl::Status ErrnoStatus(int err, absl::string_view what);
 
 }  // namespace mooncake

@@ -1,0 +1,174 @@
+// mooncake::Client — a process's connection to its node's mooncaked.
+//
+//   absl::StatusOr<std::unique_ptr<mooncake::Client>> c = mooncake::Client::Connect();
+//   if (!c.ok()) { /* "cannot reach mooncaked at ...: is the service running?" */ }
+//   mooncake::JoinOptions join{.group = "ep0", .rank = 1, .world_size = 2};
+//   absl::StatusOr<mooncake::GroupView> view = (*c)->joinGroup(join);
+//
+// A Client owns one connection and one session on it. The daemon knows the
+// caller's uid/gid/pid from the socket (SO_PEERCRED), never from messages.
+// Everything the session owns (group ranks, exported fds, tickets) is
+// released by the daemon when the Client is destroyed or the process dies;
+// the other members of its groups then receive a LOST event.
+//
+// Socket path: ClientOptions::socket_path, else $MOONCAKE_SOCKET, else
+// /run/mooncake/mooncaked.sock. File descriptors travel on the side socket
+// "<socket>.fd" (SCM_RIGHTS) by ticket.
+//
+// Failure model: every call has a deadline and fails fast with Unavailable
+// when the daemon is down. If the daemon restarted, the next call notices
+// the new instance id, reconnects with a fresh session and fails ONCE with
+// FailedPrecondition naming both instance ids (the old session's groups and
+// fds are gone: rejoin); later calls work on the new session.
+//
+// Thread-safety: all methods may be called from several threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mooncake/common/unique_fd.h"
+
+namespace mooncake {
+
+struct ClientOptions {
+  std::string socket_path;                        // "" = $MOONCAKE_SOCKET or default
+  std::string client_name;                        // shown by `mcctl sessions`
+  absl::Duration call_timeout = absl::Seconds(10);
+};
+
+struct GpuInfo {
+  int index = -1;
+  std::string name;
+  std::string uuid;        // "GPU-..."
+  std::string pci_bus_id;  // "0000:1b:00.0"
+  int numa_node = -1;
+  uint64_t total_memory_bytes = 0;
+};
+
+struct NodeInfo {
+  std::string node_id;
+  std::string hostname;
+  std::string instance_id;
+  std::vector<GpuInfo> gpus;
+  std::vector<std::string> nics;
+  std::string gpu_note;    // why there are no GPUs, when there are none
+  std::string nic_note;
+};
+
+struct JoinOptions {
+  std::string group;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  absl::Duration timeout = absl::ZeroDuration();  // zero = daemon default (30 s)
+  std::string handle_kind;                        // e.g. "memfd", "cuda-ipc"
+  std::string handle_data;                        // opaque bytes, <= 4 KiB
+  uint64_t handle_size = 0;
+  std::vector<int> fds;                           // borrowed; sent on the fd channel
+  std::string gpu_uuid;                           // empty: host platform
+  std::string gpu_pci_bus_id;
+};
+
+struct GroupMember {
+  uint32_t rank = 0;
+  std::string node_id;
+  int pid = 0;
+  int gpu_index = -1;
+  std::string gpu_uuid;
+  std::string gpu_pci_bus_id;
+  std::string handle_kind;
+  std::string handle_data;
+  uint64_t handle_size = 0;
+  std::string fd_ticket;   // fetchFds() this once for the member's fds
+  uint32_t fd_count = 0;
+  bool same_node = false;
+  bool p2p_reachable = false;
+  bool native_atomics = false;
+};
+
+struct GroupView {
+  std::string group;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint64_t epoch = 0;
+  std::vector<GroupMember> members;  // indexed by rank
+};
+
+struct SessionEvent {
+  enum class Kind { kJoined, kLeft, kLost, kReady, kFailed, kDaemonShutdown, kDisconnected };
+  Kind kind = Kind::kDisconnected;
+  std::string group;
+  uint32_t rank = 0;
+  int pid = 0;
+  std::string detail;
+};
+const char* SessionEventKindName(SessionEvent::Kind kind);
+
+struct HelloInfo {
+  uint32_t protocol_version = 0;
+  std::string daemon_version;
+  std::string instance_id;
+  std::string node_id;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  int pid = 0;
+};
+
+struct FdExport {
+  uint64_t id = 0;
+  std::string secret;  // 16 bytes; whoever holds it (same uid) may import
+};
+
+class Client {
+ public:
+  // Connects, checks the protocol version and opens a session. Unavailable
+  // with an actionable message when no daemon answers on the socket.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const std::string& socketPath() const;
+  std::string instanceId() const;
+  uint64_t sessionId() const;
+  // False after the daemon went away (until a call reconnects).
+  bool connected() const;
+
+  absl::StatusOr<HelloInfo> hello();
+  absl::StatusOr<NodeInfo> nodeInfo();
+
+  // Joins and blocks until all ranks are in (or the deadline passes:
+  // DeadlineExceeded naming the missing ranks).
+  absl::StatusOr<GroupView> joinGroup(const JoinOptions& options);
+  absl::Status leaveGroup(const std::string& group, uint32_t rank);
+  absl::Status reportReady(const std::string& group, uint32_t rank, bool ok,
+                           const std::string& detail = "",
+                           const std::vector<uint32_t>& unreachable = {});
+
+  // fd channel: send fds (borrowed) for a ticket an RPC can name; fetch the
+  // fds a ticket from the daemon stands for (new fds, owned by the caller).
+  absl::StatusOr<std::string> sendFds(const std::vector<int>& fds);
+  absl::StatusOr<std::vector<UniqueFd>> fetchFds(const std::string& ticket);
+
+  // Publishes fds for other processes of this uid for the session's lifetime.
+  absl::StatusOr<FdExport> exportFds(const std::vector<int>& fds, const std::string& kind,
+                                     uint64_t size);
+  absl::StatusOr<std::vector<UniqueFd>> importFds(const FdExport& exported);
+
+  // Next membership event (LEFT/LOST/READY/...), or nullopt on timeout.
+  std::optional<SessionEvent> nextEvent(absl::Duration timeout);
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mooncake

@@ -1,0 +1,88 @@
+// mooncake::Communicator — one call from "I am rank r of n in group G" to a
+// verified, ready CommCtx that kernels (or host threads) use with the
+// Device API (mc_put_*, mc_signal, mc_red_add, mc_wait_until, ...).
+//
+//   mooncake::CommunicatorOptions o;
+//   o.group = "ep0"; o.rank = r; o.world_size = n; o.buffer_bytes = 64 << 20;
+//   auto comm = mooncake::Communicator::Create(o);          // blocks for the rendezvous
+//   const mooncake::device::CommCtx& ctx = (*comm)->ctx();  // pass to kernels by value
+//   void* buf = (*comm)->buffer();                          // this rank's symmetric buffer
+//
+// Create: connects to mooncaked, allocates the symmetric buffer (memfd on the
+// host platform; cuMem VMM or cudaMalloc on CUDA, on the current device),
+// exports it, joins the group through the daemon (handles travel there, no
+// files, no MPI), maps every peer, verifies each peer with its real rank,
+// reports the result, and (by default) waits until every rank reported
+// ready. Errors name the step that failed.
+//
+// Destruction leaves the group, unmaps the peers, frees the buffer and
+// closes the session, in that order. Stop kernels that use ctx() first.
+// Events about peers (LEFT/LOST) are available from client().nextEvent().
+// Thread-safety: none beyond the Client's; use from one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mooncake/client/client.h"
+#include "mooncake/device/contexts_device.h"
+#include "mooncake/device/device_transport.h"
+
+namespace mooncake {
+
+enum class Platform { kHost, kCuda };
+// "host" / "cuda" -> Platform; InvalidArgument otherwise.
+absl::StatusOr<Platform> ParsePlatform(const std::string& name);
+
+struct CommunicatorOptions {
+  std::string socket_path;            // "" = $MOONCAKE_SOCKET or default
+  std::string group;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  size_t buffer_bytes = 1 << 20;      // symmetric: the same on every rank
+  Platform platform = Platform::kHost;
+  device::CudaHandleKind cuda_handle = device::CudaHandleKind::kAuto;
+  std::string gpu_uuid;               // CUDA: the current device's UUID ("GPU-...")
+  absl::Duration timeout = absl::Seconds(30);  // rendezvous and ready wait
+  bool wait_all_ready = true;
+  std::string client_name;            // for mcctl sessions
+};
+
+class Communicator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(CommunicatorOptions options);
+  ~Communicator();
+
+  const device::CommCtx& ctx() const { return ctx_; }
+  void* buffer() const { return buffer_; }
+  size_t bufferBytes() const { return options_.buffer_bytes; }
+  int rank() const { return static_cast<int>(options_.rank); }
+  int worldSize() const { return static_cast<int>(options_.world_size); }
+  const GroupView& view() const { return view_; }
+  std::string handleKind() const;
+  // Wall time Create took (connect to ready).
+  absl::Duration setupTime() const { return setup_time_; }
+  Client& client() { return *client_; }
+  device::P2pTransport& transport() { return *transport_; }
+
+  // Leaves the group now (the destructor does it otherwise). Idempotent.
+  absl::Status leave();
+
+ private:
+  explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
+  absl::Status Setup();
+
+  CommunicatorOptions options_;
+  std::unique_ptr<Client> client_;
+  std::shared_ptr<device::HandleExchange> exchange_;
+  std::unique_ptr<device::P2pTransport> transport_;
+  void* buffer_ = nullptr;
+  GroupView view_;
+  device::CommCtx ctx_{};
+  bool joined_ = false;
+  absl::Duration setup_time_;
+};
+
+}  // namespace mooncake

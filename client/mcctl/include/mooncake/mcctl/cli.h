@@ -1,0 +1,60 @@
+// mcctl's command line: parsing, dispatch to the Admin API, and output.
+// main() is a thin wrapper over RunMcctl() so tests drive the whole CLI
+// in-process against a real gRPC server.
+//
+//   mcctl [--socket PATH] [--timeout-ms N] [--json] COMMAND
+//   COMMAND: status | gpus | nics | topo | sessions | groups | help
+//   mcctl --version | --help
+//
+// The socket is --socket, else $MOONCAKE_SOCKET, else
+// /run/mooncake/mooncaked.sock (mooncake::ResolveSocketPath).
+//
+// Exit codes (kExit*): 0 success; 1 the daemon answered with an error or the
+// output could not be produced; 2 the daemon could not be reached (one line
+// on stderr: "mcctl: cannot reach mooncaked at PATH (<reason>): is the
+// service running?"); 64 usage error (the problem and the usage on stderr).
+//
+// Thread-safety: RunMcctl reads the environment; otherwise it shares no state
+// between calls.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace mooncake::mcctl {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitUnreachable = 2;
+inline constexpr int kExitUsage = 64;  // EX_USAGE from sysexits.h
+
+inline constexpr int kDefaultTimeoutMs = 2000;
+
+struct CliOptions {
+  std::string socket;  // --socket, empty when not given
+  int timeout_ms = kDefaultTimeoutMs;
+  bool json = false;
+  bool help = false;
+  bool version = false;
+  std::string command;  // empty with --help / --version alone
+};
+
+// Parses the arguments after argv[0]. InvalidArgument with a message naming
+// the offending argument for unknown options or commands, missing or bad
+// values, extra words, or no command at all.
+absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args);
+
+// The usage text printed by `mcctl help` and on usage errors.
+std::string UsageText();
+
+// The version printed by `mcctl --version`.
+std::string VersionText();
+
+// Runs mcctl with the arguments after argv[0]; writes results to `out` and
+// diagnostics to `err`; returns the exit code.
+int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace mooncake::mcctl

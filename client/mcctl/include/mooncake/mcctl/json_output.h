@@ -1,0 +1,53 @@
+// JSON renderings of the Admin API replies for `mcctl --json`, the contract
+// scripts and the acceptance checks rely on.
+//
+// Each message is printed by protobuf's JSON printer with proto field names
+// (snake_case) and every primitive field present, so a key never disappears
+// because its value is zero. proto3 JSON prints 64-bit integers as strings
+// ("uptime_ms": "1234"); 32-bit ones (counts such as `sessions`) are numbers.
+// Arrays and extra keys are composed around the printed messages.
+//
+// Shapes:
+//   status    object: every DaemonStatus field + "gpus" [Gpu] + "nics" [Nic]
+//   gpus      array of Gpu
+//   nics      array of Nic
+//   topo      object: the Topology message
+//   sessions  array of SessionInfo
+//   groups    array of GroupInfo, each with "joined_ranks" [int] (ranks whose
+//             member is neither "left" nor "lost", ascending)
+//
+// Functions return compact JSON (no whitespace); PrettyJson() indents it.
+// Errors: Internal when protobuf refuses to print a message (not expected for
+// well-formed messages). Thread-safe.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "mooncake/v1/admin.pb.h"
+#include "mooncake/v1/node.pb.h"
+
+namespace mooncake::mcctl {
+
+absl::StatusOr<std::string> MessageToCompactJson(const google::protobuf::Message& message);
+
+absl::StatusOr<std::string> StatusJson(const mooncake::v1::DaemonStatus& status,
+                                       const mooncake::v1::Topology& topology);
+absl::StatusOr<std::string> GpusJson(const mooncake::v1::Topology& topology);
+absl::StatusOr<std::string> NicsJson(const mooncake::v1::Topology& topology);
+absl::StatusOr<std::string> TopologyJson(const mooncake::v1::Topology& topology);
+absl::StatusOr<std::string> SessionsJson(const mooncake::v1::ListSessionsResponse& sessions);
+absl::StatusOr<std::string> GroupsJson(const mooncake::v1::ListGroupsResponse& groups);
+
+// The ranks counted as joined in GroupsJson.
+std::vector<uint32_t> JoinedRanks(const mooncake::v1::GroupInfo& group);
+
+// Re-indents compact JSON (two spaces per level, "key": value); strings are
+// copied untouched. Input that is not compact JSON is indented on a
+// best-effort basis, never rejected.
+std::string PrettyJson(std::string_view compact);
+
+}  // namespace mooncake::mcctl

@@ -1,0 +1,48 @@
+// A plain-text table whose column widths come from its content, for mcctl's
+// human-readable output.
+//
+// Usage:
+//   TextTable t({"IDX", "NAME"});
+//   t.SetAlignment(0, TextTable::Align::kRight);
+//   t.AddRow({"0", "NVIDIA H200"});
+//   std::cout << t.Render();
+//
+// Columns are separated by two spaces; lines carry no trailing blanks. Cells
+// are measured in bytes, so non-ASCII text may misalign (the daemon's strings
+// are ASCII). A value type: copyable, not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace mooncake::mcctl {
+
+class TextTable {
+ public:
+  enum class Align { kLeft, kRight };
+
+  explicit TextTable(std::vector<std::string> headers);
+
+  // Right-aligns numbers, for instance. Out-of-range columns are ignored.
+  void SetAlignment(std::size_t column, Align align);
+  // Prefix for every rendered line (e.g. two spaces for a nested table).
+  void SetIndent(std::string indent) { indent_ = std::move(indent); }
+
+  // A row with fewer cells than headers is padded with empty cells; extra
+  // cells widen the table (their header is empty).
+  void AddRow(std::vector<std::string> cells);
+
+  std::size_t rows() const { return rows_.size(); }
+
+  // The header line, then one line per row, each ending in '\n'.
+  std::string Render() const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<Align> align_;
+  std::vector<std::vector<std::string>> rows_;
+  std::string indent_;
+};
+
+}  // namespace mooncake::mcctl

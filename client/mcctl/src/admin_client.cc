@@ -1,0 +1,94 @@
+#include "mooncake/mcctl/admin_client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/grpc_status.h"
+
+namespace mooncake::mcctl {
+namespace {
+
+template <typename Request, typename Response, typename Method>
+absl::StatusOr<Response> Call(v1::Admin::Stub* stub, int timeout_ms, Method method) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  // A missing daemon must fail at once, not after the deadline.
+  ctx.set_wait_for_ready(false);
+  Request request;
+  Response response;
+  grpc::Status st = (stub->*method)(&ctx, request, &response);
+  if (!st.ok()) return FromGrpc(st);
+  return response;
+}
+
+std::string OneLine(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return text;
+}
+
+}  // namespace
+
+AdminClient::AdminClient(std::string socket_path, int timeout_ms)
+    : socket_path_(std::move(socket_path)), timeout_ms_(timeout_ms) {
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("unix:", socket_path_), grpc::InsecureChannelCredentials());
+  stub_ = v1::Admin::NewStub(channel);
+}
+
+absl::StatusOr<v1::DaemonStatus> AdminClient::GetStatus() {
+  return Call<v1::GetStatusRequest, v1::DaemonStatus>(stub_.get(), timeout_ms_,
+                                                      &v1::Admin::Stub::GetStatus);
+}
+
+absl::StatusOr<v1::Topology> AdminClient::GetTopology() {
+  return Call<v1::GetTopologyRequest, v1::Topology>(stub_.get(), timeout_ms_,
+                                                    &v1::Admin::Stub::GetTopology);
+}
+
+absl::StatusOr<v1::ListSessionsResponse> AdminClient::ListSessions() {
+  return Call<v1::ListSessionsRequest, v1::ListSessionsResponse>(stub_.get(), timeout_ms_,
+                                                                 &v1::Admin::Stub::ListSessions);
+}
+
+absl::StatusOr<v1::ListGroupsResponse> AdminClient::ListGroups() {
+  return Call<v1::ListGroupsRequest, v1::ListGroupsResponse>(stub_.get(), timeout_ms_,
+                                                             &v1::Admin::Stub::ListGroups);
+}
+
+bool AdminClient::IsUnreachable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+std::string AdminClient::UnreachableReason(const absl::Status& status) const {
+  if (absl::IsDeadlineExceeded(status)) {
+    return absl::StrCat("no reply within ", timeout_ms_, " ms");
+  }
+  // gRPC's text for a failed connect is long and varies by version; the
+  // errno of connect() itself is what a user can act on.
+  sockaddr_un addr{};
+  if (socket_path_.size() >= sizeof(addr.sun_path)) {
+    return absl::StrCat("socket path longer than ", sizeof(addr.sun_path) - 1, " bytes");
+  }
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, socket_path_.data(), socket_path_.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) return std::strerror(err);
+  }
+  return OneLine(std::string(status.message()));
+}
+
+}  // namespace mooncake::mcctl

@@ -1,0 +1,526 @@
+#include "mooncake/client/client.h"
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel_posix.h>
+
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/fd_passing.h"
+#include "mooncake/common/grpc_status.h"
+#include "mooncake/common/paths.h"
+#include "mooncake/common/status.h"
+#include "mooncake/v1/fd_channel.pb.h"
+#include "mooncake/v1/local.grpc.pb.h"
+
+namespace mooncake {
+
+const char* SessionEventKindName(SessionEvent::Kind kind) {
+  switch (kind) {
+    case SessionEvent::Kind::kJoined: return "joined";
+    case SessionEvent::Kind::kLeft: return "left";
+    case SessionEvent::Kind::kLost: return "lost";
+    case SessionEvent::Kind::kReady: return "ready";
+    case SessionEvent::Kind::kFailed: return "failed";
+    case SessionEvent::Kind::kDaemonShutdown: return "daemon-shutdown";
+    case SessionEvent::Kind::kDisconnected: return "disconnected";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr uint32_t kClientProtocol = 1;
+constexpr char kClientVersion[] = "0.1.0";
+
+SessionEvent FromProto(const v1::MemberEvent& m) {
+  SessionEvent e;
+  switch (m.kind()) {
+    case v1::MemberEvent::JOINED: e.kind = SessionEvent::Kind::kJoined; break;
+    case v1::MemberEvent::LEFT: e.kind = SessionEvent::Kind::kLeft; break;
+    case v1::MemberEvent::LOST: e.kind = SessionEvent::Kind::kLost; break;
+    case v1::MemberEvent::READY: e.kind = SessionEvent::Kind::kReady; break;
+    case v1::MemberEvent::FAILED: e.kind = SessionEvent::Kind::kFailed; break;
+    default: e.kind = SessionEvent::Kind::kDisconnected; break;
+  }
+  e.group = m.group();
+  e.rank = m.rank();
+  e.pid = m.pid();
+  e.detail = m.detail();
+  return e;
+}
+
+// One connection + session. Replaced wholesale on reconnect.
+struct Connection {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Local::Stub> stub;
+  std::unique_ptr<grpc::ClientContext> session_ctx;
+  std::thread reader;
+  std::string instance_id;
+  std::string node_id;
+  uint64_t session_id = 0;
+  std::string token;
+};
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options)
+      : options_(std::move(options)), path_(ResolveSocketPath(options_.socket_path)) {}
+
+  ~Impl() { Teardown(); }
+
+  absl::Status Start() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ConnectLocked();
+  }
+
+  const std::string& path() const { return path_; }
+
+  std::string instanceId() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return conn_ ? conn_->instance_id : "";
+  }
+  uint64_t sessionId() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return conn_ ? conn_->session_id : 0;
+  }
+  bool connected() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return conn_ != nullptr && !lost_;
+  }
+
+  // The live connection, reconnecting first when the old one was lost.
+  absl::StatusOr<Connection*> Live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (conn_ && !lost_) return conn_.get();
+    std::string old_instance = conn_ ? conn_->instance_id : "";
+    std::string why = lost_reason_;
+    TeardownLocked();
+    MC_RETURN_IF_ERROR(ConnectLocked());
+    if (!old_instance.empty() && old_instance != conn_->instance_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mooncaked at ", path_, " restarted (instance ", old_instance, " -> ",
+          conn_->instance_id, "): the old session's groups and fds are gone; rejoin your groups"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the session with mooncaked at ", path_, " was lost (", why,
+        "); reconnected with a new session: rejoin your groups"));
+  }
+
+  // Wraps a failed RPC. UNAVAILABLE means the daemon went away.
+  absl::Status CallError(const grpc::Status& s, absl::string_view rpc) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      MarkLost(absl::StrCat(rpc, ": ", s.error_message()));
+      return absl::UnavailableError(absl::StrCat("mooncaked at ", path_, " went away during ",
+                                                 rpc, " (", s.error_message(),
+                                                 "): is the service running?"));
+    }
+    return FromGrpc(s);
+  }
+
+  void SetDeadline(grpc::ClientContext* ctx, absl::Duration timeout) {
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+
+  absl::Duration call_timeout() const { return options_.call_timeout; }
+
+  // fd channel round trip: one short connection per request.
+  absl::StatusOr<Frame> FdRoundTrip(const v1::FdRequest& req, const std::vector<int>& fds) {
+    absl::StatusOr<UniqueFd> sock = ConnectUnix(FdSocketPath(path_));
+    if (!sock.ok()) return sock.status();
+    std::string bytes;
+    req.SerializeToString(&bytes);
+    MC_RETURN_IF_ERROR(SendFrame(sock->get(), bytes, fds, options_.call_timeout));
+    absl::StatusOr<Frame> frame = RecvFrame(sock->get(), options_.call_timeout);
+    if (!frame.ok()) return frame.status();
+    v1::FdReply reply;
+    if (!reply.ParseFromString(frame->payload)) {
+      return absl::InternalError("fd channel: malformed reply from mooncaked");
+    }
+    if (!reply.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.error());
+    }
+    frame->payload = reply.SerializeAsString();
+    return frame;
+  }
+
+  std::optional<SessionEvent> NextEvent(absl::Duration timeout) {
+    std::unique_lock<std::mutex> lock(ev_mu_);
+    ev_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !events_.empty(); });
+    if (events_.empty()) return std::nullopt;
+    SessionEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  void PushEvent(SessionEvent e) {
+    {
+      std::lock_guard<std::mutex> lock(ev_mu_);
+      events_.push_back(std::move(e));
+    }
+    ev_cv_.notify_all();
+  }
+
+  void MarkLost(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_) {
+      lost_ = true;
+      lost_reason_ = why;
+    }
+  }
+
+  absl::Status ConnectLocked() {
+    absl::StatusOr<UniqueFd> fd = ConnectUnix(path_);
+    if (!fd.ok()) return fd.status();
+    MC_RETURN_IF_ERROR(SetNonBlocking(fd->get()));
+    auto c = std::make_unique<Connection>();
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    // The channel owns the fd from here on.
+    c->channel = grpc::CreateCustomInsecureChannelFromFd("mooncaked", fd->release(), args);
+    c->stub = v1::Local::NewStub(c->channel);
+
+    grpc::ClientContext hello_ctx;
+    SetDeadline(&hello_ctx, options_.call_timeout);
+    v1::HelloRequest hreq;
+    hreq.set_protocol_version(kClientProtocol);
+    hreq.set_client_version(kClientVersion);
+    v1::HelloResponse hresp;
+    grpc::Status hs = c->stub->Hello(&hello_ctx, hreq, &hresp);
+    if (!hs.ok()) {
+      if (hs.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          hs.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        return absl::UnavailableError(absl::StrCat("cannot reach mooncaked at ", path_, " (",
+                                                   hs.error_message(),
+                                                   "): is the service running?"));
+      }
+      return FromGrpc(hs);
+    }
+    c->instance_id = hresp.instance_id();
+    c->node_id = hresp.node_id();
+
+    // The session stream: its first message carries the session id/token.
+    c->session_ctx = std::make_unique<grpc::ClientContext>();
+    auto opened = std::make_shared<std::promise<absl::StatusOr<v1::SessionOpened>>>();
+    std::future<absl::StatusOr<v1::SessionOpened>> opened_future = opened->get_future();
+    v1::OpenSessionRequest oreq;
+    oreq.set_client_name(options_.client_name);
+    Connection* raw = c.get();
+    c->reader = std::thread([this, raw, oreq, opened] {
+      std::unique_ptr<grpc::ClientReader<v1::SessionEvent>> reader =
+          raw->stub->OpenSession(raw->session_ctx.get(), oreq);
+      v1::SessionEvent ev;
+      bool first = true;
+      std::string shutdown_reason;
+      while (reader->Read(&ev)) {
+        if (first) {
+          first = false;
+          if (!ev.has_opened()) {
+            opened->set_value(absl::InternalError("mooncaked did not open a session"));
+            break;
+          }
+          opened->set_value(ev.opened());
+          continue;
+        }
+        if (ev.has_member()) PushEvent(FromProto(ev.member()));
+        if (ev.has_shutdown()) shutdown_reason = ev.shutdown().reason();
+      }
+      grpc::Status st = reader->Finish();
+      if (first) {
+        opened->set_value(absl::UnavailableError(absl::StrCat(
+            "cannot open a session with mooncaked at ", path_, ": ", st.error_message())));
+        return;
+      }
+      SessionEvent e;
+      if (!shutdown_reason.empty()) {
+        e.kind = SessionEvent::Kind::kDaemonShutdown;
+        e.detail = absl::StrCat("mooncaked is shutting down (", shutdown_reason, ")");
+      } else {
+        e.kind = SessionEvent::Kind::kDisconnected;
+        e.detail = st.ok() ? "session closed" : st.error_message();
+      }
+      MarkLostFromReader(e.detail);
+      PushEvent(std::move(e));
+    });
+    if (opened_future.wait_for(absl::ToChronoNanoseconds(options_.call_timeout)) !=
+        std::future_status::ready) {
+      tearing_down_.store(true);
+      c->session_ctx->TryCancel();
+      c->reader.join();
+      tearing_down_.store(false);
+      return absl::UnavailableError(
+          absl::StrCat("mooncaked at ", path_, " did not open a session in time: is it overloaded?"));
+    }
+    absl::StatusOr<v1::SessionOpened> o = opened_future.get();
+    if (!o.ok()) {
+      tearing_down_.store(true);
+      c->reader.join();
+      tearing_down_.store(false);
+      return o.status();
+    }
+    c->session_id = o->session_id();
+    c->token = o->token();
+    conn_ = std::move(c);
+    lost_ = false;
+    lost_reason_.clear();
+    return absl::OkStatus();
+  }
+
+  // Called from the reader thread, which must not take mu_ while the owner
+  // of mu_ may be joining it: use a separate flag under mu_ via try-lock loop.
+  void MarkLostFromReader(const std::string& why) {
+    for (;;) {
+      if (mu_.try_lock()) {
+        if (!lost_) {
+          lost_ = true;
+          lost_reason_ = why;
+        }
+        mu_.unlock();
+        return;
+      }
+      if (tearing_down_.load()) return;
+      std::this_thread::yield();
+    }
+  }
+
+  void TeardownLocked() {
+    if (!conn_) return;
+    tearing_down_.store(true);
+    conn_->session_ctx->TryCancel();
+    if (conn_->reader.joinable()) conn_->reader.join();
+    tearing_down_.store(false);
+    conn_.reset();
+  }
+
+  void Teardown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    TeardownLocked();
+  }
+
+ public:
+  std::mutex mu_;
+  std::unique_ptr<Connection> conn_;
+
+ private:
+  const ClientOptions options_;
+  const std::string path_;
+  bool lost_ = false;
+  std::string lost_reason_;
+  std::atomic<bool> tearing_down_{false};
+  std::mutex ev_mu_;
+  std::condition_variable ev_cv_;
+  std::deque<SessionEvent> events_;
+};
+
+// ---------------------------------------------------------------------------
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  MC_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+const std::string& Client::socketPath() const { return impl_->path(); }
+std::string Client::instanceId() const { return impl_->instanceId(); }
+uint64_t Client::sessionId() const { return impl_->sessionId(); }
+bool Client::connected() const { return impl_->connected(); }
+
+absl::StatusOr<HelloInfo> Client::hello() {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::HelloRequest req;
+  req.set_protocol_version(kClientProtocol);
+  req.set_client_version(kClientVersion);
+  v1::HelloResponse resp;
+  grpc::Status s = c->stub->Hello(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "Hello");
+  HelloInfo h;
+  h.protocol_version = resp.protocol_version();
+  h.daemon_version = resp.daemon_version();
+  h.instance_id = resp.instance_id();
+  h.node_id = resp.node_id();
+  h.uid = resp.uid();
+  h.gid = resp.gid();
+  h.pid = resp.pid();
+  return h;
+}
+
+absl::StatusOr<NodeInfo> Client::nodeInfo() {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::NodeInfo resp;
+  grpc::Status s = c->stub->GetNodeInfo(&ctx, v1::GetNodeInfoRequest(), &resp);
+  if (!s.ok()) return impl_->CallError(s, "GetNodeInfo");
+  NodeInfo n;
+  n.node_id = resp.node_id();
+  n.hostname = resp.hostname();
+  n.instance_id = resp.instance_id();
+  for (const v1::Gpu& g : resp.topology().gpus()) {
+    n.gpus.push_back(GpuInfo{g.index(), g.name(), g.uuid(), g.pci_bus_id(), g.numa_node(),
+                             g.total_memory_bytes()});
+  }
+  for (const v1::Nic& nic : resp.topology().nics()) n.nics.push_back(nic.name());
+  n.gpu_note = resp.topology().gpu_discovery_note();
+  n.nic_note = resp.topology().nic_discovery_note();
+  return n;
+}
+
+absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  v1::JoinGroupRequest req;
+  req.set_group(o.group);
+  req.set_rank(o.rank);
+  req.set_world_size(o.world_size);
+  req.set_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(o.timeout)));
+  req.mutable_handle()->set_kind(o.handle_kind);
+  req.mutable_handle()->set_data(o.handle_data);
+  req.mutable_handle()->set_size(o.handle_size);
+  req.mutable_device()->set_gpu_uuid(o.gpu_uuid);
+  req.mutable_device()->set_gpu_pci_bus_id(o.gpu_pci_bus_id);
+  if (!o.fds.empty()) {
+    MC_ASSIGN_OR_RETURN(std::string ticket, sendFds(o.fds));
+    req.mutable_handle()->set_fd_ticket(ticket);
+  }
+  grpc::ClientContext ctx;
+  // The daemon enforces the rendezvous deadline; ours only guards a hung daemon.
+  absl::Duration wait = o.timeout > absl::ZeroDuration() ? o.timeout : absl::Seconds(30);
+  impl_->SetDeadline(&ctx, wait + impl_->call_timeout());
+  v1::JoinGroupResponse resp;
+  grpc::Status s = c->stub->JoinGroup(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "JoinGroup");
+  GroupView v;
+  v.group = resp.group();
+  v.rank = resp.rank();
+  v.world_size = resp.world_size();
+  v.epoch = resp.epoch();
+  for (const v1::MemberView& m : resp.members()) {
+    GroupMember g;
+    g.rank = m.rank();
+    g.node_id = m.node_id();
+    g.pid = m.pid();
+    g.gpu_index = m.gpu_index();
+    g.gpu_uuid = m.gpu_uuid();
+    g.gpu_pci_bus_id = m.gpu_pci_bus_id();
+    g.handle_kind = m.handle_kind();
+    g.handle_data = m.handle_data();
+    g.handle_size = m.handle_size();
+    g.fd_ticket = m.fd_ticket();
+    g.fd_count = m.fd_count();
+    g.same_node = m.same_node();
+    g.p2p_reachable = m.p2p_reachable();
+    g.native_atomics = m.native_atomics();
+    v.members.push_back(std::move(g));
+  }
+  return v;
+}
+
+absl::Status Client::leaveGroup(const std::string& group, uint32_t rank) {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::LeaveGroupRequest req;
+  req.set_group(group);
+  req.set_rank(rank);
+  v1::LeaveGroupResponse resp;
+  grpc::Status s = c->stub->LeaveGroup(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "LeaveGroup");
+  return absl::OkStatus();
+}
+
+absl::Status Client::reportReady(const std::string& group, uint32_t rank, bool ok,
+                                 const std::string& detail,
+                                 const std::vector<uint32_t>& unreachable) {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ReportReadyRequest req;
+  req.set_group(group);
+  req.set_rank(rank);
+  req.set_ok(ok);
+  req.set_detail(detail);
+  for (uint32_t r : unreachable) req.add_unreachable_ranks(r);
+  v1::ReportReadyResponse resp;
+  grpc::Status s = c->stub->ReportReady(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ReportReady");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Client::sendFds(const std::vector<int>& fds) {
+  if (fds.empty()) return absl::InvalidArgumentError("sendFds: no fds given");
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  v1::FdRequest req;
+  req.set_op(v1::FdRequest::PUT);
+  req.set_session_id(c->session_id);
+  req.set_session_token(c->token);
+  req.set_fd_count(static_cast<uint32_t>(fds.size()));
+  MC_ASSIGN_OR_RETURN(Frame frame, impl_->FdRoundTrip(req, fds));
+  v1::FdReply reply;
+  reply.ParseFromString(frame.payload);
+  return reply.ticket();
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Client::fetchFds(const std::string& ticket) {
+  if (ticket.empty()) return absl::InvalidArgumentError("fetchFds: empty ticket");
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  v1::FdRequest req;
+  req.set_op(v1::FdRequest::GET);
+  req.set_session_id(c->session_id);
+  req.set_session_token(c->token);
+  req.set_ticket(ticket);
+  MC_ASSIGN_OR_RETURN(Frame frame, impl_->FdRoundTrip(req, {}));
+  v1::FdReply reply;
+  reply.ParseFromString(frame.payload);
+  if (frame.fds.size() != reply.fd_count()) {
+    return absl::InternalError(absl::StrCat("fd channel: expected ", reply.fd_count(),
+                                            " fds, received ", frame.fds.size()));
+  }
+  return std::move(frame.fds);
+}
+
+absl::StatusOr<FdExport> Client::exportFds(const std::vector<int>& fds, const std::string& kind,
+                                           uint64_t size) {
+  MC_ASSIGN_OR_RETURN(std::string ticket, sendFds(fds));
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ExportFdsRequest req;
+  req.set_fd_ticket(ticket);
+  req.set_kind(kind);
+  req.set_size(size);
+  v1::ExportFdsResponse resp;
+  grpc::Status s = c->stub->ExportFds(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ExportFds");
+  return FdExport{resp.export_id(), resp.secret()};
+}
+
+absl::StatusOr<std::vector<UniqueFd>> Client::importFds(const FdExport& exported) {
+  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ImportFdsRequest req;
+  req.set_export_id(exported.id);
+  req.set_secret(exported.secret);
+  v1::ImportFdsResponse resp;
+  grpc::Status s = c->stub->ImportFds(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ImportFds");
+  return fetchFds(resp.fd_ticket());
+}
+
+std::optional<SessionEvent> Client::nextEvent(absl::Duration timeout) {
+  return impl_->NextEvent(timeout);
+}
+
+}  // namespace mooncake

@@ -1,0 +1,148 @@
+#include "mooncake/client/communicator.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mooncake/client/daemon_handle_exchange.h"
+#include "mooncake/common/status.h"
+
+namespace mooncake {
+
+absl::StatusOr<Platform> ParsePlatform(const std::string& name) {
+  if (name == "host") return Platform::kHost;
+  if (name == "cuda") return Platform::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown platform '", name, "': expected host or cuda"));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions options) {
+  if (options.world_size == 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of world size ",
+                                                   options.world_size, " is out of range"));
+  }
+  if (options.buffer_bytes == 0) return absl::InvalidArgumentError("buffer_bytes is 0");
+  std::unique_ptr<Communicator> c(new Communicator(std::move(options)));
+  absl::Time start = absl::Now();
+  MC_RETURN_IF_ERROR(c->Setup());
+  c->setup_time_ = absl::Now() - start;
+  return c;
+}
+
+absl::Status Communicator::Setup() {
+  const CommunicatorOptions& o = options_;
+  ClientOptions co;
+  co.socket_path = o.socket_path;
+  co.client_name = o.client_name.empty() ? absl::StrCat(o.group, "/", o.rank) : o.client_name;
+  MC_ASSIGN_OR_RETURN(client_, Client::Connect(co));
+  exchange_ = std::make_shared<DaemonHandleExchange>(client_.get());
+
+  if (o.platform == Platform::kHost) {
+    MC_ASSIGN_OR_RETURN(transport_, device::createHostP2pTransport(o.world_size, exchange_));
+  } else {
+    MC_ASSIGN_OR_RETURN(transport_,
+                        device::createCudaP2pTransport(o.world_size, exchange_, o.cuda_handle));
+  }
+  buffer_ = transport_->allocateBuffer(o.buffer_bytes);
+  if (buffer_ == nullptr) {
+    return absl::Status(transport_->lastError().code(),
+                        absl::StrCat("allocating the ", o.buffer_bytes, "-byte buffer: ",
+                                     transport_->lastError().message()));
+  }
+  std::vector<int32_t> handle = transport_->exportIpcHandle(buffer_);
+  if (handle.empty()) {
+    return absl::Status(transport_->lastError().code(),
+                        absl::StrCat("exporting the buffer: ", transport_->lastError().message()));
+  }
+
+  JoinOptions j;
+  j.group = o.group;
+  j.rank = o.rank;
+  j.world_size = o.world_size;
+  j.timeout = o.timeout;
+  j.handle_kind = transport_->handleKind();
+  j.handle_data.assign(reinterpret_cast<const char*>(handle.data()), handle.size() * sizeof(int32_t));
+  j.handle_size = o.buffer_bytes;
+  j.gpu_uuid = o.gpu_uuid;
+  MC_ASSIGN_OR_RETURN(view_, client_->joinGroup(j));
+  joined_ = true;
+
+  std::vector<std::vector<int32_t>> handles(o.world_size);
+  std::vector<int> active(o.world_size, 1);
+  for (const GroupMember& m : view_.members) {
+    if (m.rank >= o.world_size) continue;
+    if (m.handle_data.size() % sizeof(int32_t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", m.rank, " sent a malformed handle"));
+    }
+    handles[m.rank].resize(m.handle_data.size() / sizeof(int32_t));
+    std::memcpy(handles[m.rank].data(), m.handle_data.data(), m.handle_data.size());
+    if (m.rank != o.rank && !m.p2p_reachable) active[m.rank] = 0;
+  }
+  transport_->importPeerHandles(buffer_, static_cast<int>(o.rank), static_cast<int>(o.world_size),
+                                handles, active);
+  bool all_ok = transport_->verifyPeerAccess();
+  std::vector<int32_t> avail = transport_->availableSnapshot();
+  std::vector<uint32_t> unreachable;
+  for (uint32_t r = 0; r < avail.size(); ++r) {
+    if (avail[r] == 0) unreachable.push_back(r);
+  }
+  std::string detail =
+      all_ok ? "" : absl::StrCat("unreachable ranks ", absl::StrJoin(unreachable, ","), ": ",
+                                 transport_->lastError().message());
+  MC_RETURN_IF_ERROR(client_->reportReady(o.group, o.rank, all_ok, detail, unreachable));
+
+  ctx_ = device::CommCtx{};
+  ctx_.p2p = transport_->p2pContext();
+  ctx_.rank = static_cast<int>(o.rank);
+  ctx_.num_ranks = static_cast<int>(o.world_size);
+
+  if (o.wait_all_ready) {
+    absl::Time deadline = absl::Now() + o.timeout;
+    for (;;) {
+      absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "group '", o.group, "' formed but not every rank reported ready within ",
+            absl::FormatDuration(o.timeout), " (`mcctl groups` shows who is missing)"));
+      }
+      std::optional<SessionEvent> ev = client_->nextEvent(left);
+      if (!ev) continue;
+      if (ev->kind == SessionEvent::Kind::kReady && ev->group == o.group) break;
+      if (ev->group == o.group && (ev->kind == SessionEvent::Kind::kLost ||
+                                   ev->kind == SessionEvent::Kind::kLeft ||
+                                   ev->kind == SessionEvent::Kind::kFailed)) {
+        return absl::AbortedError(absl::StrCat("group '", o.group, "': rank ", ev->rank, " ",
+                                               SessionEventKindName(ev->kind),
+                                               " during setup: ", ev->detail));
+      }
+      if (ev->kind == SessionEvent::Kind::kDaemonShutdown ||
+          ev->kind == SessionEvent::Kind::kDisconnected) {
+        return absl::UnavailableError(ev->detail);
+      }
+    }
+  }
+  if (!all_ok) {
+    return absl::FailedPreconditionError(absl::StrCat("group '", o.group, "': ", detail));
+  }
+  return absl::OkStatus();
+}
+
+std::string Communicator::handleKind() const {
+  return transport_ ? transport_->handleKind() : "";
+}
+
+absl::Status Communicator::leave() {
+  if (!joined_ || !client_) return absl::OkStatus();
+  joined_ = false;
+  return client_->leaveGroup(options_.group, options_.rank);
+}
+
+Communicator::~Communicator() {
+  (void)leave();
+  if (transport_ && buffer_ != nullptr) transport_->freeBuffer(buffer_);
+  transport_.reset();
+  exchange_.reset();
+  client_.reset();
+}
+
+}  // namespace mooncake

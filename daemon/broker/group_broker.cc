@@ -1,0 +1,425 @@
+#include "broker/group_broker.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mooncake/common/log.h"
+
+namespace mooncake::daemon {
+namespace {
+
+bool ValidGroupName(absl::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+           c == '-' || c == ':';
+  });
+}
+
+std::string NormalizePci(absl::string_view pci) {
+  std::string p = absl::AsciiStrToLower(pci);
+  // "00000000:1b:00.0" (CUDA's 8-digit domain) and "0000:1b:00.0" are the same bus id.
+  if (size_t colon = p.find(':'); colon != std::string::npos && colon > 4) {
+    p = p.substr(colon - 4);
+  }
+  return p;
+}
+
+}  // namespace
+
+GroupBroker::GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
+                         SessionRegistry* sessions, TicketStore* tickets)
+    : node_id_(std::move(node_id)),
+      topology_(std::move(topology)),
+      limits_(limits),
+      sessions_(sessions),
+      tickets_(tickets) {}
+
+absl::Status GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
+  if (!ValidGroupName(r.group())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group name '", r.group().substr(0, 64),
+        "' is invalid: use 1-128 characters of [A-Za-z0-9._:-]"));
+  }
+  if (r.world_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': world size 0"));
+  }
+  if (r.world_size() > limits_.max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': world size ",
+                                                   r.world_size(), " exceeds the limit of ",
+                                                   limits_.max_world_size, " (max_world_size)"));
+  }
+  if (r.rank() >= r.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': rank ", r.rank(),
+                                                   " is out of range for world size ",
+                                                   r.world_size(), " (ranks are 0..",
+                                                   r.world_size() - 1, ")"));
+  }
+  if (r.handle().data().size() > limits_.max_handle_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': handle of ",
+                                                   r.handle().data().size(),
+                                                   " bytes exceeds ", limits_.max_handle_bytes));
+  }
+  if (r.handle().kind().size() > 64) {
+    return absl::InvalidArgumentError("handle kind longer than 64 characters");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> GroupBroker::ResolveGpu(const v1::DeviceSelector& d, std::string* uuid,
+                                            std::string* pci) const {
+  if (d.gpu_uuid().empty() && d.gpu_pci_bus_id().empty()) return -1;
+  for (const v1::Gpu& g : topology_.gpus()) {
+    bool match = (!d.gpu_uuid().empty() &&
+                  absl::AsciiStrToLower(d.gpu_uuid()) == absl::AsciiStrToLower(g.uuid())) ||
+                 (!d.gpu_pci_bus_id().empty() &&
+                  NormalizePci(d.gpu_pci_bus_id()) == NormalizePci(g.pci_bus_id()));
+    if (match) {
+      *uuid = g.uuid();
+      *pci = g.pci_bus_id();
+      return g.index();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "GPU '", d.gpu_uuid().empty() ? d.gpu_pci_bus_id() : d.gpu_uuid(),
+      "' is not on this node (", topology_.gpus_size(), " GPUs found; `mcctl gpus` lists them)"));
+}
+
+bool GroupBroker::Reachable(int from, int to, bool* native_atomics) const {
+  *native_atomics = false;
+  if (from < 0 && to < 0) {  // host platform: shared memory on one node
+    *native_atomics = true;
+    return true;
+  }
+  if (from < 0 || to < 0) return false;
+  if (from == to) {
+    *native_atomics = true;
+    return true;
+  }
+  for (const v1::GpuPair& p : topology_.gpu_pairs()) {
+    if (p.src() == from && p.dst() == to) {
+      *native_atomics = p.native_atomics();
+      return p.access_supported();
+    }
+  }
+  return false;
+}
+
+v1::JoinGroupResponse GroupBroker::BuildView(const Group& g, const SessionInfo& receiver,
+                                             uint32_t rank) const {
+  v1::JoinGroupResponse resp;
+  resp.set_group(g.name);
+  resp.set_rank(rank);
+  resp.set_world_size(g.world_size);
+  resp.set_epoch(g.epoch);
+  const Member& me = g.members.at(rank);
+  for (const auto& [r, m] : g.members) {
+    v1::MemberView* v = resp.add_members();
+    v->set_rank(r);
+    v->set_node_id(node_id_);
+    v->set_pid(m.cred.pid);
+    v->set_gpu_index(m.gpu_index);
+    v->set_gpu_uuid(m.gpu_uuid);
+    v->set_gpu_pci_bus_id(m.gpu_pci);
+    v->set_handle_kind(m.handle.kind());
+    v->set_handle_data(m.handle.data());
+    v->set_handle_size(m.handle.size());
+    v->set_same_node(true);
+    bool atomics = false;
+    v->set_p2p_reachable(Reachable(me.gpu_index, m.gpu_index, &atomics));
+    v->set_native_atomics(atomics);
+    if (m.fds && r != rank) {
+      v->set_fd_ticket(tickets_->IssueOutgoing(m.session, receiver.id, receiver.cred.uid, m.fds));
+      v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
+    }
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& caller,
+                                                        const v1::JoinGroupRequest& req,
+                                                        FdBundlePtr fds,
+                                                        const std::function<bool()>& cancelled) {
+  if (absl::Status s = ValidateJoin(req); !s.ok()) return s;
+  Member m;
+  m.rank = req.rank();
+  m.session = caller.id;
+  m.cred = caller.cred;
+  absl::StatusOr<int> gpu = ResolveGpu(req.device(), &m.gpu_uuid, &m.gpu_pci);
+  if (!gpu.ok()) return gpu.status();
+  m.gpu_index = *gpu;
+  m.handle = req.handle();
+  m.handle.clear_fd_ticket();
+  m.fds = std::move(fds);
+
+  uint32_t timeout_ms = req.timeout_ms() == 0 ? limits_.default_timeout_ms : req.timeout_ms();
+  absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+  GroupKey key{caller.cred.uid, req.group()};
+
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+  std::shared_ptr<Group>& slot = groups_[key];
+  if (!slot) {
+    slot = std::make_shared<Group>();
+    slot->name = req.group();
+    slot->uid = caller.cred.uid;
+    slot->world_size = req.world_size();
+    slot->created = absl::Now();
+  }
+  std::shared_ptr<Group> g = slot;
+  if (g->world_size != req.world_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", g->name, "' has world size ", g->world_size, " but rank ", req.rank(),
+        " asked for ", req.world_size(), ": start every rank with the same world size"));
+  }
+  if (auto it = g->members.find(req.rank()); it != g->members.end()) {
+    return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g->name,
+                                                 "' is already taken by pid ",
+                                                 it->second.cred.pid));
+  }
+  if (g->formed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", g->name, "' already formed (epoch ", g->epoch, ") and rank ", req.rank(),
+        " left it; a formed group is not re-entered: wait until every member has left, "
+        "or use a new group name"));
+  }
+  g->members.emplace(req.rank(), std::move(m));
+  const uint32_t rank = req.rank();
+  if (g->members.size() == g->world_size) {
+    g->formed = true;
+    g->epoch += 1;
+    MC_LOG(kInfo, "group '", g->name, "' (uid ", g->uid, ") formed with ", g->world_size,
+           " ranks, epoch ", g->epoch);
+  }
+
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return g->formed || shut_down_ || !g->members.contains(rank) ||
+           g->members.at(rank).session != caller.id;
+  };
+  while (!done()) {
+    absl::Time now = absl::Now();
+    if (now >= deadline || cancelled()) break;
+    // Wake at least every 100 ms to notice a cancelled RPC.
+    mu_.AwaitWithDeadline(absl::Condition(&done), std::min(deadline, now + absl::Milliseconds(100)));
+  }
+  auto mine = g->members.find(rank);
+  bool still_mine = mine != g->members.end() && mine->second.session == caller.id;
+  if (g->formed && still_mine) return BuildView(*g, caller, rank);
+
+  // Not formed: take our rank back out so the group stays consistent.
+  if (still_mine) g->members.erase(mine);
+  EraseIfEmpty(key);
+  if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+  if (!still_mine) {
+    return absl::CancelledError(absl::StrCat("rank ", rank, " of group '", g->name,
+                                             "' was removed while waiting"));
+  }
+  if (cancelled()) return absl::CancelledError("JoinGroup cancelled by the client");
+  std::vector<uint32_t> missing;
+  for (uint32_t r = 0; r < g->world_size && missing.size() < 16; ++r) {
+    if (!g->members.contains(r) && r != rank) missing.push_back(r);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "group '", g->name, "': ", g->members.size() + 1, " of ", g->world_size,
+      " ranks joined within ", timeout_ms, " ms (missing ranks: ", absl::StrJoin(missing, ","),
+      g->world_size - g->members.size() - 1 > missing.size() ? ",..." : "",
+      "); is every rank started with the same group name, world size and user?"));
+}
+
+void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
+                               const std::string& detail) {
+  const Member& about = g.members.at(about_rank);
+  for (const auto& [r, m] : g.members) {
+    if (r == about_rank || m.state == MemberState::kLeft || m.state == MemberState::kLost) continue;
+    v1::SessionEvent ev;
+    v1::MemberEvent* me = ev.mutable_member();
+    me->set_group(g.name);
+    me->set_rank(about_rank);
+    me->set_kind(kind);
+    me->set_pid(about.cred.pid);
+    me->set_detail(detail);
+    sessions_->Post(m.session, std::move(ev));
+  }
+}
+
+void GroupBroker::EraseIfEmpty(const GroupKey& key) {
+  auto it = groups_.find(key);
+  if (it == groups_.end()) return;
+  bool any_alive = std::any_of(it->second->members.begin(), it->second->members.end(),
+                               [](const auto& kv) {
+                                 return kv.second.state != MemberState::kLeft &&
+                                        kv.second.state != MemberState::kLost;
+                               });
+  if (!any_alive) {
+    if (it->second->formed) {
+      MC_LOG(kInfo, "group '", it->second->name, "' (uid ", key.first, ") released");
+    }
+    groups_.erase(it);
+  }
+}
+
+absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& group,
+                                uint32_t rank) {
+  absl::MutexLock lock(&mu_);
+  GroupKey key{caller.cred.uid, group};
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("no group '", group, "' for this user"));
+  }
+  Group& g = *it->second;
+  auto m = g.members.find(rank);
+  if (m == g.members.end() || m->second.session != caller.id ||
+      m->second.state == MemberState::kLeft || m->second.state == MemberState::kLost) {
+    return absl::NotFoundError(
+        absl::StrCat("this session holds no rank ", rank, " in group '", group, "'"));
+  }
+  if (!g.formed) {
+    g.members.erase(m);  // a waiting Join of ours would see this and return
+  } else {
+    m->second.state = MemberState::kLeft;
+    m->second.fds.reset();
+    NotifyOthers(g, rank, v1::MemberEvent::LEFT, "left the group");
+  }
+  EraseIfEmpty(key);
+  return absl::OkStatus();
+}
+
+absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::ReportReadyRequest& r) {
+  absl::MutexLock lock(&mu_);
+  GroupKey key{caller.cred.uid, r.group()};
+  auto it = groups_.find(key);
+  if (it == groups_.end()) {
+    return absl::NotFoundError(absl::StrCat("no group '", r.group(), "' for this user"));
+  }
+  Group& g = *it->second;
+  auto m = g.members.find(r.rank());
+  if (m == g.members.end() || m->second.session != caller.id) {
+    return absl::NotFoundError(
+        absl::StrCat("this session holds no rank ", r.rank(), " in group '", r.group(), "'"));
+  }
+  if (!g.formed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("group '", r.group(), "' has not formed yet: report after JoinGroup returns"));
+  }
+  if (m->second.state != MemberState::kJoined) {
+    return absl::FailedPreconditionError("readiness was already reported for this rank");
+  }
+  m->second.state = r.ok() ? MemberState::kReady : MemberState::kFailed;
+  if (!r.ok()) {
+    NotifyOthers(g, r.rank(), v1::MemberEvent::FAILED, r.detail().substr(0, 512));
+    return absl::OkStatus();
+  }
+  bool all_ready = std::all_of(g.members.begin(), g.members.end(), [](const auto& kv) {
+    return kv.second.state == MemberState::kReady;
+  });
+  if (all_ready && g.members.size() == g.world_size) {
+    for (const auto& [rank, mem] : g.members) {
+      v1::SessionEvent ev;
+      ev.mutable_member()->set_group(g.name);
+      ev.mutable_member()->set_rank(rank);
+      ev.mutable_member()->set_kind(v1::MemberEvent::READY);
+      ev.mutable_member()->set_detail("all ranks verified their peers");
+      sessions_->Post(mem.session, std::move(ev));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void GroupBroker::SessionEnded(uint64_t session_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<GroupKey> touched;
+  for (auto& [key, g] : groups_) {
+    for (auto it = g->members.begin(); it != g->members.end();) {
+      Member& m = it->second;
+      if (m.session != session_id || m.state == MemberState::kLeft ||
+          m.state == MemberState::kLost) {
+        ++it;
+        continue;
+      }
+      touched.push_back(key);
+      if (!g->formed) {
+        it = g->members.erase(it);
+        continue;
+      }
+      m.state = MemberState::kLost;
+      m.fds.reset();
+      NotifyOthers(*g, m.rank, v1::MemberEvent::LOST,
+                   absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));
+      MC_LOG(kInfo, "group '", g->name, "': rank ", m.rank, " (pid ", m.cred.pid, ") lost");
+      ++it;
+    }
+  }
+  for (const GroupKey& k : touched) EraseIfEmpty(k);
+}
+
+void GroupBroker::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+}
+
+std::string GroupBroker::StateName(const Group& g) {
+  if (!g.formed) return "forming";
+  bool all_ready = true;
+  for (const auto& [r, m] : g.members) {
+    if (m.state == MemberState::kLeft || m.state == MemberState::kLost ||
+        m.state == MemberState::kFailed) {
+      return "degraded";
+    }
+    all_ready &= (m.state == MemberState::kReady);
+  }
+  return all_ready ? "ready" : "formed";
+}
+
+std::vector<v1::GroupInfo> GroupBroker::List(uint32_t uid, bool all) const {
+  static constexpr const char* kStates[] = {"joined", "ready", "failed", "left", "lost"};
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::GroupInfo> out;
+  absl::Time now = absl::Now();
+  for (const auto& [key, g] : groups_) {
+    if (!all && key.first != uid) continue;
+    v1::GroupInfo info;
+    info.set_name(g->name);
+    info.set_uid(g->uid);
+    info.set_world_size(g->world_size);
+    info.set_joined(static_cast<uint32_t>(g->members.size()));
+    info.set_state(StateName(*g));
+    info.set_epoch(g->epoch);
+    info.set_age_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(now - g->created)));
+    for (const auto& [r, m] : g->members) {
+      v1::GroupMemberInfo* mi = info.add_members();
+      mi->set_rank(r);
+      mi->set_state(kStates[static_cast<int>(m.state)]);
+      mi->set_pid(m.cred.pid);
+      mi->set_session_id(m.session);
+      mi->set_gpu_index(m.gpu_index);
+      mi->set_handle_kind(m.handle.kind());
+      mi->set_handle_size(m.handle.size());
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+size_t GroupBroker::CountVisible(uint32_t uid, bool all) const {
+  absl::MutexLock lock(&mu_);
+  if (all) return groups_.size();
+  return static_cast<size_t>(std::count_if(groups_.begin(), groups_.end(),
+                                           [uid](const auto& kv) { return kv.first.first == uid; }));
+}
+
+std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [key, g] : groups_) {
+    for (const auto& [r, m] : g->members) {
+      if (m.session == session_id && m.state != MemberState::kLeft && m.state != MemberState::kLost) {
+        out.push_back(absl::StrCat(g->name, "/", r));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace mooncake::daemon

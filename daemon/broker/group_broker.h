@@ -1,0 +1,110 @@
+// GroupBroker: named groups of ranks and their rendezvous.
+//
+// A member joins group G as rank r of n with an opaque handle (bytes and/or
+// fds) and a deadline. When all n ranks are in, the group forms and every
+// member receives the full view: each rank's node, GPU, handle, and whether
+// the receiver can reach it directly (P2P). Members that leave or whose
+// session ends are reported to the others as events.
+//
+// Groups are scoped by the caller's uid: the same name under two uids is two
+// unrelated groups, and no caller can see or join another user's group.
+// Thread-safe; Join blocks the calling thread until formed/deadline/cancel.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fdchannel/ticket_store.h"
+#include "mooncake/v1/admin.pb.h"
+#include "mooncake/v1/local.pb.h"
+#include "mooncake/v1/node.pb.h"
+#include "session/session_registry.h"
+
+namespace mooncake::daemon {
+
+struct BrokerLimits {
+  uint32_t max_world_size = 65536;
+  uint32_t default_timeout_ms = 30000;
+  size_t max_handle_bytes = 4096;
+};
+
+class GroupBroker {
+ public:
+  GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
+              SessionRegistry* sessions, TicketStore* tickets);
+
+  // Joins and waits for the group to form. `cancelled` is polled while
+  // waiting (the caller's RPC went away). On any error the caller's rank is
+  // not left behind in the group.
+  absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
+                                             const v1::JoinGroupRequest& request,
+                                             FdBundlePtr fds,
+                                             const std::function<bool()>& cancelled);
+  absl::Status Leave(const SessionInfo& caller, const std::string& group, uint32_t rank);
+  absl::Status ReportReady(const SessionInfo& caller, const v1::ReportReadyRequest& request);
+
+  // The session is gone: its ranks become `lost` (or vanish while forming).
+  void SessionEnded(uint64_t session_id);
+  // Fails every waiting Join with Unavailable.
+  void Shutdown();
+
+  // Groups visible to `uid` (all of them for root when `all` is set).
+  std::vector<v1::GroupInfo> List(uint32_t uid, bool all) const;
+  // "name/rank" for each live membership of the session.
+  std::vector<std::string> MembershipsOf(uint64_t session_id) const;
+  size_t CountVisible(uint32_t uid, bool all) const;
+
+ private:
+  enum class MemberState { kJoined, kReady, kFailed, kLeft, kLost };
+  struct Member {
+    uint32_t rank = 0;
+    uint64_t session = 0;
+    PeerCred cred;
+    int gpu_index = -1;
+    std::string gpu_uuid, gpu_pci;
+    v1::MemberHandle handle;  // fd_ticket cleared
+    FdBundlePtr fds;
+    MemberState state = MemberState::kJoined;
+  };
+  struct Group {
+    std::string name;
+    uint32_t uid = 0;
+    uint32_t world_size = 0;
+    bool formed = false;
+    uint64_t epoch = 0;
+    absl::Time created;
+    std::map<uint32_t, Member> members;
+  };
+  using GroupKey = std::pair<uint32_t, std::string>;
+
+  absl::Status ValidateJoin(const v1::JoinGroupRequest& r) const;
+  absl::StatusOr<int> ResolveGpu(const v1::DeviceSelector& device, std::string* uuid,
+                                 std::string* pci) const;
+  bool Reachable(int from_gpu, int to_gpu, bool* native_atomics) const;
+  v1::JoinGroupResponse BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
+                    const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseIfEmpty(const GroupKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::string StateName(const Group& g);
+
+  const std::string node_id_;
+  const v1::Topology topology_;
+  const BrokerLimits limits_;
+  SessionRegistry* sessions_;
+  TicketStore* tickets_;
+
+  mutable absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mooncake::daemon

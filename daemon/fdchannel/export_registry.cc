@@ -1,0 +1,50 @@
+#include "fdchannel/export_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "session/session_registry.h"
+
+namespace mooncake::daemon {
+
+ExportRecord ExportRegistry::Add(uint64_t session, uint32_t uid, int pid, std::string kind,
+                                 uint64_t size, FdBundlePtr bundle) {
+  absl::MutexLock lock(&mu_);
+  ExportRecord r{next_id_++, RandomBytes(16), session, uid, pid, std::move(kind), size,
+                 std::move(bundle)};
+  exports_[r.id] = r;
+  return r;
+}
+
+absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_view secret,
+                                                    uint32_t uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = exports_.find(id);
+  if (it == exports_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "export ", id, " does not exist: its owner process exited or withdrew it"));
+  }
+  const ExportRecord& r = it->second;
+  unsigned char diff = secret.size() == r.secret.size() ? 0 : 1;
+  for (size_t i = 0; i < r.secret.size() && i < secret.size(); ++i) {
+    diff |= static_cast<unsigned char>(r.secret[i] ^ secret[i]);
+  }
+  if (diff != 0 || r.uid != uid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "export ", id, " belongs to another user or the handle is corrupt; exports are "
+        "importable only by processes of the exporter's uid"));
+  }
+  return r;
+}
+
+void ExportRegistry::DropSession(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  std::erase_if(exports_, [session](const auto& kv) { return kv.second.owner_session == session; });
+}
+
+size_t ExportRegistry::CountFor(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [id, r] : exports_) n += (r.owner_session == session);
+  return n;
+}
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,44 @@
+// ExportRegistry: fds a session publishes for other processes of the same
+// uid to import (the upstream exportIpcHandle/importPeerHandles flow, where
+// the application exchanges the handle bytes itself). An export lives until
+// its session ends or it is withdrawn. Knowing (id, secret) is required to
+// import; the uid must match the exporter's. Thread-safe.
+#pragma once
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "fdchannel/ticket_store.h"
+
+namespace mooncake::daemon {
+
+struct ExportRecord {
+  uint64_t id = 0;
+  std::string secret;
+  uint64_t owner_session = 0;
+  uint32_t uid = 0;
+  int pid = 0;
+  std::string kind;
+  uint64_t size = 0;
+  FdBundlePtr bundle;
+};
+
+class ExportRegistry {
+ public:
+  ExportRecord Add(uint64_t session, uint32_t uid, int pid, std::string kind, uint64_t size,
+                   FdBundlePtr bundle);
+  absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid);
+  void DropSession(uint64_t session);
+  size_t CountFor(uint64_t session);
+
+ private:
+  absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, ExportRecord> exports_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,42 @@
+// FdChannelServer: serves the fd side channel ("<socket>.fd").
+//
+// Each request frame is an FdRequest; PUT carries fds (SCM_RIGHTS) and
+// returns a ticket, GET returns the fds of a ticket. The caller is
+// authenticated by its session id + token AND by the uid read with
+// SO_PEERCRED on this connection, so a leaked token alone is not enough.
+// One short-lived thread per connection; requests time out.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <thread>
+
+#include "fdchannel/ticket_store.h"
+#include "mooncake/common/unique_fd.h"
+#include "session/session_registry.h"
+
+namespace mooncake::daemon {
+
+class FdChannelServer {
+ public:
+  // Takes a bound, listening socket.
+  FdChannelServer(UniqueFd listen_fd, SessionRegistry* sessions, TicketStore* tickets);
+  ~FdChannelServer();
+
+  void Start();
+  void Stop();
+
+ private:
+  void AcceptLoop();
+  void Serve(UniqueFd conn);
+
+  UniqueFd listen_fd_;
+  UniqueFd wake_read_, wake_write_;
+  SessionRegistry* sessions_;
+  TicketStore* tickets_;
+  std::thread thread_;
+  std::atomic<int> active_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace mooncake::daemon

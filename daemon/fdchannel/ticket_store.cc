@@ -1,0 +1,103 @@
+#include "fdchannel/ticket_store.h"
+
+#include "absl/strings/str_cat.h"
+#include "session/session_registry.h"
+
+namespace mooncake::daemon {
+
+void TicketStore::ExpireLocked(absl::Time now) {
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (it->second.expires <= now) {
+      it = tickets_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::string TicketStore::NewTicketLocked() {
+  for (;;) {
+    std::string t = HexEncode(RandomBytes(16));
+    if (!tickets_.contains(t)) return t;
+  }
+}
+
+std::string TicketStore::AddIncoming(uint64_t session, uint32_t uid, std::vector<UniqueFd> fds) {
+  auto bundle = std::make_shared<FdBundle>();
+  bundle->fds = std::move(fds);
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  ExpireLocked(now);
+  std::string t = NewTicketLocked();
+  tickets_[t] = Ticket{true, session, session, uid, now + ttl_, std::move(bundle)};
+  return t;
+}
+
+absl::StatusOr<FdBundlePtr> TicketStore::TakeIncoming(const std::string& ticket, uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(absl::Now());
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end() || !it->second.incoming) {
+    return absl::NotFoundError(
+        "fd ticket is unknown, used or expired: send the fds on the fd channel again");
+  }
+  if (it->second.recipient != session) {
+    return absl::PermissionDeniedError("fd ticket belongs to another session");
+  }
+  FdBundlePtr b = std::move(it->second.bundle);
+  tickets_.erase(it);
+  return b;
+}
+
+std::string TicketStore::IssueOutgoing(uint64_t owner_session, uint64_t recipient_session,
+                                       uint32_t recipient_uid, FdBundlePtr bundle) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  ExpireLocked(now);
+  std::string t = NewTicketLocked();
+  tickets_[t] = Ticket{false, owner_session, recipient_session, recipient_uid, now + ttl_,
+                       std::move(bundle)};
+  return t;
+}
+
+absl::StatusOr<FdBundlePtr> TicketStore::Redeem(const std::string& ticket, uint64_t session,
+                                                uint32_t uid) {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(absl::Now());
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end() || it->second.incoming) {
+    return absl::NotFoundError("fd ticket is unknown, used or expired (tickets live "
+                               "ticket_ttl_ms and are redeemable once)");
+  }
+  if (it->second.uid != uid || it->second.recipient != session) {
+    return absl::PermissionDeniedError("fd ticket was issued to another session or user");
+  }
+  FdBundlePtr b = std::move(it->second.bundle);
+  tickets_.erase(it);
+  return b;
+}
+
+void TicketStore::DropSession(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (it->second.owner == session || it->second.recipient == session) {
+      it = tickets_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+size_t TicketStore::PendingFor(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [t, k] : tickets_) n += (k.recipient == session);
+  return n;
+}
+
+size_t TicketStore::size() {
+  absl::MutexLock lock(&mu_);
+  return tickets_.size();
+}
+
+}  // namespace mooncake::daemon

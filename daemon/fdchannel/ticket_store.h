@@ -1,0 +1,68 @@
+// TicketStore: fds in transit between the fd channel and RPCs.
+//
+// gRPC cannot carry fds, so they travel on the fd channel and RPCs name
+// them by ticket. Two directions:
+//  - incoming: a session PUTs fds and gets a ticket; an RPC of the SAME
+//    session consumes it (TakeIncoming).
+//  - outgoing: an RPC issues a ticket for a recipient session to GET a
+//    bundle owned by another session (Issue/Redeem).
+// Every ticket is bound to one session and uid, is used once, and expires
+// after the TTL. Session end drops the tickets it owns or may redeem.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "mooncake/common/unique_fd.h"
+
+namespace mooncake::daemon {
+
+// A set of fds owned by the daemon on behalf of a session. Shared so a
+// bundle can be offered to several recipients without duplicating fds
+// until one redeems it.
+struct FdBundle {
+  std::vector<UniqueFd> fds;
+};
+using FdBundlePtr = std::shared_ptr<const FdBundle>;
+
+class TicketStore {
+ public:
+  explicit TicketStore(absl::Duration ttl) : ttl_(ttl) {}
+
+  std::string AddIncoming(uint64_t session, uint32_t uid, std::vector<UniqueFd> fds);
+  absl::StatusOr<FdBundlePtr> TakeIncoming(const std::string& ticket, uint64_t session);
+
+  std::string IssueOutgoing(uint64_t owner_session, uint64_t recipient_session,
+                            uint32_t recipient_uid, FdBundlePtr bundle);
+  absl::StatusOr<FdBundlePtr> Redeem(const std::string& ticket, uint64_t session, uint32_t uid);
+
+  // Drops tickets owned by `session` or issued to it.
+  void DropSession(uint64_t session);
+  size_t PendingFor(uint64_t session);
+  size_t size();
+
+ private:
+  struct Ticket {
+    bool incoming = false;
+    uint64_t owner = 0;       // whose fds these are
+    uint64_t recipient = 0;   // who may redeem
+    uint32_t uid = 0;
+    absl::Time expires;
+    FdBundlePtr bundle;
+  };
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NewTicketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration ttl_;
+  absl::Mutex mu_;
+  std::map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mooncake::daemon

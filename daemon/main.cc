@@ -1,0 +1,55 @@
+// mooncaked: the per-node broker for GPU-initiated communication.
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "config/daemon_config.h"
+#include "mooncake/common/log.h"
+#include "server/daemon.h"
+
+int main(int argc, char** argv) {
+  using namespace mooncake::daemon;
+  bool help = false, version = false;
+  absl::StatusOr<DaemonConfig> config = ParseCommandLine(argc, argv, &help, &version);
+  if (!config.ok()) {
+    std::cerr << "mooncaked: " << config.status().message() << "\n";
+    return 64;
+  }
+  if (help) {
+    std::cout << UsageText();
+    return 0;
+  }
+  if (version) {
+    std::cout << "mooncaked " << kDaemonVersion << " (protocol " << kProtocolVersion << ")\n";
+    return 0;
+  }
+  mooncake::SetLogLevel(config->log_level);
+
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Create(*std::move(config));
+  if (!daemon.ok()) {
+    std::cerr << "mooncaked: " << daemon.status().message() << "\n";
+    return 1;
+  }
+  if (absl::Status s = (*daemon)->Start(); !s.ok()) {
+    std::cerr << "mooncaked: " << s.message() << "\n";
+    (*daemon)->Shutdown("start failed");
+    return 1;
+  }
+  int sig = 0;
+  for (;;) {
+    sigwait(&stop, &sig);
+    if (sig != SIGHUP) break;
+    MC_LOG(kInfo, "SIGHUP ignored: restart the service to apply a new config");
+  }
+  (*daemon)->Shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  return 0;
+}

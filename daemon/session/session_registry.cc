@@ -1,0 +1,138 @@
+#include "session/session_registry.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace mooncake::daemon {
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      std::abort();  // no entropy source: nothing safe to hand out
+    }
+    got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+std::string HexEncode(absl::string_view bytes) { return absl::BytesToHexString(bytes); }
+
+absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn_fd,
+                                                  std::string client_name) {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+  uint32_t same_uid = 0;
+  for (const auto& [id, e] : sessions_) {
+    if (e.info.connection_fd == conn_fd) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "this connection already has session ", id, "; open one session per connection"));
+    }
+    if (e.info.cred.uid == cred.uid) ++same_uid;
+  }
+  if (same_uid >= max_per_uid_) {
+    return absl::ResourceExhaustedError(absl::StrCat("uid ", cred.uid, " already has ", same_uid,
+                                                     " sessions (max_sessions_per_uid)"));
+  }
+  if (client_name.size() > 256) client_name.resize(256);
+  Entry e;
+  e.info.id = next_id_++;
+  e.info.cred = cred;
+  e.info.token = RandomBytes(16);
+  e.info.client_name = std::move(client_name);
+  e.info.connection_fd = conn_fd;
+  e.info.opened = absl::Now();
+  SessionInfo info = e.info;
+  sessions_.emplace(info.id, std::move(e));
+  return info;
+}
+
+bool SessionRegistry::Close(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  return sessions_.erase(id) > 0;
+}
+
+std::optional<SessionInfo> SessionRegistry::Find(uint64_t id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  return it->second.info;
+}
+
+std::optional<SessionInfo> SessionRegistry::FindByConnection(int conn_fd) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, e] : sessions_) {
+    if (e.info.connection_fd == conn_fd) return e.info;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<SessionInfo> SessionRegistry::Authenticate(uint64_t id, absl::string_view token,
+                                                          uint32_t uid) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  // One message for "no such session" and "wrong token" so ids can't be probed.
+  auto denied = absl::PermissionDeniedError(absl::StrCat(
+      "fd channel: session ", id, " is not open for this caller (session closed or wrong token)"));
+  if (it == sessions_.end()) return denied;
+  const std::string& want = it->second.info.token;
+  if (token.size() != want.size()) return denied;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(want[i] ^ token[i]);
+  if (diff != 0 || it->second.info.cred.uid != uid) return denied;
+  return it->second.info;
+}
+
+void SessionRegistry::Post(uint64_t id, mooncake::v1::SessionEvent event) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.queue.push_back(std::move(event));
+}
+
+std::optional<std::vector<mooncake::v1::SessionEvent>> SessionRegistry::Wait(
+    uint64_t id, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, id]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = sessions_.find(id);
+    return shut_down_ || it == sessions_.end() || !it->second.queue.empty();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return std::nullopt;
+  std::vector<mooncake::v1::SessionEvent> out(std::make_move_iterator(it->second.queue.begin()),
+                                              std::make_move_iterator(it->second.queue.end()));
+  it->second.queue.clear();
+  if (out.empty() && shut_down_) return std::nullopt;
+  return out;
+}
+
+void SessionRegistry::Shutdown(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  shut_down_ = true;
+  for (auto& [id, e] : sessions_) {
+    mooncake::v1::SessionEvent ev;
+    ev.mutable_shutdown()->set_reason(reason);
+    e.queue.push_back(std::move(ev));
+  }
+}
+
+std::vector<SessionInfo> SessionRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<SessionInfo> out;
+  for (const auto& [id, e] : sessions_) out.push_back(e.info);
+  return out;
+}
+
+size_t SessionRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,79 @@
+// SessionRegistry: who is connected, and what each session is told.
+//
+// A session is one client process's long-lived OpenSession stream on one
+// connection. Its identity (uid, gid, pid) comes from SO_PEERCRED at
+// accept, never from a message. Events for a session queue here and the
+// stream's handler drains them. Thread-safe.
+#pragma once
+
+#include "absl/strings/string_view.h"
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "mooncake/common/fd_passing.h"
+#include "mooncake/v1/local.pb.h"
+
+namespace mooncake::daemon {
+
+struct SessionInfo {
+  uint64_t id = 0;
+  PeerCred cred;
+  std::string token;        // 16 random bytes; binds fd-channel requests
+  std::string client_name;
+  int connection_fd = -1;   // the gRPC connection it lives on
+  absl::Time opened;
+};
+
+class SessionRegistry {
+ public:
+  explicit SessionRegistry(uint32_t max_sessions_per_uid) : max_per_uid_(max_sessions_per_uid) {}
+
+  // Opens a session on connection `conn_fd`. AlreadyExists when that
+  // connection has one; ResourceExhausted past the per-uid limit.
+  absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name);
+  // Removes the session; returns false when it was already gone.
+  bool Close(uint64_t id);
+
+  std::optional<SessionInfo> Find(uint64_t id) const;
+  std::optional<SessionInfo> FindByConnection(int conn_fd) const;
+  // Checks id + token (constant time) and that `uid` matches.
+  absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token, uint32_t uid) const;
+
+  // Queues an event; no-op when the session is gone.
+  void Post(uint64_t id, mooncake::v1::SessionEvent event);
+  // Waits up to `timeout` for events; returns them (possibly none). Returns
+  // nullopt when the session is closed or the registry shut down.
+  std::optional<std::vector<mooncake::v1::SessionEvent>> Wait(uint64_t id, absl::Duration timeout);
+  // Tells every session the daemon is going away and wakes every waiter.
+  void Shutdown(const std::string& reason);
+
+  std::vector<SessionInfo> List() const;
+  size_t size() const;
+
+ private:
+  struct Entry {
+    SessionInfo info;
+    std::deque<mooncake::v1::SessionEvent> queue;
+  };
+  const uint32_t max_per_uid_;
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<uint64_t, Entry> sessions_ ABSL_GUARDED_BY(mu_);
+};
+
+// 16 bytes from the kernel's CSPRNG (getrandom).
+std::string RandomBytes(size_t n);
+std::string HexEncode(absl::string_view bytes);
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Mooncake builds against (Debian 12 / bookworm).
+# Idempotent: asks apt only for what dpkg says is missing, and runs
+# `apt-get update` only then. Works as root or through sudo; never prompts.
+#
+#   deploy/install-deps.sh           install what is missing
+#   deploy/install-deps.sh --check   list what is missing; exit 1 if anything is
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libibverbs-dev ibverbs-providers
+  libsystemd-dev
+  libgtest-dev libgmock-dev
+)
+
+check_only=0
+case "${1:-}" in
+  "") ;;
+  --check) check_only=1 ;;
+  -h|--help)
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0 ;;
+  *)
+    echo "install-deps.sh: unknown argument '$1' (try --help)" >&2
+    exit 64 ;;
+esac
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "install-deps.sh: dpkg-query not found: this script supports Debian and Ubuntu only;" \
+       "install the equivalents of: ${PACKAGES[*]}" >&2
+  exit 1
+fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  state=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  [[ "$state" == "installed" ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps.sh: all ${#PACKAGES[@]} packages are installed"
+  exit 0
+fi
+echo "install-deps.sh: missing: ${missing[*]}"
+if [[ $check_only -eq 1 ]]; then
+  exit 1
+fi
+
+if [[ $(id -u) -eq 0 ]]; then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  # -n: fail instead of prompting when sudo would need a password.
+  as_root=(sudo -n)
+else
+  echo "install-deps.sh: not root and sudo is not installed: run as root:" \
+       "apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+
+apt_env=(env DEBIAN_FRONTEND=noninteractive)
+"${as_root[@]}" "${apt_env[@]}" apt-get update -q
+"${as_root[@]}" "${apt_env[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Verify: a package apt could not provide must not pass silently.
+still=()
+for pkg in "${missing[@]}"; do
+  state=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  [[ "$state" == "installed" ]] || still+=("$pkg")
+done
+if [[ ${#still[@]} -gt 0 ]]; then
+  echo "install-deps.sh: still missing after apt-get install: ${still[*]}" >&2
+  exit 1
+fi
+echo "install-deps.sh: installed ${missing[*]}"

@@ -1,0 +1,266 @@
+// The Device API: what a kernel calls to move data to and synchronise with
+// other ranks. One source for every platform: compiled by nvcc it runs on the
+// GPU (ops_cuda.cuh), compiled by g++ it runs on CPU threads over shared
+// memory (ops_host.h), so the CPU tests prove the same protocol code.
+//
+// Terms
+//   dst       destination rank, 0 <= dst < ctx.num_ranks.
+//   symmetric pointer  an address inside THIS rank's registered buffer
+//             (ctx.p2p.local_base ...). It names the same offset in every
+//             rank's buffer; the functions translate it for `dst`.
+//   route     self -> the pointer itself; P2P (ctx.p2p.available[dst]) ->
+//             the peer mapping; otherwise RDMA, which is not issued yet:
+//             such calls write nothing and return McStatus::kRdmaNotImplemented.
+//
+// Ordering guarantees (what a peer is guaranteed to see, and when)
+//   mc_put_*          weak stores; no ordering on their own.
+//   mc_signal         release store: a peer whose acquire load (mc_wait_until)
+//                     reads the value also sees every write this thread made
+//                     before the signal (and, after mc_put_warp/_block, those
+//                     of the whole warp/block: they end with a barrier).
+//   mc_signal_relaxed strong store ordering nothing: the flag alone.
+//   mc_red_add        atomic add, release: a counter many senders bump; the
+//                     same meaning on every path.
+//   mc_fence          earlier writes of this thread become visible no later
+//                     than any later strong write of it (a relaxed signal, a
+//                     red_add) that a peer acquires.
+//   mc_quiet          earlier puts of this thread are complete (globally
+//                     visible) when it returns.
+//   mc_wait_until     acquire: after it returns, what the signaller wrote
+//                     before its release is visible here.
+//   mc_put_signal_ll / mc_wait_ll  8 bytes of data and a flag in one 16-byte
+//                     store; self-contained, orders nothing else.
+//
+// Cooperative forms: mc_put_warp must be called by all lanes of a warp (32 on
+// CUDA; on the host, every thread of the emulated warp, see host_coop.h) and
+// mc_put_block by every thread of the block, with the same (uniform)
+// arguments. They return after a warp/block barrier, so one lane may signal
+// for the whole group right after. An error return is uniform too (it
+// depends only on uniform arguments), and then no barrier is taken.
+//
+// `src` of the puts: on CUDA it is read through the non-coherent path (see
+// detail/cuda_copy.cuh): nobody may write it while the put runs.
+//
+// Thread-safety: device functions are as thread-safe as the memory they
+// touch; concurrent puts to the same destination bytes race as plain
+// stores do.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mooncake/device/contexts_device.h"
+#include "mooncake/device/platform.h"
+#include "mooncake/device/types_device.h"
+
+namespace mooncake {
+namespace device {
+
+// ---- routing ---------------------------------------------------------------
+
+MC_HOST_DEVICE bool mc_rank_valid(const CommCtx& ctx, int rank) {
+  return rank >= 0 && rank < ctx.num_ranks;
+}
+
+// True when `dst` is reachable by load/store (self counts).
+MC_DEVICE bool mc_p2p_available(const CommCtx& ctx, int dst) {
+  if (dst == ctx.rank) return true;
+  return ctx.p2p.available != nullptr && ctx.p2p.peer_ptrs != nullptr &&
+         ctx.p2p.available[dst] != 0;
+}
+
+// Where a store to symmetric pointer `ptr` meant for `dst` has to go from
+// this thread: `ptr` itself for self, the peer-mapped address over P2P, or
+// nullptr when `dst` is reachable only over RDMA (or out of range).
+template <class T>
+MC_DEVICE T* mc_route_put(const CommCtx& ctx, int dst, T* ptr) {
+  if (dst == ctx.rank) return ptr;
+  if (!mc_rank_valid(ctx, dst) || !mc_p2p_available(ctx, dst)) return nullptr;
+  const uintptr_t offset =
+      reinterpret_cast<uintptr_t>(ptr) - reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
+  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) + offset);
+}
+
+namespace detail {
+// Shared prologue of every routed call: validates `dst` and resolves the
+// route, or says why not.
+template <class T>
+MC_DEVICE McStatus mc_resolve(const CommCtx& ctx, int dst, T* ptr, T** out) {
+  if (!mc_rank_valid(ctx, dst)) return McStatus::kInvalidRank;
+  T* p = mc_route_put(ctx, dst, ptr);
+  // RDMA: not yet. The IBGDA issue posts a WQE here instead.
+  if (p == nullptr) return McStatus::kRdmaNotImplemented;
+  *out = p;
+  return McStatus::kOk;
+}
+}  // namespace detail
+
+// ---- puts --------------------------------------------------------------------
+
+// One thread copies `bytes` from local `src` to `dst_sym` at rank `dst`. Any
+// size and alignment; the ranges must not overlap.
+MC_DEVICE McStatus mc_put_thread(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
+                                 size_t bytes) {
+  void* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, dst_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_detail_copy_thread(p, src, bytes);
+  return McStatus::kOk;
+}
+
+// The lanes of one warp copy together; `lane` is this thread's lane id
+// (0..31 on CUDA). Ends with mc_syncwarp().
+MC_DEVICE McStatus mc_put_warp(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
+                               size_t bytes, unsigned lane) {
+  void* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, dst_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_detail_copy_warp(p, src, bytes, lane);
+  mc_syncwarp();
+  return McStatus::kOk;
+}
+
+// The threads of one block copy together. Ends with mc_syncthreads().
+MC_DEVICE McStatus mc_put_block(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
+                                size_t bytes) {
+  void* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, dst_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_detail_copy_block(p, src, bytes);
+  mc_syncthreads();
+  return McStatus::kOk;
+}
+
+// ---- signals and atomics -------------------------------------------------------
+// T is a 4- or 8-byte integer; sig_sym a naturally aligned symmetric pointer.
+
+// Release store of `value` to `sig_sym` at `dst`: whoever acquires the value
+// sees this thread's earlier writes (to any rank's memory).
+template <class T>
+MC_DEVICE McStatus mc_signal(const CommCtx& ctx, int dst, T* sig_sym, T value) {
+  T* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, sig_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_st_release(p, value);
+  return McStatus::kOk;
+}
+
+// Strong store that orders nothing: for a flag that carries no data, or after
+// mc_fence. Fastest signal.
+template <class T>
+MC_DEVICE McStatus mc_signal_relaxed(const CommCtx& ctx, int dst, T* sig_sym, T value) {
+  T* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, sig_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_st_relaxed(p, value);
+  return McStatus::kOk;
+}
+
+// Atomic add of `value` to `ptr_sym` at `dst`, with release ordering. An add
+// on every path (upstream stored the value over P2P, losing concurrent
+// contributions; not so here).
+template <class T>
+MC_DEVICE McStatus mc_red_add(const CommCtx& ctx, int dst, T* ptr_sym, T value) {
+  T* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, ptr_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_red_add_release(p, value);
+  return McStatus::kOk;
+}
+
+// ---- waiting ---------------------------------------------------------------------
+
+// Spins until `*ptr <cmp> value` holds and returns the value that satisfied
+// it. `ptr` is local memory (this rank's buffer, or any memory peers write).
+// Acquire: writes the signaller made before its release are visible after.
+template <class T>
+MC_DEVICE T mc_wait_until(const T* ptr, McCmp cmp, T value) {
+  uint32_t spins = 0;
+  for (;;) {
+    const T v = mc_ld_acquire(ptr);
+    if (mc_compare(v, cmp, value)) return v;
+    mc_spin_backoff(&spins);
+  }
+}
+
+// As mc_wait_until, but gives up after `timeout_ns`: returns false on
+// timeout (`*observed` then holds the last value read), so a kernel can
+// report a hang instead of spinning forever.
+template <class T>
+MC_DEVICE bool mc_wait_until_for(const T* ptr, McCmp cmp, T value, uint64_t timeout_ns,
+                                 T* observed) {
+  uint32_t spins = 0;
+  const uint64_t start = mc_time_ns();
+  for (;;) {
+    const T v = mc_ld_acquire(ptr);
+    if (mc_compare(v, cmp, value)) {
+      if (observed != nullptr) *observed = v;
+      return true;
+    }
+    if ((spins & 255u) == 0 && mc_time_ns() - start > timeout_ns) {
+      if (observed != nullptr) *observed = v;
+      return false;
+    }
+    mc_spin_backoff(&spins);
+  }
+}
+
+// ---- ordering and completion --------------------------------------------------
+
+// Orders this thread's earlier puts before its later strong writes to any
+// rank at system scope: `put; mc_fence(); mc_signal_relaxed(...)` gives the
+// receiver the same guarantee as `put; mc_signal(...)`.
+// RDMA (later): the next WQE to each peer carries the fence bit.
+MC_DEVICE void mc_fence() { mc_fence_acq_rel_sys(); }
+
+// Completes this thread's outstanding puts: when it returns they are visible
+// to every observer. P2P stores need only a system fence. RDMA: not yet (the
+// IBGDA issue polls the CQs here); a context with RDMA queue pairs reports
+// kRdmaNotImplemented so no caller believes RDMA puts completed.
+MC_DEVICE McStatus mc_quiet(const CommCtx& ctx) {
+  mc_fence_sc_sys();
+  if (ctx.ibgda.qp_devctxs != nullptr) return McStatus::kRdmaNotImplemented;
+  return McStatus::kOk;
+}
+
+// ---- LL: 8-byte put + signal in one store ------------------------------------
+
+// Writes `data` and `flag` to the LL slot `slot_sym` at `dst` with one
+// 16-byte store; the receiver learns both at once with mc_wait_ll, with no
+// fence in between (NCCL's LL idea). Orders nothing else: earlier puts are
+// not guaranteed visible when the slot is.
+// Flag rule: each write to a slot must use a flag different from the one it
+// holds (use an epoch counter that starts at 1; slots start zeroed, so 0
+// means "empty").
+MC_DEVICE McStatus mc_put_signal_ll(const CommCtx& ctx, int dst, McLLSlot* slot_sym, uint64_t data,
+                                    uint32_t flag) {
+  McLLSlot* p = nullptr;
+  McStatus st = detail::mc_resolve(ctx, dst, slot_sym, &p);
+  if (st != McStatus::kOk) return st;
+  mc_st_relaxed_v2u64(p, mc_ll_pack(static_cast<uint32_t>(data), flag),
+                      mc_ll_pack(static_cast<uint32_t>(data >> 32), flag));
+  return McStatus::kOk;
+}
+
+// One look at a local LL slot: true and `*data` set when both halves carry
+// `flag`.
+MC_DEVICE bool mc_poll_ll(const McLLSlot* slot, uint32_t flag, uint64_t* data) {
+  uint64_t lo, hi;
+  mc_ld_relaxed_v2u64(slot, &lo, &hi);
+  if (static_cast<uint32_t>(lo >> 32) != flag || static_cast<uint32_t>(hi >> 32) != flag) {
+    return false;
+  }
+  *data = (hi << 32) | (lo & 0xffffffffull);
+  return true;
+}
+
+// Spins on a local LL slot until it carries `flag`; returns its data.
+MC_DEVICE uint64_t mc_wait_ll(const McLLSlot* slot, uint32_t flag) {
+  uint32_t spins = 0;
+  uint64_t data = 0;
+  while (!mc_poll_ll(slot, flag, &data)) mc_spin_backoff(&spins);
+  return data;
+}
+
+}  // namespace device
+}  // namespace mooncake

@@ -1,0 +1,264 @@
+// Platform ops for CUDA (sm_70 and newer: the scoped .acquire/.release/
+// .relaxed qualifiers need PTX ISA 6.0 / sm_70).
+//
+// Every op here names its PTX so the ordering is explicit and does not depend
+// on how a given compiler lowers libcu++ atomics. Scope is .sys throughout:
+// the peer touching the memory is another GPU (NVLink/PCIe) or a CPU thread
+// of another process (the software NIC), never only this GPU.
+//
+// Addresses passed to the .global ops must point to global memory (cudaMalloc,
+// cuMem VMM, a peer mapping, or host memory mapped into the GPU); generic
+// addresses of global memory are used as-is, as CUDA's own headers do.
+//
+// Do not include directly: include mooncake/device/platform.h.
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "ops_cuda.cuh is CUDA-only; include mooncake/device/platform.h instead"
+#endif
+
+#include <cstdint>
+#include <type_traits>
+
+#include "mooncake/device/detail/macros.h"
+#include "mooncake/device/types_device.h"
+
+namespace mooncake {
+namespace device {
+
+inline constexpr unsigned kMcCudaWarpSize = 32;
+
+namespace cuda_detail {
+template <class T>
+inline constexpr bool kIsWord = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                                (sizeof(T) == 4 || sizeof(T) == 8);
+}  // namespace cuda_detail
+
+// ---- loads and stores with ordering (system scope) ------------------------
+
+template <class T>
+MC_DEVICE T mc_ld_acquire(const T* p) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  } else {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  }
+}
+
+template <class T>
+MC_DEVICE T mc_ld_relaxed(const T* p) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    uint32_t v;
+    asm volatile("ld.relaxed.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  } else {
+    uint64_t v;
+    asm volatile("ld.relaxed.sys.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  }
+}
+
+template <class T>
+MC_DEVICE void mc_st_release(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("st.release.sys.global.b32 [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(v))
+                 : "memory");
+  } else {
+    asm volatile("st.release.sys.global.b64 [%0], %1;" ::"l"(p), "l"(static_cast<uint64_t>(v))
+                 : "memory");
+  }
+}
+
+// A strong store that orders nothing: the cheapest flag (same SASS class as
+// a volatile store, STG.STRONG.SYS).
+template <class T>
+MC_DEVICE void mc_st_relaxed(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("st.relaxed.sys.global.b32 [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(v))
+                 : "memory");
+  } else {
+    asm volatile("st.relaxed.sys.global.b64 [%0], %1;" ::"l"(p), "l"(static_cast<uint64_t>(v))
+                 : "memory");
+  }
+}
+
+// Returns the value before the add. Signed 64-bit adds go through .u64
+// (two's complement makes them identical).
+template <class T>
+MC_DEVICE T mc_atomic_add_release(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4 && std::is_signed_v<T>) {
+    int32_t old;
+    asm volatile("atom.release.sys.global.add.s32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(p), "r"(static_cast<int32_t>(v)) : "memory");
+    return static_cast<T>(old);
+  } else if constexpr (sizeof(T) == 4) {
+    uint32_t old;
+    asm volatile("atom.release.sys.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(p), "r"(static_cast<uint32_t>(v)) : "memory");
+    return static_cast<T>(old);
+  } else {
+    uint64_t old;
+    asm volatile("atom.release.sys.global.add.u64 %0, [%1], %2;"
+                 : "=l"(old) : "l"(p), "l"(static_cast<uint64_t>(v)) : "memory");
+    return static_cast<T>(old);
+  }
+}
+
+template <class T>
+MC_DEVICE T mc_atomic_add_relaxed(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    uint32_t old;
+    asm volatile("atom.relaxed.sys.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old) : "l"(p), "r"(static_cast<uint32_t>(v)) : "memory");
+    return static_cast<T>(old);
+  } else {
+    uint64_t old;
+    asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;"
+                 : "=l"(old) : "l"(p), "l"(static_cast<uint64_t>(v)) : "memory");
+    return static_cast<T>(old);
+  }
+}
+
+// Add without a result: `red` lets the SM move on without waiting for the
+// old value to come back across NVLink.
+template <class T>
+MC_DEVICE void mc_red_add_release(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p),
+                 "r"(static_cast<uint32_t>(v))
+                 : "memory");
+  } else {
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p),
+                 "l"(static_cast<uint64_t>(v))
+                 : "memory");
+  }
+}
+
+// ---- 16-byte vector accesses (p 16-byte aligned) --------------------------
+
+MC_DEVICE McVec16 mc_ld_v4(const void* p) {
+  McVec16 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// Non-coherent (read-only path), no L1 allocation, 256-byte L2 prefetch.
+// Only for data no one writes while the kernel runs: the nc path may return
+// stale bytes for memory modified during the kernel.
+MC_DEVICE McVec16 mc_ld_nc_v4(const void* p) {
+  McVec16 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+MC_DEVICE void mc_st_v4(void* p, McVec16 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Store that does not allocate in L1: the line is remote (peer GPU), so
+// keeping it in this SM's L1 only evicts useful data.
+MC_DEVICE void mc_st_na_v4(void* p, McVec16 v) {
+  asm volatile("st.global.L1::no_allocate.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// LL slot store/load: one 16-byte vector access whose two 8-byte elements
+// are each single-copy atomic and strong at system scope (the PTX memory
+// model treats a vector access as per-element accesses of unspecified order,
+// which is exactly what McLLSlot is built to tolerate).
+MC_DEVICE void mc_st_relaxed_v2u64(void* p, uint64_t a, uint64_t b) {
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b)
+               : "memory");
+}
+MC_DEVICE void mc_ld_relaxed_v2u64(const void* p, uint64_t* a, uint64_t* b) {
+  uint64_t x, y;
+  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"(p)
+               : "memory");
+  *a = x;
+  *b = y;
+}
+
+// ---- byte swaps (WQE fields are big-endian) -------------------------------
+
+MC_HOST_DEVICE uint32_t mc_bswap32(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(x, 0u, 0x0123);
+#else
+  return __builtin_bswap32(x);
+#endif
+}
+MC_HOST_DEVICE uint16_t mc_bswap16(uint16_t x) {
+#if defined(__CUDA_ARCH__)
+  // Result byte 0 <- x byte 1, byte 1 <- x byte 0, bytes 2-3 <- zero byte.
+  return static_cast<uint16_t>(__byte_perm(static_cast<uint32_t>(x), 0u, 0x4401));
+#else
+  return __builtin_bswap16(x);
+#endif
+}
+MC_HOST_DEVICE uint64_t mc_bswap64(uint64_t x) {
+  return (static_cast<uint64_t>(mc_bswap32(static_cast<uint32_t>(x))) << 32) |
+         mc_bswap32(static_cast<uint32_t>(x >> 32));
+}
+
+// ---- fences and barriers --------------------------------------------------
+
+MC_DEVICE void mc_compiler_barrier() { asm volatile("" ::: "memory"); }
+
+// Earlier accesses of this thread are ordered before its later strong writes
+// as seen by an acquiring reader anywhere in the system; lighter than
+// fence.sc.sys.
+MC_DEVICE void mc_fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+
+// __threadfence_system(): sequentially consistent at system scope.
+MC_DEVICE void mc_fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
+
+MC_DEVICE unsigned mc_warp_size() { return kMcCudaWarpSize; }
+MC_DEVICE unsigned mc_lane_id() {
+  unsigned lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return lane;
+}
+MC_DEVICE unsigned mc_block_size() { return blockDim.x * blockDim.y * blockDim.z; }
+MC_DEVICE unsigned mc_block_thread_index() {
+  return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+// All 32 lanes must reach it (full mask), as every cooperative put requires.
+MC_DEVICE void mc_syncwarp() { __syncwarp(); }
+MC_DEVICE void mc_syncthreads() { __syncthreads(); }
+
+// ---- spinning, time, abort ------------------------------------------------
+
+// GPU polling gains nothing from backing off at these latencies (about a
+// microsecond one way); the counter is kept for the host platform's sake.
+MC_DEVICE void mc_spin_backoff(uint32_t* spins) { ++*spins; }
+
+MC_DEVICE uint64_t mc_time_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+[[noreturn]] __device__ inline void mc_trap() {
+  __trap();
+  __builtin_unreachable();
+}
+
+}  // namespace device
+}  // namespace mooncake

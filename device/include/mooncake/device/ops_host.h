@@ -1,0 +1,209 @@
+// Platform ops for the host platform: CPU threads (of one or several
+// processes) sharing memory, standing in for GPU threads sharing NVLink
+// memory. The protocol code in comm_device.h runs unchanged on top of these,
+// so CI without a GPU exercises the same ordering logic the GPU runs.
+//
+// Mapping of the GPU notions:
+//   ld.acquire.sys / st.release.sys  -> std::atomic_ref acquire / release
+//   st.relaxed.sys / ld.relaxed.sys  -> std::atomic_ref relaxed
+//   atom.add.release.sys             -> fetch_add(release)
+//   fence.acq_rel.sys                -> atomic_thread_fence(acq_rel)
+//   16-byte vector load/store        -> plain 16-byte memcpy
+//   warp / block                     -> a group of std::threads set up by
+//                                       mooncake/device/host_coop.h; a thread
+//                                       outside any group is a warp (and a
+//                                       block) of one.
+// Atomics are lock-free for 4- and 8-byte words (checked below), hence
+// address-free: they work across processes over a shared mapping.
+//
+// Plain C++20; never includes CUDA headers. Do not include directly: include
+// mooncake/device/platform.h, which picks the ops of the platform.
+#pragma once
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+
+#include "mooncake/device/detail/macros.h"
+#include "mooncake/device/types_device.h"
+
+namespace mooncake {
+namespace device {
+
+// Lane width of a CUDA warp; the host platform's warps may be narrower (see
+// mc_warp_size()).
+inline constexpr unsigned kMcCudaWarpSize = 32;
+
+namespace host_detail {
+
+// A group of threads that behaves as one warp or one block. The barrier
+// gives mc_syncwarp()/mc_syncthreads() both their rendezvous and their
+// memory ordering (arrive happens-before the return of every waiter).
+struct CoopGroup {
+  unsigned size = 1;
+  std::barrier<>* barrier = nullptr;
+};
+
+// What this thread is inside its emulated warp and block. Set by
+// host_coop.h; default-constructed means "a lone thread".
+struct CoopState {
+  const CoopGroup* warp = nullptr;
+  unsigned lane = 0;
+  const CoopGroup* block = nullptr;
+  unsigned thread_index = 0;
+};
+
+inline thread_local CoopState tls_coop{};
+
+template <class T>
+inline constexpr bool kIsWord = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
+                                (sizeof(T) == 4 || sizeof(T) == 8);
+
+template <class T>
+std::atomic_ref<T> Ref(const T* p) {
+  static_assert(kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  static_assert(std::atomic_ref<T>::is_always_lock_free,
+                "host-platform atomics must be lock-free to work across processes");
+  return std::atomic_ref<T>(*const_cast<T*>(p));
+}
+
+}  // namespace host_detail
+
+// ---- loads and stores with ordering (system scope) ------------------------
+
+template <class T>
+MC_DEVICE T mc_ld_acquire(const T* p) {
+  return host_detail::Ref(p).load(std::memory_order_acquire);
+}
+
+template <class T>
+MC_DEVICE T mc_ld_relaxed(const T* p) {
+  return host_detail::Ref(p).load(std::memory_order_relaxed);
+}
+
+template <class T>
+MC_DEVICE void mc_st_release(T* p, T v) {
+  host_detail::Ref(p).store(v, std::memory_order_release);
+}
+
+template <class T>
+MC_DEVICE void mc_st_relaxed(T* p, T v) {
+  host_detail::Ref(p).store(v, std::memory_order_relaxed);
+}
+
+// Returns the value before the add.
+template <class T>
+MC_DEVICE T mc_atomic_add_release(T* p, T v) {
+  return host_detail::Ref(p).fetch_add(v, std::memory_order_release);
+}
+
+template <class T>
+MC_DEVICE T mc_atomic_add_relaxed(T* p, T v) {
+  return host_detail::Ref(p).fetch_add(v, std::memory_order_relaxed);
+}
+
+// Add without a result (PTX `red`); same ordering as mc_atomic_add_release.
+template <class T>
+MC_DEVICE void mc_red_add_release(T* p, T v) {
+  host_detail::Ref(p).fetch_add(v, std::memory_order_release);
+}
+
+// ---- 16-byte vector accesses ----------------------------------------------
+// `p` must be 16-byte aligned. The host has no non-coherent cache to bypass,
+// so the "nc"/"no_allocate" variants are ordinary accesses; they exist so the
+// same copy code compiles on both platforms.
+
+MC_DEVICE McVec16 mc_ld_v4(const void* p) {
+  McVec16 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+MC_DEVICE McVec16 mc_ld_nc_v4(const void* p) { return mc_ld_v4(p); }
+MC_DEVICE void mc_st_v4(void* p, McVec16 v) { std::memcpy(p, &v, sizeof(v)); }
+MC_DEVICE void mc_st_na_v4(void* p, McVec16 v) { mc_st_v4(p, v); }
+
+// The LL slot pair: two 8-byte words, each stored atomically (the pair as a
+// whole need not be; see McLLSlot). Relaxed: LL orders nothing else.
+MC_DEVICE void mc_st_relaxed_v2u64(void* p, uint64_t a, uint64_t b) {
+  auto* w = static_cast<uint64_t*>(p);
+  host_detail::Ref(&w[0]).store(a, std::memory_order_relaxed);
+  host_detail::Ref(&w[1]).store(b, std::memory_order_relaxed);
+}
+MC_DEVICE void mc_ld_relaxed_v2u64(const void* p, uint64_t* a, uint64_t* b) {
+  const auto* w = static_cast<const uint64_t*>(p);
+  *a = host_detail::Ref(&w[0]).load(std::memory_order_relaxed);
+  *b = host_detail::Ref(&w[1]).load(std::memory_order_relaxed);
+}
+
+// ---- byte swaps (WQE fields are big-endian) -------------------------------
+
+MC_HOST_DEVICE uint16_t mc_bswap16(uint16_t x) { return __builtin_bswap16(x); }
+MC_HOST_DEVICE uint32_t mc_bswap32(uint32_t x) { return __builtin_bswap32(x); }
+MC_HOST_DEVICE uint64_t mc_bswap64(uint64_t x) { return __builtin_bswap64(x); }
+
+// ---- fences and barriers --------------------------------------------------
+
+// Keeps the compiler from moving memory accesses across this point; emits
+// no instruction.
+MC_DEVICE void mc_compiler_barrier() { std::atomic_signal_fence(std::memory_order_seq_cst); }
+
+// fence.acq_rel.sys: earlier accesses of this thread are ordered before its
+// later strong (atomic) writes as seen by an acquiring reader.
+MC_DEVICE void mc_fence_acq_rel_sys() { std::atomic_thread_fence(std::memory_order_acq_rel); }
+
+// fence.sc.sys (__threadfence_system).
+MC_DEVICE void mc_fence_sc_sys() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+MC_DEVICE unsigned mc_warp_size() {
+  const auto* g = host_detail::tls_coop.warp;
+  return g ? g->size : 1u;
+}
+MC_DEVICE unsigned mc_lane_id() { return host_detail::tls_coop.lane; }
+MC_DEVICE unsigned mc_block_size() {
+  const auto* g = host_detail::tls_coop.block;
+  return g ? g->size : 1u;
+}
+MC_DEVICE unsigned mc_block_thread_index() { return host_detail::tls_coop.thread_index; }
+
+// Every thread of the emulated warp must call it the same number of times
+// (as with __syncwarp()); a lone thread returns at once.
+MC_DEVICE void mc_syncwarp() {
+  const auto* g = host_detail::tls_coop.warp;
+  if (g != nullptr && g->barrier != nullptr) g->barrier->arrive_and_wait();
+}
+MC_DEVICE void mc_syncthreads() {
+  const auto* g = host_detail::tls_coop.block;
+  if (g != nullptr && g->barrier != nullptr) g->barrier->arrive_and_wait();
+}
+
+// ---- spinning, time, abort ------------------------------------------------
+
+// One step of a polite spin: a CPU pause hint, and every 64th call a yield,
+// so a waiting host "kernel" does not starve the thread it waits for when
+// threads outnumber cores (CI runs on two).
+MC_DEVICE void mc_spin_backoff(uint32_t* spins) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+  if ((++*spins & 63u) == 0) std::this_thread::yield();
+}
+
+// Monotonic nanoseconds (%globaltimer on the GPU).
+MC_DEVICE uint64_t mc_time_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Unrecoverable device-side error (__trap() on the GPU).
+[[noreturn]] inline void mc_trap() { std::abort(); }
+
+}  // namespace device
+}  // namespace mooncake

@@ -1,0 +1,65 @@
+// Plain types shared by the platform ops and the device functions. Compiles
+// as C++20 with g++ and as CUDA with nvcc.
+#pragma once
+
+#include <cstdint>
+
+#include "mooncake/device/detail/macros.h"
+
+namespace mooncake {
+namespace device {
+
+// One 16-byte vector, the unit of the fast copy paths. Same layout as CUDA's
+// uint4, declared here so host code needs no CUDA header.
+struct alignas(16) McVec16 {
+  uint32_t x, y, z, w;
+};
+
+// Comparison used by mc_wait_until: "wait until *ptr <cmp> value". Signed
+// types compare signed, unsigned types unsigned (no wrap-around handling:
+// a sequence counter that may wrap should be compared with kNe/kEq).
+enum class McCmp : int { kEq = 0, kNe, kGe, kGt, kLe, kLt };
+
+// Result of a device function that can fail. Every failure is a property of
+// the arguments or of a path that is not built yet; none is transient, so a
+// kernel that gets one should stop and report it rather than retry.
+enum class McStatus : int {
+  kOk = 0,
+  // dst rank outside [0, ctx.num_ranks).
+  kInvalidRank = 1,
+  // The destination is reachable only over RDMA (IBGDA), which the Device
+  // API does not issue yet. Nothing was written.
+  kRdmaNotImplemented = 2,
+};
+
+// A "low-latency" slot: 8 bytes of data and a 32-bit flag written together
+// (NCCL's LL protocol). Each 8-byte half carries the flag next to 32 bits of
+// data, so a reader that sees the expected flag in both halves has seen the
+// whole value even if the 16-byte store reached memory as two 8-byte pieces;
+// no fence is needed between data and flag. Zero-initialise slots; see
+// mc_put_signal_ll / mc_wait_ll for the flag rules.
+struct alignas(16) McLLSlot {
+  uint64_t lo;  // (flag << 32) | data[31:0]
+  uint64_t hi;  // (flag << 32) | data[63:32]
+};
+static_assert(sizeof(McLLSlot) == 16, "McLLSlot must be one 16-byte store");
+
+MC_HOST_DEVICE uint64_t mc_ll_pack(uint32_t data_part, uint32_t flag) {
+  return (static_cast<uint64_t>(flag) << 32) | data_part;
+}
+
+template <class T>
+MC_HOST_DEVICE bool mc_compare(T observed, McCmp cmp, T value) {
+  switch (cmp) {
+    case McCmp::kEq: return observed == value;
+    case McCmp::kNe: return observed != value;
+    case McCmp::kGe: return observed >= value;
+    case McCmp::kGt: return observed > value;
+    case McCmp::kLe: return observed <= value;
+    case McCmp::kLt: return observed < value;
+  }
+  return false;
+}
+
+}  // namespace device
+}  // namespace mooncake

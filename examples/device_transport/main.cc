@@ -1,0 +1,155 @@
+// device_transport_example: the upstream two-rank Device API example, now
+// through mooncaked (no handle files, no MPI), plus an n-rank all-to-all.
+//
+//   device_transport_example --platform host --socket S --group G \
+//       --rank R --world-size N [--mode pair|all2all] [--bytes B] [--timeout-ms T]
+//
+// Start one process per rank. Prints PASS and exits 0 when every byte
+// checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
+// 3 on a timeout, 64 on bad arguments.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "example_common.h"
+#include "host_run.h"
+#include "mooncake/client/communicator.h"
+#if MOONCAKE_EXAMPLE_HAVE_CUDA
+#include "cuda_run.h"
+#endif
+
+namespace {
+
+struct Args {
+  std::string platform = "host";
+  std::string socket;
+  std::string group = "device-transport-example";
+  int rank = -1;
+  int world_size = -1;
+  std::string mode;  // default: pair for 2 ranks, all2all otherwise
+  size_t bytes = 1 << 20;
+  int timeout_ms = 30000;
+  int device = -1;   // CUDA device; default: rank % device count
+};
+
+void Usage() {
+  std::cerr << "usage: device_transport_example --platform host|cuda --rank R --world-size N\n"
+               "         [--socket PATH] [--group NAME] [--mode pair|all2all] [--bytes B]\n"
+               "         [--timeout-ms T] [--device D]\n";
+}
+
+bool ParseArgs(int argc, char** argv, Args* a) {
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--help" || k == "-h") return false;
+    if (i + 1 >= argc) {
+      std::cerr << "device_transport_example: " << k << " needs a value\n";
+      return false;
+    }
+    std::string v = argv[++i];
+    bool ok = true;
+    if (k == "--platform") a->platform = v;
+    else if (k == "--socket") a->socket = v;
+    else if (k == "--group") a->group = v;
+    else if (k == "--mode") a->mode = v;
+    else if (k == "--rank") ok = absl::SimpleAtoi(v, &a->rank);
+    else if (k == "--world-size") ok = absl::SimpleAtoi(v, &a->world_size);
+    else if (k == "--bytes") ok = absl::SimpleAtoi(v, &a->bytes);
+    else if (k == "--timeout-ms") ok = absl::SimpleAtoi(v, &a->timeout_ms);
+    else if (k == "--device") ok = absl::SimpleAtoi(v, &a->device);
+    else {
+      std::cerr << "device_transport_example: unknown argument " << k << "\n";
+      return false;
+    }
+    if (!ok) {
+      std::cerr << "device_transport_example: bad value for " << k << ": " << v << "\n";
+      return false;
+    }
+  }
+  if (a->rank < 0 || a->world_size < 1 || a->rank >= a->world_size) {
+    std::cerr << "device_transport_example: need --rank R and --world-size N with 0 <= R < N\n";
+    return false;
+  }
+  if (a->world_size > static_cast<int>(mooncake::example::kMaxRanks)) {
+    std::cerr << "device_transport_example: at most " << mooncake::example::kMaxRanks << " ranks\n";
+    return false;
+  }
+  if (a->mode.empty()) a->mode = a->world_size == 2 ? "pair" : "all2all";
+  if (a->mode != "pair" && a->mode != "all2all") {
+    std::cerr << "device_transport_example: --mode is pair or all2all\n";
+    return false;
+  }
+  if (a->mode == "pair" && a->world_size < 2) {
+    std::cerr << "device_transport_example: pair mode needs --world-size >= 2\n";
+    return false;
+  }
+  if (a->timeout_ms <= 0) a->timeout_ms = 30000;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (!ParseArgs(argc, argv, &a)) {
+    Usage();
+    return 64;
+  }
+  absl::StatusOr<mooncake::Platform> platform = mooncake::ParsePlatform(a.platform);
+  if (!platform.ok()) {
+    std::cerr << "device_transport_example: " << platform.status().message() << "\n";
+    return 64;
+  }
+  const std::string who = absl::StrCat("rank ", a.rank, "/", a.world_size);
+
+  mooncake::CommunicatorOptions o;
+  o.socket_path = a.socket;
+  o.group = a.group;
+  o.rank = static_cast<uint32_t>(a.rank);
+  o.world_size = static_cast<uint32_t>(a.world_size);
+  o.buffer_bytes = mooncake::example::BufferBytes(a.bytes, a.world_size);
+  o.platform = *platform;
+  o.timeout = absl::Milliseconds(a.timeout_ms);
+  o.client_name = absl::StrCat("device_transport_example ", who);
+#if MOONCAKE_EXAMPLE_HAVE_CUDA
+  if (*platform == mooncake::Platform::kCuda) {
+    absl::Status s = mooncake::example::PrepareCudaDevice(a.device, a.rank, &o.gpu_uuid);
+    if (!s.ok()) {
+      std::cerr << "device_transport_example " << who << ": " << s.message() << "\n";
+      return 2;
+    }
+  }
+#endif
+  absl::StatusOr<std::unique_ptr<mooncake::Communicator>> comm = mooncake::Communicator::Create(o);
+  if (!comm.ok()) {
+    std::cerr << "device_transport_example " << who << ": setup failed: " << comm.status().message()
+              << "\n";
+    return comm.status().code() == absl::StatusCode::kDeadlineExceeded ? 3 : 2;
+  }
+  std::cout << who << ": ready in " << absl::FormatDuration((*comm)->setupTime()) << " ("
+            << (*comm)->handleKind() << ", group " << a.group << ")\n";
+
+  const uint64_t timeout_ns = static_cast<uint64_t>(a.timeout_ms) * 1000000ull;
+  mooncake::example::RunResult r;
+  if (*platform == mooncake::Platform::kHost) {
+    r = a.mode == "pair" ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
+                         : mooncake::example::RunAllToAllHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns);
+  } else {
+#if MOONCAKE_EXAMPLE_HAVE_CUDA
+    r = a.mode == "pair" ? mooncake::example::RunPairCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
+                         : mooncake::example::RunAllToAllCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns);
+#else
+    r.message = "this build has no CUDA support (rebuild with the CUDA toolkit)";
+#endif
+  }
+  if (!r.ok) {
+    std::cerr << "device_transport_example " << who << ": FAIL: " << r.message << "\n";
+    if (r.message.find("timed out") != std::string::npos) return 3;
+    return r.bad_bytes > 0 ? 1 : 2;
+  }
+  std::cout << who << ": " << r.message << "\nPASS\n";
+  return 0;
+}

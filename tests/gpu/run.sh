@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The one script the GPU machine runs (shared/gpu.md): environment, every GPU
+# test and benchmark in the bundle, compute-sanitizer memcheck + racecheck of
+# the GPU test kernels, the NVSHMEM comparison (built there when NVSHMEM is
+# present), all into one log on stdout, ending with "N passed, N failed".
+#
+# Usage (from the repository root on the GPU machine):
+#   set -o pipefail; tests/gpu/run.sh [PREFIX] 2>&1 | tee $OUT/log
+# PREFIX defaults to .gpu/prefix (made by deploy/make-gpu-bundle.sh), or to
+# the prefix this script is installed in (PREFIX/share/mooncake/gpu/run.sh).
+#
+# Environment:
+#   MC_GPU_STEPS      comma list of steps to run (default: all):
+#                     env,tests,sanitizer,latency,put,nvshmem
+#   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
+#   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
+#   NVSHMEM_HOME      NVSHMEM (include/, lib/); default: the Python venv's copy
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [[ $# -ge 1 ]]; then
+  prefix=$(cd "$1" && pwd)
+elif [[ -d "$here/../../../bin" && "$(basename "$(dirname "$here")")" == mooncake ]]; then
+  prefix=$(cd "$here/../../.." && pwd)
+else
+  prefix=$(cd "$here/../.." && pwd)/.gpu/prefix
+fi
+bin="$prefix/bin"
+share="$prefix/share/mooncake/gpu"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,latency,put,nvshmem},"
+want() { [[ "$steps" == *",$1,"* ]]; }
+
+# NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+export PATH="$PATH:/usr/local/cuda/bin"
+export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+passed=0
+failed=0
+failures=()
+section() { printf '\n==================== %s ====================\n' "$*"; }
+ok() { passed=$((passed + $1)); }
+bad() { failed=$((failed + $1)); failures+=("$2"); }
+
+# Runs a GoogleTest executable; counts its test cases (a crash without a
+# summary counts as one failure).
+run_gtest() {
+  local name="$1"; shift
+  local out rc
+  out=$(mktemp)
+  section "$name"
+  timeout "${MC_STEP_TIMEOUT:-900}" "$@" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  local np nf
+  np=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
+  nf=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
+  np=${np:-0}
+  nf=${nf:-0}
+  if [[ $rc -ne 0 && $nf -eq 0 ]]; then nf=1; fi
+  ok "$np"
+  [[ $nf -gt 0 ]] && bad "$nf" "$name (rc=$rc)"
+  echo "-- $name: rc=$rc, $np passed, $nf failed"
+  rm -f "$out"
+}
+
+# Runs a step that passes or fails as a whole.
+run_step() {
+  local name="$1"; shift
+  section "$name"
+  echo "\$ $*"
+  local t0=$SECONDS rc
+  timeout "${MC_STEP_TIMEOUT:-900}" "$@"
+  rc=$?
+  echo "-- $name: rc=$rc ($((SECONDS - t0)) s)"
+  if [[ $rc -eq 0 ]]; then ok 1; else bad 1 "$name (rc=$rc)"; fi
+}
+
+if want env; then
+  section "environment"
+  date -u
+  echo "prefix: $prefix"
+  uname -a
+  nvidia-smi -L
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+  nvidia-smi topo -m
+  nvidia-smi nvlink --status -i 0 2>/dev/null | head -5
+  command -v nvcc >/dev/null && nvcc --version | tail -2
+  command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -1
+  ldconfig -p | grep -E 'libnccl.so|libcuda.so.1' || true
+  ls "$bin" 2>/dev/null
+fi
+
+tests=()
+for t in "$bin"/gpu_*_test; do [[ -x "$t" ]] && tests+=("$t"); done
+
+if want tests; then
+  if [[ ${#tests[@]} -eq 0 ]]; then
+    bad 1 "no GPU test executables in $bin"
+  fi
+  for t in "${tests[@]}"; do
+    run_gtest "$(basename "$t")" "$t" ${MC_GTEST_FILTER:+--gtest_filter=$MC_GTEST_FILTER}
+  done
+fi
+
+if want sanitizer; then
+  if ! command -v compute-sanitizer >/dev/null; then
+    bad 1 "compute-sanitizer not found"
+  else
+    # Small cases under the sanitizer (each launch is instrumented, so the
+    # 1 GiB cases would take minutes); buffers capped to match.
+    for t in "${tests[@]}"; do
+      name=$(basename "$t")
+      case "$name" in
+        gpu_copy_test)
+          filt='*CopySmall*_s3_d8:*CopySmall*_s0_d0:*CopySmall*_s15_d2:*CopyPeer*'
+          export MC_COPY_TEST_CAP_BYTES=1048576 ;;
+        *) filt='*' ;;
+      esac
+      run_gtest "memcheck $name" compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+        "$t" --gtest_filter="$filt" --gtest_brief=1
+      # racecheck looks at shared memory hazards: the kernels that use shared
+      # memory, plus a sample of the block copies.
+      case "$name" in
+        gpu_copy_test) rfilt='*CopySmall*Block*_n4097_*:*CopySmall*Warp*_n65543_*' ;;
+        *) rfilt='*' ;;
+      esac
+      run_gtest "racecheck $name" compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 \
+        "$t" --gtest_filter="$rfilt" --gtest_brief=1
+      unset MC_COPY_TEST_CAP_BYTES
+    done
+  fi
+fi
+
+if want latency; then
+  if [[ -x "$bin/p2p_latency_bench" ]]; then
+    run_step "p2p_latency_bench" "$bin/p2p_latency_bench"
+  else
+    bad 1 "p2p_latency_bench missing from $bin"
+  fi
+fi
+
+if want put; then
+  if [[ -x "$bin/p2p_put_bench" ]]; then
+    # shellcheck disable=SC2086
+    run_step "p2p_put_bench" "$bin/p2p_put_bench" ${MC_PUT_BENCH_ARGS:-}
+  else
+    bad 1 "p2p_put_bench missing from $bin"
+  fi
+fi
+
+if want nvshmem; then
+  section "nvshmem_bench"
+  nv="${NVSHMEM_HOME:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nvshmem}"
+  src="$share/nvshmem_bench.cu"
+  [[ -f "$src" ]] || src="$here/../../bench/gpu/nvshmem_bench.cu"
+  if [[ ! -f "$nv/include/nvshmem.h" ]]; then
+    echo "NVSHMEM not found at $nv: NVSHMEM comparison skipped"
+  elif ! command -v nvcc >/dev/null; then
+    echo "nvcc not found: NVSHMEM comparison skipped"
+  elif [[ ! -f "$src" ]]; then
+    bad 1 "nvshmem_bench.cu not found"
+  else
+    work=$(mktemp -d)
+    # The venv ships only the versioned host library; link through a symlink.
+    ln -sf "$(ls "$nv"/lib/libnvshmem_host.so.* | head -1)" "$work/libnvshmem_host.so"
+    if nvcc -std=c++17 -O3 -rdc=true -arch=sm_90 -I"$nv/include" "$src" -o "$work/nvshmem_bench" \
+         -L"$nv/lib" -L"$work" -lnvshmem_device -lnvshmem_host; then
+      LD_LIBRARY_PATH="$nv/lib:$LD_LIBRARY_PATH" run_step "nvshmem_bench" "$work/nvshmem_bench"
+    else
+      bad 1 "nvshmem_bench build"
+    fi
+    rm -rf "$work"
+  fi
+fi
+
+section "summary"
+for f in "${failures[@]}"; do echo "FAILED: $f"; done
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

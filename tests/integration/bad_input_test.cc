@@ -1,0 +1,165 @@
+// Every RPC and the fd channel with bad input: a precise error each time,
+// and the daemon keeps serving everyone else.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "absl/strings/escaping.h"
+#include "daemon_process.h"
+#include "gtest/gtest.h"
+#include "mooncake/client/client.h"
+#include "mooncake/common/fd_passing.h"
+#include "mooncake/common/paths.h"
+#include "mooncake/v1/fd_channel.pb.h"
+#include "test_util.h"
+
+namespace mooncake::testing {
+namespace {
+
+class BadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<DaemonProcess>(dir_.path());
+    auto c = Client::Connect({.socket_path = daemon_->socket()});
+    ASSERT_TRUE(c.ok()) << c.status();
+    good_ = std::move(*c);
+  }
+  void TearDown() override {
+    // Whatever happened, the well-behaved client is still served.
+    ASSERT_TRUE(good_->hello().ok());
+  }
+  v1::FdReply FdCall(const v1::FdRequest& req, const std::vector<int>& fds = {}) {
+    auto sock = ConnectUnix(FdSocketPath(daemon_->socket()));
+    EXPECT_TRUE(sock.ok());
+    std::string bytes;
+    req.SerializeToString(&bytes);
+    EXPECT_TRUE(SendFrame(sock->get(), bytes, fds).ok());
+    auto frame = RecvFrame(sock->get());
+    v1::FdReply r;
+    if (frame.ok()) r.ParseFromString(frame->payload);
+    return r;
+  }
+  TempDir dir_;
+  std::unique_ptr<DaemonProcess> daemon_;
+  std::unique_ptr<Client> good_;
+};
+
+TEST_F(BadInput, CallsWithoutASessionAreRefused) {
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::JoinGroupRequest req;
+  req.set_group("g");
+  req.set_world_size(1);
+  v1::JoinGroupResponse resp;
+  grpc::Status s = stub->JoinGroup(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("call OpenSession first"), std::string::npos);
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext c2;
+    Deadline(&c2);
+    v1::ExportFdsResponse er;
+    EXPECT_EQ(stub->ExportFds(&c2, {}, &er).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+}
+
+TEST_F(BadInput, HelloWithAnotherProtocolVersion) {
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::HelloRequest req;
+  req.set_protocol_version(99);
+  v1::HelloResponse resp;
+  grpc::Status s = stub->Hello(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("protocol 99"), std::string::npos);
+}
+
+TEST_F(BadInput, SecondSessionOnOneConnection) {
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  grpc::ClientContext c1;
+  auto r1 = stub->OpenSession(&c1, {});
+  v1::SessionEvent ev;
+  ASSERT_TRUE(r1->Read(&ev));
+  ASSERT_TRUE(ev.has_opened());
+  grpc::ClientContext c2;
+  Deadline(&c2);
+  auto r2 = stub->OpenSession(&c2, {});
+  EXPECT_FALSE(r2->Read(&ev));
+  EXPECT_EQ(r2->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  c1.TryCancel();
+  r1->Finish();
+}
+
+TEST_F(BadInput, LeaveReportExportImportWithBadArguments) {
+  EXPECT_EQ(good_->leaveGroup("nope", 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(good_->reportReady("nope", 0, true).code(), absl::StatusCode::kNotFound);
+  auto imported = good_->importFds({.id = 12345, .secret = std::string(16, 'x')});
+  EXPECT_EQ(imported.status().code(), absl::StatusCode::kNotFound);
+  auto fetched = good_->fetchFds("00112233445566778899aabbccddeeff");
+  EXPECT_EQ(fetched.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(good_->sendFds({}).status().code(), absl::StatusCode::kInvalidArgument);
+  // Export with a bogus ticket.
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  (void)stub;
+  int fd = ::memfd_create("x", MFD_CLOEXEC);
+  auto e = good_->exportFds({fd}, "memfd", 1);
+  ASSERT_TRUE(e.ok()) << e.status();
+  // Wrong secret for a real export: denied, not found.
+  auto wrong = good_->importFds({.id = e->id, .secret = std::string(16, '\0')});
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied);
+  auto right = good_->importFds(*e);
+  ASSERT_TRUE(right.ok()) << right.status();
+  EXPECT_EQ(right->size(), 1u);
+  ::close(fd);
+  // Report readiness before the group formed.
+  auto other = Client::Connect({.socket_path = daemon_->socket()});
+  std::thread t([&] {
+    (void)(*other)->joinGroup({.group = "early", .rank = 0, .world_size = 2,
+                               .timeout = absl::Milliseconds(800)});
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ((*other)->leaveGroup("early", 1).code(), absl::StatusCode::kNotFound);
+  t.join();
+}
+
+TEST_F(BadInput, FdChannelRejectsGarbageAndForgedSessions) {
+  // Not a protobuf.
+  {
+    auto sock = ConnectUnix(FdSocketPath(daemon_->socket()));
+    ASSERT_TRUE(sock.ok());
+    ASSERT_TRUE(SendFrame(sock->get(), std::string("\xff\xff\xff garbage", 11), {}).ok());
+    auto frame = RecvFrame(sock->get());
+    ASSERT_TRUE(frame.ok());
+    v1::FdReply r;
+    ASSERT_TRUE(r.ParseFromString(frame->payload));
+    EXPECT_FALSE(r.ok());
+  }
+  // An oversized length prefix closes the connection; the daemon lives on.
+  {
+    auto sock = ConnectUnix(FdSocketPath(daemon_->socket()));
+    ASSERT_TRUE(sock.ok());
+    const char huge[4] = {'\xff', '\xff', '\xff', '\x7f'};
+    ASSERT_EQ(::write(sock->get(), huge, 4), 4);
+    auto frame = RecvFrame(sock->get(), absl::Seconds(3));
+    EXPECT_FALSE(frame.ok());
+  }
+  // A forged session id/token.
+  v1::FdRequest req;
+  req.set_op(v1::FdRequest::GET);
+  req.set_session_id(good_->sessionId());
+  req.set_session_token(std::string(16, 'A'));
+  req.set_ticket("deadbeef");
+  v1::FdReply r = FdCall(req);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kPermissionDenied));
+  // PUT announcing more fds than it carries.
+  int fd = ::memfd_create("x", MFD_CLOEXEC);
+  req.set_op(v1::FdRequest::PUT);
+  req.set_fd_count(3);
+  r = FdCall(req, {fd});
+  EXPECT_FALSE(r.ok());
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace mooncake::testing

@@ -1,0 +1,67 @@
+// device_transport_example on the host platform through a real daemon:
+// the upstream two-rank transfer, an n-rank all-to-all, and a timeout.
+#include "daemon_process.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace mooncake::testing {
+namespace {
+
+std::vector<Child> StartRanks(const std::string& socket, const std::string& group, int n,
+                              const std::vector<std::string>& extra = {}) {
+  std::vector<Child> ranks;
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> argv = {BinDir() + "/device_transport_example", "--platform", "host",
+                                     "--socket", socket, "--group", group, "--rank",
+                                     std::to_string(r), "--world-size", std::to_string(n)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    ranks.push_back(Child::Spawn(argv));
+  }
+  return ranks;
+}
+
+TEST(DeviceTransportExample, TwoRanksPairThroughDaemon) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "pair", 2, {"--bytes", "1000003"});
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(30000), 0) << r.output();
+    EXPECT_NE(r.output().find("PASS"), std::string::npos) << r.output();
+    EXPECT_NE(r.output().find("memfd"), std::string::npos) << r.output();
+  }
+  EXPECT_NE(ranks[1].output().find("1000003 bytes, all correct"), std::string::npos);
+}
+
+TEST(DeviceTransportExample, EightRanksAllToAll) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "a2a", 8, {"--bytes", "65537"});
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(60000), 0) << r.output();
+    EXPECT_NE(r.output().find("received 7 messages of 65537 bytes, all correct"), std::string::npos)
+        << r.output();
+  }
+}
+
+TEST(DeviceTransportExample, MissingPeerTimesOutWithClearMessage) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "alone", 1, {});
+  // World size 2 but only rank 0 started.
+  Child lonely = Child::Spawn({BinDir() + "/device_transport_example", "--platform", "host",
+                               "--socket", daemon.socket(), "--group", "alone2", "--rank", "0",
+                               "--world-size", "2", "--timeout-ms", "300"});
+  EXPECT_EQ(lonely.Wait(10000), 3) << lonely.output();
+  EXPECT_EQ(ranks[0].Wait(10000), 0) << ranks[0].output();
+  EXPECT_EQ(ListGroups(daemon.socket()).groups_size(), 0);
+}
+
+TEST(DeviceTransportExample, NoDaemonIsASetupError) {
+  TempDir dir;
+  Child c = Child::Spawn({BinDir() + "/device_transport_example", "--platform", "host", "--socket",
+                          dir.path() + "/none.sock", "--rank", "0", "--world-size", "2"});
+  EXPECT_EQ(c.Wait(10000), 2);
+}
+
+}  // namespace
+}  // namespace mooncake::testing

@@ -1,0 +1,166 @@
+// The human-readable renderings, topology matrices above all.
+#include "mooncake/mcctl/format.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+
+namespace mooncake::mcctl {
+namespace {
+
+v1::Topology ThreeGpusTwoNics() {
+  v1::Topology t;
+  for (int i = 0; i < 3; ++i) {
+    auto* g = t.add_gpus();
+    g->set_index(i);
+    g->set_name("NVIDIA H200");
+    g->set_numa_node(i < 2 ? 0 : 1);
+  }
+  auto pair = [&](int s, int d, bool access, bool atomics, int rank) {
+    auto* p = t.add_gpu_pairs();
+    p->set_src(s);
+    p->set_dst(d);
+    p->set_access_supported(access);
+    p->set_native_atomics(atomics);
+    p->set_performance_rank(rank);
+  };
+  pair(0, 1, true, true, 0);
+  pair(1, 0, true, true, 0);
+  pair(0, 2, true, false, 1);
+  pair(2, 0, true, false, 1);
+  pair(1, 2, false, false, 0);
+  // (2,1) deliberately missing: the matrix must say so rather than guess.
+  for (const char* name : {"mlx5_0", "mlx5_1"}) t.add_nics()->set_name(name);
+  auto aff = [&](int gpu, const char* nic, const char* dist, bool closest) {
+    auto* a = t.add_affinity();
+    a->set_gpu(gpu);
+    a->set_nic(nic);
+    a->set_distance(dist);
+    a->set_closest(closest);
+  };
+  aff(0, "mlx5_0", "PIX", true);
+  aff(0, "mlx5_1", "SYS", false);
+  aff(1, "mlx5_0", "PXB", true);
+  aff(1, "mlx5_1", "PXB", true);
+  aff(2, "mlx5_0", "", false);
+  return t;
+}
+
+TEST(FormatTopologyTest, GpuMatrixCells) {
+  const std::string m = FormatGpuMatrix(ThreeGpusTwoNics());
+  EXPECT_TRUE(absl::StartsWith(m,
+                               "      GPU0  GPU1  GPU2  NUMA\n"
+                               "GPU0  X     A0    P1    0\n"
+                               "GPU1  A0    X     -     0\n"
+                               "GPU2  P1    ?     X     1\n"))
+      << m;
+  EXPECT_TRUE(absl::StrContains(m, "Legend:")) << m;
+}
+
+TEST(FormatTopologyTest, GpuNicMatrixMarksClosest) {
+  const std::string m = FormatGpuNicMatrix(ThreeGpusTwoNics());
+  EXPECT_TRUE(absl::StartsWith(m,
+                               "      mlx5_0   mlx5_1  CLOSEST\n"
+                               "GPU0  PIX*     SYS     mlx5_0\n"
+                               "GPU1  PXB*     PXB*    mlx5_0,mlx5_1\n"
+                               "GPU2  UNKNOWN  ?       -\n"))
+      << m;
+  EXPECT_TRUE(absl::StrContains(m, "PIX   = behind the same PCIe switch")) << m;
+}
+
+TEST(FormatTopologyTest, EmptyListsExplainWhy) {
+  v1::Topology t;
+  t.set_gpu_discovery_note("libcuda.so.1 not found: no NVIDIA driver on this node");
+  t.set_nic_discovery_note("no RDMA devices under /sys/class/infiniband");
+  EXPECT_EQ(FormatGpuMatrix(t), "no GPUs (libcuda.so.1 not found: no NVIDIA driver on this node)\n");
+  EXPECT_EQ(FormatGpuNicMatrix(t), "no RDMA NICs (no RDMA devices under /sys/class/infiniband)\n");
+  EXPECT_EQ(FormatGpus(t), "no GPUs (libcuda.so.1 not found: no NVIDIA driver on this node)\n");
+  EXPECT_EQ(FormatNics(t), "no RDMA NICs (no RDMA devices under /sys/class/infiniband)\n");
+  const std::string topo = FormatTopology(t);
+  EXPECT_TRUE(absl::StrContains(topo, "GPU to GPU:\nno GPUs (")) << topo;
+  EXPECT_TRUE(absl::StrContains(topo, "GPU to NIC:\nno RDMA NICs (")) << topo;
+
+  v1::Topology silent;
+  EXPECT_EQ(FormatGpus(silent), "no GPUs (discovery found none)\n");
+}
+
+TEST(FormatTopologyTest, NicsWithoutGpus) {
+  v1::Topology t = ThreeGpusTwoNics();
+  t.clear_gpus();
+  t.set_gpu_discovery_note("CUDA driver reports 0 devices");
+  EXPECT_EQ(FormatGpuNicMatrix(t), "no GPUs (CUDA driver reports 0 devices)\n");
+}
+
+TEST(FormatTest, NicPortsOneRowEach) {
+  v1::Topology t;
+  auto* n = t.add_nics();
+  n->set_name("mlx5_0");
+  n->set_pci_bus_id("0000:18:00.0");
+  n->set_numa_node(-1);
+  auto* p = n->add_ports();
+  p->set_port(1);
+  p->set_state("ACTIVE");
+  p->set_link_layer("InfiniBand");
+  p->set_lid(7);
+  p->add_gids()->set_gid("fe80::1");
+  auto* q = n->add_ports();
+  q->set_port(2);
+  q->set_state("DOWN");
+  t.add_nics()->set_name("mlx5_1");  // no ports
+  const std::string s = FormatNics(t);
+  EXPECT_TRUE(absl::StrContains(s, "mlx5_0     1  ACTIVE  -     InfiniBand  -       7     1  0000:18:00.0     -"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, "mlx5_0     2  DOWN")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "mlx5_1     -  -")) << s;
+}
+
+TEST(FormatTest, Units) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1536), "1.5 KiB");
+  EXPECT_EQ(FormatBytes(150ull << 30), "150.0 GiB");
+  EXPECT_EQ(FormatDurationMs(850), "850ms");
+  EXPECT_EQ(FormatDurationMs(12'000), "12s");
+  EXPECT_EQ(FormatDurationMs(185'000), "3m05s");
+  EXPECT_EQ(FormatDurationMs(7'620'000), "2h07m");
+  EXPECT_EQ(FormatDurationMs(273'600'000), "3d04h");
+  EXPECT_EQ(FormatCudaDriverVersion(13000), "13.0");
+  EXPECT_EQ(FormatCudaDriverVersion(12080), "12.8");
+  EXPECT_EQ(FormatCudaDriverVersion(0), "none");
+}
+
+TEST(FormatTest, GroupsListMembers) {
+  v1::ListGroupsResponse r;
+  auto* g = r.add_groups();
+  g->set_name("quickstart");
+  g->set_uid(1000);
+  g->set_world_size(2);
+  g->set_joined(2);
+  g->set_state("ready");
+  g->set_epoch(1);
+  for (int rank = 0; rank < 2; ++rank) {
+    auto* m = g->add_members();
+    m->set_rank(rank);
+    m->set_state("ready");
+    m->set_pid(100 + rank);
+    m->set_gpu_index(rank == 0 ? -1 : 3);
+    m->set_handle_kind("memfd");
+    m->set_handle_size(1 << 20);
+    m->set_session_id(9);
+  }
+  const std::string s = FormatGroups(r);
+  EXPECT_TRUE(absl::StartsWith(s,
+                               "NAME         UID  SIZE  JOINED  STATE  EPOCH  AGE\n"
+                               "quickstart  1000     2       2  ready      1  0ms\n"))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s, "members of quickstart:\n"
+                                   "  RANK  STATE  PID   GPU  HANDLE     SIZE  SESSION\n"
+                                   "     0  ready  100  host  memfd   1.0 MiB        9\n"
+                                   "     1  ready  101     3  memfd   1.0 MiB        9\n"))
+      << s;
+  EXPECT_EQ(FormatGroups(v1::ListGroupsResponse()), "no groups\n");
+  EXPECT_EQ(FormatSessions(v1::ListSessionsResponse()), "no sessions\n");
+}
+
+}  // namespace
+}  // namespace mooncake::mcctl

@@ -45,6 +45,8 @@ if(NOT MOONCAKE_WITH_CUDA STREQUAL "OFF")
     list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # One shared cudart per process, whatever mix of libraries and kernels.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     set(MOONCAKE_HAVE_CUDA ON)
   elseif(MOONCAKE_WITH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "MOONCAKE_WITH_CUDA=ON but nvcc was not found")

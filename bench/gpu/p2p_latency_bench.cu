@@ -43,6 +43,10 @@ enum Mode : int {
   kMcLL,             // mc_put_signal_ll / mc_wait_ll
   kMcPutWarpSignal,  // mc_put_warp 4 KiB + mc_signal / mc_wait_until + data check
   kMcRedAdd,         // mc_red_add(+1) / mc_wait_until(>= i)
+  kPreRelaxedAcq,    // route resolved once (mc_route_put), mc_st_relaxed / mc_wait_until
+  kPreRelaxedRlx,    // route resolved once, mc_st_relaxed / mc_ld_relaxed poll
+  kPreRelease,       // route resolved once, mc_st_release / mc_wait_until
+  kLdgRouteRelaxed,  // route per call with tables read by ld.global.nc, mc_st_relaxed / mc_wait_until
   kModeCount
 };
 
@@ -61,6 +65,10 @@ const char* modeName(int m) {
     case kMcLL: return "Device API: mc_put_signal_ll / mc_wait_ll (8 B data + flag)";
     case kMcPutWarpSignal: return "Device API: mc_put_warp 4 KiB + mc_signal / mc_wait_until";
     case kMcRedAdd: return "Device API: mc_red_add(+1) / mc_wait_until(>= seq)";
+    case kPreRelaxedAcq: return "route resolved once + mc_st_relaxed / mc_wait_until (acquire poll)";
+    case kPreRelaxedRlx: return "route resolved once + mc_st_relaxed / mc_ld_relaxed poll";
+    case kPreRelease: return "route resolved once + mc_st_release / mc_wait_until";
+    case kLdgRouteRelaxed: return "route per call, tables via ld.global.nc + mc_st_relaxed / mc_wait_until";
   }
   return "?";
 }
@@ -83,6 +91,7 @@ struct Side {
   char* remote;   // the other GPU's buffer, mapped here
   CommCtx ctx;    // rank = this GPU, peer = 1 - rank
   int peer;
+  uint64_t* pre_flag;  // the peer's flag, resolved once through the context
   unsigned long long* result;  // [0] elapsed ns (initiator), [1] errors, [2] timeouts
 };
 
@@ -154,6 +163,17 @@ __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
     mc_signal_relaxed(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
   if constexpr (M == kMcLL)
     mc_put_signal_ll(s.ctx, s.peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq), (uint32_t)seq);
+  if constexpr (M == kPreRelaxedAcq || M == kPreRelaxedRlx) mc_st_relaxed(s.pre_flag, seq);
+  if constexpr (M == kPreRelease) mc_st_release(s.pre_flag, seq);
+  if constexpr (M == kLdgRouteRelaxed) {
+    // What mc_route_put does, with the (kernel-read-only) tables read through
+    // the non-coherent path: does the read-only cache survive the acquire?
+    if (__ldg(&s.ctx.p2p.available[s.peer])) {
+      const char* peer_base = reinterpret_cast<const char*>(
+          __ldg(reinterpret_cast<const unsigned long long*>(s.ctx.p2p.peer_ptrs) + s.peer));
+      mc_st_relaxed(reinterpret_cast<uint64_t*>(const_cast<char*>(peer_base) + Layout::kFlag), seq);
+    }
+  }
   if constexpr (M == kMcRedAdd)
     mc_red_add(s.ctx, s.peer, reinterpret_cast<unsigned long long*>(s.local + Layout::kFlag), 1ull);
 }
@@ -166,6 +186,11 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
   bool ok = true;
   if (lane == 0) {
     if constexpr (M == kVolatile || M == kFenceVolatile) ok = spinUntil([&] { return ldVolatile(flag) == seq; });
+    if constexpr (M == kPreRelaxedRlx) ok = spinUntil([&] { return mc_ld_relaxed(flag) == seq; });
+    if constexpr (M == kPreRelaxedAcq || M == kPreRelease || M == kLdgRouteRelaxed) {
+      uint64_t seen = 0;
+      ok = mc_wait_until_for(flag, McCmp::kEq, seq, kTimeoutNs, &seen);
+    }
     if constexpr (M == kRelaxed) ok = spinUntil([&] { return mc_ld_relaxed(flag) == seq; });
     if constexpr (M == kReleaseAcquire || M == kPut4KWarp || M == kDataRelease)
       ok = spinUntil([&] { return mc_ld_acquire(flag) == seq; });
@@ -222,6 +247,7 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
 template <int M>
 __global__ void pingPong(Side s, bool initiator, int warmup, int iters) {
   const unsigned lane = threadIdx.x % 32;
+  s.pre_flag = mc_route_put(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag));
   unsigned long long errors = 0;
   bool ok = true;
   uint64_t t0 = 0;
@@ -295,6 +321,10 @@ void launchMode(int m, Gpu* g, int warmup, int iters) {
     case kMcLL: launchPair<kMcLL>(g, warmup, iters); break;
     case kMcPutWarpSignal: launchPair<kMcPutWarpSignal>(g, warmup, iters); break;
     case kMcRedAdd: launchPair<kMcRedAdd>(g, warmup, iters); break;
+    case kPreRelaxedAcq: launchPair<kPreRelaxedAcq>(g, warmup, iters); break;
+    case kPreRelaxedRlx: launchPair<kPreRelaxedRlx>(g, warmup, iters); break;
+    case kPreRelease: launchPair<kPreRelease>(g, warmup, iters); break;
+    case kLdgRouteRelaxed: launchPair<kLdgRouteRelaxed>(g, warmup, iters); break;
   }
 }
 

@@ -88,6 +88,66 @@ __global__ void putDeviceApi(CommCtx ctx, const char* src, size_t n, int* status
   if (st != McStatus::kOk && threadIdx.x == 0) *status = (int)st;
 }
 
+// Tiles interleaved across blocks (block b takes tiles b, b+B, ...), each
+// tile copied by the block with the group primitive.
+template <int kUnroll>
+__global__ void putTiles(char* dst, const char* src, size_t n, size_t tile) {
+  for (size_t off = (size_t)blockIdx.x * tile; off < n; off += (size_t)gridDim.x * tile) {
+    size_t len = n - off < tile ? n - off : tile;
+    mc_detail_copy_group<kUnroll>(dst + off, src + off, len, threadIdx.x, blockDim.x);
+  }
+}
+
+// The shipping multi-block helper, as a caller would use it.
+__global__ void putTilesDefault(char* dst, const char* src, size_t n) {
+  mc_detail_copy_tiles(dst, src, n, blockIdx.x, gridDim.x);
+}
+
+// Device API, one mc_put_block per interleaved tile.
+__global__ void putDeviceApiTiles(CommCtx ctx, const char* src, size_t n, size_t tile, int* status) {
+  char* base = static_cast<char*>(ctx.p2p.local_base);
+  for (size_t off = (size_t)blockIdx.x * tile; off < n; off += (size_t)gridDim.x * tile) {
+    size_t len = n - off < tile ? n - off : tile;
+    McStatus st = mc_put_block(ctx, 1, base + off, src + off, len);
+    if (st != McStatus::kOk && threadIdx.x == 0) *status = (int)st;
+  }
+}
+
+// Grid-stride copy with a choice of store instruction (16-byte aligned
+// buffers only): 0 st.global.L1::no_allocate, 1 st.global, 2 st.global.cs,
+// 3 st.global.cg.
+template <int kStore>
+__device__ __forceinline__ void stVariant(int4* p, int4 v) {
+  if constexpr (kStore == 0)
+    asm volatile("st.global.L1::no_allocate.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w) : "memory");
+  else if constexpr (kStore == 1)
+    asm volatile("st.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  else if constexpr (kStore == 2)
+    asm volatile("st.global.cs.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+  else
+    asm volatile("st.global.cg.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+template <int kUnroll, int kStore>
+__global__ void putGridStore(char* dst, const char* src, size_t n) {
+  const int4* s = reinterpret_cast<const int4*>(src);
+  int4* d = reinterpret_cast<int4*>(dst);
+  const size_t nvec = n / 16, size = (size_t)gridDim.x * blockDim.x, rank = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t step = size * kUnroll, full = nvec - nvec % step;
+  for (size_t base = rank; base < full; base += step) {
+    int4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = mc_detail_ld_nc_v4(s + base + u * size);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) stVariant<kStore>(d + base + u * size, v[u]);
+  }
+  for (size_t i = full + rank; i < nvec; i += size) stVariant<kStore>(d + i, mc_detail_ld_nc_v4(s + i));
+  for (size_t i = nvec * 16 + rank; i < n; i += size) dst[i] = src[i];
+}
+
 // ---------------------------------------------------------------------------
 // Experimental SM variant: 16-byte loads with an L2 256-byte prefetch hint
 // and plain (L1-allocating) stores, everything else as putBlockChunk.
@@ -172,7 +232,10 @@ __device__ __forceinline__ void bulkWaitAll() { asm volatile("cp.async.bulk.wait
 constexpr int kMaxTmaStages = 16;
 constexpr int kMaxTmaWarps = 8;
 
-__global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int stages) {
+// interleave=false: each block a contiguous slice, its warps round-robin over
+// the slice's chunks; interleave=true: chunk c of the whole buffer belongs to
+// pipeline c % (blocks*warps).
+__global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int stages, bool interleave) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ uint64_t bars[kMaxTmaWarps][kMaxTmaStages];
   const unsigned warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -181,6 +244,14 @@ __global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int
   size_t per = ((body + gridDim.x - 1) / gridDim.x + 15) & ~size_t(15);
   size_t b0 = per * blockIdx.x;
   size_t b1 = b0 + per < body ? b0 + per : body;
+  // Pipeline id and count: within the block's slice, or over the buffer.
+  size_t pipe = warp, pipes = warps;
+  if (interleave) {
+    b0 = 0;
+    b1 = body;
+    pipe = (size_t)blockIdx.x * warps + warp;
+    pipes = (size_t)gridDim.x * warps;
+  }
   if (lane == 0 && warp < kMaxTmaWarps) {
     for (int s = 0; s < stages; ++s) mbarInit(smemAddr(&bars[warp][s]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -189,10 +260,10 @@ __global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int
   __syncwarp();
   if (lane == 0 && warp < kMaxTmaWarps && b0 < b1) {
     unsigned char* buf = smem + (size_t)warp * stages * chunk;
-    const size_t nchunks_block = (b1 - b0 + chunk - 1) / chunk;
-    // This warp's chunks: warp, warp + warps, ...
-    const size_t nk = nchunks_block > warp ? (nchunks_block - warp + warps - 1) / warps : 0;
-    auto chunkOff = [&](size_t k) { return b0 + (warp + k * warps) * (size_t)chunk; };
+    const size_t nchunks = (b1 - b0 + chunk - 1) / chunk;
+    // This pipeline's chunks: pipe, pipe + pipes, ...
+    const size_t nk = nchunks > pipe ? (nchunks - pipe + pipes - 1) / pipes : 0;
+    auto chunkOff = [&](size_t k) { return b0 + (pipe + k * pipes) * (size_t)chunk; };
     auto chunkLen = [&](size_t k) {
       size_t off = chunkOff(k);
       return (uint32_t)(b1 - off < chunk ? b1 - off : chunk);
@@ -448,16 +519,67 @@ Design deviceApiDesign(Ctx& c, unsigned threads, unsigned max_blocks) {
   return Design{name, l};
 }
 
-Design tmaDesign(unsigned warps, int stages, uint32_t chunk, unsigned max_blocks) {
+Design deviceApiTilesDesign(Ctx& c, unsigned threads, unsigned max_blocks, size_t tile) {
   char name[96];
-  std::snprintf(name, sizeof name, "tma W=%u S=%d C=%uK B=%u", warps, stages, chunk >> 10, max_blocks);
+  std::snprintf(name, sizeof name, "Device API mc_put_block per %zuK tile T=%u B=%u", tile >> 10, threads, max_blocks);
+  CommCtx ctx = c.ctx;
+  int* status = c.api_status;
+  Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
+    (void)d;
+    putDeviceApiTiles<<<blocksFor(n, max_blocks, tile), threads, 0, s>>>(ctx, src, n, tile, status);
+  };
+  return Design{name, l};
+}
+
+Design tmaDesign(unsigned warps, int stages, uint32_t chunk, unsigned max_blocks, bool interleave) {
+  char name[96];
+  std::snprintf(name, sizeof name, "tma%s W=%u S=%d C=%uK B=%u", interleave ? "-interleaved" : "", warps, stages,
+                chunk >> 10, max_blocks);
   size_t smem = (size_t)warps * stages * chunk;
-  BENCH_CUDA(cudaSetDevice(0));
-  BENCH_CUDA(cudaFuncSetAttribute(putTma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
     // Small puts: one chunk per warp at least.
     unsigned b = blocksFor(n, max_blocks, (size_t)chunk * warps);
-    putTma<<<b, warps * 32, smem, s>>>(d, src, n, chunk, stages);
+    putTma<<<b, warps * 32, smem, s>>>(d, src, n, chunk, stages, interleave);
+  };
+  return Design{name, l};
+}
+
+Design tilesDesign(int unroll, unsigned threads, unsigned max_blocks, size_t tile) {
+  char name[96];
+  std::snprintf(name, sizeof name, "sm-tiles U=%d T=%u B=%u tile=%zuK", unroll, threads, max_blocks, tile >> 10);
+  Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
+    unsigned b = blocksFor(n, max_blocks, tile);
+    if (unroll == 4)
+      putTiles<4><<<b, threads, 0, s>>>(d, src, n, tile);
+    else
+      putTiles<8><<<b, threads, 0, s>>>(d, src, n, tile);
+  };
+  return Design{name, l};
+}
+
+Design tilesDefaultDesign(unsigned threads, unsigned max_blocks) {
+  char name[128];
+  std::snprintf(name, sizeof name, "mc_detail_copy_tiles T=%u B=%u (tile %uK, U=%d)", threads, max_blocks,
+                (unsigned)(MC_DETAIL_COPY_TILE_BYTES >> 10), MC_DETAIL_COPY_UNROLL_BLOCK);
+  Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
+    unsigned b = blocksFor(n, max_blocks, MC_DETAIL_COPY_TILE_BYTES);
+    putTilesDefault<<<b, threads, 0, s>>>(d, src, n);
+  };
+  return Design{name, l};
+}
+
+Design storeDesign(int store, unsigned threads, unsigned max_blocks) {
+  static const char* names[] = {"st.global.L1::no_allocate", "st.global", "st.global.cs", "st.global.cg"};
+  char name[96];
+  std::snprintf(name, sizeof name, "sm-grid %s U=8 T=%u B=%u", names[store], threads, max_blocks);
+  Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
+    unsigned b = blocksFor(n, max_blocks, (size_t)threads * 16 * 8);
+    switch (store) {
+      case 0: putGridStore<8, 0><<<b, threads, 0, s>>>(d, src, n); break;
+      case 1: putGridStore<8, 1><<<b, threads, 0, s>>>(d, src, n); break;
+      case 2: putGridStore<8, 2><<<b, threads, 0, s>>>(d, src, n); break;
+      default: putGridStore<8, 3><<<b, threads, 0, s>>>(d, src, n); break;
+    }
   };
   return Design{name, l};
 }
@@ -551,6 +673,14 @@ int main(int argc, char** argv) {
   std::printf("# medians of %d reps; each rep = a batch of back-to-back puts (about 256 MiB, 1..2000 ops)\n",
               opt.reps);
   const unsigned S = (unsigned)c.sms;
+  BENCH_CUDA(cudaSetDevice(0));
+  {
+    // Dynamic + static shared memory must fit the opt-in limit.
+    cudaFuncAttributes fa{};
+    BENCH_CUDA(cudaFuncGetAttributes(&fa, putTma));
+    BENCH_CUDA(cudaFuncSetAttribute(putTma, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    (int)(p.sharedMemPerBlockOptin - fa.sharedSizeBytes)));
+  }
 
   // --- Parameter sweeps at 16 MiB and 256 MiB -----------------------------
   std::vector<size_t> sweep_sizes;
@@ -560,13 +690,17 @@ int main(int argc, char** argv) {
   for (size_t n : sweep_sizes) base_sweep.push_back(runMemcpyPeer(c, n));
 
   std::map<std::string, std::pair<Design, double>> best;  // family -> (design, GB/s at largest sweep size)
+  std::map<std::string, std::vector<double>> best_rows;   // family -> that design's sweep row
   auto consider = [&](const std::string& family, const Design& d) {
     std::vector<double> g;
     for (size_t n : sweep_sizes) g.push_back(runDesign(c, d, n));
     printRow(d.name, g, &base_sweep);
     if (c.verify_fail.count(d.name)) return;
     double key = g.empty() ? 0 : g.back();
-    if (!best.count(family) || best[family].second < key) best[family] = {d, key};
+    if (!best.count(family) || best[family].second < key) {
+      best[family] = {d, key};
+      best_rows[family] = g;
+    }
   };
   if (opt.sweep && !sweep_sizes.empty()) {
     std::printf("\n## Sweep (GB/s, ratio to cudaMemcpyPeerAsync)\n\n| design |");
@@ -586,7 +720,7 @@ int main(int argc, char** argv) {
         }
     for (int u : {4, 8, 16})
       for (unsigned t : {256u, 512u})
-        for (unsigned b : {S, 2 * S}) consider("sm-grid", smDesign("grid", u, t, b));
+        for (unsigned b : {S, 2 * S, 4 * S}) consider("sm-grid", smDesign("grid", u, t, b));
     for (int u : {4, 8, 16})
       for (unsigned t : {128u, 256u, 512u})
         for (unsigned b : {S, 2 * S}) consider("sm-warp", smDesign("warp", u, t, b));
@@ -602,14 +736,33 @@ int main(int argc, char** argv) {
     std::vector<TmaCfg> tcfg = {{1, 2, 16384}, {1, 4, 16384}, {1, 8, 16384}, {1, 4, 32768}, {1, 2, 65536},
                                 {2, 4, 16384}, {4, 2, 16384}, {4, 4, 8192},  {4, 3, 16384}, {8, 2, 8192},
                                 {1, 4, 4096},  {2, 4, 8192},  {4, 4, 4096}};
-    for (auto& t : tcfg)
-      for (unsigned b : {S, 2 * S}) {
-        if ((size_t)t.w * t.s * t.c * (b > S ? 2 : 1) > 227 * 1024) continue;  // would not be co-resident
-        consider("tma", tmaDesign(t.w, t.s, t.c, b));
-      }
+    for (bool il : {false, true})
+      for (auto& t : tcfg)
+        for (unsigned b : {S, 2 * S}) {
+          if ((size_t)t.w * t.s * t.c * (b > S ? 2 : 1) > 226 * 1024) continue;  // would not be co-resident
+          consider(il ? "tma-interleaved" : "tma", tmaDesign(t.w, t.s, t.c, b, il));
+        }
+    for (int u : {4, 8})
+      for (unsigned t : {256u, 512u, 1024u})
+        for (unsigned b : {S, 2 * S, 4 * S})
+          for (size_t tile : {(size_t)16 << 10, (size_t)64 << 10, (size_t)256 << 10, (size_t)1 << 20}) {
+            if (u == 8 && t == 1024) continue;
+            consider("sm-tiles", tilesDesign(u, t, b, tile));
+          }
+    for (int st = 0; st < 4; ++st)
+      for (unsigned b : {S, 4 * S}) consider("sm-grid-store", storeDesign(st, 512, b));
     for (int u : {4, 8})
       for (unsigned t : {512u})
         for (unsigned b : {S, 2 * S}) consider("sm-pull (GPU1 reads)", smDesign("pull", u, t, b));
+  }
+
+  if (!best.empty()) {
+    std::printf("\n## Best of each family in the sweep (chosen at the largest sweep size)\n\n| family | design |");
+    for (size_t n : sweep_sizes) std::printf(" %s |", sizeName(n).c_str());
+    std::printf("\n|---|---|");
+    for (size_t i = 0; i < sweep_sizes.size(); ++i) std::printf("---|");
+    std::printf("\n");
+    for (auto& [family, bd] : best) printRow(family + " | " + bd.first.name, best_rows[family], &base_sweep);
   }
 
   // --- Full size ladder -----------------------------------------------------
@@ -631,13 +784,50 @@ int main(int argc, char** argv) {
   }
   // The shipping default (what a put split over all SMs by blocks uses), then
   // the best of each family from the sweep.
-  std::vector<Design> ladder = {smDesign("block", MC_DETAIL_COPY_UNROLL, 512, S), deviceApiDesign(c, 512, S),
+  std::vector<Design> ladder = {tilesDefaultDesign(512, 4 * S),
+                                tilesDefaultDesign(1024, 2 * S),
+                                deviceApiTilesDesign(c, 512, 4 * S, MC_DETAIL_COPY_TILE_BYTES),
+                                smDesign("block", MC_DETAIL_COPY_UNROLL_BLOCK, 512, S),
+                                deviceApiDesign(c, 512, S),
                                 deviceApiDesign(c, 1024, S)};
   for (auto& [family, bd] : best) ladder.push_back(bd.first);
   for (auto& d : ladder) {
     std::vector<double> g;
     for (size_t n : sizes) g.push_back(runDesign(c, d, n));
-    printRow(&d == &ladder[0] ? d.name + " (default)" : d.name, g, &base);
+    printRow(d.name, g, &base);
+  }
+  // Not a device-initiated put: the copy engine and an SM kernel each move
+  // part of the buffer at the same time, to see whether the link has room
+  // beyond what either reaches alone.
+  {
+    cudaStream_t s0b;
+    cudaEvent_t fork, join;
+    BENCH_CUDA(cudaSetDevice(0));
+    BENCH_CUDA(cudaStreamCreateWithFlags(&s0b, cudaStreamNonBlocking));
+    BENCH_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    BENCH_CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    for (double sm_frac : {0.25, 0.5}) {
+      std::vector<double> g;
+      for (size_t n : sizes) {
+        size_t n_ce = (size_t)(n * (1 - sm_frac)) & ~size_t(4095);
+        clearDst(c, n);
+        g.push_back(timeOp(c, 0, c.s0, n, [&] {
+          BENCH_CUDA(cudaEventRecord(fork, c.s0));
+          BENCH_CUDA(cudaStreamWaitEvent(s0b, fork, 0));
+          BENCH_CUDA(cudaMemcpyPeerAsync(c.dst1, 1, c.src0, 0, n_ce, c.s0));
+          putGridStride<4><<<blocksFor(n - n_ce, 4 * S, 16384), 256, 0, s0b>>>(c.dst1 + n_ce, c.src0 + n_ce,
+                                                                                n - n_ce);
+          BENCH_CUDA(cudaEventRecord(join, s0b));
+          BENCH_CUDA(cudaStreamWaitEvent(c.s0, join, 0));
+        }));
+        BENCH_CUDA(cudaDeviceSynchronize());
+        verify(c, "CE+SM split", n);
+      }
+      char name[96];
+      std::snprintf(name, sizeof name, "info, not a device put: CE %d%% + SM grid %d%% concurrently",
+                    (int)((1 - sm_frac) * 100), (int)(sm_frac * 100));
+      printRow(name, g, &base);
+    }
   }
 
   int api_status = 0;

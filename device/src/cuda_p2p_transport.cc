@@ -32,6 +32,68 @@ namespace {
 using internal::BufferHandle;
 using internal::HandleKind;
 
+// Driver-API entry points, resolved through the CUDA runtime at run time so
+// this library does not link libcuda.so.1: a CUDA build still loads (and
+// reports "no GPU") on a machine without the NVIDIA driver.
+struct DriverApi {
+#define MC_DRIVER_FN(name) decltype(&::name) name = nullptr;
+  MC_DRIVER_FN(cuGetErrorName)
+  MC_DRIVER_FN(cuGetErrorString)
+  MC_DRIVER_FN(cuDeviceGet)
+  MC_DRIVER_FN(cuDeviceGetAttribute)
+  MC_DRIVER_FN(cuMemGetAllocationGranularity)
+  MC_DRIVER_FN(cuMemCreate)
+  MC_DRIVER_FN(cuMemAddressReserve)
+  MC_DRIVER_FN(cuMemMap)
+  MC_DRIVER_FN(cuMemSetAccess)
+  MC_DRIVER_FN(cuMemUnmap)
+  MC_DRIVER_FN(cuMemAddressFree)
+  MC_DRIVER_FN(cuMemRelease)
+  MC_DRIVER_FN(cuMemExportToShareableHandle)
+  MC_DRIVER_FN(cuMemImportFromShareableHandle)
+#undef MC_DRIVER_FN
+};
+
+DriverApi& Drv() {
+  static DriverApi api;
+  return api;
+}
+
+// Fills Drv() once; later calls return the first outcome.
+absl::Status LoadDriverApi() {
+  static const absl::Status loaded = [] {
+    DriverApi& d = Drv();
+    struct Entry {
+      const char* name;
+      void** slot;
+    };
+#define MC_DRIVER_ENTRY(name) Entry{#name, reinterpret_cast<void**>(&d.name)}
+    const Entry entries[] = {
+        MC_DRIVER_ENTRY(cuGetErrorName), MC_DRIVER_ENTRY(cuGetErrorString),
+        MC_DRIVER_ENTRY(cuDeviceGet), MC_DRIVER_ENTRY(cuDeviceGetAttribute),
+        MC_DRIVER_ENTRY(cuMemGetAllocationGranularity), MC_DRIVER_ENTRY(cuMemCreate),
+        MC_DRIVER_ENTRY(cuMemAddressReserve), MC_DRIVER_ENTRY(cuMemMap),
+        MC_DRIVER_ENTRY(cuMemSetAccess), MC_DRIVER_ENTRY(cuMemUnmap),
+        MC_DRIVER_ENTRY(cuMemAddressFree), MC_DRIVER_ENTRY(cuMemRelease),
+        MC_DRIVER_ENTRY(cuMemExportToShareableHandle),
+        MC_DRIVER_ENTRY(cuMemImportFromShareableHandle)};
+#undef MC_DRIVER_ENTRY
+    for (const Entry& e : entries) {
+      cudaDriverEntryPointQueryResult q{};
+      // The ABI of the headers this file was compiled with.
+      cudaError_t err = cudaGetDriverEntryPointByVersion(e.name, e.slot, CUDA_VERSION, cudaEnableDefault, &q);
+      if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || *e.slot == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "CUDA driver entry point ", e.name, " (CUDA ", CUDA_VERSION, " ABI) not found: ",
+            cudaGetErrorString(err), "; the NVIDIA driver is missing or older than the CUDA "
+            "toolkit Mooncake was built with"));
+      }
+    }
+    return absl::OkStatus();
+  }();
+  return loaded;
+}
+
 absl::StatusCode CodeFor(cudaError_t e) {
   switch (e) {
     case cudaErrorMemoryAllocation: return absl::StatusCode::kResourceExhausted;
@@ -56,8 +118,8 @@ absl::Status CuStatus(CUresult r, absl::string_view what) {
   if (r == CUDA_SUCCESS) return absl::OkStatus();
   const char* name = "unknown";
   const char* text = "unknown error";
-  cuGetErrorName(r, &name);
-  cuGetErrorString(r, &text);
+  if (Drv().cuGetErrorName != nullptr) Drv().cuGetErrorName(r, &name);
+  if (Drv().cuGetErrorString != nullptr) Drv().cuGetErrorString(r, &text);
   absl::StatusCode code = absl::StatusCode::kInternal;
   if (r == CUDA_ERROR_OUT_OF_MEMORY) code = absl::StatusCode::kResourceExhausted;
   if (r == CUDA_ERROR_INVALID_VALUE) code = absl::StatusCode::kInvalidArgument;
@@ -110,14 +172,15 @@ class CudaP2pTransport final : public P2pTransport {
                                   "createCudaP2pTransport: cudaGetDevice (is a GPU visible?)"));
     // Creates the primary context the driver-API calls below work in.
     MC_RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "createCudaP2pTransport: CUDA init"));
+    MC_RETURN_IF_ERROR(LoadDriverApi());
     CUdevice cu_device = 0;
-    MC_RETURN_IF_ERROR(CuStatus(cuDeviceGet(&cu_device, device), "cuDeviceGet"));
+    MC_RETURN_IF_ERROR(CuStatus(Drv().cuDeviceGet(&cu_device, device), "cuDeviceGet"));
 
     int vmm = 0, posix_fd = 0, gdr_vmm = 0;
-    cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_device);
-    cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+    Drv().cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_device);
+    Drv().cuDeviceGetAttribute(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
                          cu_device);
-    cuDeviceGetAttribute(&gdr_vmm, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+    Drv().cuDeviceGetAttribute(&gdr_vmm, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
                          cu_device);
     const bool vmm_ok = vmm != 0 && posix_fd != 0;
 
@@ -288,7 +351,7 @@ class CudaP2pTransport final : public P2pTransport {
     if (vmm()) {
       CUmemAllocationProp prop = AllocationProp();
       MC_RETURN_IF_ERROR(CuStatus(
-          cuMemGetAllocationGranularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+          Drv().cuMemGetAllocationGranularity(&granularity_, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity"));
       // Every GPU that can reach this one gets access, so a process driving
       // several GPUs can use the buffer from any of them.
@@ -331,16 +394,16 @@ class CudaP2pTransport final : public P2pTransport {
     Cleanup undo;
     if (vmm()) {
       CUmemAllocationProp prop = AllocationProp();
-      MC_RETURN_IF_ERROR(CuStatus(cuMemCreate(&b.handle, map_bytes, &prop, 0),
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemCreate(&b.handle, map_bytes, &prop, 0),
                                   absl::StrCat("allocateBuffer: cuMemCreate(", map_bytes, " bytes)")));
       const CUmemGenericAllocationHandle h = b.handle;
-      undo.add([h] { cuMemRelease(h); });
+      undo.add([h] { Drv().cuMemRelease(h); });
       CUdeviceptr va = 0;
-      MC_RETURN_IF_ERROR(CuStatus(cuMemAddressReserve(&va, map_bytes, granularity_, 0, 0),
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemAddressReserve(&va, map_bytes, granularity_, 0, 0),
                                   "allocateBuffer: cuMemAddressReserve"));
-      undo.add([va, map_bytes] { cuMemAddressFree(va, map_bytes); });
-      MC_RETURN_IF_ERROR(CuStatus(cuMemMap(va, map_bytes, 0, b.handle, 0), "allocateBuffer: cuMemMap"));
-      undo.add([va, map_bytes] { cuMemUnmap(va, map_bytes); });
+      undo.add([va, map_bytes] { Drv().cuMemAddressFree(va, map_bytes); });
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemMap(va, map_bytes, 0, b.handle, 0), "allocateBuffer: cuMemMap"));
+      undo.add([va, map_bytes] { Drv().cuMemUnmap(va, map_bytes); });
       std::vector<CUmemAccessDesc> access;
       for (int d : access_devices_) {
         CUmemAccessDesc a{};
@@ -349,7 +412,7 @@ class CudaP2pTransport final : public P2pTransport {
         a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         access.push_back(a);
       }
-      MC_RETURN_IF_ERROR(CuStatus(cuMemSetAccess(va, map_bytes, access.data(), access.size()),
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemSetAccess(va, map_bytes, access.data(), access.size()),
                                   "allocateBuffer: cuMemSetAccess"));
       b.base = reinterpret_cast<void*>(va);
     } else {
@@ -372,9 +435,9 @@ class CudaP2pTransport final : public P2pTransport {
   void Release(Buffer& b) {
     if (vmm()) {
       const auto va = reinterpret_cast<CUdeviceptr>(b.base);
-      cuMemUnmap(va, b.map_bytes);
-      cuMemAddressFree(va, b.map_bytes);
-      cuMemRelease(b.handle);
+      Drv().cuMemUnmap(va, b.map_bytes);
+      Drv().cuMemAddressFree(va, b.map_bytes);
+      Drv().cuMemRelease(b.handle);
     } else {
       cudaFree(b.base);
     }
@@ -401,7 +464,7 @@ class CudaP2pTransport final : public P2pTransport {
     if (vmm()) {
       int fd = -1;
       MC_RETURN_IF_ERROR(CuStatus(
-          cuMemExportToShareableHandle(&fd, b->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+          Drv().cuMemExportToShareableHandle(&fd, b->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
           "exportIpcHandle: cuMemExportToShareableHandle(POSIX fd)"));
       UniqueFd owned(fd);
       MC_ASSIGN_OR_RETURN(h.payload, exchange_->exportFds({fd}, handleKind(), b->map_bytes));
@@ -425,8 +488,8 @@ class CudaP2pTransport final : public P2pTransport {
       if (p.base != nullptr) {
         if (vmm()) {
           const auto va = reinterpret_cast<CUdeviceptr>(p.base);
-          cuMemUnmap(va, p.map_bytes);
-          cuMemAddressFree(va, p.map_bytes);
+          Drv().cuMemUnmap(va, p.map_bytes);
+          Drv().cuMemAddressFree(va, p.map_bytes);
         } else {
           cudaIpcCloseMemHandle(p.base);
         }
@@ -530,28 +593,28 @@ class CudaP2pTransport final : public P2pTransport {
       }
       CUmemGenericAllocationHandle handle = 0;
       MC_RETURN_IF_ERROR(CuStatus(
-          cuMemImportFromShareableHandle(
+          Drv().cuMemImportFromShareableHandle(
               &handle, reinterpret_cast<void*>(static_cast<uintptr_t>((*fds)[0].get())),
               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
           absl::StrCat("rank ", r, ": cuMemImportFromShareableHandle")));
       // The mapping holds its own reference; ours goes when this scope ends.
       Cleanup release;
-      release.add([handle] { cuMemRelease(handle); });
+      release.add([handle] { Drv().cuMemRelease(handle); });
       Cleanup undo;
       CUdeviceptr va = 0;
       const size_t bytes = h.map_bytes;
-      MC_RETURN_IF_ERROR(CuStatus(cuMemAddressReserve(&va, bytes, granularity_, 0, 0),
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemAddressReserve(&va, bytes, granularity_, 0, 0),
                                   absl::StrCat("rank ", r, ": cuMemAddressReserve(", bytes, ")")));
-      undo.add([va, bytes] { cuMemAddressFree(va, bytes); });
-      MC_RETURN_IF_ERROR(CuStatus(cuMemMap(va, bytes, 0, handle, 0),
+      undo.add([va, bytes] { Drv().cuMemAddressFree(va, bytes); });
+      MC_RETURN_IF_ERROR(CuStatus(Drv().cuMemMap(va, bytes, 0, handle, 0),
                                   absl::StrCat("rank ", r, ": cuMemMap")));
-      undo.add([va, bytes] { cuMemUnmap(va, bytes); });
+      undo.add([va, bytes] { Drv().cuMemUnmap(va, bytes); });
       CUmemAccessDesc a{};
       a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
       a.location.id = device_;
       a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
       MC_RETURN_IF_ERROR(CuStatus(
-          cuMemSetAccess(va, bytes, &a, 1),
+          Drv().cuMemSetAccess(va, bytes, &a, 1),
           absl::StrCat("rank ", r, ": cuMemSetAccess for GPU ", device_,
                        " (can this GPU reach the peer's over NVLink/PCIe P2P?)")));
       undo.dismiss();

@@ -42,7 +42,8 @@ unsigned char PatternByte(int src, int dst, int round, size_t i) {
 struct Layout {
   int n;
   size_t chunk;
-  size_t data_bytes() const { return chunk * n; }
+  // Rounded up so the signal words and LL slots after the data stay aligned.
+  size_t data_bytes() const { return (chunk * n + 63) / 64 * 64; }
   size_t sig_offset(int s) const { return data_bytes() + 64 * s; }
   size_t counter_offset() const { return data_bytes() + 64 * n; }
   size_t bytes() const { return counter_offset() + 64; }

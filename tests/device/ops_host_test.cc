@@ -163,6 +163,15 @@ TEST(OpsHost, ReleaseAcquireMessagePassing) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// The GPU traps on these; the host platform must fail as loudly.
+TEST(OpsHostDeathTest, MisalignedAccessesAbort) {
+  alignas(16) unsigned char buf[64] = {};
+  EXPECT_DEATH(mc_st_release(reinterpret_cast<uint32_t*>(buf + 2), 1u), "not 4-byte aligned");
+  EXPECT_DEATH(mc_ld_acquire(reinterpret_cast<const uint64_t*>(buf + 4)), "not 8-byte aligned");
+  EXPECT_DEATH(mc_st_v4(buf + 8, McVec16{}), "not 16-byte aligned");
+  EXPECT_DEATH(mc_st_relaxed_v2u64(buf + 8, 1, 2), "not 16-byte aligned");
+}
+
 TEST(OpsHost, TimeIsMonotonic) {
   const uint64_t a = mc_time_ns();
   std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -91,6 +91,10 @@ __global__ void copyWarpsSliced(void* d, const void* s, size_t n) {
   size_t len = (n - begin < per) ? n - begin : per;
   mc_detail_copy_warp(static_cast<char*>(d) + begin, static_cast<const char*>(s) + begin, len, threadIdx.x % 32);
 }
+// Tiles interleaved over blocks (mc_detail_copy_tiles): a small odd tile so
+// small sizes cross tile boundaries, and the default tile.
+__global__ void copyTilesSmall(void* d, const void* s, size_t n) { mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x, 4112); }
+__global__ void copyTilesDefault(void* d, const void* s, size_t n) { mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x); }
 // The whole grid as one group.
 __global__ void copyGrid(void* d, const void* s, size_t n) {
   mc_detail_copy_group(d, s, n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
@@ -101,7 +105,7 @@ __global__ void copyBlockCoherent(void* d, const void* s, size_t n) {
     mc_detail_copy_group<2, false>(d, s, n, threadIdx.x, blockDim.x);
 }
 
-enum class Variant { kThread, kWarp, kBlock, kBlocksSliced, kWarpsSliced, kGrid, kBlockCoherent };
+enum class Variant { kThread, kWarp, kBlock, kBlocksSliced, kWarpsSliced, kGrid, kBlockCoherent, kTilesSmall, kTilesDefault };
 
 const char* variantName(Variant v) {
   switch (v) {
@@ -112,6 +116,8 @@ const char* variantName(Variant v) {
     case Variant::kWarpsSliced: return "WarpsSliced";
     case Variant::kGrid: return "Grid";
     case Variant::kBlockCoherent: return "BlockCoherent";
+    case Variant::kTilesSmall: return "TilesSmall";
+    case Variant::kTilesDefault: return "TilesDefault";
   }
   return "?";
 }
@@ -125,6 +131,8 @@ void launchCopy(Variant v, void* d, const void* s, size_t n) {
     case Variant::kWarpsSliced: copyWarpsSliced<<<132, 256>>>(d, s, n); break;
     case Variant::kGrid: copyGrid<<<264, 256>>>(d, s, n); break;
     case Variant::kBlockCoherent: copyBlockCoherent<<<1, 256>>>(d, s, n); break;
+    case Variant::kTilesSmall: copyTilesSmall<<<7, 256>>>(d, s, n); break;
+    case Variant::kTilesDefault: copyTilesDefault<<<528, 512>>>(d, s, n); break;
   }
 }
 
@@ -233,7 +241,7 @@ std::vector<Case> smallCases() {
                           64, 65, 95, 127, 128, 129, 255, 511, 1000, 4095, 4096, 4097, 8191, 65543};
   std::vector<Case> out;
   for (Variant v : {Variant::kThread, Variant::kWarp, Variant::kBlock, Variant::kBlocksSliced, Variant::kWarpsSliced,
-                    Variant::kGrid, Variant::kBlockCoherent})
+                    Variant::kGrid, Variant::kBlockCoherent, Variant::kTilesSmall, Variant::kTilesDefault})
     for (size_t n : sizes)
       for (auto& o : kOffsets) out.push_back({v, n, o[0], o[1], false});
   return out;
@@ -249,7 +257,8 @@ std::vector<Case> largeCases() {
         if (v == Variant::kThread && n > ((size_t)1 << 20) + 3) continue;
         out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], false});
       }
-  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid})
+  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid, Variant::kTilesSmall,
+                    Variant::kTilesDefault})
     for (size_t n : {((size_t)16 << 20) + 1, ((size_t)256 << 20) + 7, (size_t)1 << 30})
       for (int k : {0, 2, 6}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], false});
   return out;
@@ -260,7 +269,7 @@ std::vector<Case> peerCases() {
   for (Variant v : {Variant::kThread, Variant::kWarp, Variant::kBlock})
     for (size_t n : {(size_t)1, (size_t)17, (size_t)4096, (size_t)65543})
       for (int k : {0, 2, 8}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], true});
-  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid})
+  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid, Variant::kTilesDefault})
     for (size_t n : {(size_t)4097, ((size_t)16 << 20) + 3, (size_t)256 << 20})
       for (int k : {0, 2, 8}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], true});
   return out;

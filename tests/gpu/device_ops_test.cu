@@ -58,7 +58,7 @@ enum class Granularity { kThread, kWarp, kBlock };
 // Rank 0: for seq = 1..iters: wait for the ack of seq-1, put n bytes of
 // pattern seq (source buffer seq&1, filled before launch) at dst_off, then
 // signal seq. `relaxed`: mc_fence + mc_signal_relaxed instead of mc_signal.
-__global__ void sender(CommCtx ctx, size_t dst_off, size_t n, int iters, Granularity g, bool relaxed, Result* r) {
+__global__ void __launch_bounds__(1024) sender(CommCtx ctx, size_t dst_off, size_t n, int iters, Granularity g, bool relaxed, Result* r) {
   char* base = static_cast<char*>(ctx.p2p.local_base);
   auto* ack = reinterpret_cast<uint64_t*>(base + kOffAck);
   auto* flag_sym = reinterpret_cast<uint64_t*>(base + kOffFlag);
@@ -251,11 +251,18 @@ class DeviceOps : public ::testing::Test {
     return r;
   }
 
+  // Waits for both GPUs before judging either, so a failed launch on one
+  // side never leaves the other side's kernel running into the next test.
   void syncBoth() {
+    cudaError_t e[2][2];
     for (int d = 0; d < 2; ++d) {
       cudaSetDevice(d);
-      ASSERT_EQ(cudaStreamSynchronize(ranks_[d].stream), cudaSuccess);
-      ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+      e[d][0] = cudaStreamSynchronize(ranks_[d].stream);
+      e[d][1] = cudaGetLastError();
+    }
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(e[d][0], cudaSuccess) << "GPU" << d << ": " << cudaGetErrorString(e[d][0]);
+      EXPECT_EQ(e[d][1], cudaSuccess) << "GPU" << d << ": " << cudaGetErrorString(e[d][1]);
     }
   }
 
@@ -268,6 +275,8 @@ class DeviceOps : public ::testing::Test {
     CUDA_OK(cudaSetDevice(1));
     receiver<<<1, 512, 0, ranks_[1].stream>>>(ranks_[1].ctx, dst_off, n, iters, ranks_[1].result);
     CUDA_OK(cudaSetDevice(0));
+    // A failed sender launch must not leave the receiver waiting: check it
+    // before anything else.
     sender<<<1, threads, 0, ranks_[0].stream>>>(ranks_[0].ctx, dst_off, n, iters, g, relaxed, ranks_[0].result);
     syncBoth();
     Result s = result(0), r = result(1);
@@ -282,7 +291,7 @@ class DeviceOps : public ::testing::Test {
 
 TEST_F(DeviceOps, PutBlockSignalSmallOdd) { putSignal(Granularity::kBlock, 4097, 3, 200, false, 512); }
 TEST_F(DeviceOps, PutBlockSignal1MiB) { putSignal(Granularity::kBlock, (1u << 20) + 5, 1, 100, false, 1024); }
-TEST_F(DeviceOps, PutBlockSignal16MiB) { putSignal(Granularity::kBlock, 16u << 20, 0, 10, false, 1024); }
+TEST_F(DeviceOps, PutBlockSignal16MiB) { putSignal(Granularity::kBlock, 16u << 20, 0, 10, false, 512); }
 TEST_F(DeviceOps, PutWarpSignal) { putSignal(Granularity::kWarp, 65536 + 13, 7, 200, false, 64); }
 TEST_F(DeviceOps, PutThreadSignal) { putSignal(Granularity::kThread, 1000, 5, 200, false, 32); }
 TEST_F(DeviceOps, PutThreadOneByte) { putSignal(Granularity::kThread, 1, 0, 500, false, 32); }

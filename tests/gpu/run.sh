@@ -33,7 +33,12 @@ want() { [[ "$steps" == *",$1,"* ]]; }
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export PATH="$PATH:/usr/local/cuda/bin"
+# The bundle's libraries first; then the machine's CUDA runtime for programs
+# linked against the shared cudart (never shipped in the bundle).
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [[ -d "$d" ]] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+done
 
 passed=0
 failed=0
@@ -90,8 +95,10 @@ if want env; then
   ls "$bin" 2>/dev/null
 fi
 
+# GPU test executables: gpu_*_test (tests/gpu) and *_gpu_test (other areas'
+# GPU tests, e.g. device_cuda_p2p_gpu_test).
 tests=()
-for t in "$bin"/gpu_*_test; do [[ -x "$t" ]] && tests+=("$t"); done
+for t in "$bin"/gpu_*_test "$bin"/*_gpu_test; do [[ -x "$t" ]] && tests+=("$t"); done
 
 if want tests; then
   if [[ ${#tests[@]} -eq 0 ]]; then

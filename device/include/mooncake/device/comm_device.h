@@ -62,9 +62,11 @@ MC_HOST_DEVICE bool mc_rank_valid(const CommCtx& ctx, int rank) {
   return rank >= 0 && rank < ctx.num_ranks;
 }
 
-// True when `dst` is reachable by load/store (self counts).
+// True when `dst` is reachable by load/store (self counts; out-of-range
+// ranks are not).
 MC_DEVICE bool mc_p2p_available(const CommCtx& ctx, int dst) {
   if (dst == ctx.rank) return true;
+  if (!mc_rank_valid(ctx, dst)) return false;
   return ctx.p2p.available != nullptr && ctx.p2p.peer_ptrs != nullptr &&
          ctx.p2p.available[dst] != 0;
 }
@@ -75,7 +77,7 @@ MC_DEVICE bool mc_p2p_available(const CommCtx& ctx, int dst) {
 template <class T>
 MC_DEVICE T* mc_route_put(const CommCtx& ctx, int dst, T* ptr) {
   if (dst == ctx.rank) return ptr;
-  if (!mc_rank_valid(ctx, dst) || !mc_p2p_available(ctx, dst)) return nullptr;
+  if (!mc_p2p_available(ctx, dst)) return nullptr;
   const uintptr_t offset =
       reinterpret_cast<uintptr_t>(ptr) - reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) + offset);

@@ -24,6 +24,7 @@
 #include <barrier>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -64,11 +65,24 @@ template <class T>
 inline constexpr bool kIsWord = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
                                 (sizeof(T) == 4 || sizeof(T) == 8);
 
+// The GPU traps on a misaligned atomic or vector access; x86 would quietly
+// allow it. Failing the same way here lets CI catch layout bugs that would
+// otherwise first show up on the GPU.
+[[noreturn]] inline void Misaligned(const void* p, size_t align, const char* op) {
+  std::fprintf(stderr, "mooncake device (host platform): %s on %p, which is not %zu-byte aligned\n",
+               op, p, align);
+  std::abort();
+}
+inline void CheckAligned(const void* p, size_t align, const char* op) {
+  if ((reinterpret_cast<uintptr_t>(p) & (align - 1)) != 0) Misaligned(p, align, op);
+}
+
 template <class T>
 std::atomic_ref<T> Ref(const T* p) {
   static_assert(kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
   static_assert(std::atomic_ref<T>::is_always_lock_free,
                 "host-platform atomics must be lock-free to work across processes");
+  CheckAligned(p, sizeof(T), "atomic access");
   return std::atomic_ref<T>(*const_cast<T*>(p));
 }
 
@@ -119,22 +133,28 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
 // same copy code compiles on both platforms.
 
 MC_DEVICE McVec16 mc_ld_v4(const void* p) {
+  host_detail::CheckAligned(p, 16, "16-byte vector load");
   McVec16 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 MC_DEVICE McVec16 mc_ld_nc_v4(const void* p) { return mc_ld_v4(p); }
-MC_DEVICE void mc_st_v4(void* p, McVec16 v) { std::memcpy(p, &v, sizeof(v)); }
+MC_DEVICE void mc_st_v4(void* p, McVec16 v) {
+  host_detail::CheckAligned(p, 16, "16-byte vector store");
+  std::memcpy(p, &v, sizeof(v));
+}
 MC_DEVICE void mc_st_na_v4(void* p, McVec16 v) { mc_st_v4(p, v); }
 
 // The LL slot pair: two 8-byte words, each stored atomically (the pair as a
 // whole need not be; see McLLSlot). Relaxed: LL orders nothing else.
 MC_DEVICE void mc_st_relaxed_v2u64(void* p, uint64_t a, uint64_t b) {
+  host_detail::CheckAligned(p, 16, "16-byte LL store");
   auto* w = static_cast<uint64_t*>(p);
   host_detail::Ref(&w[0]).store(a, std::memory_order_relaxed);
   host_detail::Ref(&w[1]).store(b, std::memory_order_relaxed);
 }
 MC_DEVICE void mc_ld_relaxed_v2u64(const void* p, uint64_t* a, uint64_t* b) {
+  host_detail::CheckAligned(p, 16, "16-byte LL load");
   const auto* w = static_cast<const uint64_t*>(p);
   *a = host_detail::Ref(&w[0]).load(std::memory_order_relaxed);
   *b = host_detail::Ref(&w[1]).load(std::memory_order_relaxed);

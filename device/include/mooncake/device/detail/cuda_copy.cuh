@@ -35,10 +35,23 @@
 #include <cstddef>
 #include <cstdint>
 
-// Loads/stores in flight per thread in the vectorised body. 8 x 16 B keeps 32
-// registers of data live; see bench/results/ for the sweep that chose it.
+// 16-byte loads in flight per thread in the vectorised body, before their
+// stores. A lone thread or warp is latency-bound, so it keeps 8 in flight; a
+// block has enough threads that 4 reach the same NVLink bandwidth (measured:
+// bench/results/2026-11-29-h200x2-p2p.md) with half the registers, which
+// keeps 1024-thread blocks launchable.
 #ifndef MC_DETAIL_COPY_UNROLL
 #define MC_DETAIL_COPY_UNROLL 8
+#endif
+#ifndef MC_DETAIL_COPY_UNROLL_BLOCK
+#define MC_DETAIL_COPY_UNROLL_BLOCK 4
+#endif
+
+// Tile size of mc_detail_copy_tiles. Large puts split into one contiguous
+// slice per block (>= ~1 MiB each) lose ~6% NVLink bandwidth on H200 against
+// the same bytes interleaved across blocks in smaller tiles (bench results).
+#ifndef MC_DETAIL_COPY_TILE_BYTES
+#define MC_DETAIL_COPY_TILE_BYTES (64u * 1024u)
 #endif
 
 namespace mooncake {
@@ -216,7 +229,25 @@ __device__ __forceinline__ void mc_detail_copy_warp(void* dst, const void* src, 
 __device__ __forceinline__ void mc_detail_copy_block(void* dst, const void* src, size_t n) {
   const unsigned rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const unsigned size = blockDim.x * blockDim.y * blockDim.z;
-  mc_detail_copy_group(dst, src, n, rank, size);
+  mc_detail_copy_group<MC_DETAIL_COPY_UNROLL_BLOCK>(dst, src, n, rank, size);
+}
+
+// Several blocks copy n bytes together, tile by tile: block `block` of
+// `blocks` takes tiles block, block + blocks, ... of `tile` bytes (a multiple
+// of 16; tiles start at dst-relative offsets so every tile but the first
+// keeps dst's alignment). Every thread of each participating block calls it
+// with the same arguments. Use it instead of one contiguous slice per block
+// for large multi-block puts (see MC_DETAIL_COPY_TILE_BYTES).
+__device__ __forceinline__ void mc_detail_copy_tiles(void* dst, const void* src, size_t n, unsigned block,
+                                                     unsigned blocks, size_t tile = MC_DETAIL_COPY_TILE_BYTES) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  const unsigned rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned size = blockDim.x * blockDim.y * blockDim.z;
+  for (size_t off = (size_t)block * tile; off < n; off += (size_t)blocks * tile) {
+    const size_t len = n - off < tile ? n - off : tile;
+    mc_detail_copy_group<MC_DETAIL_COPY_UNROLL_BLOCK>(d + off, s + off, len, rank, size);
+  }
 }
 
 }  // namespace device

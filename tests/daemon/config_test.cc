@@ -1,0 +1,352 @@
+// DaemonConfig: the config file grammar, every key, validation messages, and
+// how flags and --config combine.
+#include "config/daemon_config.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace mooncake::daemon {
+namespace {
+
+bool Contains(absl::string_view haystack, const std::string& needle) {
+  return haystack.find(needle) != absl::string_view::npos;
+}
+
+TEST(ParseConfigTextTest, DefaultsWhenEmpty) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("", "test.conf", &c).ok());
+  EXPECT_EQ(c.socket, "/run/mooncake/mooncaked.sock");
+  EXPECT_EQ(c.socket_mode, 0660u);
+  EXPECT_EQ(c.socket_group, "");
+  EXPECT_EQ(c.node_id, "");
+  EXPECT_EQ(c.log_level, LogLevel::kInfo);
+  EXPECT_EQ(c.peer_listen, "");
+  EXPECT_EQ(c.sysfs_root, "/sys");
+  EXPECT_EQ(c.cuda_library, "libcuda.so.1");
+  EXPECT_EQ(c.join_timeout_ms, 30000u);
+  EXPECT_EQ(c.max_world_size, 65536u);
+  EXPECT_EQ(c.ticket_ttl_ms, 30000u);
+  EXPECT_EQ(c.max_sessions_per_uid, 4096u);
+}
+
+TEST(ParseConfigTextTest, EveryKey) {
+  const char* text =
+      "socket = /tmp/mc/test.sock\n"
+      "socket_mode = 0600\n"
+      "socket_group = mooncake\n"
+      "node_id = node-7\n"
+      "log_level = debug\n"
+      "peer_listen = 0.0.0.0:7000\n"
+      "sysfs_root = /tmp/fake-sys\n"
+      "cuda_library = /opt/cuda/libcuda.so\n"
+      "join_timeout_ms = 1234\n"
+      "max_world_size = 8\n"
+      "ticket_ttl_ms = 500\n"
+      "max_sessions_per_uid = 3\n";
+  DaemonConfig c;
+  absl::Status s = ParseConfigText(text, "test.conf", &c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.socket, "/tmp/mc/test.sock");
+  EXPECT_EQ(c.socket_mode, 0600u);
+  EXPECT_EQ(c.socket_group, "mooncake");
+  EXPECT_EQ(c.node_id, "node-7");
+  EXPECT_EQ(c.log_level, LogLevel::kDebug);
+  EXPECT_EQ(c.peer_listen, "0.0.0.0:7000");
+  EXPECT_EQ(c.sysfs_root, "/tmp/fake-sys");
+  EXPECT_EQ(c.cuda_library, "/opt/cuda/libcuda.so");
+  EXPECT_EQ(c.join_timeout_ms, 1234u);
+  EXPECT_EQ(c.max_world_size, 8u);
+  EXPECT_EQ(c.ticket_ttl_ms, 500u);
+  EXPECT_EQ(c.max_sessions_per_uid, 3u);
+}
+
+TEST(ParseConfigTextTest, CommentsBlankLinesAndWhitespace) {
+  const char* text =
+      "# a full-line comment\n"
+      "\n"
+      "   \t  \n"
+      "  node_id   =   spaced   # trailing comment\n"
+      "log_level=warning\n"
+      "\tmax_world_size\t=\t16\t\r\n"  // CRLF files from other editors
+      "#socket = /should/not/apply\n";
+  DaemonConfig c;
+  absl::Status s = ParseConfigText(text, "test.conf", &c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.node_id, "spaced");
+  EXPECT_EQ(c.log_level, LogLevel::kWarning);
+  EXPECT_EQ(c.max_world_size, 16u);
+  EXPECT_EQ(c.socket, "/run/mooncake/mooncaked.sock");
+}
+
+TEST(ParseConfigTextTest, KeysNotPresentKeepTheirValue) {
+  DaemonConfig c;
+  c.node_id = "kept";
+  c.join_timeout_ms = 77;
+  ASSERT_TRUE(ParseConfigText("log_level = error\n", "x", &c).ok());
+  EXPECT_EQ(c.node_id, "kept");
+  EXPECT_EQ(c.join_timeout_ms, 77u);
+  EXPECT_EQ(c.log_level, LogLevel::kError);
+}
+
+TEST(ParseConfigTextTest, LaterLinesWin) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("node_id = a\nnode_id = b\n", "x", &c).ok());
+  EXPECT_EQ(c.node_id, "b");
+}
+
+struct BadLine {
+  const char* text;
+  int line;
+  const char* must_mention;
+};
+
+TEST(ParseConfigTextTest, BadValuesNameFileLineAndKey) {
+  const BadLine cases[] = {
+      {"join_timeout_ms = abc\n", 1, "join_timeout_ms"},
+      {"\n# c\njoin_timeout_ms = 0\n", 3, "join_timeout_ms"},
+      {"join_timeout_ms = 3600001\n", 1, "[1, 3600000]"},
+      {"max_world_size = -1\n", 1, "max_world_size"},
+      {"max_world_size = 1048577\n", 1, "max_world_size"},
+      {"ticket_ttl_ms = 99\n", 1, "ticket_ttl_ms"},
+      {"max_sessions_per_uid = 0\n", 1, "max_sessions_per_uid"},
+      {"node_id = x\nlog_level = loud\n", 2, "log_level = 'loud'"},
+      {"socket =\n", 1, "socket: empty path"},
+      {"node_id = a\n\nthis line has no equals sign\n", 3, "expected 'key = value'"},
+      {"max_world_size = 12abc\n", 1, "'12abc'"},
+  };
+  for (const BadLine& b : cases) {
+    DaemonConfig c;
+    absl::Status s = ParseConfigText(b.text, "/etc/mooncake/mooncaked.conf", &c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.text;
+    EXPECT_TRUE(Contains(s.message(), "/etc/mooncake/mooncaked.conf:" + std::to_string(b.line) + ":"))
+        << b.text << " -> " << s;
+    EXPECT_TRUE(Contains(s.message(), b.must_mention)) << b.text << " -> " << s;
+  }
+}
+
+TEST(ParseConfigTextTest, UnknownKey) {
+  DaemonConfig c;
+  absl::Status s = ParseConfigText("node_id = a\nsocket_path = /x\n", "f.conf", &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "f.conf:2:")) << s;
+  EXPECT_TRUE(Contains(s.message(), "unknown key 'socket_path'")) << s;
+}
+
+TEST(ParseConfigTextTest, BoundaryValuesAccepted) {
+  DaemonConfig c;
+  absl::Status s = ParseConfigText(
+      "join_timeout_ms = 1\nmax_world_size = 1048576\nticket_ttl_ms = 100\n"
+      "max_sessions_per_uid = 1\n",
+      "x", &c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.join_timeout_ms, 1u);
+  EXPECT_EQ(c.max_world_size, 1048576u);
+  EXPECT_EQ(c.ticket_ttl_ms, 100u);
+  EXPECT_EQ(c.max_sessions_per_uid, 1u);
+}
+
+TEST(ParseConfigTextTest, SocketModeValidation) {
+  struct Case {
+    const char* value;
+    bool ok;
+    uint32_t mode;
+  };
+  const Case cases[] = {
+      {"0660", true, 0660}, {"660", true, 0660},  {"0600", true, 0600}, {"0777", true, 0777},
+      {"600", true, 0600},  {"0640", true, 0640},
+      {"0400", false, 0},   // owner cannot write
+      {"0200", false, 0},   // owner cannot read
+      {"0066", false, 0},   {"0680", false, 0},  // 8 is not octal
+      {"rw-rw----", false, 0}, {"06600", false, 0},  // too long
+      {"", false, 0},       {"-660", false, 0},
+  };
+  for (const Case& k : cases) {
+    DaemonConfig c;
+    absl::Status s = ParseConfigText(absl::StrCat("socket_mode = ", k.value, "\n"), "m.conf", &c);
+    EXPECT_EQ(s.ok(), k.ok) << "'" << k.value << "' -> " << s;
+    if (k.ok) {
+      EXPECT_EQ(c.socket_mode, k.mode) << k.value;
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << k.value;
+      EXPECT_TRUE(Contains(s.message(), "socket_mode")) << s;
+      EXPECT_EQ(c.socket_mode, 0660u) << "a rejected mode must not be applied";
+    }
+  }
+}
+
+class TempFile {
+ public:
+  explicit TempFile(const std::string& contents) {
+    char tmpl[] = "/tmp/mc_config_test_XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) ::close(fd);
+    path_ = tmpl;
+    std::ofstream(path_) << contents;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(LoadConfigFileTest, ReadsFileAndNamesItInErrors) {
+  TempFile good("node_id = from-file\nmax_world_size = 9\n");
+  DaemonConfig c;
+  ASSERT_TRUE(LoadConfigFile(good.path(), &c).ok());
+  EXPECT_EQ(c.node_id, "from-file");
+  EXPECT_EQ(c.max_world_size, 9u);
+
+  TempFile bad("node_id = x\nbogus = 1\n");
+  absl::Status s = LoadConfigFile(bad.path(), &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), bad.path() + ":2:")) << s;
+}
+
+TEST(LoadConfigFileTest, MissingFileIsNotFound) {
+  DaemonConfig c;
+  absl::Status s = LoadConfigFile("/nonexistent/dir/mooncaked.conf", &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(Contains(s.message(), "/nonexistent/dir/mooncaked.conf")) << s;
+}
+
+// Builds a mutable argv for ParseCommandLine.
+class Argv {
+ public:
+  Argv(std::initializer_list<std::string> args) : storage_(args) {
+    storage_.insert(storage_.begin(), "mooncaked");
+    for (std::string& s : storage_) ptrs_.push_back(s.data());
+    ptrs_.push_back(nullptr);
+  }
+  // ptrs_ points into storage_: a copy would dangle.
+  Argv(const Argv&) = delete;
+  Argv& operator=(const Argv&) = delete;
+  int argc() const { return static_cast<int>(storage_.size()); }
+  char** argv() { return ptrs_.data(); }
+
+ private:
+  std::vector<std::string> storage_;
+  std::vector<char*> ptrs_;
+};
+
+absl::StatusOr<DaemonConfig> Parse(Argv args, bool* help = nullptr, bool* version = nullptr) {
+  bool h = false, v = false;
+  auto r = ParseCommandLine(args.argc(), args.argv(), help ? help : &h, version ? version : &v);
+  return r;
+}
+
+TEST(ParseCommandLineTest, NoArgumentsGiveDefaults) {
+  bool help = true, version = true;
+  absl::StatusOr<DaemonConfig> c = Parse({}, &help, &version);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(help);
+  EXPECT_FALSE(version);
+  EXPECT_EQ(c->socket, "/run/mooncake/mooncaked.sock");
+}
+
+TEST(ParseCommandLineTest, EveryFlagSeparateValue) {
+  absl::StatusOr<DaemonConfig> c =
+      Parse({"--socket", "/tmp/a.sock", "--node-id", "n1", "--log-level", "error",
+             "--peer-listen", "127.0.0.1:9", "--sysfs-root", "/tmp/sys", "--socket-mode", "0600",
+             "--cuda-library", "/x/libcuda.so"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->socket, "/tmp/a.sock");
+  EXPECT_EQ(c->node_id, "n1");
+  EXPECT_EQ(c->log_level, LogLevel::kError);
+  EXPECT_EQ(c->peer_listen, "127.0.0.1:9");
+  EXPECT_EQ(c->sysfs_root, "/tmp/sys");
+  EXPECT_EQ(c->socket_mode, 0600u);
+  EXPECT_EQ(c->cuda_library, "/x/libcuda.so");
+}
+
+TEST(ParseCommandLineTest, KeyEqualsValueForm) {
+  absl::StatusOr<DaemonConfig> c =
+      Parse({"--socket=/tmp/b.sock", "--node-id=with=equals", "--log-level=debug"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->socket, "/tmp/b.sock");
+  EXPECT_EQ(c->node_id, "with=equals") << "only the first '=' separates the value";
+  EXPECT_EQ(c->log_level, LogLevel::kDebug);
+}
+
+TEST(ParseCommandLineTest, FlagsOverrideTheFileWhateverTheOrder) {
+  TempFile f("node_id = file-node\nsocket = /tmp/file.sock\nmax_world_size = 5\n");
+  // --config comes last but is applied first.
+  absl::StatusOr<DaemonConfig> c = Parse({"--node-id", "flag-node", "--config", f.path()});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->node_id, "flag-node");
+  EXPECT_EQ(c->socket, "/tmp/file.sock");
+  EXPECT_EQ(c->max_world_size, 5u);
+
+  absl::StatusOr<DaemonConfig> d = Parse({"--config=" + f.path(), "--socket=/tmp/flag.sock"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->socket, "/tmp/flag.sock");
+  EXPECT_EQ(d->node_id, "file-node");
+}
+
+TEST(ParseCommandLineTest, BadConfigFileFails) {
+  TempFile f("log_level = chatty\n");
+  absl::StatusOr<DaemonConfig> c = Parse({"--config", f.path()});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status().message(), f.path() + ":1:")) << c.status();
+  EXPECT_EQ(Parse({"--config", "/nonexistent/x.conf"}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(ParseCommandLineTest, HelpAndVersion) {
+  for (const char* flag : {"--help", "-h"}) {
+    bool help = false, version = false;
+    absl::StatusOr<DaemonConfig> c = Parse({flag}, &help, &version);
+    EXPECT_TRUE(c.ok()) << flag;
+    EXPECT_TRUE(help) << flag;
+    EXPECT_FALSE(version) << flag;
+  }
+  bool help = false, version = false;
+  // --version wins even after bad-looking flags would have been read later.
+  absl::StatusOr<DaemonConfig> c = Parse({"--version", "--bogus"}, &help, &version);
+  EXPECT_TRUE(c.ok());
+  EXPECT_TRUE(version);
+  EXPECT_FALSE(help);
+}
+
+TEST(ParseCommandLineTest, UnknownArgumentShowsUsage) {
+  absl::StatusOr<DaemonConfig> c = Parse({"--sockets", "/x"});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status().message(), "unknown argument '--sockets'")) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "usage: mooncaked")) << c.status();
+  EXPECT_EQ(Parse({"positional"}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ParseCommandLineTest, MissingValue) {
+  absl::StatusOr<DaemonConfig> c = Parse({"--node-id", "n", "--socket"});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status().message(), "--socket needs a value")) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "usage: mooncaked")) << c.status();
+}
+
+TEST(ParseCommandLineTest, BadFlagValues) {
+  absl::StatusOr<DaemonConfig> c = Parse({"--socket-mode", "0444"});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(c.status().message(), "flag: socket_mode")) << c.status();
+  EXPECT_EQ(Parse({"--log-level=noisy"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Parse({"--socket="}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UsageTextTest, MentionsEveryFlag) {
+  std::string u = UsageText();
+  for (const char* flag : {"--config", "--socket", "--node-id", "--log-level", "--peer-listen",
+                           "--sysfs-root", "--socket-mode", "--version", "--help"}) {
+    EXPECT_TRUE(Contains(u, flag)) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace mooncake::daemon

@@ -1,0 +1,22 @@
+# cmake -P script: install, configure + build the consumer, run it.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+foreach(f bin/mooncaked bin/mcctl lib/libmooncake_client.so lib/cmake/Mooncake/MooncakeConfig.cmake
+          include/mooncake/client/client.h include/mooncake/device/comm_device.h)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "install layout: ${prefix}/${f} is missing")
+  endif()
+endforeach()
+run(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/consumer-build -G Ninja
+    -DCMAKE_PREFIX_PATH=${prefix})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build)
+run(${WORK_DIR}/consumer-build/consumer ${WORK_DIR}/no-daemon.sock)
+message(STATUS "consumer said: ${last_output}")

@@ -406,18 +406,20 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   v.rank = resp.rank();
   v.world_size = resp.world_size();
   v.epoch = resp.epoch();
-  for (const v1::MemberView& m : resp.members()) {
+  v.members.reserve(resp.members_size());
+  // Move the strings out: at 256 ranks a view holds 65536 of them per process.
+  for (v1::MemberView& m : *resp.mutable_members()) {
     GroupMember g;
     g.rank = m.rank();
-    g.node_id = m.node_id();
+    g.node_id = std::move(*m.mutable_node_id());
     g.pid = m.pid();
     g.gpu_index = m.gpu_index();
-    g.gpu_uuid = m.gpu_uuid();
-    g.gpu_pci_bus_id = m.gpu_pci_bus_id();
-    g.handle_kind = m.handle_kind();
-    g.handle_data = m.handle_data();
+    g.gpu_uuid = std::move(*m.mutable_gpu_uuid());
+    g.gpu_pci_bus_id = std::move(*m.mutable_gpu_pci_bus_id());
+    g.handle_kind = std::move(*m.mutable_handle_kind());
+    g.handle_data = std::move(*m.mutable_handle_data());
     g.handle_size = m.handle_size();
-    g.fd_ticket = m.fd_ticket();
+    g.fd_ticket = std::move(*m.mutable_fd_ticket());
     g.fd_count = m.fd_count();
     g.same_node = m.same_node();
     g.p2p_reachable = m.p2p_reachable();

@@ -1,6 +1,7 @@
 #include "broker/group_broker.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -35,7 +36,14 @@ GroupBroker::GroupBroker(std::string node_id, v1::Topology topology, BrokerLimit
       topology_(std::move(topology)),
       limits_(limits),
       sessions_(sessions),
-      tickets_(tickets) {}
+      tickets_(tickets) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+GroupBroker::~GroupBroker() {
+  Shutdown();
+  if (timer_.joinable()) timer_.join();
+}
 
 absl::Status GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
   if (!ValidGroupName(r.group())) {
@@ -138,94 +146,193 @@ v1::JoinGroupResponse GroupBroker::BuildView(const Group& g, const SessionInfo& 
   return resp;
 }
 
-absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& caller,
-                                                        const v1::JoinGroupRequest& req,
-                                                        FdBundlePtr fds,
-                                                        const std::function<bool()>& cancelled) {
-  if (absl::Status s = ValidateJoin(req); !s.ok()) return s;
+void GroupBroker::Complete(std::vector<Completion>* completions) {
+  for (Completion& c : *completions) c.done(std::move(c.result));
+  completions->clear();
+}
+
+void GroupBroker::CompleteFormation(Formation f) const {
+  // Views are built outside the lock, each from the same snapshot.
+  for (auto& [rank, w] : f.waiters) w.done(BuildView(*f.group, w.caller, rank));
+}
+
+absl::Status GroupBroker::DeadlineError(const Group& g, uint32_t rank, uint32_t timeout_ms) const {
+  std::vector<uint32_t> missing;
+  size_t missing_total = 0;
+  for (uint32_t r = 0; r < g.world_size; ++r) {
+    if (g.members.contains(r) || r == rank) continue;
+    ++missing_total;
+    if (missing.size() < 16) missing.push_back(r);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "group '", g.name, "': ", g.world_size - missing_total, " of ", g.world_size,
+      " ranks joined within ", timeout_ms, " ms (missing ranks: ", absl::StrJoin(missing, ","),
+      missing_total > missing.size() ? ",..." : "",
+      "); is every rank started with the same group name, world size and user?"));
+}
+
+void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupRequest& req,
+                            FdBundlePtr fds, JoinDone done) {
+  if (absl::Status s = ValidateJoin(req); !s.ok()) return done(s);
   Member m;
   m.rank = req.rank();
   m.session = caller.id;
   m.cred = caller.cred;
   absl::StatusOr<int> gpu = ResolveGpu(req.device(), &m.gpu_uuid, &m.gpu_pci);
-  if (!gpu.ok()) return gpu.status();
+  if (!gpu.ok()) return done(gpu.status());
   m.gpu_index = *gpu;
   m.handle = req.handle();
   m.handle.clear_fd_ticket();
   m.fds = std::move(fds);
 
-  uint32_t timeout_ms = req.timeout_ms() == 0 ? limits_.default_timeout_ms : req.timeout_ms();
-  absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
-  GroupKey key{caller.cred.uid, req.group()};
+  const uint32_t timeout_ms = req.timeout_ms() == 0 ? limits_.default_timeout_ms : req.timeout_ms();
+  const GroupKey key{caller.cred.uid, req.group()};
+  std::optional<Formation> formation;
+  // Registers under the lock; completions run after it is released.
+  absl::Status error = [&]() -> absl::Status {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+    std::shared_ptr<Group>& slot = groups_[key];
+    if (!slot) {
+      slot = std::make_shared<Group>();
+      slot->name = req.group();
+      slot->uid = caller.cred.uid;
+      slot->world_size = req.world_size();
+      slot->created = absl::Now();
+    }
+    Group& g = *slot;
+    absl::Status error;
+    if (g.world_size != req.world_size()) {
+      error = absl::InvalidArgumentError(absl::StrCat(
+          "group '", g.name, "' has world size ", g.world_size, " but rank ", req.rank(),
+          " asked for ", req.world_size(), ": start every rank with the same world size"));
+    } else if (auto it = g.members.find(req.rank()); it != g.members.end()) {
+      error = absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g.name,
+                                                    "' is already taken by pid ",
+                                                    it->second.cred.pid));
+    } else if (g.formed) {
+      error = absl::FailedPreconditionError(absl::StrCat(
+          "group '", g.name, "' already formed (epoch ", g.epoch, ") and rank ", req.rank(),
+          " left it; a formed group is not re-entered: wait until every member has left, "
+          "or use a new group name"));
+    }
+    if (!error.ok()) {
+      EraseIfEmpty(key);
+      return error;
+    }
+    const uint32_t rank = req.rank();
+    g.members.emplace(rank, std::move(m));
+    g.waiters.emplace(rank, Waiter{caller, std::move(done),
+                                   absl::Now() + absl::Milliseconds(timeout_ms), timeout_ms});
+    if (g.members.size() == g.world_size) {
+      g.formed = true;
+      g.epoch += 1;
+      MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") formed with ", g.world_size,
+             " ranks, epoch ", g.epoch);
+      Formation f;
+      auto snapshot = std::make_shared<Group>();
+      snapshot->name = g.name;
+      snapshot->uid = g.uid;
+      snapshot->world_size = g.world_size;
+      snapshot->formed = true;
+      snapshot->epoch = g.epoch;
+      snapshot->members = g.members;
+      f.group = std::move(snapshot);
+      f.waiters.assign(std::make_move_iterator(g.waiters.begin()),
+                       std::make_move_iterator(g.waiters.end()));
+      g.waiters.clear();
+      formation = std::move(f);
+    } else if (absl::Time d = g.waiters.at(rank).deadline; d < timer_next_) {
+      // Only an earlier deadline needs the timer thread awake now.
+      timer_next_ = d;
+      timer_kick_ = true;
+    }
+    return absl::OkStatus();
+  }();
+  if (!error.ok()) return done(error);
+  if (formation) CompleteFormation(std::move(*formation));
+}
 
+void GroupBroker::CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank) {
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    GroupKey key{caller.cred.uid, group};
+    auto it = groups_.find(key);
+    if (it == groups_.end()) return;
+    Group& g = *it->second;
+    auto w = g.waiters.find(rank);
+    if (w == g.waiters.end() || w->second.caller.id != caller.id) return;
+    completions.push_back({std::move(w->second.done),
+                           absl::CancelledError("JoinGroup cancelled by the client")});
+    g.waiters.erase(w);
+    g.members.erase(rank);
+    EraseIfEmpty(key);
+  }
+  Complete(&completions);
+}
+
+void GroupBroker::TimerLoop() {
   absl::MutexLock lock(&mu_);
-  if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
-  std::shared_ptr<Group>& slot = groups_[key];
-  if (!slot) {
-    slot = std::make_shared<Group>();
-    slot->name = req.group();
-    slot->uid = caller.cred.uid;
-    slot->world_size = req.world_size();
-    slot->created = absl::Now();
-  }
-  std::shared_ptr<Group> g = slot;
-  if (g->world_size != req.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group '", g->name, "' has world size ", g->world_size, " but rank ", req.rank(),
-        " asked for ", req.world_size(), ": start every rank with the same world size"));
-  }
-  if (auto it = g->members.find(req.rank()); it != g->members.end()) {
-    return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g->name,
-                                                 "' is already taken by pid ",
-                                                 it->second.cred.pid));
-  }
-  if (g->formed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "group '", g->name, "' already formed (epoch ", g->epoch, ") and rank ", req.rank(),
-        " left it; a formed group is not re-entered: wait until every member has left, "
-        "or use a new group name"));
-  }
-  g->members.emplace(req.rank(), std::move(m));
-  const uint32_t rank = req.rank();
-  if (g->members.size() == g->world_size) {
-    g->formed = true;
-    g->epoch += 1;
-    MC_LOG(kInfo, "group '", g->name, "' (uid ", g->uid, ") formed with ", g->world_size,
-           " ranks, epoch ", g->epoch);
-  }
-
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return g->formed || shut_down_ || !g->members.contains(rank) ||
-           g->members.at(rank).session != caller.id;
-  };
-  while (!done()) {
+  while (!shut_down_) {
     absl::Time now = absl::Now();
-    if (now >= deadline || cancelled()) break;
-    // Wake at least every 100 ms to notice a cancelled RPC.
-    mu_.AwaitWithDeadline(absl::Condition(&done), std::min(deadline, now + absl::Milliseconds(100)));
+    absl::Time next = absl::InfiniteFuture();
+    std::vector<Completion> expired;
+    std::vector<GroupKey> emptied;
+    for (auto& [key, g] : groups_) {
+      for (auto w = g->waiters.begin(); w != g->waiters.end();) {
+        if (w->second.deadline <= now) {
+          expired.push_back({std::move(w->second.done),
+                             DeadlineError(*g, w->first, w->second.timeout_ms)});
+          g->members.erase(w->first);
+          w = g->waiters.erase(w);
+          emptied.push_back(key);
+        } else {
+          next = std::min(next, w->second.deadline);
+          ++w;
+        }
+      }
+    }
+    for (const GroupKey& k : emptied) EraseIfEmpty(k);
+    if (!expired.empty()) {
+      mu_.Unlock();
+      Complete(&expired);
+      mu_.Lock();
+      continue;  // the map may have changed while unlocked
+    }
+    timer_kick_ = false;
+    timer_next_ = next;
+    auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shut_down_ || timer_kick_; };
+    mu_.AwaitWithDeadline(absl::Condition(&woken), next);
   }
-  auto mine = g->members.find(rank);
-  bool still_mine = mine != g->members.end() && mine->second.session == caller.id;
-  if (g->formed && still_mine) return BuildView(*g, caller, rank);
+}
 
-  // Not formed: take our rank back out so the group stays consistent.
-  if (still_mine) g->members.erase(mine);
-  EraseIfEmpty(key);
-  if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
-  if (!still_mine) {
-    return absl::CancelledError(absl::StrCat("rank ", rank, " of group '", g->name,
-                                             "' was removed while waiting"));
+absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& caller,
+                                                        const v1::JoinGroupRequest& req,
+                                                        FdBundlePtr fds,
+                                                        const std::function<bool()>& cancelled) {
+  struct Result {
+    absl::Mutex mu;
+    std::optional<absl::StatusOr<v1::JoinGroupResponse>> value ABSL_GUARDED_BY(mu);
+  };
+  auto result = std::make_shared<Result>();
+  JoinAsync(caller, req, std::move(fds), [result](absl::StatusOr<v1::JoinGroupResponse> r) {
+    absl::MutexLock lock(&result->mu);
+    result->value = std::move(r);
+  });
+  bool cancel_sent = false;
+  absl::MutexLock lock(&result->mu);
+  auto has = [&result]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) { return result->value.has_value(); };
+  while (!result->value) {
+    result->mu.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(100));
+    if (!result->value && !cancel_sent && cancelled()) {
+      cancel_sent = true;
+      result->mu.Unlock();
+      CancelJoin(caller, req.group(), req.rank());
+      result->mu.Lock();
+    }
   }
-  if (cancelled()) return absl::CancelledError("JoinGroup cancelled by the client");
-  std::vector<uint32_t> missing;
-  for (uint32_t r = 0; r < g->world_size && missing.size() < 16; ++r) {
-    if (!g->members.contains(r) && r != rank) missing.push_back(r);
-  }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "group '", g->name, "': ", g->members.size() + 1, " of ", g->world_size,
-      " ranks joined within ", timeout_ms, " ms (missing ranks: ", absl::StrJoin(missing, ","),
-      g->world_size - g->members.size() - 1 > missing.size() ? ",..." : "",
-      "); is every rank started with the same group name, world size and user?"));
+  return std::move(*result->value);
 }
 
 void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
@@ -275,14 +382,24 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
     return absl::NotFoundError(
         absl::StrCat("this session holds no rank ", rank, " in group '", group, "'"));
   }
+  std::vector<Completion> completions;
   if (!g.formed) {
-    g.members.erase(m);  // a waiting Join of ours would see this and return
+    g.members.erase(m);
+    if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
+      completions.push_back({std::move(w->second.done),
+                             absl::CancelledError(absl::StrCat("rank ", rank, " of group '", group,
+                                                               "' left while waiting"))});
+      g.waiters.erase(w);
+    }
   } else {
     m->second.state = MemberState::kLeft;
     m->second.fds.reset();
     NotifyOthers(g, rank, v1::MemberEvent::LEFT, "left the group");
   }
   EraseIfEmpty(key);
+  mu_.Unlock();
+  Complete(&completions);
+  mu_.Lock();
   return absl::OkStatus();
 }
 
@@ -328,6 +445,7 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
 }
 
 void GroupBroker::SessionEnded(uint64_t session_id) {
+  std::vector<Completion> completions;
   absl::MutexLock lock(&mu_);
   std::vector<GroupKey> touched;
   for (auto& [key, g] : groups_) {
@@ -340,6 +458,11 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
       }
       touched.push_back(key);
       if (!g->formed) {
+        if (auto w = g->waiters.find(m.rank); w != g->waiters.end()) {
+          completions.push_back({std::move(w->second.done),
+                                 absl::CancelledError("the session ended while waiting")});
+          g->waiters.erase(w);
+        }
         it = g->members.erase(it);
         continue;
       }
@@ -352,11 +475,24 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     }
   }
   for (const GroupKey& k : touched) EraseIfEmpty(k);
+  mu_.Unlock();
+  Complete(&completions);
+  mu_.Lock();
 }
 
 void GroupBroker::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  shut_down_ = true;
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    for (auto& [key, g] : groups_) {
+      for (auto& [rank, w] : g->waiters) {
+        completions.push_back({std::move(w.done), absl::UnavailableError("mooncaked is shutting down")});
+      }
+      g->waiters.clear();
+    }
+  }
+  Complete(&completions);
 }
 
 std::string GroupBroker::StateName(const Group& g) {

@@ -8,7 +8,9 @@
 //
 // Groups are scoped by the caller's uid: the same name under two uids is two
 // unrelated groups, and no caller can see or join another user's group.
-// Thread-safe; Join blocks the calling thread until formed/deadline/cancel.
+// Thread-safe. JoinAsync never blocks: the daemon's RPC threads are not
+// held while a rendezvous waits (a 256-rank join would otherwise park 256
+// threads); deadlines are enforced by one timer thread.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,12 +41,25 @@ struct BrokerLimits {
 
 class GroupBroker {
  public:
+  using JoinDone = std::function<void(absl::StatusOr<v1::JoinGroupResponse>)>;
+
   GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
               SessionRegistry* sessions, TicketStore* tickets);
+  ~GroupBroker();
 
-  // Joins and waits for the group to form. `cancelled` is polled while
-  // waiting (the caller's RPC went away). On any error the caller's rank is
-  // not left behind in the group.
+  // Registers a join. `done` runs exactly once, never under the broker's
+  // lock: at once for invalid input, when the group forms (with the
+  // caller's view), when the deadline passes, on CancelJoin, when the
+  // caller's session ends, or on Shutdown. On any error the caller's rank
+  // is not left behind in the group.
+  void JoinAsync(const SessionInfo& caller, const v1::JoinGroupRequest& request, FdBundlePtr fds,
+                 JoinDone done);
+  // The caller's RPC went away: drops a still-waiting rank (done gets
+  // Cancelled). No-op when the join already completed.
+  void CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank);
+
+  // Blocking form of JoinAsync (tests, tools): waits for `done`, polling
+  // `cancelled` every 100 ms and cancelling the join when it returns true.
   absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
                                              const v1::JoinGroupRequest& request,
                                              FdBundlePtr fds,
@@ -74,6 +90,12 @@ class GroupBroker {
     FdBundlePtr fds;
     MemberState state = MemberState::kJoined;
   };
+  struct Waiter {
+    SessionInfo caller;
+    JoinDone done;
+    absl::Time deadline;
+    uint32_t timeout_ms = 0;
+  };
   struct Group {
     std::string name;
     uint32_t uid = 0;
@@ -82,6 +104,17 @@ class GroupBroker {
     uint64_t epoch = 0;
     absl::Time created;
     std::map<uint32_t, Member> members;
+    std::map<uint32_t, Waiter> waiters;  // ranks whose JoinAsync has not completed
+  };
+  // A completion to run once the lock is released.
+  struct Completion {
+    JoinDone done;
+    absl::StatusOr<v1::JoinGroupResponse> result;
+  };
+  // What every member's view is built from, once per formation.
+  struct Formation {
+    std::shared_ptr<const Group> group;  // immutable snapshot
+    std::vector<std::pair<uint32_t, Waiter>> waiters;
   };
   using GroupKey = std::pair<uint32_t, std::string>;
 
@@ -89,8 +122,12 @@ class GroupBroker {
   absl::StatusOr<int> ResolveGpu(const v1::DeviceSelector& device, std::string* uuid,
                                  std::string* pci) const;
   bool Reachable(int from_gpu, int to_gpu, bool* native_atomics) const;
-  v1::JoinGroupResponse BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Thread-safe without mu_: reads an immutable snapshot.
+  v1::JoinGroupResponse BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank) const;
+  static void Complete(std::vector<Completion>* completions);
+  void CompleteFormation(Formation f) const;
+  absl::Status DeadlineError(const Group& g, uint32_t rank, uint32_t timeout_ms) const;
+  void TimerLoop();
   void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
                     const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseIfEmpty(const GroupKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -104,7 +141,10 @@ class GroupBroker {
 
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  bool timer_kick_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time timer_next_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  std::thread timer_;
 };
 
 }  // namespace mooncake::daemon

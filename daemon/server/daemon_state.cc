@@ -6,7 +6,7 @@
 
 namespace mooncake::daemon {
 
-absl::StatusOr<std::pair<PeerCred, int>> DaemonState::Caller(const grpc::ServerContext* ctx) const {
+absl::StatusOr<std::pair<PeerCred, int>> DaemonState::Caller(const grpc::ServerContextBase* ctx) const {
   int fd = ConnectionTable::FdFromPeer(ctx->peer());
   std::optional<PeerCred> cred = fd >= 0 ? connections.Get(fd) : std::nullopt;
   if (!cred) {

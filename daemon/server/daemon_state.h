@@ -16,7 +16,7 @@
 #include "session/session_registry.h"
 
 namespace grpc {
-class ServerContext;
+class ServerContextBase;
 }
 
 namespace mooncake::daemon {
@@ -39,7 +39,7 @@ struct DaemonState {
 
   // Credentials and connection fd of the caller; PermissionDenied when the
   // call did not come through a connection the daemon accepted.
-  absl::StatusOr<std::pair<PeerCred, int>> Caller(const grpc::ServerContext* ctx) const;
+  absl::StatusOr<std::pair<PeerCred, int>> Caller(const grpc::ServerContextBase* ctx) const;
   // Releases everything a session owned and tells its groups.
   void EndSession(uint64_t session_id);
 };

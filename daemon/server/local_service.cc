@@ -1,12 +1,162 @@
 #include "server/local_service.h"
 
+#include <deque>
+#include <mutex>
+
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/log.h"
 
 namespace mooncake::daemon {
+namespace {
 
-absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContext* ctx) const {
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(ToGrpc(s));
+  return r;
+}
+
+// The session stream. Writes are started by Pump() whenever events are
+// queued (from any thread); at most one write is in flight. Cancellation
+// ends the session immediately, which is how a dead client's peers learn
+// LOST within milliseconds. gRPC may run a reaction inline from StartWrite
+// or Finish when they are called outside its threads, so neither is ever
+// called with mu_ held, and nothing touches `this` after Finish.
+class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
+ public:
+  // Shared with the registry's notifier so a notify racing OnDone never
+  // touches a deleted reactor. Recursive: OnDone may run inline inside a
+  // notify's Pump on the same thread.
+  struct Hook {
+    std::recursive_mutex mu;
+    SessionReactor* reactor = nullptr;
+  };
+
+  SessionReactor(DaemonState* state, const SessionInfo& session)
+      : state_(state), session_(session), hook_(std::make_shared<Hook>()) {
+    hook_->reactor = this;
+    v1::SessionEvent opened;
+    opened.mutable_opened()->set_session_id(session.id);
+    opened.mutable_opened()->set_token(session.token);
+    opened.mutable_opened()->set_instance_id(state->instance_id);
+    pending_.push_back(std::move(opened));
+    std::weak_ptr<Hook> weak = hook_;
+    state_->sessions->SetNotifier(session.id, [weak] {
+      if (auto h = weak.lock()) {
+        std::lock_guard<std::recursive_mutex> lock(h->mu);
+        if (h->reactor != nullptr) h->reactor->Pump();
+      }
+    });
+    Pump();
+  }
+
+  // An already-failed stream (no session was opened).
+  explicit SessionReactor(const absl::Status& error) : state_(nullptr), has_session_(false) {
+    finished_ = true;
+    Finish(ToGrpc(error));
+  }
+
+  void OnWriteDone(bool ok) override {
+    grpc::Status finish;
+    bool do_finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (finished_) return;
+      if (!ok || cancelled_) {
+        finish = grpc::Status::CANCELLED;
+      } else if (current_.has_shutdown()) {
+        finish = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("mooncaked is shutting down (",
+                                           current_.shutdown().reason(), ")"));
+      } else {
+        finish = grpc::Status::OK;
+      }
+      do_finish = !finish.ok();
+      finished_ = do_finish;
+    }
+    if (do_finish) {
+      Finish(finish);
+      return;
+    }
+    Pump();
+  }
+
+  void OnCancel() override {
+    EndSession();
+    bool finish_now = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+      // With a write in flight, OnWriteDone finishes (Finish must not race it).
+      if (!finished_ && !writing_) finished_ = finish_now = true;
+    }
+    if (finish_now) Finish(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    if (hook_) {
+      std::lock_guard<std::recursive_mutex> lock(hook_->mu);
+      hook_->reactor = nullptr;
+    }
+    EndSession();
+    delete this;
+  }
+
+  void Pump() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ || finished_ || cancelled_) return;
+      for (v1::SessionEvent& ev : state_->sessions->TakeEvents(session_.id)) {
+        pending_.push_back(std::move(ev));
+      }
+      if (pending_.empty()) return;
+      current_ = std::move(pending_.front());
+      pending_.pop_front();
+      writing_ = true;
+    }
+    StartWrite(&current_);
+  }
+
+ private:
+  void EndSession() {
+    if (!has_session_ || ended_.exchange(true)) return;
+    state_->EndSession(session_.id);
+  }
+
+  DaemonState* state_;
+  SessionInfo session_;
+  bool has_session_ = true;
+  std::atomic<bool> ended_{false};
+  std::shared_ptr<Hook> hook_;
+  std::mutex mu_;
+  bool writing_ = false;
+  bool finished_ = false;
+  bool cancelled_ = false;
+  std::deque<v1::SessionEvent> pending_;
+  v1::SessionEvent current_;
+};
+
+// JoinGroup: completed by the broker when the group forms, the deadline
+// passes, the session ends, or the client cancels.
+class JoinReactor final : public grpc::ServerUnaryReactor {
+ public:
+  JoinReactor(DaemonState* state, SessionInfo session, std::string group, uint32_t rank)
+      : state_(state), session_(std::move(session)), group_(std::move(group)), rank_(rank) {}
+
+  void OnCancel() override { state_->broker->CancelJoin(session_, group_, rank_); }
+  void OnDone() override { delete this; }
+
+ private:
+  DaemonState* state_;
+  SessionInfo session_;
+  std::string group_;
+  uint32_t rank_;
+};
+
+}  // namespace
+
+absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContextBase* ctx) const {
   auto caller = state_->Caller(ctx);
   if (!caller.ok()) return caller.status();
   std::optional<SessionInfo> s = state_->sessions->FindByConnection(caller->second);
@@ -17,15 +167,16 @@ absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContex
   return *s;
 }
 
-grpc::Status LocalService::Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
-                                 v1::HelloResponse* resp) {
+grpc::ServerUnaryReactor* LocalService::Hello(grpc::CallbackServerContext* ctx,
+                                              const v1::HelloRequest* req,
+                                              v1::HelloResponse* resp) {
   auto caller = state_->Caller(ctx);
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return Done(ctx, caller.status());
   if (req->protocol_version() != 0 && req->protocol_version() != kProtocolVersion) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("client speaks protocol ", req->protocol_version(),
-                                     ", mooncaked ", kDaemonVersion, " speaks ", kProtocolVersion,
-                                     ": use matching versions of libmooncake_client and mooncaked"));
+    return Done(ctx, absl::FailedPreconditionError(absl::StrCat(
+                         "client speaks protocol ", req->protocol_version(), ", mooncaked ",
+                         kDaemonVersion, " speaks ", kProtocolVersion,
+                         ": use matching versions of libmooncake_client and mooncaked")));
   }
   resp->set_protocol_version(kProtocolVersion);
   resp->set_daemon_version(kDaemonVersion);
@@ -34,115 +185,104 @@ grpc::Status LocalService::Hello(grpc::ServerContext* ctx, const v1::HelloReques
   resp->set_uid(caller->first.uid);
   resp->set_gid(caller->first.gid);
   resp->set_pid(caller->first.pid);
-  return grpc::Status::OK;
+  return Done(ctx, absl::OkStatus());
 }
 
-grpc::Status LocalService::OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
-                                       grpc::ServerWriter<v1::SessionEvent>* writer) {
+grpc::ServerWriteReactor<v1::SessionEvent>* LocalService::OpenSession(
+    grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req) {
   auto caller = state_->Caller(ctx);
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return new SessionReactor(caller.status());
   absl::StatusOr<SessionInfo> session =
       state_->sessions->Open(caller->first, caller->second, req->client_name());
-  if (!session.ok()) return ToGrpc(session.status());
+  if (!session.ok()) return new SessionReactor(session.status());
   MC_LOG(kInfo, "session ", session->id, " opened by pid ", session->cred.pid, " uid ",
          session->cred.uid, " (", session->client_name, ")");
-  v1::SessionEvent opened;
-  opened.mutable_opened()->set_session_id(session->id);
-  opened.mutable_opened()->set_token(session->token);
-  opened.mutable_opened()->set_instance_id(state_->instance_id);
-  bool alive = writer->Write(opened);
-  bool shutting_down = false;
-  while (alive && !ctx->IsCancelled()) {
-    // Short waits so a vanished client is noticed well within a second.
-    auto events = state_->sessions->Wait(session->id, absl::Milliseconds(100));
-    if (!events) break;
-    for (v1::SessionEvent& ev : *events) {
-      shutting_down |= ev.has_shutdown();
-      if (!writer->Write(ev)) {
-        alive = false;
-        break;
-      }
-    }
-    if (shutting_down) break;
-  }
-  state_->EndSession(session->id);
-  if (shutting_down) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "mooncaked is shutting down");
-  return grpc::Status::OK;
+  return new SessionReactor(state_, *session);
 }
 
-grpc::Status LocalService::GetNodeInfo(grpc::ServerContext* ctx, const v1::GetNodeInfoRequest*,
-                                       v1::NodeInfo* resp) {
+grpc::ServerUnaryReactor* LocalService::GetNodeInfo(grpc::CallbackServerContext* ctx,
+                                                    const v1::GetNodeInfoRequest*,
+                                                    v1::NodeInfo* resp) {
   auto caller = state_->Caller(ctx);
-  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!caller.ok()) return Done(ctx, caller.status());
   resp->set_node_id(state_->node_id);
   resp->set_hostname(state_->hostname);
   resp->set_instance_id(state_->instance_id);
   *resp->mutable_topology() = state_->topology;
-  return grpc::Status::OK;
+  return Done(ctx, absl::OkStatus());
 }
 
-grpc::Status LocalService::JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
-                                     v1::JoinGroupResponse* resp) {
+grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinGroupRequest* req,
+                                                  v1::JoinGroupResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
-  if (!session.ok()) return ToGrpc(session.status());
+  if (!session.ok()) return Done(ctx, session.status());
   FdBundlePtr fds;
   if (!req->handle().fd_ticket().empty()) {
     absl::StatusOr<FdBundlePtr> taken =
         state_->tickets->TakeIncoming(req->handle().fd_ticket(), session->id);
-    if (!taken.ok()) return ToGrpc(taken.status());
+    if (!taken.ok()) return Done(ctx, taken.status());
     fds = std::move(*taken);
   }
-  absl::StatusOr<v1::JoinGroupResponse> view =
-      state_->broker->Join(*session, *req, std::move(fds), [ctx] { return ctx->IsCancelled(); });
-  if (!view.ok()) return ToGrpc(view.status());
-  *resp = std::move(*view);
-  return grpc::Status::OK;
+  auto* reactor = new JoinReactor(state_, *session, req->group(), req->rank());
+  // `done` may run before JoinAsync returns (invalid input, or this rank
+  // completes the group); Finish is allowed then.
+  state_->broker->JoinAsync(*session, *req, std::move(fds),
+                            [reactor, resp](absl::StatusOr<v1::JoinGroupResponse> view) {
+                              if (view.ok()) *resp = std::move(*view);
+                              reactor->Finish(ToGrpc(view.status()));
+                            });
+  return reactor;
 }
 
-grpc::Status LocalService::LeaveGroup(grpc::ServerContext* ctx, const v1::LeaveGroupRequest* req,
-                                      v1::LeaveGroupResponse*) {
+grpc::ServerUnaryReactor* LocalService::LeaveGroup(grpc::CallbackServerContext* ctx,
+                                                   const v1::LeaveGroupRequest* req,
+                                                   v1::LeaveGroupResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
-  if (!session.ok()) return ToGrpc(session.status());
-  return ToGrpc(state_->broker->Leave(*session, req->group(), req->rank()));
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, state_->broker->Leave(*session, req->group(), req->rank()));
 }
 
-grpc::Status LocalService::ReportReady(grpc::ServerContext* ctx, const v1::ReportReadyRequest* req,
-                                       v1::ReportReadyResponse*) {
+grpc::ServerUnaryReactor* LocalService::ReportReady(grpc::CallbackServerContext* ctx,
+                                                    const v1::ReportReadyRequest* req,
+                                                    v1::ReportReadyResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
-  if (!session.ok()) return ToGrpc(session.status());
-  return ToGrpc(state_->broker->ReportReady(*session, *req));
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, state_->broker->ReportReady(*session, *req));
 }
 
-grpc::Status LocalService::ExportFds(grpc::ServerContext* ctx, const v1::ExportFdsRequest* req,
-                                     v1::ExportFdsResponse* resp) {
+grpc::ServerUnaryReactor* LocalService::ExportFds(grpc::CallbackServerContext* ctx,
+                                                  const v1::ExportFdsRequest* req,
+                                                  v1::ExportFdsResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
-  if (!session.ok()) return ToGrpc(session.status());
+  if (!session.ok()) return Done(ctx, session.status());
   if (req->kind().size() > 64) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "export kind longer than 64 characters");
+    return Done(ctx, absl::InvalidArgumentError("export kind longer than 64 characters"));
   }
   absl::StatusOr<FdBundlePtr> fds = state_->tickets->TakeIncoming(req->fd_ticket(), session->id);
-  if (!fds.ok()) return ToGrpc(fds.status());
+  if (!fds.ok()) return Done(ctx, fds.status());
   ExportRecord r = state_->exports.Add(session->id, session->cred.uid, session->cred.pid,
                                        req->kind(), req->size(), std::move(*fds));
   resp->set_export_id(r.id);
   resp->set_secret(r.secret);
-  return grpc::Status::OK;
+  return Done(ctx, absl::OkStatus());
 }
 
-grpc::Status LocalService::ImportFds(grpc::ServerContext* ctx, const v1::ImportFdsRequest* req,
-                                     v1::ImportFdsResponse* resp) {
+grpc::ServerUnaryReactor* LocalService::ImportFds(grpc::CallbackServerContext* ctx,
+                                                  const v1::ImportFdsRequest* req,
+                                                  v1::ImportFdsResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
-  if (!session.ok()) return ToGrpc(session.status());
+  if (!session.ok()) return Done(ctx, session.status());
   absl::StatusOr<ExportRecord> r =
       state_->exports.Lookup(req->export_id(), req->secret(), session->cred.uid);
-  if (!r.ok()) return ToGrpc(r.status());
+  if (!r.ok()) return Done(ctx, r.status());
   resp->set_fd_ticket(
       state_->tickets->IssueOutgoing(r->owner_session, session->id, session->cred.uid, r->bundle));
   resp->set_fd_count(static_cast<uint32_t>(r->bundle->fds.size()));
   resp->set_kind(r->kind);
   resp->set_size(r->size);
   resp->set_owner_pid(r->pid);
-  return grpc::Status::OK;
+  return Done(ctx, absl::OkStatus());
 }
 
 }  // namespace mooncake::daemon

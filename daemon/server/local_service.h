@@ -1,4 +1,8 @@
-// The Local gRPC service (proto/mooncake/v1/local.proto).
+// The Local gRPC service (proto/mooncake/v1/local.proto), on gRPC's
+// callback API: no RPC parks a thread. A session stream is a write reactor
+// woken when events are posted, and its cancellation (the client closed,
+// exited or was killed) ends the session at once; a JoinGroup waiting for
+// the rest of its group holds no thread either.
 #pragma once
 
 #include "mooncake/v1/local.grpc.pb.h"
@@ -6,30 +10,36 @@
 
 namespace mooncake::daemon {
 
-class LocalService final : public v1::Local::Service {
+class LocalService final : public v1::Local::CallbackService {
  public:
   explicit LocalService(DaemonState* state) : state_(state) {}
 
-  grpc::Status Hello(grpc::ServerContext* ctx, const v1::HelloRequest* req,
-                     v1::HelloResponse* resp) override;
-  grpc::Status OpenSession(grpc::ServerContext* ctx, const v1::OpenSessionRequest* req,
-                           grpc::ServerWriter<v1::SessionEvent>* writer) override;
-  grpc::Status GetNodeInfo(grpc::ServerContext* ctx, const v1::GetNodeInfoRequest* req,
-                           v1::NodeInfo* resp) override;
-  grpc::Status JoinGroup(grpc::ServerContext* ctx, const v1::JoinGroupRequest* req,
-                         v1::JoinGroupResponse* resp) override;
-  grpc::Status LeaveGroup(grpc::ServerContext* ctx, const v1::LeaveGroupRequest* req,
-                          v1::LeaveGroupResponse* resp) override;
-  grpc::Status ReportReady(grpc::ServerContext* ctx, const v1::ReportReadyRequest* req,
-                           v1::ReportReadyResponse* resp) override;
-  grpc::Status ExportFds(grpc::ServerContext* ctx, const v1::ExportFdsRequest* req,
-                         v1::ExportFdsResponse* resp) override;
-  grpc::Status ImportFds(grpc::ServerContext* ctx, const v1::ImportFdsRequest* req,
-                         v1::ImportFdsResponse* resp) override;
+  grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
+                                  v1::HelloResponse* resp) override;
+  grpc::ServerWriteReactor<v1::SessionEvent>* OpenSession(
+      grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req) override;
+  grpc::ServerUnaryReactor* GetNodeInfo(grpc::CallbackServerContext* ctx,
+                                        const v1::GetNodeInfoRequest* req,
+                                        v1::NodeInfo* resp) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* ctx,
+                                      const v1::JoinGroupRequest* req,
+                                      v1::JoinGroupResponse* resp) override;
+  grpc::ServerUnaryReactor* LeaveGroup(grpc::CallbackServerContext* ctx,
+                                       const v1::LeaveGroupRequest* req,
+                                       v1::LeaveGroupResponse* resp) override;
+  grpc::ServerUnaryReactor* ReportReady(grpc::CallbackServerContext* ctx,
+                                        const v1::ReportReadyRequest* req,
+                                        v1::ReportReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ExportFds(grpc::CallbackServerContext* ctx,
+                                      const v1::ExportFdsRequest* req,
+                                      v1::ExportFdsResponse* resp) override;
+  grpc::ServerUnaryReactor* ImportFds(grpc::CallbackServerContext* ctx,
+                                      const v1::ImportFdsRequest* req,
+                                      v1::ImportFdsResponse* resp) override;
 
  private:
   // The caller's session, or FailedPrecondition when it has none.
-  absl::StatusOr<SessionInfo> CallerSession(const grpc::ServerContext* ctx) const;
+  absl::StatusOr<SessionInfo> CallerSession(const grpc::ServerContextBase* ctx) const;
   DaemonState* state_;
 };
 

@@ -91,9 +91,31 @@ absl::StatusOr<SessionInfo> SessionRegistry::Authenticate(uint64_t id, absl::str
 }
 
 void SessionRegistry::Post(uint64_t id, mooncake::v1::SessionEvent event) {
+  std::function<void()> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    it->second.queue.push_back(std::move(event));
+    notify = it->second.notifier;
+  }
+  if (notify) notify();
+}
+
+void SessionRegistry::SetNotifier(uint64_t id, std::function<void()> notifier) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
-  if (it != sessions_.end()) it->second.queue.push_back(std::move(event));
+  if (it != sessions_.end()) it->second.notifier = std::move(notifier);
+}
+
+std::vector<mooncake::v1::SessionEvent> SessionRegistry::TakeEvents(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return {};
+  std::vector<mooncake::v1::SessionEvent> out(std::make_move_iterator(it->second.queue.begin()),
+                                              std::make_move_iterator(it->second.queue.end()));
+  it->second.queue.clear();
+  return out;
 }
 
 std::optional<std::vector<mooncake::v1::SessionEvent>> SessionRegistry::Wait(
@@ -114,13 +136,18 @@ std::optional<std::vector<mooncake::v1::SessionEvent>> SessionRegistry::Wait(
 }
 
 void SessionRegistry::Shutdown(const std::string& reason) {
-  absl::MutexLock lock(&mu_);
-  shut_down_ = true;
-  for (auto& [id, e] : sessions_) {
-    mooncake::v1::SessionEvent ev;
-    ev.mutable_shutdown()->set_reason(reason);
-    e.queue.push_back(std::move(ev));
+  std::vector<std::function<void()>> notify;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    for (auto& [id, e] : sessions_) {
+      mooncake::v1::SessionEvent ev;
+      ev.mutable_shutdown()->set_reason(reason);
+      e.queue.push_back(std::move(ev));
+      if (e.notifier) notify.push_back(e.notifier);
+    }
   }
+  for (auto& n : notify) n();
 }
 
 std::vector<SessionInfo> SessionRegistry::List() const {

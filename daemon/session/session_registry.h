@@ -49,8 +49,15 @@ class SessionRegistry {
   // Checks id + token (constant time) and that `uid` matches.
   absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token, uint32_t uid) const;
 
-  // Queues an event; no-op when the session is gone.
+  // Queues an event and runs the session's notifier (outside the lock);
+  // no-op when the session is gone.
   void Post(uint64_t id, mooncake::v1::SessionEvent event);
+  // Called (outside the registry's lock, possibly from any thread) after
+  // events are queued for the session; the streaming RPC uses it to start
+  // writing instead of polling. Cleared by Close.
+  void SetNotifier(uint64_t id, std::function<void()> notifier);
+  // Removes and returns the queued events (empty when none or gone).
+  std::vector<mooncake::v1::SessionEvent> TakeEvents(uint64_t id);
   // Waits up to `timeout` for events; returns them (possibly none). Returns
   // nullopt when the session is closed or the registry shut down.
   std::optional<std::vector<mooncake::v1::SessionEvent>> Wait(uint64_t id, absl::Duration timeout);
@@ -64,6 +71,7 @@ class SessionRegistry {
   struct Entry {
     SessionInfo info;
     std::deque<mooncake::v1::SessionEvent> queue;
+    std::function<void()> notifier;
   };
   const uint32_t max_per_uid_;
   mutable absl::Mutex mu_;

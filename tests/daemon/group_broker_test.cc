@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
@@ -727,6 +728,150 @@ TEST_F(GroupBrokerTest, ShutdownWakesAWaitingJoin) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   EXPECT_EQ(Join(Open(), Req("after", 0, 1)).status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Collects JoinAsync completions; counts them so "exactly once" is checked.
+class DoneRecorder {
+ public:
+  GroupBroker::JoinDone Callback() {
+    return [this](JoinResult r) {
+      absl::MutexLock lock(&mu_);
+      ++calls_;
+      result_ = std::move(r);
+    };
+  }
+  // Waits up to `timeout` for the first completion.
+  std::optional<JoinResult> Await(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto called = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_ > 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&called), timeout);
+    return result_;
+  }
+  int calls() {
+    absl::MutexLock lock(&mu_);
+    return calls_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<JoinResult> result_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(GroupBrokerTest, JoinAsyncInvalidInputCompletesAtOnce) {
+  SessionInfo s = Open();
+  DoneRecorder d;
+  broker_->JoinAsync(s, Req("bad name", 0, 1), nullptr, d.Callback());
+  ASSERT_EQ(d.calls(), 1) << "invalid input completes before JoinAsync returns";
+  EXPECT_EQ(d.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kInvalidArgument);
+  DoneRecorder gpu;
+  broker_->JoinAsync(s, Req("ok-name", 0, 1, 1000, "GPU-missing"), nullptr, gpu.Callback());
+  ASSERT_EQ(gpu.calls(), 1);
+  EXPECT_EQ(gpu.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GroupBrokerTest, JoinAsyncDoesNotBlockAndCompletesEveryRankOnce) {
+  constexpr uint32_t kN = 64;  // the fixture's max_world_size
+  std::vector<SessionInfo> s;
+  for (uint32_t r = 0; r < kN; ++r) s.push_back(Open());
+  std::vector<std::unique_ptr<DoneRecorder>> d;
+  absl::Time start = absl::Now();
+  // All ranks from one thread: only possible because nothing blocks.
+  for (uint32_t r = 0; r < kN; ++r) {
+    d.push_back(std::make_unique<DoneRecorder>());
+    broker_->JoinAsync(s[r], Req("async", r, kN), nullptr, d.back()->Callback());
+    if (r + 1 < kN) EXPECT_EQ(d.back()->calls(), 0) << "rank " << r << " completed early";
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  for (uint32_t r = 0; r < kN; ++r) {
+    std::optional<JoinResult> res = d[r]->Await(absl::Seconds(5));
+    ASSERT_TRUE(res.has_value()) << "rank " << r << " never completed";
+    ASSERT_TRUE(res->ok()) << res->status();
+    EXPECT_EQ((*res)->rank(), r);
+    EXPECT_EQ((*res)->members_size(), static_cast<int>(kN));
+    EXPECT_EQ(d[r]->calls(), 1) << "rank " << r;
+  }
+}
+
+TEST_F(GroupBrokerTest, JoinAsyncCompletionRunsOutsideTheBrokerLock) {
+  SessionInfo a = Open(), b = Open();
+  std::atomic<bool> locked{false};
+  std::atomic<int> calls{0};
+  auto probing_done = [&](JoinResult) {
+    ++calls;
+    auto probe = std::async(std::launch::async, [&] { return broker_->CountVisible(0, true); });
+    if (probe.wait_for(std::chrono::seconds(2)) != std::future_status::ready) locked = true;
+    probe.get();
+  };
+  broker_->JoinAsync(a, Req("outside", 0, 2), nullptr, probing_done);
+  broker_->JoinAsync(b, Req("outside", 1, 2), nullptr, probing_done);  // forms: both complete
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_FALSE(locked.load()) << "a completion ran under the broker's lock";
+  // The deadline path (timer thread) too.
+  SessionInfo c = Open();
+  calls = 0;
+  broker_->JoinAsync(c, Req("outside-timeout", 0, 2, 50), nullptr, probing_done);
+  absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (calls.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(locked.load()) << "the deadline completion ran under the broker's lock";
+}
+
+TEST_F(GroupBrokerTest, CancelJoin) {
+  SessionInfo a = Open(), other = Open();
+  DoneRecorder d;
+  broker_->JoinAsync(a, Req("cj", 0, 2, 30000), nullptr, d.Callback());
+  // Only the joining session can cancel its rank.
+  broker_->CancelJoin(other, "cj", 0);
+  EXPECT_EQ(d.calls(), 0);
+  EXPECT_EQ(Find(1000, "cj")->joined(), 1u);
+  broker_->CancelJoin(a, "cj", 0);
+  ASSERT_EQ(d.calls(), 1);
+  EXPECT_EQ(d.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(Find(1000, "cj").has_value());
+  broker_->CancelJoin(a, "cj", 0);  // no-op now
+  EXPECT_EQ(d.calls(), 1);
+}
+
+TEST_F(GroupBrokerTest, CancelJoinAfterFormedIsANoOp) {
+  SessionInfo a = Open(), b = Open();
+  DoneRecorder da, db;
+  broker_->JoinAsync(a, Req("cf", 0, 2), nullptr, da.Callback());
+  broker_->JoinAsync(b, Req("cf", 1, 2), nullptr, db.Callback());
+  ASSERT_TRUE(da.Await(absl::Seconds(5))->ok());
+  broker_->CancelJoin(a, "cf", 0);
+  EXPECT_EQ(da.calls(), 1);
+  EXPECT_EQ(Find(1000, "cf")->joined(), 2u) << "a formed member is not removed by a late cancel";
+}
+
+TEST_F(GroupBrokerTest, EarlierDeadlineRegisteredLaterStillFiresOnTime) {
+  SessionInfo a = Open(), b = Open();
+  DoneRecorder slow, fast;
+  broker_->JoinAsync(a, Req("slow", 0, 2, 30000), nullptr, slow.Callback());
+  absl::SleepFor(absl::Milliseconds(20));  // the timer now sleeps toward 30 s
+  absl::Time start = absl::Now();
+  broker_->JoinAsync(b, Req("fast", 0, 2, 100), nullptr, fast.Callback());
+  std::optional<JoinResult> r = fast.Await(absl::Seconds(5));
+  ASSERT_TRUE(r.has_value()) << "the 100 ms deadline did not fire";
+  EXPECT_EQ(r->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_EQ(slow.calls(), 0);
+  EXPECT_FALSE(Find(1000, "fast").has_value());
+  EXPECT_TRUE(Find(1000, "slow").has_value());
+}
+
+TEST_F(GroupBrokerTest, ShutdownCompletesAsyncWaitersOnce) {
+  SessionInfo a = Open(), b = Open();
+  DoneRecorder da, db;
+  broker_->JoinAsync(a, Req("sd-async", 0, 3), nullptr, da.Callback());
+  broker_->JoinAsync(b, Req("sd-async", 1, 3), nullptr, db.Callback());
+  broker_->Shutdown();
+  for (DoneRecorder* d : {&da, &db}) {
+    ASSERT_EQ(d->calls(), 1);
+    EXPECT_EQ(d->Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kUnavailable);
+  }
+  broker_->Shutdown();
+  EXPECT_EQ(da.calls(), 1) << "a second Shutdown must not complete again";
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // authentication, and the per-session event queue.
 #include "session/session_registry.h"
 
+#include <atomic>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -264,6 +266,62 @@ TEST(SessionRegistryTest, ShutdownDeliversEventThenNullopt) {
 
   // No new sessions after shutdown.
   EXPECT_EQ(reg.Open(Cred(1000), 12, "").status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(SessionRegistryTest, TakeEventsDrainsInOrderWithoutWaiting) {
+  SessionRegistry reg(16);
+  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, "");
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(reg.TakeEvents(s->id).empty());
+  EXPECT_TRUE(reg.TakeEvents(9999).empty()) << "unknown session: nothing, no error";
+  for (uint32_t i = 0; i < 3; ++i) reg.Post(s->id, MemberEvent("t", i));
+  std::vector<v1::SessionEvent> ev = reg.TakeEvents(s->id);
+  ASSERT_EQ(ev.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(ev[i].member().rank(), i);
+  EXPECT_TRUE(reg.TakeEvents(s->id).empty());
+}
+
+TEST(SessionRegistryTest, NotifierRunsAfterEachPostOutsideTheLock) {
+  SessionRegistry reg(16);
+  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, "");
+  absl::StatusOr<SessionInfo> other = reg.Open(Cred(1000), 11, "");
+  ASSERT_TRUE(s.ok() && other.ok());
+  std::atomic<int> calls{0};
+  std::atomic<bool> saw_event{false};
+  std::atomic<bool> registry_was_locked{false};
+  reg.SetNotifier(s->id, [&] {
+    ++calls;
+    // The stream handler drains from inside the notifier; that must not
+    // need the lock the poster still holds. Probe from another thread so a
+    // violation shows as a timeout instead of a self-deadlock.
+    auto probe = std::async(std::launch::async, [&] { return reg.TakeEvents(s->id); });
+    if (probe.wait_for(std::chrono::seconds(2)) != std::future_status::ready) {
+      registry_was_locked = true;
+    }
+    if (!probe.get().empty()) saw_event = true;
+  });
+  reg.Post(s->id, MemberEvent("n", 1));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_TRUE(saw_event.load()) << "the event is queued before the notifier runs";
+  EXPECT_FALSE(registry_was_locked.load()) << "notifier ran under the registry lock";
+  reg.Post(other->id, MemberEvent("n", 2));
+  EXPECT_EQ(calls.load(), 1) << "another session's events do not wake this one";
+  reg.Shutdown("bye");
+  EXPECT_EQ(calls.load(), 2) << "Shutdown notifies too";
+}
+
+TEST(SessionRegistryTest, NotifierIsDroppedWithTheSession) {
+  SessionRegistry reg(16);
+  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, "");
+  ASSERT_TRUE(s.ok());
+  std::atomic<int> calls{0};
+  reg.SetNotifier(s->id, [&] { ++calls; });
+  ASSERT_TRUE(reg.Close(s->id));
+  reg.Post(s->id, MemberEvent("gone", 0));
+  EXPECT_EQ(calls.load(), 0);
+  reg.SetNotifier(424242, [&] { ++calls; });  // unknown id: ignored
+  reg.Post(424242, MemberEvent("gone", 0));
+  EXPECT_EQ(calls.load(), 0);
 }
 
 TEST(SessionRegistryTest, ConcurrentOpenClose) {

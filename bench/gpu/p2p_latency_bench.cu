@@ -47,6 +47,10 @@ enum Mode : int {
   kPreRelaxedRlx,    // route resolved once, mc_st_relaxed / mc_ld_relaxed poll
   kPreRelease,       // route resolved once, mc_st_release / mc_wait_until
   kLdgRouteRelaxed,  // route per call with tables read by ld.global.nc, mc_st_relaxed / mc_wait_until
+  kPeerSignal,       // Device API, McPeer resolved once: mc_signal / mc_wait_until
+  kPeerSignalRelaxed,  // McPeer: mc_signal_relaxed / mc_wait_until
+  kPeerLL,           // McPeer: mc_put_signal_ll / mc_wait_ll
+  kPeerPutWarpSignal,  // McPeer: mc_put_warp 4 KiB + mc_signal / mc_wait_until + data check
   kModeCount
 };
 
@@ -65,6 +69,10 @@ const char* modeName(int m) {
     case kMcLL: return "Device API: mc_put_signal_ll / mc_wait_ll (8 B data + flag)";
     case kMcPutWarpSignal: return "Device API: mc_put_warp 4 KiB + mc_signal / mc_wait_until";
     case kMcRedAdd: return "Device API: mc_red_add(+1) / mc_wait_until(>= seq)";
+    case kPeerSignal: return "Device API, McPeer: mc_signal / mc_wait_until";
+    case kPeerSignalRelaxed: return "Device API, McPeer: mc_signal_relaxed / mc_wait_until";
+    case kPeerLL: return "Device API, McPeer: mc_put_signal_ll / mc_wait_ll (8 B data + flag)";
+    case kPeerPutWarpSignal: return "Device API, McPeer: mc_put_warp 4 KiB + mc_signal / mc_wait_until";
     case kPreRelaxedAcq: return "route resolved once + mc_st_relaxed / mc_wait_until (acquire poll)";
     case kPreRelaxedRlx: return "route resolved once + mc_st_relaxed / mc_ld_relaxed poll";
     case kPreRelease: return "route resolved once + mc_st_release / mc_wait_until";
@@ -92,6 +100,7 @@ struct Side {
   CommCtx ctx;    // rank = this GPU, peer = 1 - rank
   int peer;
   uint64_t* pre_flag;  // the peer's flag, resolved once through the context
+  McPeer mc_peer;      // the peer, resolved once with mc_peer()
   unsigned long long* result;  // [0] elapsed ns (initiator), [1] errors, [2] timeouts
 };
 
@@ -129,9 +138,12 @@ template <int M>
 __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
   uint64_t* rflag = reinterpret_cast<uint64_t*>(s.remote + Layout::kFlag);
   uint64_t* rdata = reinterpret_cast<uint64_t*>(s.remote + Layout::kData);
-  if constexpr (M == kPut4KWarp || M == kMcPutWarpSignal) {
+  if constexpr (M == kPut4KWarp || M == kMcPutWarpSignal || M == kPeerPutWarpSignal) {
     const char* src = s.local + Layout::kSrc + (seq & 1) * kPutBytes;
-    if constexpr (M == kPut4KWarp) {
+    if constexpr (M == kPeerPutWarpSignal) {
+      mc_put_warp(s.mc_peer, s.local + Layout::kPut, src, kPutBytes, lane);
+      if (lane == 0) mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+    } else if constexpr (M == kPut4KWarp) {
       mc_detail_copy_warp(s.remote + Layout::kPut, src, kPutBytes, lane);
       __syncwarp();
       if (lane == 0) mc_st_release(rflag, seq);
@@ -165,6 +177,11 @@ __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
     mc_put_signal_ll(s.ctx, s.peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq), (uint32_t)seq);
   if constexpr (M == kPreRelaxedAcq || M == kPreRelaxedRlx) mc_st_relaxed(s.pre_flag, seq);
   if constexpr (M == kPreRelease) mc_st_release(s.pre_flag, seq);
+  if constexpr (M == kPeerSignal) mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+  if constexpr (M == kPeerSignalRelaxed)
+    mc_signal_relaxed(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+  if constexpr (M == kPeerLL)
+    mc_put_signal_ll(s.mc_peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq), (uint32_t)seq);
   if constexpr (M == kLdgRouteRelaxed) {
     // What mc_route_put does, with the (kernel-read-only) tables read through
     // the non-coherent path: does the read-only cache survive the acquire?
@@ -212,7 +229,8 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
       });
       if (ok && (((hi << 32) | (uint32_t)lo) != dataFor(seq))) ++*errors;
     }
-    if constexpr (M == kMcSignal || M == kMcSignalRelaxed || M == kMcPutWarpSignal) {
+    if constexpr (M == kMcSignal || M == kMcSignalRelaxed || M == kMcPutWarpSignal ||
+                  M == kPeerSignal || M == kPeerSignalRelaxed || M == kPeerPutWarpSignal) {
       uint64_t seen = 0;
       ok = mc_wait_until_for(flag, McCmp::kEq, seq, kTimeoutNs, &seen);
     }
@@ -221,14 +239,14 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
       ok = mc_wait_until_for(reinterpret_cast<const unsigned long long*>(flag), McCmp::kGe,
                              (unsigned long long)seq, kTimeoutNs, &seen);
     }
-    if constexpr (M == kMcLL) {
+    if constexpr (M == kMcLL || M == kPeerLL) {
       const McLLSlot* slot = reinterpret_cast<const McLLSlot*>(s.local + Layout::kSlot);
       uint64_t d = 0;
       ok = spinUntil([&] { return mc_poll_ll(slot, (uint32_t)seq, &d); });
       if (ok && d != dataFor(seq)) ++*errors;
     }
   }
-  if constexpr (M == kPut4KWarp || M == kMcPutWarpSignal) {
+  if constexpr (M == kPut4KWarp || M == kMcPutWarpSignal || M == kPeerPutWarpSignal) {
     ok = __shfl_sync(0xffffffffu, ok ? 1 : 0, 0) != 0;
     __syncwarp();  // orders lane 0's acquire before the other lanes' reads
     // Every lane checks its share of the 4 KiB against the pattern sent.
@@ -248,6 +266,7 @@ template <int M>
 __global__ void pingPong(Side s, bool initiator, int warmup, int iters) {
   const unsigned lane = threadIdx.x % 32;
   s.pre_flag = mc_route_put(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag));
+  s.mc_peer = mc_peer(s.ctx, s.peer);
   unsigned long long errors = 0;
   bool ok = true;
   uint64_t t0 = 0;
@@ -288,7 +307,7 @@ struct Gpu {
 
 template <int M>
 void launchPair(Gpu* g, int warmup, int iters) {
-  unsigned threads = (M == kPut4KWarp || M == kMcPutWarpSignal) ? 32 : 1;
+  unsigned threads = (M == kPut4KWarp || M == kMcPutWarpSignal || M == kPeerPutWarpSignal) ? 32 : 1;
   for (int d = 1; d >= 0; --d) {  // responder first, so it is polling when the first ping lands
     BENCH_CUDA(cudaSetDevice(d));
     Side s;
@@ -325,6 +344,10 @@ void launchMode(int m, Gpu* g, int warmup, int iters) {
     case kPreRelaxedRlx: launchPair<kPreRelaxedRlx>(g, warmup, iters); break;
     case kPreRelease: launchPair<kPreRelease>(g, warmup, iters); break;
     case kLdgRouteRelaxed: launchPair<kLdgRouteRelaxed>(g, warmup, iters); break;
+    case kPeerSignal: launchPair<kPeerSignal>(g, warmup, iters); break;
+    case kPeerSignalRelaxed: launchPair<kPeerSignalRelaxed>(g, warmup, iters); break;
+    case kPeerLL: launchPair<kPeerLL>(g, warmup, iters); break;
+    case kPeerPutWarpSignal: launchPair<kPeerPutWarpSignal>(g, warmup, iters); break;
   }
 }
 

@@ -113,6 +113,14 @@ __global__ void putDeviceApiTiles(CommCtx ctx, const char* src, size_t n, size_t
   }
 }
 
+// Device API, the grid-cooperative put (64 KiB tiles interleaved across
+// blocks), with the peer resolved once per thread.
+__global__ void putDeviceApiGrid(CommCtx ctx, const char* src, size_t n, int* status) {
+  McPeer peer = mc_peer(ctx, 1);
+  McStatus st = mc_put_grid(peer, ctx.p2p.local_base, src, n, blockIdx.x, gridDim.x);
+  if (st != McStatus::kOk && threadIdx.x == 0) *status = (int)st;
+}
+
 // Grid-stride copy with a choice of store instruction (16-byte aligned
 // buffers only): 0 st.global.L1::no_allocate, 1 st.global, 2 st.global.cs,
 // 3 st.global.cg.
@@ -519,6 +527,18 @@ Design deviceApiDesign(Ctx& c, unsigned threads, unsigned max_blocks) {
   return Design{name, l};
 }
 
+Design deviceApiGridDesign(Ctx& c, unsigned threads, unsigned max_blocks) {
+  char name[96];
+  std::snprintf(name, sizeof name, "Device API mc_put_grid T=%u B=%u", threads, max_blocks);
+  CommCtx ctx = c.ctx;
+  int* status = c.api_status;
+  Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
+    (void)d;
+    putDeviceApiGrid<<<blocksFor(n, max_blocks, MC_DETAIL_COPY_TILE_BYTES), threads, 0, s>>>(ctx, src, n, status);
+  };
+  return Design{name, l};
+}
+
 Design deviceApiTilesDesign(Ctx& c, unsigned threads, unsigned max_blocks, size_t tile) {
   char name[96];
   std::snprintf(name, sizeof name, "Device API mc_put_block per %zuK tile T=%u B=%u", tile >> 10, threads, max_blocks);
@@ -786,6 +806,7 @@ int main(int argc, char** argv) {
   // the best of each family from the sweep.
   std::vector<Design> ladder = {tilesDefaultDesign(512, 4 * S),
                                 tilesDefaultDesign(1024, 2 * S),
+                                deviceApiGridDesign(c, 512, 4 * S),
                                 deviceApiTilesDesign(c, 512, 4 * S, MC_DETAIL_COPY_TILE_BYTES),
                                 smDesign("block", MC_DETAIL_COPY_UNROLL_BLOCK, 512, S),
                                 deviceApiDesign(c, 512, S),

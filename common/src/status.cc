@@ -42,3 +42,15 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
 }
 
 }  // namespace mooncake
+
+namespace mooncake {
+
+void TruncateUtf8(std::string* text, size_t max_bytes) {
+  if (text->size() <= max_bytes) return;
+  size_t n = max_bytes;
+  // Back off continuation bytes (10xxxxxx) to the start of a character.
+  while (n > 0 && (static_cast<unsigned char>((*text)[n]) & 0xC0) == 0x80) --n;
+  text->resize(n);
+}
+
+}  // namespace mooncake

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
 namespace {
@@ -206,7 +207,9 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupReques
       error = absl::InvalidArgumentError(absl::StrCat(
           "group '", g.name, "' has world size ", g.world_size, " but rank ", req.rank(),
           " asked for ", req.world_size(), ": start every rank with the same world size"));
-    } else if (auto it = g.members.find(req.rank()); it != g.members.end()) {
+    } else if (auto it = g.members.find(req.rank());
+               it != g.members.end() && it->second.state != MemberState::kLeft &&
+               it->second.state != MemberState::kLost) {
       error = absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g.name,
                                                     "' is already taken by pid ",
                                                     it->second.cred.pid));
@@ -425,7 +428,9 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
   }
   m->second.state = r.ok() ? MemberState::kReady : MemberState::kFailed;
   if (!r.ok()) {
-    NotifyOthers(g, r.rank(), v1::MemberEvent::FAILED, r.detail().substr(0, 512));
+    std::string detail = r.detail();
+    TruncateUtf8(&detail, 512);
+    NotifyOthers(g, r.rank(), v1::MemberEvent::FAILED, detail);
     return absl::OkStatus();
   }
   bool all_ready = std::all_of(g.members.begin(), g.members.end(), [](const auto& kv) {

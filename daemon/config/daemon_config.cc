@@ -32,6 +32,10 @@ absl::Status ParseMode(absl::string_view value, uint32_t* out) {
         absl::StrCat("socket_mode = '", value, "': expected an octal mode such as 0660"));
   }
   for (char c : value) v = v * 8 + static_cast<uint32_t>(c - '0');
+  if (v > 0777) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket_mode = '", value, "': setuid, setgid and sticky bits make no sense on a socket"));
+  }
   if ((v & 0600) != 0600) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket_mode = '", value, "': the owner needs read and write (0600) to serve the socket"));
@@ -109,7 +113,8 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
 std::string UsageText() {
   return "usage: mooncaked [--config FILE] [--socket PATH] [--node-id ID]\n"
          "                 [--log-level debug|info|warning|error] [--peer-listen HOST:PORT]\n"
-         "                 [--sysfs-root DIR] [--socket-mode MODE] [--version] [--help]\n"
+         "                 [--sysfs-root DIR] [--socket-mode MODE] [--cuda-library NAME]\n"
+         "                 [--version] [--help]\n"
          "Runs with embedded defaults when no config file is given; flags override the file.\n"
          "Default socket: /run/mooncake/mooncaked.sock (fd channel: <socket>.fd).\n";
 }

@@ -34,7 +34,7 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
 // Parses argv: --config FILE is applied first, then the other flags
 // (--socket, --node-id, --log-level, --peer-listen, --sysfs-root,
-// --socket-mode). Returns the usage text in an InvalidArgument on error;
+// --socket-mode, --cuda-library). Returns the usage text in an InvalidArgument on error;
 // sets *show_help for --help and *show_version for --version.
 absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_help,
                                               bool* show_version);

@@ -51,8 +51,13 @@ void FdChannelServer::Stop() {
   if (stopping_.exchange(true)) return;
   if (wake_write_) (void)!::write(wake_write_.get(), "x", 1);
   if (thread_.joinable()) thread_.join();
-  // Connection threads hold pointers into us: let them finish (they time out).
-  for (int i = 0; i < 600 && active_.load() > 0; ++i) ::usleep(10000);
+  // Connection threads hold pointers into us. Shutting their sockets down
+  // makes a blocked read return at once; then wait for every one to end.
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
+  }
+  while (active_.load() > 0) ::usleep(1000);
 }
 
 void FdChannelServer::AcceptLoop() {
@@ -66,38 +71,53 @@ void FdChannelServer::AcceptLoop() {
     }
     if (p[1].revents != 0) return;
     int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) continue;
+    if (c < 0) {
+      // Out of fds: back off instead of spinning on a readable listener.
+      if (errno == EMFILE || errno == ENFILE) ::usleep(100000);
+      continue;
+    }
     active_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      conns_.insert(c);
+    }
     std::thread([this, c] {
-      Serve(UniqueFd(c));
+      {
+        UniqueFd conn(c);
+        Serve(conn.get());
+        // Forget the number before closing it, so a new connection that
+        // reuses it is never dropped from the set.
+        std::lock_guard<std::mutex> lock(conns_mu_);
+        conns_.erase(c);
+      }
       active_.fetch_sub(1);
     }).detach();
   }
 }
 
-void FdChannelServer::Serve(UniqueFd conn) {
-  absl::StatusOr<PeerCred> cred = GetPeerCred(conn.get());
+void FdChannelServer::Serve(int sock) {
+  absl::StatusOr<PeerCred> cred = GetPeerCred(sock);
   if (!cred.ok()) return;
   // A client sends a request right after connecting; an idle connection is
   // closed so it cannot pin a thread.
   while (!stopping_.load()) {
-    absl::StatusOr<Frame> frame = RecvFrame(conn.get(), absl::Seconds(10));
+    absl::StatusOr<Frame> frame = RecvFrame(sock, absl::Seconds(10));
     if (!frame.ok()) return;
     mooncake::v1::FdRequest req;
     if (!req.ParseFromString(frame->payload)) {
-      ReplyError(conn.get(), absl::InvalidArgumentError("fd channel: malformed request"));
+      ReplyError(sock, absl::InvalidArgumentError("fd channel: malformed request"));
       return;
     }
     absl::StatusOr<SessionInfo> session =
         sessions_->Authenticate(req.session_id(), req.session_token(), cred->uid);
     if (!session.ok()) {
-      ReplyError(conn.get(), session.status());
+      ReplyError(sock, session.status());
       continue;
     }
     switch (req.op()) {
       case mooncake::v1::FdRequest::PUT: {
         if (frame->fds.empty() || frame->fds.size() != req.fd_count()) {
-          ReplyError(conn.get(), absl::InvalidArgumentError(absl::StrCat(
+          ReplyError(sock, absl::InvalidArgumentError(absl::StrCat(
                                      "fd channel: PUT announced ", req.fd_count(),
                                      " fds but carried ", frame->fds.size())));
           continue;
@@ -105,13 +125,13 @@ void FdChannelServer::Serve(UniqueFd conn) {
         mooncake::v1::FdReply r;
         r.set_ok(true);
         r.set_ticket(tickets_->AddIncoming(session->id, cred->uid, std::move(frame->fds)));
-        Reply(conn.get(), r);
+        Reply(sock, r);
         break;
       }
       case mooncake::v1::FdRequest::GET: {
         absl::StatusOr<FdBundlePtr> bundle = tickets_->Redeem(req.ticket(), session->id, cred->uid);
         if (!bundle.ok()) {
-          ReplyError(conn.get(), bundle.status());
+          ReplyError(sock, bundle.status());
           continue;
         }
         std::vector<int> fds;
@@ -119,11 +139,11 @@ void FdChannelServer::Serve(UniqueFd conn) {
         mooncake::v1::FdReply r;
         r.set_ok(true);
         r.set_fd_count(static_cast<uint32_t>(fds.size()));
-        Reply(conn.get(), r, fds);
+        Reply(sock, r, fds);
         break;
       }
       default:
-        ReplyError(conn.get(), absl::InvalidArgumentError("fd channel: unknown op"));
+        ReplyError(sock, absl::InvalidArgumentError("fd channel: unknown op"));
     }
   }
 }

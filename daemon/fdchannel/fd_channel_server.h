@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "fdchannel/ticket_store.h"
@@ -28,7 +30,7 @@ class FdChannelServer {
 
  private:
   void AcceptLoop();
-  void Serve(UniqueFd conn);
+  void Serve(int sock);
 
   UniqueFd listen_fd_;
   UniqueFd wake_read_, wake_write_;
@@ -37,6 +39,9 @@ class FdChannelServer {
   std::thread thread_;
   std::atomic<int> active_{0};
   std::atomic<bool> stopping_{false};
+  // Connections being served, so Stop() can wake their blocked reads.
+  std::mutex conns_mu_;
+  std::set<int> conns_;
 };
 
 }  // namespace mooncake::daemon

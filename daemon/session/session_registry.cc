@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
 
@@ -41,7 +42,7 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
     return absl::ResourceExhaustedError(absl::StrCat("uid ", cred.uid, " already has ", same_uid,
                                                      " sessions (max_sessions_per_uid)"));
   }
-  if (client_name.size() > 256) client_name.resize(256);
+  TruncateUtf8(&client_name, 256);
   Entry e;
   e.info.id = next_id_++;
   e.info.cred = cred;

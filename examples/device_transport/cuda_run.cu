@@ -25,14 +25,10 @@ __global__ void FillKernel(uint8_t* p, size_t n, int src, int dst) {
   }
 }
 
-// Every block copies its contiguous chunk with the block-cooperative put.
+// All blocks share the put (64 KiB tiles interleaved across them).
 __global__ void PutKernel(CommCtx ctx, int dst, uint8_t* dst_sym, const uint8_t* src, size_t n,
                           int* status) {
-  size_t chunk = (n + gridDim.x - 1) / gridDim.x;
-  size_t begin = blockIdx.x * chunk;
-  if (begin >= n) return;
-  size_t len = begin + chunk > n ? n - begin : chunk;
-  McStatus st = device::mc_put_block(ctx, dst, dst_sym + begin, src + begin, len);
+  McStatus st = device::mc_put_grid(ctx, dst, dst_sym, src, n, blockIdx.x, gridDim.x);
   if (threadIdx.x == 0 && st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
 }
 

@@ -2,14 +2,19 @@
 // through mooncaked (no handle files, no MPI), plus an n-rank all-to-all.
 //
 //   device_transport_example --platform host --socket S --group G \
-//       --rank R --world-size N [--mode pair|all2all] [--bytes B] [--timeout-ms T]
+//       --rank R --world-size N [--mode pair|all2all|watch] [--bytes B] [--timeout-ms T]
 //
 // Start one process per rank. Prints PASS and exits 0 when every byte
 // checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
 // 3 on a timeout, 64 on bad arguments.
+//
+// --mode watch: set up, print READY, then wait (up to the timeout) for a
+// peer to be reported lost or to leave, print it, and PASS. The GPU tests
+// use it to SIGKILL one rank and check the others are told.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -33,12 +38,13 @@ struct Args {
   size_t bytes = 1 << 20;
   int timeout_ms = 30000;
   int device = -1;   // CUDA device; default: rank % device count
+  std::string handle = "auto";  // CUDA sharing: auto, vmm (cuMem POSIX fd), ipc (legacy)
 };
 
 void Usage() {
   std::cerr << "usage: device_transport_example --platform host|cuda --rank R --world-size N\n"
                "         [--socket PATH] [--group NAME] [--mode pair|all2all] [--bytes B]\n"
-               "         [--timeout-ms T] [--device D]\n";
+               "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc]\n";
 }
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -60,6 +66,10 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     else if (k == "--bytes") ok = absl::SimpleAtoi(v, &a->bytes);
     else if (k == "--timeout-ms") ok = absl::SimpleAtoi(v, &a->timeout_ms);
     else if (k == "--device") ok = absl::SimpleAtoi(v, &a->device);
+    else if (k == "--handle") {
+      a->handle = v;
+      ok = v == "auto" || v == "vmm" || v == "ipc";
+    }
     else {
       std::cerr << "device_transport_example: unknown argument " << k << "\n";
       return false;
@@ -78,8 +88,8 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     return false;
   }
   if (a->mode.empty()) a->mode = a->world_size == 2 ? "pair" : "all2all";
-  if (a->mode != "pair" && a->mode != "all2all") {
-    std::cerr << "device_transport_example: --mode is pair or all2all\n";
+  if (a->mode != "pair" && a->mode != "all2all" && a->mode != "watch") {
+    std::cerr << "device_transport_example: --mode is pair, all2all or watch\n";
     return false;
   }
   if (a->mode == "pair" && a->world_size < 2) {
@@ -114,6 +124,9 @@ int main(int argc, char** argv) {
   o.platform = *platform;
   o.timeout = absl::Milliseconds(a.timeout_ms);
   o.client_name = absl::StrCat("device_transport_example ", who);
+  o.cuda_handle = a.handle == "vmm"   ? mooncake::device::CudaHandleKind::kVmmPosixFd
+                  : a.handle == "ipc" ? mooncake::device::CudaHandleKind::kLegacyIpc
+                                      : mooncake::device::CudaHandleKind::kAuto;
 #if MOONCAKE_EXAMPLE_HAVE_CUDA
   if (*platform == mooncake::Platform::kCuda) {
     absl::Status s = mooncake::example::PrepareCudaDevice(a.device, a.rank, &o.gpu_uuid);
@@ -134,6 +147,21 @@ int main(int argc, char** argv) {
 
   const uint64_t timeout_ns = static_cast<uint64_t>(a.timeout_ms) * 1000000ull;
   mooncake::example::RunResult r;
+  if (a.mode == "watch") {
+    std::cout << who << ": READY" << std::endl;
+    std::optional<mooncake::SessionEvent> ev =
+        (*comm)->client().nextEvent(absl::Milliseconds(a.timeout_ms));
+    while (ev && ev->kind == mooncake::SessionEvent::Kind::kReady) {
+      ev = (*comm)->client().nextEvent(absl::Milliseconds(a.timeout_ms));
+    }
+    if (!ev) {
+      std::cerr << "device_transport_example " << who << ": FAIL: timed out waiting for an event\n";
+      return 3;
+    }
+    std::cout << who << ": EVENT " << mooncake::SessionEventKindName(ev->kind) << " rank "
+              << ev->rank << " (" << ev->detail << ")\nPASS" << std::endl;
+    return 0;
+  }
   if (*platform == mooncake::Platform::kHost) {
     r = a.mode == "pair" ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
                          : mooncake::example::RunAllToAllHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns);

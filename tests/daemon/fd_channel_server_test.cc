@@ -331,7 +331,7 @@ TEST_F(FdChannelServerTest, StopWithNoClientsIsPrompt) {
 // and ~FdChannelServer frees stopping_/active_/sessions_/tickets_ under it
 // (use after free at daemon shutdown with an idle fd-channel client). Once
 // fixed, every connection is closed by the time Stop() returns.
-TEST_F(FdChannelServerTest, DISABLED_StopClosesIdleConnectionsBeforeReturning) {
+TEST_F(FdChannelServerTest, StopClosesIdleConnectionsBeforeReturning) {
   UniqueFd idle = Connect();
   // Make sure the server has accepted and is serving it.
   SessionInfo s = OpenSession();

@@ -446,3 +446,57 @@ TEST(Quiet, ReportsRdmaQueuePairsAsNotBuilt) {
 
 }  // namespace
 }  // namespace mooncake::device
+
+namespace mooncake::device {
+namespace {
+
+TEST(ResolvedPeer, MatchesRoutePutAndCarriesErrors) {
+  FakeWorld w(3, 4096);
+  w.setAvailable(2, false);
+  CommCtx c = w.ctx(0);
+  unsigned char* p = w.buf(0) + 777;
+  McPeer self = mc_peer(c, 0), one = mc_peer(c, 1), rdma = mc_peer(c, 2), bad = mc_peer(c, 3);
+  EXPECT_EQ(self.status, McStatus::kOk);
+  EXPECT_EQ(mc_peer_ptr(self, p), p);
+  EXPECT_EQ(one.status, McStatus::kOk);
+  EXPECT_EQ(mc_peer_ptr(one, p), mc_route_put(c, 1, p));
+  EXPECT_EQ(rdma.status, McStatus::kRdmaNotImplemented);
+  EXPECT_EQ(bad.status, McStatus::kInvalidRank);
+  // Calls through an unusable peer write nothing and say why.
+  uint64_t* sig = reinterpret_cast<uint64_t*>(w.buf(0) + 64);
+  EXPECT_EQ(mc_signal(rdma, sig, uint64_t{5}), McStatus::kRdmaNotImplemented);
+  EXPECT_EQ(mc_red_add(bad, sig, uint64_t{5}), McStatus::kInvalidRank);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(w.buf(2) + 64), 0u);
+  // And through a good one they land at the peer.
+  EXPECT_EQ(mc_signal(one, sig, uint64_t{7}), McStatus::kOk);
+  EXPECT_EQ(mc_red_add(one, sig, uint64_t{3}), McStatus::kOk);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(w.buf(1) + 64), 10u);
+  McLLSlot* slot = reinterpret_cast<McLLSlot*>(w.buf(0) + 128);
+  EXPECT_EQ(mc_put_signal_ll(one, slot, 0x1122334455667788ull, 9u), McStatus::kOk);
+  uint64_t data = 0;
+  EXPECT_TRUE(mc_poll_ll(reinterpret_cast<McLLSlot*>(w.buf(1) + 128), 9u, &data));
+  EXPECT_EQ(data, 0x1122334455667788ull);
+}
+
+TEST(ResolvedPeer, GridPutCoversEveryByteAcrossBlocks) {
+  // 5 emulated blocks of 8 threads share a put that spans several 64 KiB tiles
+  // and ends mid-tile at an odd offset.
+  constexpr size_t kBytes = 5 * 64 * 1024 + 12345;
+  FakeWorld w(2, kBytes + 64);
+  CommCtx c = w.ctx(0);
+  std::vector<unsigned char> src(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) src[i] = PatternByte(i, 3);
+  McPeer peer = mc_peer(c, 1);
+  constexpr unsigned kBlocks = 5;
+  for (unsigned b = 0; b < kBlocks; ++b) {
+    host::runBlock(8, [&](unsigned) {
+      EXPECT_EQ(mc_put_grid(peer, w.buf(0) + 3, src.data(), kBytes, b, kBlocks), McStatus::kOk);
+    });
+  }
+  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(w.buf(1)[3 + i], src[i]) << "byte " << i;
+  EXPECT_EQ(w.buf(1)[2], 0);
+  EXPECT_EQ(w.buf(1)[3 + kBytes], 0);
+}
+
+}  // namespace
+}  // namespace mooncake::device

@@ -11,7 +11,7 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,latency,put,nvshmem
+#                     env,tests,sanitizer,daemon,latency,put,nvshmem
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   NVSHMEM_HOME      NVSHMEM (include/, lib/); default: the Python venv's copy
@@ -27,7 +27,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,latency,put,nvshmem},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -136,6 +136,21 @@ if want sanitizer; then
       unset MC_COPY_TEST_CAP_BYTES
     done
   fi
+fi
+
+# Through a real mooncaked: CUDA example pair/all-to-all, SIGKILL -> LOST,
+# mcctl on a live group, setup time (tests/gpu/daemon_e2e.sh).
+if want daemon; then
+  e2e="$share/daemon_e2e.sh"
+  [[ -f "$e2e" ]] || e2e="$here/daemon_e2e.sh"
+  section "daemon end to end"
+  out=$(mktemp)
+  timeout "${MC_STEP_TIMEOUT:-900}" bash "$e2e" "$bin" 2>&1 | tee "$out"
+  np=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
+  nf=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$out" | tail -1)
+  ok "${np:-0}"
+  if [[ -z "$nf" ]]; then bad 1 "daemon_e2e.sh (no summary)"; elif [[ $nf -gt 0 ]]; then bad "$nf" "daemon_e2e.sh"; fi
+  rm -f "$out"
 fi
 
 if want latency; then

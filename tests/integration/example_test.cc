@@ -1,5 +1,8 @@
 // device_transport_example on the host platform through a real daemon:
 // the upstream two-rank transfer, an n-rank all-to-all, and a timeout.
+#include <signal.h>
+#include <unistd.h>
+
 #include "daemon_process.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
@@ -53,6 +56,22 @@ TEST(DeviceTransportExample, MissingPeerTimesOutWithClearMessage) {
                                "--world-size", "2", "--timeout-ms", "300"});
   EXPECT_EQ(lonely.Wait(10000), 3) << lonely.output();
   EXPECT_EQ(ranks[0].Wait(10000), 0) << ranks[0].output();
+  EXPECT_EQ(ListGroups(daemon.socket()).groups_size(), 0);
+}
+
+TEST(DeviceTransportExample, WatchReportsASigkilledPeer) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "watch", 2, {"--mode", "watch", "--timeout-ms", "20000"});
+  ASSERT_FALSE(ranks[0].WaitForLine("READY", 20000).empty()) << ranks[0].output();
+  ASSERT_FALSE(ranks[1].WaitForLine("READY", 20000).empty()) << ranks[1].output();
+  ranks[1].Kill(SIGKILL);
+  EXPECT_EQ(ranks[0].Wait(10000), 0) << ranks[0].output();
+  EXPECT_NE(ranks[0].output().find("EVENT lost rank 1"), std::string::npos) << ranks[0].output();
+  // The survivor exited too: the group is gone.
+  for (int i = 0; i < 100 && ListGroups(daemon.socket()).groups_size() != 0; ++i) {
+    usleep(20000);
+  }
   EXPECT_EQ(ListGroups(daemon.socket()).groups_size(), 0);
 }
 

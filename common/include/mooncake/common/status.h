@@ -6,6 +6,7 @@
 #pragma once
 
 #include "absl/strings/string_view.h"
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -33,5 +34,13 @@ namespace mooncake {
 
 // "what: strerror(err)" with the canonical code that fits errno `err`.
 absl::Status ErrnoStatus(int err, absl::string_view what);
+
+}  // namespace mooncake
+
+namespace mooncake {
+
+// Shortens `text` to at most `max_bytes` without splitting a UTF-8
+// character (protobuf rejects string fields holding invalid UTF-8).
+void TruncateUtf8(std::string* text, size_t max_bytes);
 
 }  // namespace mooncake

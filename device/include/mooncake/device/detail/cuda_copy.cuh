@@ -18,9 +18,10 @@
 //    `lane` = threadIdx.x % 32 (or any 0..31 permutation). Block and tiles
 //    variants: every thread of each participating block calls it with the
 //    same arguments. None synchronises on entry or exit.
-//  - Registers: the block copy keeps 4 x 16 bytes in flight per thread (about
-//    40 registers); a kernel launched with 1024-thread blocks should declare
-//    __launch_bounds__(1024) so the compiler keeps it within 64.
+//  - Registers: the block copy keeps 4 x 16 bytes in flight per thread (32
+//    registers on its own, 60 for the 8-deep thread/warp copies); a kernel
+//    launched with 1024-thread blocks should declare __launch_bounds__(1024)
+//    so the compiler keeps the whole kernel within 64.
 //  - Thread-safety: none needed beyond the above; concurrent copies into the
 //    same destination bytes race like plain stores.
 //

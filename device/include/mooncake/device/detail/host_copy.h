@@ -57,5 +57,20 @@ MC_DEVICE void mc_detail_copy_block(void* dst, const void* src, size_t n) {
   host_detail::CopyShare(dst, src, n, mc_block_thread_index(), mc_block_size());
 }
 
+// Host twin of the CUDA tile copy: block `block` of `blocks` takes tiles
+// block, block + blocks, ...; within a tile the threads of the (emulated)
+// block share the bytes.
+MC_DEVICE void mc_detail_copy_tiles(void* dst, const void* src, size_t n, unsigned block,
+                                    unsigned blocks, size_t tile = 64u * 1024u) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  if (blocks == 0 || tile == 0) return;
+  for (size_t off = static_cast<size_t>(block) * tile; off < n;
+       off += static_cast<size_t>(blocks) * tile) {
+    const size_t len = n - off < tile ? n - off : tile;
+    host_detail::CopyShare(d + off, s + off, len, mc_block_thread_index(), mc_block_size());
+  }
+}
+
 }  // namespace device
 }  // namespace mooncake

@@ -116,16 +116,16 @@ bool GroupBroker::Reachable(int from, int to, bool* native_atomics) const {
   return false;
 }
 
-v1::JoinGroupResponse GroupBroker::BuildView(const Group& g, const SessionInfo& receiver,
-                                             uint32_t rank) const {
-  v1::JoinGroupResponse resp;
-  resp.set_group(g.name);
-  resp.set_rank(rank);
-  resp.set_world_size(g.world_size);
-  resp.set_epoch(g.epoch);
+void GroupBroker::BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank,
+                            v1::JoinGroupResponse* resp) const {
+  resp->set_group(g.name);
+  resp->set_rank(rank);
+  resp->set_world_size(g.world_size);
+  resp->set_epoch(g.epoch);
+  resp->mutable_members()->Reserve(static_cast<int>(g.members.size()));
   const Member& me = g.members.at(rank);
   for (const auto& [r, m] : g.members) {
-    v1::MemberView* v = resp.add_members();
+    v1::MemberView* v = resp->add_members();
     v->set_rank(r);
     v->set_node_id(node_id_);
     v->set_pid(m.cred.pid);
@@ -144,7 +144,6 @@ v1::JoinGroupResponse GroupBroker::BuildView(const Group& g, const SessionInfo& 
       v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
     }
   }
-  return resp;
 }
 
 void GroupBroker::Complete(std::vector<Completion>* completions) {
@@ -154,7 +153,16 @@ void GroupBroker::Complete(std::vector<Completion>* completions) {
 
 void GroupBroker::CompleteFormation(Formation f) const {
   // Views are built outside the lock, each from the same snapshot.
-  for (auto& [rank, w] : f.waiters) w.done(BuildView(*f.group, w.caller, rank));
+  for (auto& [rank, w] : f.waiters) {
+    if (w.out != nullptr) {
+      BuildView(*f.group, w.caller, rank, w.out);
+      w.done(v1::JoinGroupResponse());
+    } else {
+      v1::JoinGroupResponse view;
+      BuildView(*f.group, w.caller, rank, &view);
+      w.done(std::move(view));
+    }
+  }
 }
 
 absl::Status GroupBroker::DeadlineError(const Group& g, uint32_t rank, uint32_t timeout_ms) const {
@@ -173,7 +181,7 @@ absl::Status GroupBroker::DeadlineError(const Group& g, uint32_t rank, uint32_t 
 }
 
 void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupRequest& req,
-                            FdBundlePtr fds, JoinDone done) {
+                            FdBundlePtr fds, JoinDone done, v1::JoinGroupResponse* out) {
   if (absl::Status s = ValidateJoin(req); !s.ok()) return done(s);
   Member m;
   m.rank = req.rank();
@@ -226,7 +234,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupReques
     const uint32_t rank = req.rank();
     g.members.emplace(rank, std::move(m));
     g.waiters.emplace(rank, Waiter{caller, std::move(done),
-                                   absl::Now() + absl::Milliseconds(timeout_ms), timeout_ms});
+                                   absl::Now() + absl::Milliseconds(timeout_ms), timeout_ms, out});
     if (g.members.size() == g.world_size) {
       g.formed = true;
       g.epoch += 1;

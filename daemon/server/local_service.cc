@@ -227,11 +227,14 @@ grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* c
   auto* reactor = new JoinReactor(state_, *session, req->group(), req->rank());
   // `done` may run before JoinAsync returns (invalid input, or this rank
   // completes the group); Finish is allowed then.
-  state_->broker->JoinAsync(*session, *req, std::move(fds),
-                            [reactor, resp](absl::StatusOr<v1::JoinGroupResponse> view) {
-                              if (view.ok()) *resp = std::move(*view);
-                              reactor->Finish(ToGrpc(view.status()));
-                            });
+  // The view is built straight into `resp` (arena-allocated, see
+  // arena_allocator.h); `done` only carries the status.
+  state_->broker->JoinAsync(
+      *session, *req, std::move(fds),
+      [reactor](absl::StatusOr<v1::JoinGroupResponse> view) {
+        reactor->Finish(ToGrpc(view.status()));
+      },
+      resp);
   return reactor;
 }
 

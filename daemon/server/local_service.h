@@ -6,13 +6,16 @@
 #pragma once
 
 #include "mooncake/v1/local.grpc.pb.h"
+#include "server/arena_allocator.h"
 #include "server/daemon_state.h"
 
 namespace mooncake::daemon {
 
 class LocalService final : public v1::Local::CallbackService {
  public:
-  explicit LocalService(DaemonState* state) : state_(state) {}
+  explicit LocalService(DaemonState* state) : state_(state) {
+    SetMessageAllocatorFor_JoinGroup(&join_allocator_);
+  }
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -41,6 +44,7 @@ class LocalService final : public v1::Local::CallbackService {
   // The caller's session, or FailedPrecondition when it has none.
   absl::StatusOr<SessionInfo> CallerSession(const grpc::ServerContextBase* ctx) const;
   DaemonState* state_;
+  ArenaMessageAllocator<v1::JoinGroupRequest, v1::JoinGroupResponse> join_allocator_;
 };
 
 }  // namespace mooncake::daemon

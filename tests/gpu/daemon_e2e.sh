@@ -20,7 +20,10 @@ trap cleanup EXIT
 check() {  # check NAME COND-RC
   if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   - $1"; else failed=$((failed + 1)); echo "FAIL - $1"; fi
 }
-ex() { "$bin/device_transport_example" --platform cuda --socket "$sock" "$@"; }
+# An array, not a shell function: "ex ... &" on a function forks a subshell
+# that forks the example, so $! would be the subshell and the SIGKILL below
+# would miss the rank it means to kill.
+ex=("$bin/device_transport_example" --platform cuda --socket "$sock")
 
 "$bin/mooncaked" --socket "$sock" --node-id gpu-e2e --log-level info 2>"$tmp/daemon.log" &
 daemon=$!
@@ -33,9 +36,9 @@ check "daemon discovers 2 GPUs (found $ngpu)" $([[ $ngpu -ge 2 ]]; echo $?)
 # pair: rank 0 on GPU0 writes into rank 1 on GPU1, both handle kinds, odd size
 for handle in vmm ipc; do
   for bytes in 1 4097 67108867; do
-    ex --group "pair-$handle-$bytes" --rank 0 --world-size 2 --device 0 --handle $handle --bytes $bytes >"$tmp/r0" 2>&1 &
+    "${ex[@]}" --group "pair-$handle-$bytes" --rank 0 --world-size 2 --device 0 --handle $handle --bytes $bytes >"$tmp/r0" 2>&1 &
     p0=$!
-    ex --group "pair-$handle-$bytes" --rank 1 --world-size 2 --device 1 --handle $handle --bytes $bytes >"$tmp/r1" 2>&1
+    "${ex[@]}" --group "pair-$handle-$bytes" --rank 1 --world-size 2 --device 1 --handle $handle --bytes $bytes >"$tmp/r1" 2>&1
     r1=$?
     wait $p0; r0=$?
     cat "$tmp/r0" "$tmp/r1"
@@ -47,7 +50,7 @@ done
 for n in 2 4; do
   rcs=0
   for r in $(seq 0 $((n - 1))); do
-    ex --group "a2a-$n" --rank $r --world-size $n --device $((r % 2)) --mode all2all --bytes 1048583 >"$tmp/a$r" 2>&1 &
+    "${ex[@]}" --group "a2a-$n" --rank $r --world-size $n --device $((r % 2)) --mode all2all --bytes 1048583 >"$tmp/a$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rcs=$((rcs + 1)); done
@@ -58,9 +61,9 @@ for n in 2 4; do
 done
 
 # a live CUDA group in mcctl, then SIGKILL one rank: the other is told
-ex --group watch --rank 0 --world-size 2 --device 0 --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &
+"${ex[@]}" --group watch --rank 0 --world-size 2 --device 0 --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &
 w0=$!
-ex --group watch --rank 1 --world-size 2 --device 1 --mode watch --timeout-ms 30000 >"$tmp/w1" 2>&1 &
+"${ex[@]}" --group watch --rank 1 --world-size 2 --device 1 --mode watch --timeout-ms 30000 >"$tmp/w1" 2>&1 &
 w1=$!
 pids+=($w0 $w1)
 for _ in $(seq 200); do grep -q READY "$tmp/w0" && grep -q READY "$tmp/w1" && break; sleep 0.05; done
@@ -83,9 +86,9 @@ pids=()
 # setup time: Communicator creation to a ready CommCtx (CUDA context created before)
 echo "setup times (ms), 2 ranks, VMM fds:"
 for i in $(seq 5); do
-  ex --group "setup-$i" --rank 0 --world-size 2 --device 0 --bytes 4096 >"$tmp/s0" 2>&1 &
+  "${ex[@]}" --group "setup-$i" --rank 0 --world-size 2 --device 0 --bytes 4096 >"$tmp/s0" 2>&1 &
   p0=$!
-  ex --group "setup-$i" --rank 1 --world-size 2 --device 1 --bytes 4096 >"$tmp/s1" 2>&1
+  "${ex[@]}" --group "setup-$i" --rank 1 --world-size 2 --device 1 --bytes 4096 >"$tmp/s1" 2>&1
   wait $p0
   grep -h 'ready in' "$tmp/s0" "$tmp/s1"
 done

@@ -1,6 +1,14 @@
 // A real mooncaked process and real client processes: sessions, SIGKILL of a
 // member, daemon shutdown and restart as clients see them.
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <grpcpp/generic/generic_stub.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +18,7 @@
 #include "daemon_process.h"
 #include "gtest/gtest.h"
 #include "mooncake/client/client.h"
+#include "mooncake/common/fd_passing.h"
 #include "test_util.h"
 
 namespace mooncake::testing {
@@ -167,6 +176,69 @@ TEST(SessionLifecycle, ClientNoticesRestartedDaemon) {
   auto h2 = c->hello();
   ASSERT_TRUE(h2.ok()) << h2.status();
   EXPECT_EQ(h2->instance_id, c->instanceId());
+}
+
+TEST(SessionLifecycle, TellsSystemdReadyAndStopping) {
+  TempDir dir;
+  const std::string notify = dir.path() + "/notify.sock";
+  int s = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(s, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, notify.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  auto recv_msg = [&](int timeout_ms) {
+    pollfd p{s, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return std::string();
+    char buf[512];
+    ssize_t n = ::recv(s, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+  };
+  const std::string sock = dir.path() + "/d.sock";
+  Child d = Child::Spawn({BinDir() + "/mooncaked", "--socket", sock, "--log-level", "warning"}, -1,
+                         {"NOTIFY_SOCKET=" + notify});
+  std::string ready = recv_msg(20000);
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  // READY comes only once the socket answers.
+  EXPECT_TRUE(ConnectUnix(sock).ok());
+  d.Kill(SIGTERM);
+  std::string stopping = recv_msg(10000);
+  EXPECT_NE(stopping.find("STOPPING=1"), std::string::npos) << stopping;
+  EXPECT_EQ(d.Wait(10000), 0);
+  ::close(s);
+}
+
+TEST(SessionLifecycle, ServesGrpcHealthChecks) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto channel = UnixChannel(daemon.socket());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  // grpc.health.v1.HealthCheckRequest{} is the empty message.
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; }));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  // HealthCheckResponse{status: SERVING (1)} encodes as field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 TEST(SessionLifecycle, SecondDaemonOnTheSameSocketRefuses) {

@@ -124,6 +124,40 @@ std::string PtrString(const void* p) {
 
 std::string RankList(const std::vector<int>& ranks) { return absl::StrJoin(ranks, ","); }
 
+absl::Status ValidateImportArgs(int expected_ranks, int rank, int num_ranks, size_t handle_count,
+                                const std::vector<int>& mask) {
+  if (num_ranks != expected_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: num_ranks ", num_ranks,
+                                                   " but the transport was created for ",
+                                                   expected_ranks));
+  }
+  if (rank < 0 || rank >= num_ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("importPeerHandles: rank ", rank, " outside [0, ", num_ranks, ")"));
+  }
+  if (handle_count != static_cast<size_t>(num_ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: ", handle_count,
+                                                   " handles for ", num_ranks,
+                                                   " ranks; pass one per rank (own entry ignored)"));
+  }
+  if (!mask.empty() && mask.size() != static_cast<size_t>(num_ranks)) {
+    return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: active_ranks_mask has ",
+                                                   mask.size(), " entries for ", num_ranks,
+                                                   " ranks (pass one per rank, or none)"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> ActiveRanks(const std::vector<int>& mask, int num_ranks, int rank) {
+  std::vector<int> active(static_cast<size_t>(num_ranks), 1);
+  if (!mask.empty()) {
+    for (int r = 0; r < num_ranks; ++r) active[r] = mask[r] != 0 ? 1 : 0;
+  }
+  // This rank is always reachable by itself, whatever the mask says.
+  active[rank] = 1;
+  return active;
+}
+
 }  // namespace internal
 }  // namespace device
 }  // namespace mooncake

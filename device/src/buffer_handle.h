@@ -83,6 +83,14 @@ std::string PtrString(const void* p);
 // "0,3,5" style list of ranks, for messages.
 std::string RankList(const std::vector<int>& ranks);
 
+// Checks importPeerHandles' arguments, the same for every platform:
+// `expected_ranks` is what the transport was created for.
+absl::Status ValidateImportArgs(int expected_ranks, int rank, int num_ranks, size_t handle_count,
+                                const std::vector<int>& mask);
+
+// Who takes part: mask[r] != 0 (empty mask = everyone); `rank` always.
+std::vector<int> ActiveRanks(const std::vector<int>& mask, int num_ranks, int rank);
+
 }  // namespace internal
 }  // namespace device
 }  // namespace mooncake

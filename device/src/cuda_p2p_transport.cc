@@ -508,24 +508,9 @@ class CudaP2pTransport final : public P2pTransport {
                       const std::vector<std::vector<int32_t>>& handles,
                       const std::vector<int>& mask) {
     UnmapPeers();
-    if (num_ranks != num_ranks_) {
-      return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: num_ranks ", num_ranks,
-                                                     " but the transport was created for ",
-                                                     num_ranks_));
-    }
-    if (rank < 0 || rank >= num_ranks) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("importPeerHandles: rank ", rank, " outside [0, ", num_ranks, ")"));
-    }
-    if (handles.size() != static_cast<size_t>(num_ranks)) {
-      return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: ", handles.size(),
-                                                     " handles for ", num_ranks,
-                                                     " ranks; pass one per rank (own entry ignored)"));
-    }
-    if (!mask.empty() && mask.size() != static_cast<size_t>(num_ranks)) {
-      return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: active_ranks_mask has ",
-                                                     mask.size(), " entries for ", num_ranks,
-                                                     " ranks (pass one per rank, or none)"));
+    if (absl::Status s = internal::ValidateImportArgs(num_ranks_, rank, num_ranks, handles.size(), mask);
+        !s.ok()) {
+      return s;
     }
     const Buffer* local = FindBuffer(local_ptr);
     if (local == nullptr) {
@@ -536,11 +521,7 @@ class CudaP2pTransport final : public P2pTransport {
     rank_ = rank;
     local_base_ = local_ptr;
     local_map_bytes_ = local->map_bytes;
-    active_.assign(num_ranks, 1);
-    if (!mask.empty()) {
-      for (int r = 0; r < num_ranks; ++r) active_[r] = mask[r] != 0 ? 1 : 0;
-    }
-    active_[rank] = 1;
+    active_ = internal::ActiveRanks(mask, num_ranks, rank);
     available_[rank] = 1;
     peer_ptrs_[rank] = local_ptr;
 

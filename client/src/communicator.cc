@@ -3,11 +3,40 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "mooncake/client/daemon_handle_exchange.h"
 #include "mooncake/common/status.h"
 
+#if MOONCAKE_CLIENT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 namespace mooncake {
+namespace {
+
+// The UUID ("GPU-...") of the current CUDA device, so the daemon places this
+// rank on its real GPU (P2P reachability comes from that, not from ranks).
+absl::StatusOr<std::string> CurrentGpuUuid() {
+#if MOONCAKE_CLIENT_HAVE_CUDA
+  int dev = -1;
+  cudaError_t e = cudaGetDevice(&dev);
+  cudaDeviceProp prop{};
+  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
+  if (e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("finding the current CUDA device: ", cudaGetErrorString(e)));
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  return absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                         b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+                         b[12], b[13], b[14], b[15]);
+#else
+  return absl::FailedPreconditionError("libmooncake_client was built without CUDA");
+#endif
+}
+
+}  // namespace
 
 absl::StatusOr<Platform> ParsePlatform(const std::string& name) {
   if (name == "host") return Platform::kHost;
@@ -64,6 +93,9 @@ absl::Status Communicator::Setup() {
   j.handle_data.assign(reinterpret_cast<const char*>(handle.data()), handle.size() * sizeof(int32_t));
   j.handle_size = o.buffer_bytes;
   j.gpu_uuid = o.gpu_uuid;
+  if (o.platform == Platform::kCuda && j.gpu_uuid.empty()) {
+    MC_ASSIGN_OR_RETURN(j.gpu_uuid, CurrentGpuUuid());
+  }
   MC_ASSIGN_OR_RETURN(view_, client_->joinGroup(j));
   joined_ = true;
 

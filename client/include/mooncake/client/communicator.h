@@ -44,7 +44,7 @@ struct CommunicatorOptions {
   size_t buffer_bytes = 1 << 20;      // symmetric: the same on every rank
   Platform platform = Platform::kHost;
   device::CudaHandleKind cuda_handle = device::CudaHandleKind::kAuto;
-  std::string gpu_uuid;               // CUDA: the current device's UUID ("GPU-...")
+  std::string gpu_uuid;               // CUDA: "GPU-..."; empty = the current device
   absl::Duration timeout = absl::Seconds(30);  // rendezvous and ready wait
   bool wait_all_ready = true;
   std::string client_name;            // for mcctl sessions

@@ -11,10 +11,12 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,latency,put,nvshmem
+#                     env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   NVSHMEM_HOME      NVSHMEM (include/, lib/); default: the Python venv's copy
+#   NCCL_INCLUDE_DIR  NCCL headers with nccl_device/ for the nccl_lsa step
+#                     (default: the machine's, /usr/include)
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,7 +29,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -190,6 +192,41 @@ if want nvshmem; then
       LD_LIBRARY_PATH="$nv/lib:$LD_LIBRARY_PATH" run_step "nvshmem_bench" "$work/nvshmem_bench"
     else
       bad 1 "nvshmem_bench build"
+    fi
+    rm -rf "$work"
+  fi
+fi
+
+if want nccl_lsa; then
+  section "nccl_lsa_bench"
+  # NCCL's device API is header-inlined (the kernel reads ncclWindow_vidmem),
+  # so it is built here against this machine's NCCL, never shipped prebuilt.
+  ninc="${NCCL_INCLUDE_DIR:-/usr/include}"
+  src="$share/nccl_lsa_bench.cu"
+  [[ -f "$src" ]] || src="$here/../../bench/gpu/nccl_lsa_bench.cu"
+  nlib=$(ldconfig -p | sed -n 's/.*libnccl\.so\.2 (libc6,x86-64) => //p' | head -1)
+  if [[ ! -f "$ninc/nccl.h" || ! -f "$ninc/nccl_device.h" || ! -d "$ninc/nccl_device" ]]; then
+    echo "NCCL device-API headers (nccl.h, nccl_device.h, nccl_device/) not found in $ninc: NCCL LSA comparison skipped"
+  elif [[ -z "$nlib" ]]; then
+    echo "libnccl.so.2 not in the linker cache: NCCL LSA comparison skipped"
+  elif ! command -v nvcc >/dev/null; then
+    echo "nvcc not found: NCCL LSA comparison skipped"
+  elif [[ ! -f "$src" ]]; then
+    bad 1 "nccl_lsa_bench.cu not found"
+  else
+    work=$(mktemp -d)
+    # The headers go through a scratch include dir, so that an nccl.h inside
+    # the CUDA toolkit (searched before /usr/include) cannot shadow the
+    # machine's; the library through a libnccl.so link when no dev link exists.
+    mkdir -p "$work/include"
+    ln -s "$ninc/nccl.h" "$ninc/nccl_device.h" "$ninc/nccl_device" "$work/include/"
+    ln -s "$nlib" "$work/libnccl.so"
+    echo "NCCL headers: $ninc ($(sed -n 's/^#define NCCL_VERSION_CODE //p' "$ninc/nccl.h")), library: $nlib"
+    if nvcc -std=c++17 -O3 -arch=sm_90 -I"$work/include" -I"$(dirname "$src")" "$src" -o "$work/nccl_lsa_bench" \
+         -L"$work" -lnccl; then
+      LD_LIBRARY_PATH="$(dirname "$nlib"):$LD_LIBRARY_PATH" run_step "nccl_lsa_bench" "$work/nccl_lsa_bench"
+    else
+      bad 1 "nccl_lsa_bench build"
     fi
     rm -rf "$work"
   fi

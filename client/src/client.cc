@@ -98,9 +98,11 @@ class Client::Impl {
   }
 
   // The live connection, reconnecting first when the old one was lost.
-  absl::StatusOr<Connection*> Live() {
+  // Shared: a call in flight keeps its connection (stub, channel) alive even
+  // if another thread reconnects meanwhile.
+  absl::StatusOr<std::shared_ptr<Connection>> Live() {
     std::lock_guard<std::mutex> lock(mu_);
-    if (conn_ && !lost_) return conn_.get();
+    if (conn_ && !lost_) return conn_;
     std::string old_instance = conn_ ? conn_->instance_id : "";
     std::string why = lost_reason_;
     TeardownLocked();
@@ -115,10 +117,10 @@ class Client::Impl {
         "); reconnected with a new session: rejoin your groups"));
   }
 
-  // Wraps a failed RPC. UNAVAILABLE means the daemon went away.
-  absl::Status CallError(const grpc::Status& s, absl::string_view rpc) {
+  // Wraps a failed RPC made on `on`. UNAVAILABLE means the daemon went away.
+  absl::Status CallError(const grpc::Status& s, absl::string_view rpc, const Connection* on) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      MarkLost(absl::StrCat(rpc, ": ", s.error_message()));
+      MarkLost(on, absl::StrCat(rpc, ": ", s.error_message()));
       return absl::UnavailableError(absl::StrCat("mooncaked at ", path_, " went away during ",
                                                  rpc, " (", s.error_message(),
                                                  "): is the service running?"));
@@ -170,9 +172,11 @@ class Client::Impl {
     ev_cv_.notify_all();
   }
 
-  void MarkLost(const std::string& why) {
+  // Only the connection the failure happened on: a late failure of a call
+  // on a replaced connection must not condemn the new one.
+  void MarkLost(const Connection* on, const std::string& why) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!lost_) {
+    if (conn_.get() == on && !lost_) {
       lost_ = true;
       lost_reason_ = why;
     }
@@ -182,7 +186,7 @@ class Client::Impl {
     absl::StatusOr<UniqueFd> fd = ConnectUnix(path_);
     if (!fd.ok()) return fd.status();
     MC_RETURN_IF_ERROR(SetNonBlocking(fd->get()));
-    auto c = std::make_unique<Connection>();
+    auto c = std::make_shared<Connection>();
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
     // The channel owns the fd from here on.
@@ -226,6 +230,8 @@ class Client::Impl {
           first = false;
           if (!ev.has_opened()) {
             opened->set_value(absl::InternalError("mooncaked did not open a session"));
+            // Do not wait in Finish() for a stream the peer keeps open.
+            raw->session_ctx->TryCancel();
             break;
           }
           opened->set_value(ev.opened());
@@ -240,6 +246,8 @@ class Client::Impl {
             "cannot open a session with mooncaked at ", path_, ": ", st.error_message())));
         return;
       }
+      // A session abandoned during setup (timeout) was never live: no event.
+      if (tearing_down_.load()) return;
       SessionEvent e;
       if (!shutdown_reason.empty()) {
         e.kind = SessionEvent::Kind::kDaemonShutdown;
@@ -248,7 +256,7 @@ class Client::Impl {
         e.kind = SessionEvent::Kind::kDisconnected;
         e.detail = st.ok() ? "session closed" : st.error_message();
       }
-      MarkLostFromReader(e.detail);
+      MarkLostFromReader(raw, e.detail);
       PushEvent(std::move(e));
     });
     if (opened_future.wait_for(absl::ToChronoNanoseconds(options_.call_timeout)) !=
@@ -277,10 +285,10 @@ class Client::Impl {
 
   // Called from the reader thread, which must not take mu_ while the owner
   // of mu_ may be joining it: use a separate flag under mu_ via try-lock loop.
-  void MarkLostFromReader(const std::string& why) {
+  void MarkLostFromReader(const Connection* on, const std::string& why) {
     for (;;) {
       if (mu_.try_lock()) {
-        if (!lost_) {
+        if (!lost_ && conn_.get() == on) {
           lost_ = true;
           lost_reason_ = why;
         }
@@ -294,12 +302,12 @@ class Client::Impl {
 
   void TeardownLocked() {
     if (!conn_) return;
+    std::shared_ptr<Connection> old = std::move(conn_);
     tearing_down_.store(true);
-    conn_->session_ctx->TryCancel();
-    if (conn_->reader.joinable()) conn_->reader.join();
+    old->session_ctx->TryCancel();
+    if (old->reader.joinable()) old->reader.join();
     tearing_down_.store(false);
-    conn_.reset();
-  }
+  }  // calls still in flight on `old` keep it alive until they return
 
   void Teardown() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -308,7 +316,7 @@ class Client::Impl {
 
  public:
   std::mutex mu_;
-  std::unique_ptr<Connection> conn_;
+  std::shared_ptr<Connection> conn_;
 
  private:
   const ClientOptions options_;
@@ -338,7 +346,7 @@ uint64_t Client::sessionId() const { return impl_->sessionId(); }
 bool Client::connected() const { return impl_->connected(); }
 
 absl::StatusOr<HelloInfo> Client::hello() {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::HelloRequest req;
@@ -346,7 +354,7 @@ absl::StatusOr<HelloInfo> Client::hello() {
   req.set_client_version(kClientVersion);
   v1::HelloResponse resp;
   grpc::Status s = c->stub->Hello(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "Hello");
+  if (!s.ok()) return impl_->CallError(s, "Hello", c.get());
   HelloInfo h;
   h.protocol_version = resp.protocol_version();
   h.daemon_version = resp.daemon_version();
@@ -359,12 +367,12 @@ absl::StatusOr<HelloInfo> Client::hello() {
 }
 
 absl::StatusOr<NodeInfo> Client::nodeInfo() {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::NodeInfo resp;
   grpc::Status s = c->stub->GetNodeInfo(&ctx, v1::GetNodeInfoRequest(), &resp);
-  if (!s.ok()) return impl_->CallError(s, "GetNodeInfo");
+  if (!s.ok()) return impl_->CallError(s, "GetNodeInfo", c.get());
   NodeInfo n;
   n.node_id = resp.node_id();
   n.hostname = resp.hostname();
@@ -380,7 +388,7 @@ absl::StatusOr<NodeInfo> Client::nodeInfo() {
 }
 
 absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   v1::JoinGroupRequest req;
   req.set_group(o.group);
   req.set_rank(o.rank);
@@ -404,7 +412,7 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   google::protobuf::Arena arena;
   v1::JoinGroupResponse& resp = *google::protobuf::Arena::CreateMessage<v1::JoinGroupResponse>(&arena);
   grpc::Status s = c->stub->JoinGroup(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "JoinGroup");
+  if (!s.ok()) return impl_->CallError(s, "JoinGroup", c.get());
   GroupView v;
   v.group = resp.group();
   v.rank = resp.rank();
@@ -434,7 +442,7 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
 }
 
 absl::Status Client::leaveGroup(const std::string& group, uint32_t rank) {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::LeaveGroupRequest req;
@@ -442,14 +450,14 @@ absl::Status Client::leaveGroup(const std::string& group, uint32_t rank) {
   req.set_rank(rank);
   v1::LeaveGroupResponse resp;
   grpc::Status s = c->stub->LeaveGroup(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "LeaveGroup");
+  if (!s.ok()) return impl_->CallError(s, "LeaveGroup", c.get());
   return absl::OkStatus();
 }
 
 absl::Status Client::reportReady(const std::string& group, uint32_t rank, bool ok,
                                  const std::string& detail,
                                  const std::vector<uint32_t>& unreachable) {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::ReportReadyRequest req;
@@ -460,13 +468,13 @@ absl::Status Client::reportReady(const std::string& group, uint32_t rank, bool o
   for (uint32_t r : unreachable) req.add_unreachable_ranks(r);
   v1::ReportReadyResponse resp;
   grpc::Status s = c->stub->ReportReady(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "ReportReady");
+  if (!s.ok()) return impl_->CallError(s, "ReportReady", c.get());
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Client::sendFds(const std::vector<int>& fds) {
   if (fds.empty()) return absl::InvalidArgumentError("sendFds: no fds given");
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   v1::FdRequest req;
   req.set_op(v1::FdRequest::PUT);
   req.set_session_id(c->session_id);
@@ -480,7 +488,7 @@ absl::StatusOr<std::string> Client::sendFds(const std::vector<int>& fds) {
 
 absl::StatusOr<std::vector<UniqueFd>> Client::fetchFds(const std::string& ticket) {
   if (ticket.empty()) return absl::InvalidArgumentError("fetchFds: empty ticket");
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   v1::FdRequest req;
   req.set_op(v1::FdRequest::GET);
   req.set_session_id(c->session_id);
@@ -499,7 +507,7 @@ absl::StatusOr<std::vector<UniqueFd>> Client::fetchFds(const std::string& ticket
 absl::StatusOr<FdExport> Client::exportFds(const std::vector<int>& fds, const std::string& kind,
                                            uint64_t size) {
   MC_ASSIGN_OR_RETURN(std::string ticket, sendFds(fds));
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::ExportFdsRequest req;
@@ -508,12 +516,12 @@ absl::StatusOr<FdExport> Client::exportFds(const std::vector<int>& fds, const st
   req.set_size(size);
   v1::ExportFdsResponse resp;
   grpc::Status s = c->stub->ExportFds(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "ExportFds");
+  if (!s.ok()) return impl_->CallError(s, "ExportFds", c.get());
   return FdExport{resp.export_id(), resp.secret()};
 }
 
 absl::StatusOr<std::vector<UniqueFd>> Client::importFds(const FdExport& exported) {
-  MC_ASSIGN_OR_RETURN(Connection * c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::ImportFdsRequest req;
@@ -521,7 +529,7 @@ absl::StatusOr<std::vector<UniqueFd>> Client::importFds(const FdExport& exported
   req.set_secret(exported.secret);
   v1::ImportFdsResponse resp;
   grpc::Status s = c->stub->ImportFds(&ctx, req, &resp);
-  if (!s.ok()) return impl_->CallError(s, "ImportFds");
+  if (!s.ok()) return impl_->CallError(s, "ImportFds", c.get());
   return fetchFds(resp.fd_ticket());
 }
 

@@ -201,6 +201,15 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupReques
   absl::Status error = [&]() -> absl::Status {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+    // EndSession closes the session before SessionEnded takes mu_: either
+    // the session is seen closed here, or SessionEnded runs after us and
+    // removes this member. Without the check a rank of a dead session could
+    // complete a group and never be reported lost.
+    if (!sessions_->Find(caller.id)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session ", caller.id, " ended while joining group '", req.group(),
+          "'; reconnect and rejoin"));
+    }
     std::shared_ptr<Group>& slot = groups_[key];
     if (!slot) {
       slot = std::make_shared<Group>();

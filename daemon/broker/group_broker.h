@@ -62,6 +62,10 @@ class GroupBroker {
   // Cancelled). No-op when the join already completed.
   void CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank);
 
+  // The checks JoinAsync makes of the request alone (name, sizes, rank):
+  // callers run them before consuming anything the request names.
+  absl::Status ValidateJoin(const v1::JoinGroupRequest& r) const;
+
   // Blocking form of JoinAsync (tests, tools): waits for `done`, polling
   // `cancelled` every 100 ms and cancelling the join when it returns true.
   absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
@@ -123,7 +127,6 @@ class GroupBroker {
   };
   using GroupKey = std::pair<uint32_t, std::string>;
 
-  absl::Status ValidateJoin(const v1::JoinGroupRequest& r) const;
   absl::StatusOr<int> ResolveGpu(const v1::DeviceSelector& device, std::string* uuid,
                                  std::string* pci) const;
   bool Reachable(int from_gpu, int to_gpu, bool* native_atomics) const;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/fd_passing.h"
@@ -76,12 +77,19 @@ void FdChannelServer::AcceptLoop() {
       if (errno == EMFILE || errno == ENFILE) ::usleep(100000);
       continue;
     }
+    // Each connection gets a thread; cap them so idle connections cannot
+    // exhaust the daemon's threads (thread creation failing would abort it).
+    if (active_.load() >= kMaxConnections) {
+      MC_LOG(kWarning, "fd channel: ", kMaxConnections, " connections busy; refusing one");
+      ::close(c);
+      continue;
+    }
     active_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(conns_mu_);
       conns_.insert(c);
     }
-    std::thread([this, c] {
+    auto serve = [this, c] {
       {
         UniqueFd conn(c);
         Serve(conn.get());
@@ -91,7 +99,18 @@ void FdChannelServer::AcceptLoop() {
         conns_.erase(c);
       }
       active_.fetch_sub(1);
-    }).detach();
+    };
+    try {
+      std::thread(serve).detach();
+    } catch (const std::system_error& e) {
+      {
+        std::lock_guard<std::mutex> lock(conns_mu_);
+        conns_.erase(c);
+      }
+      ::close(c);
+      active_.fetch_sub(1);
+      MC_LOG(kWarning, "fd channel: cannot start a connection thread: ", e.what());
+    }
   }
 }
 
@@ -100,8 +119,10 @@ void FdChannelServer::Serve(int sock) {
   if (!cred.ok()) return;
   // A client sends a request right after connecting; an idle connection is
   // closed so it cannot pin a thread.
+  bool first = true;
   while (!stopping_.load()) {
-    absl::StatusOr<Frame> frame = RecvFrame(sock, absl::Seconds(10));
+    absl::StatusOr<Frame> frame = RecvFrame(sock, first ? absl::Seconds(2) : absl::Seconds(10));
+    first = false;
     if (!frame.ok()) return;
     mooncake::v1::FdRequest req;
     if (!req.ParseFromString(frame->payload)) {
@@ -120,6 +141,12 @@ void FdChannelServer::Serve(int sock) {
           ReplyError(sock, absl::InvalidArgumentError(absl::StrCat(
                                      "fd channel: PUT announced ", req.fd_count(),
                                      " fds but carried ", frame->fds.size())));
+          continue;
+        }
+        if (tickets_->IncomingFor(session->id) >= kMaxIncomingPerSession) {
+          ReplyError(sock, absl::ResourceExhaustedError(absl::StrCat(
+                               "fd channel: session holds ", kMaxIncomingPerSession,
+                               " unused fd tickets; name them in an RPC or let them expire")));
           continue;
         }
         mooncake::v1::FdReply r;

@@ -21,6 +21,9 @@ namespace mooncake::daemon {
 
 class FdChannelServer {
  public:
+  static constexpr int kMaxConnections = 256;
+  static constexpr size_t kMaxIncomingPerSession = 64;
+
   // Takes a bound, listening socket.
   FdChannelServer(UniqueFd listen_fd, SessionRegistry* sessions, TicketStore* tickets);
   ~FdChannelServer();

@@ -1,11 +1,15 @@
 #include "fdchannel/ticket_store.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
 void TicketStore::ExpireLocked(absl::Time now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + std::min(absl::Seconds(1), ttl_ / 4);
   for (auto it = tickets_.begin(); it != tickets_.end();) {
     if (it->second.expires <= now) {
       it = tickets_.erase(it);
@@ -37,7 +41,7 @@ absl::StatusOr<FdBundlePtr> TicketStore::TakeIncoming(const std::string& ticket,
   absl::MutexLock lock(&mu_);
   ExpireLocked(absl::Now());
   auto it = tickets_.find(ticket);
-  if (it == tickets_.end() || !it->second.incoming) {
+  if (it == tickets_.end() || !it->second.incoming || it->second.expires <= absl::Now()) {
     return absl::NotFoundError(
         "fd ticket is unknown, used or expired: send the fds on the fd channel again");
   }
@@ -65,7 +69,7 @@ absl::StatusOr<FdBundlePtr> TicketStore::Redeem(const std::string& ticket, uint6
   absl::MutexLock lock(&mu_);
   ExpireLocked(absl::Now());
   auto it = tickets_.find(ticket);
-  if (it == tickets_.end() || it->second.incoming) {
+  if (it == tickets_.end() || it->second.incoming || it->second.expires <= absl::Now()) {
     return absl::NotFoundError("fd ticket is unknown, used or expired (tickets live "
                                "ticket_ttl_ms and are redeemable once)");
   }
@@ -92,6 +96,13 @@ size_t TicketStore::PendingFor(uint64_t session) {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [t, k] : tickets_) n += (k.recipient == session);
+  return n;
+}
+
+size_t TicketStore::IncomingFor(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [t, k] : tickets_) n += (k.incoming && k.owner == session);
   return n;
 }
 

@@ -46,6 +46,8 @@ class TicketStore {
   // Drops tickets owned by `session` or issued to it.
   void DropSession(uint64_t session);
   size_t PendingFor(uint64_t session);
+  // Incoming tickets the session holds (not yet named by an RPC).
+  size_t IncomingFor(uint64_t session);
   size_t size();
 
  private:
@@ -62,6 +64,9 @@ class TicketStore {
 
   const absl::Duration ttl_;
   absl::Mutex mu_;
+  // Expired tickets are swept at most every min(1 s, ttl/4) (a 256-rank group
+  // issues 65280 tickets at once); lookups check expiry themselves.
+  absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
 };
 

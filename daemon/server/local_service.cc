@@ -217,6 +217,8 @@ grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* c
                                                   v1::JoinGroupResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
+  // Reject a malformed request before its fd ticket is used up.
+  if (absl::Status s = state_->broker->ValidateJoin(*req); !s.ok()) return Done(ctx, s);
   FdBundlePtr fds;
   if (!req->handle().fd_ticket().empty()) {
     absl::StatusOr<FdBundlePtr> taken =
@@ -266,6 +268,11 @@ grpc::ServerUnaryReactor* LocalService::ExportFds(grpc::CallbackServerContext* c
   if (!fds.ok()) return Done(ctx, fds.status());
   ExportRecord r = state_->exports.Add(session->id, session->cred.uid, session->cred.pid,
                                        req->kind(), req->size(), std::move(*fds));
+  if (!state_->sessions->Find(session->id)) {
+    // EndSession ran between our lookup and Add: nothing would free it.
+    state_->exports.DropSession(session->id);
+    return Done(ctx, absl::FailedPreconditionError("the session ended during ExportFds"));
+  }
   resp->set_export_id(r.id);
   resp->set_secret(r.secret);
   return Done(ctx, absl::OkStatus());

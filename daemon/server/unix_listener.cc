@@ -50,8 +50,10 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, uint32_t mode,
   if (!fd) return ErrnoStatus(errno, "socket(AF_UNIX)");
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
-  // Bind with a restrictive umask so the socket is never briefly world-open.
-  mode_t old = ::umask(0177);
+  // Bind under a umask that yields the final mode, so the socket is never
+  // briefly more open than asked and no chmod by path (which would follow a
+  // symlink swapped in after bind) is needed.
+  mode_t old = ::umask(static_cast<mode_t>(~mode & 0777));
   int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   int err = errno;
   ::umask(old);
@@ -62,16 +64,11 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, uint32_t mode,
       ::unlink(path.c_str());
       return absl::NotFoundError(absl::StrCat("socket_group '", group, "' does not exist"));
     }
-    if (::chown(path.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0) {
+    if (::lchown(path.c_str(), static_cast<uid_t>(-1), gr->gr_gid) != 0) {
       err = errno;
       ::unlink(path.c_str());
       return ErrnoStatus(err, absl::StrCat("chown(", path, ", group ", group, ")"));
     }
-  }
-  if (::chmod(path.c_str(), mode) != 0) {
-    err = errno;
-    ::unlink(path.c_str());
-    return ErrnoStatus(err, absl::StrCat("chmod(", path, ")"));
   }
   if (::listen(fd.get(), 1024) != 0) return ErrnoStatus(errno, absl::StrCat("listen(", path, ")"));
   return fd;

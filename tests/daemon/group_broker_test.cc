@@ -880,3 +880,26 @@ TEST_F(GroupBrokerTest, ShutdownCompletesAsyncWaitersOnce) {
 
 }  // namespace
 }  // namespace mooncake::daemon
+
+namespace mooncake::daemon {
+namespace {
+
+// A join that arrives after its session ended (the client died while the
+// RPC was in flight) must not enter the group: nobody would ever report it
+// lost, and the group would never be released.
+TEST_F(GroupBrokerTest, JoinFromAnEndedSessionIsRefused) {
+  SessionInfo dead = Open(), alive = Open();
+  sessions_.Close(dead.id);
+  broker_->SessionEnded(dead.id);
+  JoinResult r = Join(dead, Req("late", 0, 2, 500));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_TRUE(broker_->List(0, true).empty());
+  // The live rank alone cannot form the group: it times out, and nothing is left.
+  JoinResult other = Join(alive, Req("late", 1, 2, 200));
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(broker_->List(0, true).empty());
+}
+
+}  // namespace
+}  // namespace mooncake::daemon

@@ -161,5 +161,40 @@ TEST_F(BadInput, FdChannelRejectsGarbageAndForgedSessions) {
   ::close(fd);
 }
 
+TEST_F(BadInput, UnusedFdTicketsPerSessionAreCapped) {
+  int fd = ::memfd_create("x", MFD_CLOEXEC);
+  absl::Status last;
+  int accepted = 0;
+  for (int i = 0; i < 80; ++i) {
+    auto t = good_->sendFds({fd});
+    if (!t.ok()) {
+      last = t.status();
+      break;
+    }
+    ++accepted;
+  }
+  ::close(fd);
+  EXPECT_EQ(accepted, 64);
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+}
+
+TEST_F(BadInput, IdleFdChannelConnectionsCannotExhaustTheDaemon) {
+  // Far more idle connections than the daemon serves at once: the excess is
+  // refused, idle ones time out, and the daemon never runs out of threads.
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 400; ++i) {
+    auto s = ConnectUnix(FdSocketPath(daemon_->socket()));
+    if (s.ok()) idle.push_back(std::move(*s));
+  }
+  EXPECT_TRUE(good_->hello().ok());
+  absl::SleepFor(absl::Milliseconds(2500));  // the daemon drops idle ones after 2 s
+  idle.clear();
+  int fd = ::memfd_create("x", MFD_CLOEXEC);
+  auto t = good_->sendFds({fd});
+  ::close(fd);
+  EXPECT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(daemon_->running());
+}
+
 }  // namespace
 }  // namespace mooncake::testing

@@ -119,6 +119,9 @@ TEST_F(BadInput, LeaveReportExportImportWithBadArguments) {
   });
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ((*other)->leaveGroup("early", 1).code(), absl::StatusCode::kNotFound);
+  // Readiness can only be reported once the group has formed.
+  absl::Status early = (*other)->reportReady("early", 0, true);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
   t.join();
 }
 

@@ -42,6 +42,14 @@ TEST(SessionLifecycle, HelloReportsCallerAndInstance) {
   v1::DaemonStatus st = GetStatus(daemon.socket());
   EXPECT_EQ(st.sessions(), 1u);
   EXPECT_EQ(st.instance_id(), h->instance_id);
+  // Node info: this machine has no GPU or RDMA NIC, a normal state that is
+  // explained rather than an error.
+  auto node = (*c)->nodeInfo();
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(node->node_id, "testnode");
+  EXPECT_EQ(node->instance_id, h->instance_id);
+  if (node->gpus.empty()) EXPECT_FALSE(node->gpu_note.empty());
+  if (node->nics.empty()) EXPECT_FALSE(node->nic_note.empty());
 }
 
 TEST(SessionLifecycle, UnreachableDaemonFailsFastWithActionableMessage) {

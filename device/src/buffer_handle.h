@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace mooncake {
 namespace device {
@@ -90,6 +92,29 @@ absl::Status ValidateImportArgs(int expected_ranks, int rank, int num_ranks, siz
 
 // Who takes part: mask[r] != 0 (empty mask = everyone); `rank` always.
 std::vector<int> ActiveRanks(const std::vector<int>& mask, int num_ranks, int rank);
+
+// Runs import_one(r) for every active rank other than `rank`, all of them
+// even after a failure (the rest keep working), and reports the failed
+// ranks with the first error. `who` names the importer in the message,
+// e.g. "rank 3, GPU 1".
+template <class ImportOne>
+absl::Status ImportActivePeers(int rank, const std::vector<int>& active, absl::string_view who,
+                               ImportOne import_one) {
+  std::vector<int> failed;
+  absl::Status first;
+  for (int r = 0; r < static_cast<int>(active.size()); ++r) {
+    if (r == rank || !active[r]) continue;
+    absl::Status s = import_one(r);
+    if (!s.ok()) {
+      failed.push_back(r);
+      if (first.ok()) first = s;
+    }
+  }
+  if (failed.empty()) return absl::OkStatus();
+  return absl::Status(first.code(), absl::StrCat("importPeerHandles (", who, "): ranks [",
+                                                 RankList(failed), "] unavailable; first failure: ",
+                                                 first.message()));
+}
 
 }  // namespace internal
 }  // namespace device

@@ -525,23 +525,8 @@ class CudaP2pTransport final : public P2pTransport {
     available_[rank] = 1;
     peer_ptrs_[rank] = local_ptr;
 
-    std::vector<int> failed;
-    absl::Status first;
-    for (int r = 0; r < num_ranks; ++r) {
-      if (r == rank || !active_[r]) continue;
-      absl::Status s = ImportOne(r, handles[r]);
-      if (!s.ok()) {
-        failed.push_back(r);
-        if (first.ok()) first = s;
-      }
-    }
-    if (!failed.empty()) {
-      return absl::Status(first.code(),
-                          absl::StrCat("importPeerHandles (rank ", rank, ", GPU ", device_,
-                                       "): ranks [", internal::RankList(failed),
-                                       "] unavailable; first failure: ", first.message()));
-    }
-    return absl::OkStatus();
+    return internal::ImportActivePeers(rank, active_, absl::StrCat("rank ", rank, ", GPU ", device_),
+                                       [&](int r) { return ImportOne(r, handles[r]); });
   }
 
   absl::Status ImportOne(int r, const std::vector<int32_t>& words) {

@@ -6,6 +6,7 @@
 #include "config/daemon_config.h"
 #include "absl/synchronization/mutex.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/version.h"
 #include "server/daemon.h"
 
 int main(int argc, char** argv) {
@@ -21,7 +22,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (version) {
-    std::cout << "mooncaked " << kDaemonVersion << " (protocol " << kProtocolVersion << ")\n";
+    std::cout << "mooncaked " << mooncake::kMooncakeVersion << " (protocol "
+              << mooncake::kProtocolVersion << ")\n";
     return 0;
   }
   mooncake::SetLogLevel(config->log_level);

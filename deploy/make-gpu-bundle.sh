@@ -2,9 +2,11 @@
 # Builds the project here and makes a relocatable install prefix that runs on
 # the GPU machine (shared/gpu.md, "Build here, run there"):
 #   1. configure + build in its own build dir (default build-gpu), CUDA on;
-#   2. install what was built into .gpu/prefix (git-ignored), target by
-#      target, so a half-finished area (daemon, client, ...) does not stop the
-#      GPU tests and benchmarks from being installed;
+#   2. install what was built into .gpu/prefix (git-ignored), every
+#      component, the GPU tests and benchmarks included
+#      (-DMOONCAKE_INSTALL_TESTS=ON), directory by directory, so a
+#      half-finished area (daemon, client, ...) does not stop the GPU tests
+#      and benchmarks from being installed;
 #   3. copy every shared library that ldd names for the installed binaries
 #      and that the GPU machine lacks (gRPC, protobuf, Abseil, c-ares, re2,
 #      upb, address_sorting) into .gpu/prefix/lib; the binaries find them
@@ -32,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     --prefix) prefix=$(realpath -m "$2"); shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --gpu-only) gpu_only=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "make-gpu-bundle: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +50,8 @@ never_re='^lib(nccl|cuda|cudart|nvidia|c\.so|m\.so|stdc\+\+|gcc_s|pthread|dl\.so
 
 configure_full() {
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMOONCAKE_WITH_CUDA=ON -DMOONCAKE_BUNDLE_RPATH=ON -DCMAKE_INSTALL_PREFIX="$prefix"
+    -DMOONCAKE_WITH_CUDA=ON -DMOONCAKE_BUNDLE_RPATH=ON -DMOONCAKE_INSTALL_TESTS=ON \
+    -DCMAKE_INSTALL_PREFIX="$prefix"
 }
 
 # A project with only the GPU tests and benchmarks (header-only device code).
@@ -70,6 +73,7 @@ set(CMAKE_INSTALL_RPATH "\$ORIGIN/../\${CMAKE_INSTALL_LIBDIR}")
 add_link_options("LINKER:--disable-new-dtags")
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY \${CMAKE_BINARY_DIR}/bin)
 set(MOONCAKE_HAVE_CUDA ON)
+set(MOONCAKE_INSTALL_TESTS ON)
 add_subdirectory("$root/bench/gpu" bench_gpu)
 add_subdirectory("$root/tests/gpu" tests_gpu)
 EOF

@@ -1,6 +1,8 @@
 // rendezvous_bench: group rendezvous latency through mooncaked versus the
-// file-in-a-temp-dir rendezvous, the LOST-event latency for a SIGKILLed
-// member, and the `mcctl status` round trip. CPU only.
+// file-in-a-temp-dir rendezvous, the whole mooncake::Communicator::Create
+// (connect, allocate, join, map every peer, verify, ready) on the join route
+// and on the upstream export/import route, the LOST-event latency for a
+// SIGKILLed member, and the `mcctl status` round trip. CPU only.
 //
 // Rank setup. Every rank is its own mooncake::Client (own connection, own
 // session), so the daemon sees exactly what it sees with real ranks. By
@@ -45,6 +47,7 @@
 #include <fstream>
 #include <iterator>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -64,6 +67,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "mooncake/client/client.h"
+#include "mooncake/client/communicator.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/status.h"
 #include "mooncake/v1/admin.grpc.pb.h"
@@ -228,6 +232,29 @@ absl::Status DaemonRendezvous(Client& client, const WorkerConfig& cfg,
   return absl::OkStatus();
 }
 
+// One whole Communicator::Create on the host platform; the communicator is
+// kept (and the group held) until the coordinator's leave command.
+absl::Status CommunicatorRendezvous(const WorkerConfig& cfg, const std::string& group,
+                                    HandleRoute route,
+                                    std::map<std::string, std::unique_ptr<Communicator>>* comms) {
+  CommunicatorOptions o;
+  o.socket_path = cfg.socket;
+  o.group = group;
+  o.rank = cfg.rank;
+  o.world_size = cfg.world;
+  o.buffer_bytes = 64 << 10;
+  o.platform = Platform::kHost;
+  o.handle_route = route;
+  o.timeout = absl::Seconds(60);
+  absl::StatusOr<std::unique_ptr<Communicator>> c = Communicator::Create(o);
+  if (!c.ok()) return c.status();
+  if (!(*c)->transport().allPeersAccessible()) {
+    return absl::DataLossError(absl::StrCat("group ", group, ": not every peer is mapped"));
+  }
+  (*comms)[group] = *std::move(c);
+  return absl::OkStatus();
+}
+
 // Drains membership events until `quiet` passes without one, so the events
 // caused by this iteration's leaves are delivered before the next one.
 int DrainEvents(Client& client, absl::Duration quiet, absl::Duration max) {
@@ -256,6 +283,7 @@ int RunWorker(int fd, const WorkerConfig& cfg) {
   std::vector<std::string> expected;
   for (uint32_t r = 0; r < cfg.world; ++r) expected.push_back(HandleFor(r));
   WriteLine(fd, "H 1 connected");
+  std::map<std::string, std::unique_ptr<Communicator>> comms;
   LineReader in(fd);
   for (;;) {
     std::optional<std::string> line = in.Read(600 * 1000);
@@ -268,8 +296,11 @@ int RunWorker(int fd, const WorkerConfig& cfg) {
       int64_t release = std::stoll(f[2]);
       SleepUntilNs(release);
       int64_t start = NowNs();
-      absl::Status s = f[3] == "f" ? FileRendezvous(cfg, group)
-                                   : DaemonRendezvous(**client, cfg, expected, group);
+      absl::Status s =
+          f[3] == "f"   ? FileRendezvous(cfg, group)
+          : f[3] == "c" ? CommunicatorRendezvous(cfg, group, HandleRoute::kJoin, &comms)
+          : f[3] == "e" ? CommunicatorRendezvous(cfg, group, HandleRoute::kExportImport, &comms)
+                        : DaemonRendezvous(**client, cfg, expected, group);
       int64_t end = NowNs();
       WriteLine(fd, absl::StrCat("R ", start, " ", end, " ", s.ok() ? 1 : 0, " ",
                                  OneLine(std::string(s.ToString()))));
@@ -277,7 +308,9 @@ int RunWorker(int fd, const WorkerConfig& cfg) {
       // L <group> <d|f>
       absl::Status s;
       int events = 0;
-      if (f[2] == "f") {
+      if (f[2] == "c" || f[2] == "e") {
+        comms.erase(f[1]);  // leaves the group, unmaps, frees, closes its session
+      } else if (f[2] == "f") {
         std::string path = absl::StrCat(cfg.file_dir, "/", f[1], "/", cfg.rank);
         if (::unlink(path.c_str()) != 0) {
           s = absl::InternalError(absl::StrCat("unlink(", path, "): ", std::strerror(errno)));
@@ -446,6 +479,8 @@ struct Options {
   int lost_trials = 10;
   bool run_daemon = true;  // --methods
   bool run_file = true;
+  bool run_comm = false;         // Communicator::Create, join route
+  bool run_comm_export = false;  // Communicator::Create, export/import route
   // perf record --control fifo: the join phase alone is profiled when set
   // (perf record -D -1 --control fifo:CTL ... -- rendezvous_bench --perf-ctl CTL).
   std::string perf_ctl;
@@ -536,8 +571,19 @@ class RankSet {
   std::vector<bool> killed_;
 };
 
+// What one measured rendezvous is: the worker command letter and the name
+// the report uses.
+struct Method {
+  char mode;
+  const char* name;
+};
+constexpr Method kJoinMethod{'d', "mooncaked"};
+constexpr Method kFileMethod{'f', "file"};
+constexpr Method kCommMethod{'c', "communicator"};
+constexpr Method kCommExportMethod{'e', "communicator-export"};
+
 struct RunResult {
-  std::string method;   // "mooncaked" or "file"
+  std::string method;   // Method::name
   std::string harness;  // "threads" or "processes"
   uint32_t ranks = 0;
   int iters = 0;
@@ -572,14 +618,15 @@ double SelfCpuMs() {
          (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
 }
 
-absl::StatusOr<RunResult> Measure(RankSet& set, const Options& o, bool file, int warmup,
+absl::StatusOr<RunResult> Measure(RankSet& set, const Options& o, Method method, int warmup,
                                   int iters, const std::string& prefix, pid_t daemon_pid) {
   const size_t n = set.size();
+  const bool file = method.mode == 'f';
   RunResult res;
-  res.method = file ? "file" : "mooncaked";
+  res.method = method.name;
   res.ranks = static_cast<uint32_t>(n);
   res.iters = iters;
-  const char* mode = file ? "f" : "d";
+  const std::string mode(1, method.mode);
   // Lead time so every rank has its command before the release instant.
   const int64_t lead_ns = (2 + static_cast<int64_t>(n) / 16) * 1000000;
   uint64_t events = 0;
@@ -595,7 +642,7 @@ absl::StatusOr<RunResult> Measure(RankSet& set, const Options& o, bool file, int
     if (perf_fd >= 0 && it >= warmup) WriteLine(perf_fd, "enable");
     const double daemon_cpu0 = daemon_pid > 0 ? ProcessCpuMs(daemon_pid) : 0;
     const double ranks_cpu0 = ranks_cpu_now();
-    const std::string group = absl::StrCat(prefix, "-", n, "-", it);
+    const std::string group = absl::StrCat(prefix, mode, "-", n, "-", it);
     const int64_t release = NowNs() + lead_ns;
     for (size_t r = 0; r < n; ++r) {
       if (!set.Send(r, absl::StrCat("J ", group, " ", release, " ", mode))) {
@@ -846,10 +893,16 @@ absl::Status ParseArgs(int argc, char** argv, Options* o, bool* worker, WorkerCo
       if (a == "--lost-trials") o->lost_trials = std::stoi(v);
       if (a == "--perf-ctl") o->perf_ctl = v;
       if (a == "--methods") {
-        o->run_daemon = absl::StrContains(v, "mooncaked");
-        o->run_file = absl::StrContains(v, "file");
-        if (!o->run_daemon && !o->run_file) {
-          return absl::InvalidArgumentError("--methods takes mooncaked, file or mooncaked,file");
+        o->run_daemon = o->run_file = false;
+        for (absl::string_view m : absl::StrSplit(v, ',')) {
+          if (m == "mooncaked") o->run_daemon = true;
+          if (m == "file") o->run_file = true;
+          if (m == "communicator") o->run_comm = true;
+          if (m == "communicator-export") o->run_comm_export = true;
+        }
+        if (!o->run_daemon && !o->run_file && !o->run_comm && !o->run_comm_export) {
+          return absl::InvalidArgumentError(
+              "--methods takes a comma list of mooncaked, file, communicator, communicator-export");
         }
       }
       if (a == "--ranks") {
@@ -871,11 +924,14 @@ constexpr char kUsage[] =
     "usage: rendezvous_bench [--mooncaked PATH] [--mcctl PATH] [--socket S] [--out FILE]\n"
     "                        [--processes] [--ranks 2,8,64,256] [--iters-scale F]\n"
     "                        [--poll-us US] [--file-dir DIR] [--lost-trials N]\n"
-    "                        [--methods mooncaked,file] [--perf-ctl FIFO]\n"
+    "                        [--methods mooncaked,file,communicator,communicator-export]\n"
+    "                        [--perf-ctl FIFO]\n"
     "                        [--no-deadlock-detection]\n"
     "  Without --socket a private mooncaked (default: next to this binary) is started on a\n"
     "  temporary socket and stopped at the end. --processes adds one-process-per-rank runs\n"
-    "  for 2 and 8 ranks and the LOST-event latency of a SIGKILLed rank.\n";
+    "  for 2 and 8 ranks and the LOST-event latency of a SIGKILLed rank. The communicator\n"
+    "  methods time a whole Communicator::Create per rank (one process per rank) on the\n"
+    "  join route and on the export/import route; default methods: mooncaked,file.\n";
 
 int Main(int argc, char** argv) {
   Options o;
@@ -952,11 +1008,21 @@ int Main(int argc, char** argv) {
     }
     const int iters = IterationsFor(n, o.iters_scale);
     const int warmup = n >= 64 ? 2 : 5;
-    for (bool file : {false, true}) {
-      if ((file && !o.run_file) || (!file && !o.run_daemon)) continue;
+    std::vector<Method> methods;
+    // A Communicator per rank maps every peer: 256 of them in one process
+    // would pass the kernel's 65530-mapping limit, and a real job runs one
+    // process per rank anyway, so they are measured with processes only.
+    if (!processes && o.run_daemon) methods.push_back(kJoinMethod);
+    if (!processes && o.run_file) methods.push_back(kFileMethod);
+    const bool small_processes = processes && o.processes && n <= 8;
+    if (small_processes && o.run_daemon) methods.push_back(kJoinMethod);
+    if (small_processes && o.run_file) methods.push_back(kFileMethod);
+    if (processes && o.run_comm) methods.push_back(kCommMethod);
+    if (processes && o.run_comm_export) methods.push_back(kCommExportMethod);
+    for (Method method : methods) {
       int64_t m0 = NowNs();
       absl::StatusOr<RunResult> r =
-          Measure(**set, o, file, warmup, iters, processes ? "benchp" : "bench",
+          Measure(**set, o, method, warmup, iters, processes ? "benchp" : "bench",
                   daemon ? daemon->pid() : -1);
       if (!r.ok()) {
         errors.push_back(std::string(r.status().message()));
@@ -969,12 +1035,14 @@ int Main(int argc, char** argv) {
       results.push_back(*std::move(r));
     }
   };
-  for (uint32_t n : o.ranks) run_set(n, false);
+  if (o.run_daemon || o.run_file) {
+    for (uint32_t n : o.ranks) run_set(n, false);
+  }
   std::vector<LostResult> lost;
+  for (uint32_t n : o.ranks) {
+    if ((o.processes && n <= 8) || o.run_comm || o.run_comm_export) run_set(n, true);
+  }
   if (o.processes) {
-    for (uint32_t n : o.ranks) {
-      if (n <= 8) run_set(n, true);
-    }
     for (uint32_t n : {2u, 8u}) {
       absl::StatusOr<LostResult> l = MeasureLost(o, socket, n, n == 2 ? o.lost_trials : o.lost_trials / 2);
       if (!l.ok()) {
@@ -1009,9 +1077,12 @@ int Main(int argc, char** argv) {
     Stats s = Summarize(r.last_ms), pr = Summarize(r.per_rank_ms), sk = Summarize(r.skew_ms),
           fi = Summarize(r.first_ms);
     auto cpu = [](double v) { return v < 0 ? std::string("n/a") : absl::StrFormat("%.1f", v); };
-    std::string method = r.method == "file"
-                             ? absl::StrCat("file rendezvous (", o.poll_us / 1000.0, " ms poll)")
-                             : "mooncaked joinGroup";
+    std::string method =
+        r.method == "file" ? absl::StrCat("file rendezvous (", o.poll_us / 1000.0, " ms poll)")
+        : r.method == "communicator" ? "Communicator::Create, join route (fds with the join)"
+        : r.method == "communicator-export"
+            ? "Communicator::Create, export/import route (ExportFds + ImportFds per peer)"
+            : "mooncaked joinGroup";
     md << "| " << r.ranks << " | " << r.harness << " | " << method << " | " << r.iters << " | "
        << Fmt(s.p50) << " | " << Fmt(s.p99) << " | " << Fmt(s.min) << " | " << Fmt(s.max) << " | "
        << Fmt(pr.p50) << " | " << Fmt(pr.p99) << " | " << Fmt(sk.p50) << " | " << Fmt(fi.p50)

@@ -9,6 +9,7 @@
 #include <deque>
 #include <future>
 #include <mutex>
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
+#include "mooncake/common/version.h"
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.grpc.pb.h"
 
@@ -36,8 +38,9 @@ const char* SessionEventKindName(SessionEvent::Kind kind) {
 
 namespace {
 
-constexpr uint32_t kClientProtocol = 1;
-constexpr char kClientVersion[] = "0.1.0";
+// From the generated version.h: the one source of version numbers.
+constexpr uint32_t kClientProtocol = kProtocolVersion;
+constexpr const char* kClientVersion = kMooncakeVersion;
 
 SessionEvent FromProto(const v1::MemberEvent& m) {
   SessionEvent e;
@@ -92,6 +95,10 @@ class Client::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return conn_ ? conn_->session_id : 0;
   }
+  std::string nodeId() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return conn_ ? conn_->node_id : "";
+  }
   bool connected() {
     std::lock_guard<std::mutex> lock(mu_);
     return conn_ != nullptr && !lost_;
@@ -134,24 +141,63 @@ class Client::Impl {
 
   absl::Duration call_timeout() const { return options_.call_timeout; }
 
+  // One fd-channel reply: the frame, with its FdReply parsed into `reply`;
+  // a refusal becomes the daemon's status.
+  absl::StatusOr<Frame> RecvReply(int sock, v1::FdReply* reply) {
+    absl::StatusOr<Frame> frame = RecvFrame(sock, options_.call_timeout);
+    if (!frame.ok()) return frame.status();
+    if (!reply->ParseFromString(frame->payload)) {
+      return absl::InternalError("fd channel: malformed reply from mooncaked");
+    }
+    if (!reply->ok()) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->error());
+    return frame;
+  }
+
   // fd channel round trip: one short connection per request.
   absl::StatusOr<Frame> FdRoundTrip(const v1::FdRequest& req, const std::vector<int>& fds) {
     absl::StatusOr<UniqueFd> sock = ConnectUnix(FdSocketPath(path_));
     if (!sock.ok()) return sock.status();
-    std::string bytes;
-    req.SerializeToString(&bytes);
-    MC_RETURN_IF_ERROR(SendFrame(sock->get(), bytes, fds, options_.call_timeout));
-    absl::StatusOr<Frame> frame = RecvFrame(sock->get(), options_.call_timeout);
-    if (!frame.ok()) return frame.status();
+    MC_RETURN_IF_ERROR(SendFrame(sock->get(), req.SerializeAsString(), fds, options_.call_timeout));
     v1::FdReply reply;
-    if (!reply.ParseFromString(frame->payload)) {
-      return absl::InternalError("fd channel: malformed reply from mooncaked");
+    return RecvReply(sock->get(), &reply);
+  }
+
+  // Several GETs on one connection: the requests are written in windows
+  // (the daemon answers them in order), so n peers cost one connect and
+  // about n/kWindow round trips instead of n of each.
+  absl::StatusOr<std::vector<std::vector<UniqueFd>>> FetchMany(const Connection& c,
+                                                               const std::vector<std::string>& tickets) {
+    constexpr size_t kWindow = 32;
+    std::vector<std::vector<UniqueFd>> out(tickets.size());
+    if (tickets.empty()) return out;
+    absl::StatusOr<UniqueFd> sock = ConnectUnix(FdSocketPath(path_));
+    if (!sock.ok()) return sock.status();
+    for (size_t begin = 0; begin < tickets.size(); begin += kWindow) {
+      const size_t end = std::min(tickets.size(), begin + kWindow);
+      for (size_t i = begin; i < end; ++i) {
+        v1::FdRequest req;
+        req.set_op(v1::FdRequest::GET);
+        req.set_session_id(c.session_id);
+        req.set_session_token(c.token);
+        req.set_ticket(tickets[i]);
+        MC_RETURN_IF_ERROR(SendFrame(sock->get(), req.SerializeAsString(), {}, options_.call_timeout));
+      }
+      for (size_t i = begin; i < end; ++i) {
+        v1::FdReply reply;
+        absl::StatusOr<Frame> frame = RecvReply(sock->get(), &reply);
+        if (!frame.ok()) {
+          return absl::Status(frame.status().code(), absl::StrCat("fd ticket ", i + 1, " of ",
+                                                                  tickets.size(), ": ",
+                                                                  frame.status().message()));
+        }
+        if (frame->fds.size() != reply.fd_count()) {
+          return absl::InternalError(absl::StrCat("fd channel: expected ", reply.fd_count(),
+                                                  " fds, received ", frame->fds.size()));
+        }
+        out[i] = std::move(frame->fds);
+      }
     }
-    if (!reply.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.error());
-    }
-    frame->payload = reply.SerializeAsString();
-    return frame;
+    return out;
   }
 
   std::optional<SessionEvent> NextEvent(absl::Duration timeout) {
@@ -487,22 +533,21 @@ absl::StatusOr<std::string> Client::sendFds(const std::vector<int>& fds) {
 }
 
 absl::StatusOr<std::vector<UniqueFd>> Client::fetchFds(const std::string& ticket) {
-  if (ticket.empty()) return absl::InvalidArgumentError("fetchFds: empty ticket");
-  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
-  v1::FdRequest req;
-  req.set_op(v1::FdRequest::GET);
-  req.set_session_id(c->session_id);
-  req.set_session_token(c->token);
-  req.set_ticket(ticket);
-  MC_ASSIGN_OR_RETURN(Frame frame, impl_->FdRoundTrip(req, {}));
-  v1::FdReply reply;
-  reply.ParseFromString(frame.payload);
-  if (frame.fds.size() != reply.fd_count()) {
-    return absl::InternalError(absl::StrCat("fd channel: expected ", reply.fd_count(),
-                                            " fds, received ", frame.fds.size()));
-  }
-  return std::move(frame.fds);
+  MC_ASSIGN_OR_RETURN(std::vector<std::vector<UniqueFd>> fds,
+                      fetchFds(std::vector<std::string>{ticket}));
+  return std::move(fds[0]);
 }
+
+absl::StatusOr<std::vector<std::vector<UniqueFd>>> Client::fetchFds(
+    const std::vector<std::string>& tickets) {
+  for (const std::string& t : tickets) {
+    if (t.empty()) return absl::InvalidArgumentError("fetchFds: empty ticket");
+  }
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  return impl_->FetchMany(*c, tickets);
+}
+
+std::string Client::nodeId() const { return impl_->nodeId(); }
 
 absl::StatusOr<FdExport> Client::exportFds(const std::vector<int>& fds, const std::string& kind,
                                            uint64_t size) {

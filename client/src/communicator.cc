@@ -78,40 +78,7 @@ absl::Status Communicator::Setup() {
                         absl::StrCat("allocating the ", o.buffer_bytes, "-byte buffer: ",
                                      transport_->lastError().message()));
   }
-  std::vector<int32_t> handle = transport_->exportIpcHandle(buffer_);
-  if (handle.empty()) {
-    return absl::Status(transport_->lastError().code(),
-                        absl::StrCat("exporting the buffer: ", transport_->lastError().message()));
-  }
-
-  JoinOptions j;
-  j.group = o.group;
-  j.rank = o.rank;
-  j.world_size = o.world_size;
-  j.timeout = o.timeout;
-  j.handle_kind = transport_->handleKind();
-  j.handle_data.assign(reinterpret_cast<const char*>(handle.data()), handle.size() * sizeof(int32_t));
-  j.handle_size = o.buffer_bytes;
-  j.gpu_uuid = o.gpu_uuid;
-  if (o.platform == Platform::kCuda && j.gpu_uuid.empty()) {
-    MC_ASSIGN_OR_RETURN(j.gpu_uuid, CurrentGpuUuid());
-  }
-  MC_ASSIGN_OR_RETURN(view_, client_->joinGroup(j));
-  joined_ = true;
-
-  std::vector<std::vector<int32_t>> handles(o.world_size);
-  std::vector<int> active(o.world_size, 1);
-  for (const GroupMember& m : view_.members) {
-    if (m.rank >= o.world_size) continue;
-    if (m.handle_data.size() % sizeof(int32_t) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", m.rank, " sent a malformed handle"));
-    }
-    handles[m.rank].resize(m.handle_data.size() / sizeof(int32_t));
-    std::memcpy(handles[m.rank].data(), m.handle_data.data(), m.handle_data.size());
-    if (m.rank != o.rank && !m.p2p_reachable) active[m.rank] = 0;
-  }
-  transport_->importPeerHandles(buffer_, static_cast<int>(o.rank), static_cast<int>(o.world_size),
-                                handles, active);
+  MC_ASSIGN_OR_RETURN(view_, o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
   bool all_ok = transport_->verifyPeerAccess();
   std::vector<int32_t> avail = transport_->availableSnapshot();
   std::vector<uint32_t> unreachable;
@@ -157,6 +124,111 @@ absl::Status Communicator::Setup() {
     return absl::FailedPreconditionError(absl::StrCat("group '", o.group, "': ", detail));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<JoinOptions> Communicator::BaseJoin() const {
+  const CommunicatorOptions& o = options_;
+  JoinOptions j;
+  j.group = o.group;
+  j.rank = o.rank;
+  j.world_size = o.world_size;
+  j.timeout = o.timeout;
+  j.handle_kind = transport_->handleKind();
+  j.handle_size = o.buffer_bytes;
+  j.gpu_uuid = o.gpu_uuid;
+  if (o.platform == Platform::kCuda && j.gpu_uuid.empty()) {
+    MC_ASSIGN_OR_RETURN(j.gpu_uuid, CurrentGpuUuid());
+  }
+  return j;
+}
+
+// Which peers to map: everyone the daemon says this rank reaches directly.
+std::vector<int> Communicator::ActiveMask(const GroupView& view) const {
+  std::vector<int> active(options_.world_size, 1);
+  for (const GroupMember& m : view.members) {
+    if (m.rank < options_.world_size && m.rank != options_.rank && !m.p2p_reachable) {
+      active[m.rank] = 0;
+    }
+  }
+  return active;
+}
+
+std::vector<int32_t> Communicator::HandleWords(const GroupMember& m) {
+  std::vector<int32_t> words(m.handle_data.size() / sizeof(int32_t));
+  std::memcpy(words.data(), m.handle_data.data(), words.size() * sizeof(int32_t));
+  return words;
+}
+
+// The join route: the buffer's fds go with the join (one fd-channel PUT
+// named by the JoinGroup request); each peer's fds come back by the view's
+// tickets, all fetched on one fd-channel connection.
+absl::StatusOr<GroupView> Communicator::JoinWithFds() {
+  const CommunicatorOptions& o = options_;
+  absl::StatusOr<device::ExportedBuffer> mine = transport_->exportLocal(buffer_);
+  if (!mine.ok()) {
+    return absl::Status(mine.status().code(),
+                        absl::StrCat("exporting the buffer: ", mine.status().message()));
+  }
+  MC_ASSIGN_OR_RETURN(JoinOptions j, BaseJoin());
+  j.handle_data.assign(reinterpret_cast<const char*>(mine->handle.data()),
+                       mine->handle.size() * sizeof(int32_t));
+  for (const UniqueFd& fd : mine->fds) j.fds.push_back(fd.get());
+  MC_ASSIGN_OR_RETURN(GroupView view, client_->joinGroup(j));
+  joined_ = true;
+
+  const std::vector<int> active = ActiveMask(view);
+  std::vector<device::PeerBuffer> peers(o.world_size);
+  std::vector<std::string> tickets;
+  std::vector<uint32_t> ticket_rank;
+  for (const GroupMember& m : view.members) {
+    if (m.rank >= o.world_size) continue;
+    if (m.handle_data.size() % sizeof(int32_t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", m.rank, " sent a malformed handle"));
+    }
+    peers[m.rank].handle = HandleWords(m);
+    if (m.rank != o.rank && active[m.rank] && !m.fd_ticket.empty()) {
+      tickets.push_back(m.fd_ticket);
+      ticket_rank.push_back(m.rank);
+    }
+  }
+  absl::StatusOr<std::vector<std::vector<UniqueFd>>> fds = client_->fetchFds(tickets);
+  if (!fds.ok()) {
+    return absl::Status(fds.status().code(),
+                        absl::StrCat("fetching the peers' fds: ", fds.status().message()));
+  }
+  for (size_t i = 0; i < ticket_rank.size(); ++i) peers[ticket_rank[i]].fds = std::move((*fds)[i]);
+  // Per-peer failures are in lastError and the available table; the
+  // verification below reports them with the rest.
+  (void)transport_->mapPeers(buffer_, static_cast<int>(o.rank), static_cast<int>(o.world_size),
+                             std::move(peers), active);
+  return view;
+}
+
+// The upstream route, for comparison and for code that needs export names:
+// publish (fd-channel PUT + ExportFds), join with the handle bytes, then one
+// ImportFds + fd-channel GET per peer inside importPeerHandles.
+absl::StatusOr<GroupView> Communicator::JoinWithExport() {
+  const CommunicatorOptions& o = options_;
+  std::vector<int32_t> handle = transport_->exportIpcHandle(buffer_);
+  if (handle.empty()) {
+    return absl::Status(transport_->lastError().code(),
+                        absl::StrCat("exporting the buffer: ", transport_->lastError().message()));
+  }
+  MC_ASSIGN_OR_RETURN(JoinOptions j, BaseJoin());
+  j.handle_data.assign(reinterpret_cast<const char*>(handle.data()), handle.size() * sizeof(int32_t));
+  MC_ASSIGN_OR_RETURN(GroupView view, client_->joinGroup(j));
+  joined_ = true;
+  std::vector<std::vector<int32_t>> handles(o.world_size);
+  for (const GroupMember& m : view.members) {
+    if (m.rank >= o.world_size) continue;
+    if (m.handle_data.size() % sizeof(int32_t) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", m.rank, " sent a malformed handle"));
+    }
+    handles[m.rank] = HandleWords(m);
+  }
+  transport_->importPeerHandles(buffer_, static_cast<int>(o.rank), static_cast<int>(o.world_size),
+                                handles, ActiveMask(view));
+  return view;
 }
 
 std::string Communicator::handleKind() const {

@@ -32,12 +32,12 @@ std::string NormalizePci(absl::string_view pci) {
 }  // namespace
 
 GroupBroker::GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
-                         SessionRegistry* sessions, TicketStore* tickets)
+                         SessionRegistry* sessions, FdTicketIssuer* fd_tickets)
     : node_id_(std::move(node_id)),
       topology_(std::move(topology)),
       limits_(limits),
       sessions_(sessions),
-      tickets_(tickets) {
+      fd_tickets_(fd_tickets) {
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -46,7 +46,7 @@ GroupBroker::~GroupBroker() {
   if (timer_.joinable()) timer_.join();
 }
 
-absl::Status GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
+absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
   if (!ValidGroupName(r.group())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "group name '", r.group().substr(0, 64),
@@ -74,7 +74,18 @@ absl::Status GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
   if (r.handle().kind().size() > 64) {
     return absl::InvalidArgumentError("handle kind longer than 64 characters");
   }
-  return absl::OkStatus();
+  ValidatedJoin j;
+  absl::StatusOr<int> gpu = ResolveGpu(r.device(), &j.gpu_uuid_, &j.gpu_pci_);
+  if (!gpu.ok()) return gpu.status();
+  j.gpu_index_ = *gpu;
+  j.group_ = r.group();
+  j.rank_ = r.rank();
+  j.world_size_ = r.world_size();
+  j.timeout_ms_ = r.timeout_ms() == 0 ? limits_.default_timeout_ms : r.timeout_ms();
+  j.handle_ = r.handle();
+  j.fd_ticket_ = j.handle_.fd_ticket();
+  j.handle_.clear_fd_ticket();
+  return j;
 }
 
 absl::StatusOr<int> GroupBroker::ResolveGpu(const v1::DeviceSelector& d, std::string* uuid,
@@ -140,8 +151,13 @@ void GroupBroker::BuildView(const Group& g, const SessionInfo& receiver, uint32_
     v->set_p2p_reachable(Reachable(me.gpu_index, m.gpu_index, &atomics));
     v->set_native_atomics(atomics);
     if (m.fds && r != rank) {
-      v->set_fd_ticket(tickets_->IssueOutgoing(m.session, receiver.id, receiver.cred.uid, m.fds));
-      v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
+      // Fails only when either session just ended: the view goes to a dead
+      // RPC, or the owner is about to be reported lost.
+      absl::StatusOr<std::string> ticket = fd_tickets_->IssueOutgoing(m.session, receiver, m.fds);
+      if (ticket.ok()) {
+        v->set_fd_ticket(*std::move(ticket));
+        v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
+      }
     }
   }
 }
@@ -180,21 +196,19 @@ absl::Status GroupBroker::DeadlineError(const Group& g, uint32_t rank, uint32_t 
       "); is every rank started with the same group name, world size and user?"));
 }
 
-void GroupBroker::JoinAsync(const SessionInfo& caller, const v1::JoinGroupRequest& req,
-                            FdBundlePtr fds, JoinDone done, v1::JoinGroupResponse* out) {
-  if (absl::Status s = ValidateJoin(req); !s.ok()) return done(s);
+void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBundlePtr fds,
+                            JoinDone done, v1::JoinGroupResponse* out) {
   Member m;
   m.rank = req.rank();
   m.session = caller.id;
   m.cred = caller.cred;
-  absl::StatusOr<int> gpu = ResolveGpu(req.device(), &m.gpu_uuid, &m.gpu_pci);
-  if (!gpu.ok()) return done(gpu.status());
-  m.gpu_index = *gpu;
-  m.handle = req.handle();
-  m.handle.clear_fd_ticket();
+  m.gpu_index = req.gpu_index_;
+  m.gpu_uuid = std::move(req.gpu_uuid_);
+  m.gpu_pci = std::move(req.gpu_pci_);
+  m.handle = std::move(req.handle_);
   m.fds = std::move(fds);
 
-  const uint32_t timeout_ms = req.timeout_ms() == 0 ? limits_.default_timeout_ms : req.timeout_ms();
+  const uint32_t timeout_ms = req.timeout_ms_;
   const GroupKey key{caller.cred.uid, req.group()};
   std::optional<Formation> formation;
   // Registers under the lock; completions run after it is released.
@@ -335,11 +349,14 @@ absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& calle
     absl::Mutex mu;
     std::optional<absl::StatusOr<v1::JoinGroupResponse>> value ABSL_GUARDED_BY(mu);
   };
+  absl::StatusOr<ValidatedJoin> join = ValidateJoin(req);
+  if (!join.ok()) return join.status();
   auto result = std::make_shared<Result>();
-  JoinAsync(caller, req, std::move(fds), [result](absl::StatusOr<v1::JoinGroupResponse> r) {
-    absl::MutexLock lock(&result->mu);
-    result->value = std::move(r);
-  });
+  JoinAsync(caller, *std::move(join), std::move(fds),
+            [result](absl::StatusOr<v1::JoinGroupResponse> r) {
+              absl::MutexLock lock(&result->mu);
+              result->value = std::move(r);
+            });
   bool cancel_sent = false;
   absl::MutexLock lock(&result->mu);
   auto has = [&result]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) { return result->value.has_value(); };
@@ -517,43 +534,37 @@ void GroupBroker::Shutdown() {
   Complete(&completions);
 }
 
-std::string GroupBroker::StateName(const Group& g) {
-  if (!g.formed) return "forming";
+GroupState GroupBroker::StateOf(const Group& g) {
+  if (!g.formed) return GroupState::kForming;
   bool all_ready = true;
   for (const auto& [r, m] : g.members) {
     if (m.state == MemberState::kLeft || m.state == MemberState::kLost ||
         m.state == MemberState::kFailed) {
-      return "degraded";
+      return GroupState::kDegraded;
     }
     all_ready &= (m.state == MemberState::kReady);
   }
-  return all_ready ? "ready" : "formed";
+  return all_ready ? GroupState::kReady : GroupState::kFormed;
 }
 
-std::vector<v1::GroupInfo> GroupBroker::List(uint32_t uid, bool all) const {
-  static constexpr const char* kStates[] = {"joined", "ready", "failed", "left", "lost"};
+std::vector<GroupSummary> GroupBroker::List(uint32_t uid, bool all) const {
   absl::MutexLock lock(&mu_);
-  std::vector<v1::GroupInfo> out;
+  std::vector<GroupSummary> out;
   absl::Time now = absl::Now();
   for (const auto& [key, g] : groups_) {
     if (!all && key.first != uid) continue;
-    v1::GroupInfo info;
-    info.set_name(g->name);
-    info.set_uid(g->uid);
-    info.set_world_size(g->world_size);
-    info.set_joined(static_cast<uint32_t>(g->members.size()));
-    info.set_state(StateName(*g));
-    info.set_epoch(g->epoch);
-    info.set_age_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(now - g->created)));
+    GroupSummary info;
+    info.name = g->name;
+    info.uid = g->uid;
+    info.world_size = g->world_size;
+    info.joined = static_cast<uint32_t>(g->members.size());
+    info.state = StateOf(*g);
+    info.epoch = g->epoch;
+    info.age = now - g->created;
+    info.members.reserve(g->members.size());
     for (const auto& [r, m] : g->members) {
-      v1::GroupMemberInfo* mi = info.add_members();
-      mi->set_rank(r);
-      mi->set_state(kStates[static_cast<int>(m.state)]);
-      mi->set_pid(m.cred.pid);
-      mi->set_session_id(m.session);
-      mi->set_gpu_index(m.gpu_index);
-      mi->set_handle_kind(m.handle.kind());
-      mi->set_handle_size(m.handle.size());
+      info.members.push_back(GroupMemberSummary{r, m.state, m.cred.pid, m.session, m.gpu_index,
+                                                m.handle.kind(), m.handle.size()});
     }
     out.push_back(std::move(info));
   }

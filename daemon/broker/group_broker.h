@@ -11,6 +11,11 @@
 // Thread-safe. JoinAsync never blocks: the daemon's RPC threads are not
 // held while a rendezvous waits (a 256-rank join would otherwise park 256
 // threads); deadlines are enforced by one timer thread.
+//
+// A join is validated once, by ValidateJoin, which yields the ValidatedJoin
+// that JoinAsync requires. The broker sees the rest of the daemon through
+// the SessionRegistry (liveness, events) and an FdTicketIssuer (members'
+// fds); both are not owned and must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -25,8 +30,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "broker/group_summary.h"
+#include "broker/validated_join.h"
+#include "fdchannel/fd_ticket_issuer.h"
 #include "fdchannel/ticket_store.h"
-#include "mooncake/v1/admin.pb.h"
 #include "mooncake/v1/local.pb.h"
 #include "mooncake/v1/node.pb.h"
 #include "session/session_registry.h"
@@ -44,30 +51,33 @@ class GroupBroker {
   using JoinDone = std::function<void(absl::StatusOr<v1::JoinGroupResponse>)>;
 
   GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
-              SessionRegistry* sessions, TicketStore* tickets);
+              SessionRegistry* sessions, FdTicketIssuer* fd_tickets);
   ~GroupBroker();
 
+  // Every check of a join that needs only the request and this node: group
+  // name, world size, rank, handle size and kind, and the GPU selector
+  // (InvalidArgument with what to fix). Reads no group state.
+  absl::StatusOr<ValidatedJoin> ValidateJoin(const v1::JoinGroupRequest& request) const;
+
   // Registers a join. `done` runs exactly once, never under the broker's
-  // lock: at once for invalid input, when the group forms (with the
-  // caller's view), when the deadline passes, on CancelJoin, when the
-  // caller's session ends, or on Shutdown. On any error the caller's rank
-  // is not left behind in the group.
+  // lock: at once when the join conflicts with its group (world size,
+  // taken rank, formed group) or the session is gone, when the group forms
+  // (with the caller's view), when the deadline passes, on CancelJoin,
+  // when the caller's session ends, or on Shutdown. On any error the
+  // caller's rank is not left behind in the group.
   // When `out` is given (it must outlive the call to `done`), a successful
   // view is written straight into it and `done` receives an empty message:
   // the RPC layer passes its arena-allocated response this way, which saves
   // a malloc per string at large world sizes.
-  void JoinAsync(const SessionInfo& caller, const v1::JoinGroupRequest& request, FdBundlePtr fds,
-                 JoinDone done, v1::JoinGroupResponse* out = nullptr);
+  void JoinAsync(const SessionInfo& caller, ValidatedJoin join, FdBundlePtr fds, JoinDone done,
+                 v1::JoinGroupResponse* out = nullptr);
   // The caller's RPC went away: drops a still-waiting rank (done gets
   // Cancelled). No-op when the join already completed.
   void CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank);
 
-  // The checks JoinAsync makes of the request alone (name, sizes, rank):
-  // callers run them before consuming anything the request names.
-  absl::Status ValidateJoin(const v1::JoinGroupRequest& r) const;
-
-  // Blocking form of JoinAsync (tests, tools): waits for `done`, polling
-  // `cancelled` every 100 ms and cancelling the join when it returns true.
+  // Blocking form of ValidateJoin + JoinAsync (tests, tools): waits for
+  // `done`, polling `cancelled` every 100 ms and cancelling the join when
+  // it returns true.
   absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
                                              const v1::JoinGroupRequest& request,
                                              FdBundlePtr fds,
@@ -81,13 +91,12 @@ class GroupBroker {
   void Shutdown();
 
   // Groups visible to `uid` (all of them for root when `all` is set).
-  std::vector<v1::GroupInfo> List(uint32_t uid, bool all) const;
+  std::vector<GroupSummary> List(uint32_t uid, bool all) const;
   // "name/rank" for each live membership of the session.
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
   size_t CountVisible(uint32_t uid, bool all) const;
 
  private:
-  enum class MemberState { kJoined, kReady, kFailed, kLeft, kLost };
   struct Member {
     uint32_t rank = 0;
     uint64_t session = 0;
@@ -140,13 +149,13 @@ class GroupBroker {
   void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
                     const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseIfEmpty(const GroupKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static std::string StateName(const Group& g);
+  static GroupState StateOf(const Group& g);
 
   const std::string node_id_;
   const v1::Topology topology_;
   const BrokerLimits limits_;
   SessionRegistry* sessions_;
-  TicketStore* tickets_;
+  FdTicketIssuer* fd_tickets_;
 
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,11 +6,13 @@
 //   mooncake::v1::Topology topo = mooncake::daemon::DiscoverTopology(options);
 //   if (topo.gpus().empty()) MC_LOG(kInfo, "no GPU: ", topo.gpu_discovery_note());
 //
-// Sources: the CUDA driver API (dlopen'ed, see gpu_discovery.h), sysfs
+// Sources: the CUDA driver API (mooncake::drivers::CudaDriver, loaded at run
+// time; see gpu_discovery.h), sysfs
 // (`<sysfs_root>/class/infiniband`, `<sysfs_root>/bus/pci/devices`) and,
 // when built with rdma-core, libibverbs' device list as a cross-check.
 // Pointing `sysfs_root` at a fake tree makes NIC and topology discovery
-// testable without hardware. The lower-level pieces (DiscoverGpus,
+// testable without hardware, and so does passing a FakeCudaDriver as
+// `cuda_driver` for GPU discovery. The lower-level pieces (DiscoverGpus,
 // DiscoverNics, ResolvePciPath, ComputeGpuNicAffinity) are public in the
 // headers next to this one.
 //
@@ -19,8 +21,10 @@
 // CUDA context, no verbs context).
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "mooncake/drivers/cuda_driver.h"
 #include "mooncake/v1/node.pb.h"
 
 namespace mooncake::daemon {
@@ -29,6 +33,8 @@ struct DiscoveryOptions {
   std::string sysfs_root = "/sys";            // tests point this at a fake tree
   std::string cuda_library = "libcuda.so.1";  // "" disables GPU discovery
   bool use_verbs = true;                      // also ask ibverbs (when built with it)
+  // The CUDA driver to ask; null: LoadCudaDriver(cuda_library).
+  std::shared_ptr<drivers::CudaDriver> cuda_driver;
 };
 
 // Never fails for "no GPU / no NIC / no driver": that is a normal state,

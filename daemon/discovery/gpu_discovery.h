@@ -1,21 +1,23 @@
 // GPU discovery through the CUDA driver API, loaded at run time.
 //
-// libcuda is dlopen()ed (never linked), so the daemon starts and runs on
-// nodes without an NVIDIA driver. Only device queries are used: no CUDA
-// context is created. Note that cuInit() runs in the calling process: after
-// it, a fork()ed child must not use CUDA.
+// The driver comes from mooncake::drivers (drivers/): libcuda is dlopen()ed
+// there (never linked), so the daemon starts and runs on nodes without an
+// NVIDIA driver, and tests pass a FakeCudaDriver instead. Only device
+// queries are used: no CUDA context is created. Note that cuInit() runs in
+// the calling process: after it, a fork()ed child must not use CUDA.
 //
 // Thread-safety: DiscoverGpus may be called from several threads; the
-// driver's queries are thread-safe. The library handle is never dlclose()d
-// (unloading libcuda while the process lives is unsupported by the driver);
-// repeated calls reuse it through dlopen's reference count.
+// driver's queries are thread-safe. The loaded driver is cached by
+// LoadCudaDriver, so repeated calls reuse it.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mooncake/drivers/cuda_driver.h"
 #include "mooncake/v1/node.pb.h"
 
 namespace mooncake::daemon {
@@ -23,6 +25,9 @@ namespace mooncake::daemon {
 struct GpuDiscoveryOptions {
   std::string cuda_library = "libcuda.so.1";  // "" disables GPU discovery
   std::string sysfs_root = "/sys";            // for each GPU's NUMA node
+  // The driver to ask; null: LoadCudaDriver(cuda_library). Tests pass a
+  // FakeCudaDriver here (cuda_library is then ignored).
+  std::shared_ptr<drivers::CudaDriver> driver;
 };
 
 struct GpuDiscoveryResult {

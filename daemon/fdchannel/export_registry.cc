@@ -15,7 +15,7 @@ ExportRecord ExportRegistry::Add(uint64_t session, uint32_t uid, int pid, std::s
 }
 
 absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_view secret,
-                                                    uint32_t uid) {
+                                                    uint32_t uid) const {
   absl::MutexLock lock(&mu_);
   auto it = exports_.find(id);
   if (it == exports_.end()) {
@@ -40,7 +40,7 @@ void ExportRegistry::DropSession(uint64_t session) {
   std::erase_if(exports_, [session](const auto& kv) { return kv.second.owner_session == session; });
 }
 
-size_t ExportRegistry::CountFor(uint64_t session) {
+size_t ExportRegistry::CountFor(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [id, r] : exports_) n += (r.owner_session == session);

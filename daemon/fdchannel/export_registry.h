@@ -2,7 +2,8 @@
 // uid to import (the upstream exportIpcHandle/importPeerHandles flow, where
 // the application exchanges the handle bytes itself). An export lives until
 // its session ends or it is withdrawn. Knowing (id, secret) is required to
-// import; the uid must match the exporter's. Thread-safe.
+// import; the uid must match the exporter's. Owned by FdBroker, which orders
+// additions against session end. Thread-safe.
 #pragma once
 
 #include "absl/strings/string_view.h"
@@ -31,12 +32,12 @@ class ExportRegistry {
  public:
   ExportRecord Add(uint64_t session, uint32_t uid, int pid, std::string kind, uint64_t size,
                    FdBundlePtr bundle);
-  absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid);
+  absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid) const;
   void DropSession(uint64_t session);
-  size_t CountFor(uint64_t session);
+  size_t CountFor(uint64_t session) const;
 
  private:
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, ExportRecord> exports_ ABSL_GUARDED_BY(mu_);
 };

@@ -34,9 +34,9 @@ void ReplyError(int sock, const absl::Status& s) {
 
 }  // namespace
 
-FdChannelServer::FdChannelServer(UniqueFd listen_fd, SessionRegistry* sessions,
-                                 TicketStore* tickets)
-    : listen_fd_(std::move(listen_fd)), sessions_(sessions), tickets_(tickets) {
+FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions,
+                                 FdBroker* fds)
+    : listen_fd_(std::move(listen_fd)), sessions_(sessions), fds_(fds) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0) {
     wake_read_.reset(p[0]);
@@ -143,20 +143,19 @@ void FdChannelServer::Serve(int sock) {
                                      " fds but carried ", frame->fds.size())));
           continue;
         }
-        if (tickets_->IncomingFor(session->id) >= kMaxIncomingPerSession) {
-          ReplyError(sock, absl::ResourceExhaustedError(absl::StrCat(
-                               "fd channel: session holds ", kMaxIncomingPerSession,
-                               " unused fd tickets; name them in an RPC or let them expire")));
+        absl::StatusOr<std::string> ticket = fds_->AddIncoming(*session, std::move(frame->fds));
+        if (!ticket.ok()) {
+          ReplyError(sock, ticket.status());
           continue;
         }
         mooncake::v1::FdReply r;
         r.set_ok(true);
-        r.set_ticket(tickets_->AddIncoming(session->id, cred->uid, std::move(frame->fds)));
+        r.set_ticket(*std::move(ticket));
         Reply(sock, r);
         break;
       }
       case mooncake::v1::FdRequest::GET: {
-        absl::StatusOr<FdBundlePtr> bundle = tickets_->Redeem(req.ticket(), session->id, cred->uid);
+        absl::StatusOr<FdBundlePtr> bundle = fds_->Redeem(req.ticket(), session->id, cred->uid);
         if (!bundle.ok()) {
           ReplyError(sock, bundle.status());
           continue;

@@ -5,6 +5,10 @@
 // authenticated by its session id + token AND by the uid read with
 // SO_PEERCRED on this connection, so a leaked token alone is not enough.
 // One short-lived thread per connection; requests time out.
+//
+// It sees the core through two narrow pieces: the SessionRegistry to
+// authenticate (read only) and the FdBroker to store and hand out fds. Both
+// are owned by Daemon and must outlive this.
 #pragma once
 
 #include <atomic>
@@ -13,7 +17,7 @@
 #include <set>
 #include <thread>
 
-#include "fdchannel/ticket_store.h"
+#include "fdchannel/fd_broker.h"
 #include "mooncake/common/unique_fd.h"
 #include "session/session_registry.h"
 
@@ -22,10 +26,9 @@ namespace mooncake::daemon {
 class FdChannelServer {
  public:
   static constexpr int kMaxConnections = 256;
-  static constexpr size_t kMaxIncomingPerSession = 64;
 
   // Takes a bound, listening socket.
-  FdChannelServer(UniqueFd listen_fd, SessionRegistry* sessions, TicketStore* tickets);
+  FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds);
   ~FdChannelServer();
 
   void Start();
@@ -37,8 +40,8 @@ class FdChannelServer {
 
   UniqueFd listen_fd_;
   UniqueFd wake_read_, wake_write_;
-  SessionRegistry* sessions_;
-  TicketStore* tickets_;
+  const SessionRegistry* sessions_;
+  FdBroker* fds_;
   std::thread thread_;
   std::atomic<int> active_{0};
   std::atomic<bool> stopping_{false};

@@ -92,21 +92,21 @@ void TicketStore::DropSession(uint64_t session) {
   }
 }
 
-size_t TicketStore::PendingFor(uint64_t session) {
+size_t TicketStore::PendingFor(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [t, k] : tickets_) n += (k.recipient == session);
   return n;
 }
 
-size_t TicketStore::IncomingFor(uint64_t session) {
+size_t TicketStore::IncomingFor(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [t, k] : tickets_) n += (k.incoming && k.owner == session);
   return n;
 }
 
-size_t TicketStore::size() {
+size_t TicketStore::size() const {
   absl::MutexLock lock(&mu_);
   return tickets_.size();
 }

@@ -8,7 +8,8 @@
 //    bundle owned by another session (Issue/Redeem).
 // Every ticket is bound to one session and uid, is used once, and expires
 // after the TTL. Session end drops the tickets it owns or may redeem.
-// Thread-safe.
+// Owned by FdBroker, which orders additions against session end; nothing
+// else in the daemon holds one. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -45,10 +46,10 @@ class TicketStore {
 
   // Drops tickets owned by `session` or issued to it.
   void DropSession(uint64_t session);
-  size_t PendingFor(uint64_t session);
+  size_t PendingFor(uint64_t session) const;
   // Incoming tickets the session holds (not yet named by an RPC).
-  size_t IncomingFor(uint64_t session);
-  size_t size();
+  size_t IncomingFor(uint64_t session) const;
+  size_t size() const;
 
  private:
   struct Ticket {
@@ -63,7 +64,7 @@ class TicketStore {
   std::string NewTicketLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration ttl_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Expired tickets are swept at most every min(1 s, ttl/4) (a 256-rank group
   // issues 65280 tickets at once); lookups check expiry themselves.
   absl::Time next_sweep_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -4,52 +4,77 @@
 
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/paths.h"
+#include "mooncake/common/version.h"
 
 namespace mooncake::daemon {
 
+v1::GroupInfo ToGroupInfo(const GroupSummary& g) {
+  v1::GroupInfo info;
+  info.set_name(g.name);
+  info.set_uid(g.uid);
+  info.set_world_size(g.world_size);
+  info.set_joined(g.joined);
+  info.set_state(GroupStateName(g.state));
+  info.set_epoch(g.epoch);
+  info.set_age_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(g.age)));
+  for (const GroupMemberSummary& m : g.members) {
+    v1::GroupMemberInfo* mi = info.add_members();
+    mi->set_rank(m.rank);
+    mi->set_state(MemberStateName(m.state));
+    mi->set_pid(m.pid);
+    mi->set_session_id(m.session_id);
+    mi->set_gpu_index(m.gpu_index);
+    mi->set_handle_kind(m.handle_kind);
+    mi->set_handle_size(m.handle_size);
+  }
+  return info;
+}
+
 grpc::Status AdminService::GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest*,
                                      v1::DaemonStatus* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return ToGrpc(caller.status());
-  const uint32_t uid = caller->first.uid;
+  const uint32_t uid = caller->cred.uid;
   const bool all = uid == 0;
-  resp->set_version(kDaemonVersion);
+  resp->set_version(kMooncakeVersion);
   resp->set_protocol_version(kProtocolVersion);
-  resp->set_instance_id(state_->instance_id);
-  resp->set_node_id(state_->node_id);
-  resp->set_hostname(state_->hostname);
-  resp->set_socket_path(state_->config.socket);
-  resp->set_fd_socket_path(FdSocketPath(state_->config.socket));
+  resp->set_instance_id(node_->instance_id);
+  resp->set_node_id(node_->node_id);
+  resp->set_hostname(node_->hostname);
+  resp->set_socket_path(endpoints_.socket_path);
+  resp->set_fd_socket_path(FdSocketPath(endpoints_.socket_path));
   resp->set_pid(::getpid());
-  resp->set_uptime_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - state_->started)));
+  resp->set_uptime_ms(
+      static_cast<uint64_t>(absl::ToInt64Milliseconds(absl::Now() - node_->started)));
   uint32_t sessions = 0;
-  for (const SessionInfo& s : state_->sessions->List()) sessions += (all || s.cred.uid == uid);
+  for (const SessionInfo& s : sessions_->List()) sessions += (all || s.cred.uid == uid);
   resp->set_sessions(sessions);
-  resp->set_groups(static_cast<uint32_t>(state_->broker->CountVisible(uid, all)));
-  resp->set_gpu_count(static_cast<uint32_t>(state_->topology.gpus_size()));
-  resp->set_nic_count(static_cast<uint32_t>(state_->topology.nics_size()));
-  resp->set_cuda_driver_version(state_->topology.cuda_driver_version());
-  resp->set_gpu_discovery_note(state_->topology.gpu_discovery_note());
-  resp->set_nic_discovery_note(state_->topology.nic_discovery_note());
-  resp->set_peer_listen(state_->config.peer_listen);
+  resp->set_groups(static_cast<uint32_t>(broker_->CountVisible(uid, all)));
+  const v1::Topology& topo = node_->topology;
+  resp->set_gpu_count(static_cast<uint32_t>(topo.gpus_size()));
+  resp->set_nic_count(static_cast<uint32_t>(topo.nics_size()));
+  resp->set_cuda_driver_version(topo.cuda_driver_version());
+  resp->set_gpu_discovery_note(topo.gpu_discovery_note());
+  resp->set_nic_discovery_note(topo.nic_discovery_note());
+  resp->set_peer_listen(endpoints_.peer_listen);
   return grpc::Status::OK;
 }
 
 grpc::Status AdminService::GetTopology(grpc::ServerContext* ctx, const v1::GetTopologyRequest*,
                                        v1::Topology* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return ToGrpc(caller.status());
-  *resp = state_->topology;
+  *resp = node_->topology;
   return grpc::Status::OK;
 }
 
 grpc::Status AdminService::ListSessions(grpc::ServerContext* ctx, const v1::ListSessionsRequest*,
                                         v1::ListSessionsResponse* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return ToGrpc(caller.status());
-  const uint32_t uid = caller->first.uid;
+  const uint32_t uid = caller->cred.uid;
   absl::Time now = absl::Now();
-  for (const SessionInfo& s : state_->sessions->List()) {
+  for (const SessionInfo& s : sessions_->List()) {
     if (uid != 0 && s.cred.uid != uid) continue;
     v1::SessionInfo* out = resp->add_sessions();
     out->set_session_id(s.id);
@@ -58,19 +83,19 @@ grpc::Status AdminService::ListSessions(grpc::ServerContext* ctx, const v1::List
     out->set_pid(s.cred.pid);
     out->set_client_name(s.client_name);
     out->set_age_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(now - s.opened)));
-    for (std::string& g : state_->broker->MembershipsOf(s.id)) out->add_groups(std::move(g));
-    out->set_fd_exports(static_cast<uint32_t>(state_->exports.CountFor(s.id)));
-    out->set_pending_tickets(static_cast<uint32_t>(state_->tickets->PendingFor(s.id)));
+    for (std::string& g : broker_->MembershipsOf(s.id)) out->add_groups(std::move(g));
+    out->set_fd_exports(static_cast<uint32_t>(fds_->ExportsOf(s.id)));
+    out->set_pending_tickets(static_cast<uint32_t>(fds_->PendingTicketsFor(s.id)));
   }
   return grpc::Status::OK;
 }
 
 grpc::Status AdminService::ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest*,
                                       v1::ListGroupsResponse* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return ToGrpc(caller.status());
-  const uint32_t uid = caller->first.uid;
-  for (v1::GroupInfo& g : state_->broker->List(uid, uid == 0)) *resp->add_groups() = std::move(g);
+  const uint32_t uid = caller->cred.uid;
+  for (const GroupSummary& g : broker_->List(uid, uid == 0)) *resp->add_groups() = ToGroupInfo(g);
   return grpc::Status::OK;
 }
 

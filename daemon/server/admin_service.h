@@ -1,15 +1,39 @@
 // The Admin gRPC service for mcctl (proto/mooncake/v1/admin.proto).
 // Callers see their own uid's sessions and groups; root sees all.
+//
+// Read only: it gets const views of the pieces it reports on, all owned by
+// Daemon and outliving it, and turns the broker's GroupSummary into the
+// wire's GroupInfo itself.
 #pragma once
 
+#include <string>
+#include <utility>
+
+#include "broker/group_broker.h"
+#include "fdchannel/fd_broker.h"
 #include "mooncake/v1/admin.grpc.pb.h"
-#include "server/daemon_state.h"
+#include "server/connection_table.h"
+#include "server/node_identity.h"
+#include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
 class AdminService final : public v1::Admin::Service {
  public:
-  explicit AdminService(DaemonState* state) : state_(state) {}
+  // Where the daemon serves, for GetStatus.
+  struct Endpoints {
+    std::string socket_path;
+    std::string peer_listen;  // empty: no peer API
+  };
+
+  AdminService(const NodeIdentity* node, Endpoints endpoints, const ConnectionTable* connections,
+               const SessionRegistry* sessions, const GroupBroker* broker, const FdBroker* fds)
+      : node_(node),
+        endpoints_(std::move(endpoints)),
+        connections_(connections),
+        sessions_(sessions),
+        broker_(broker),
+        fds_(fds) {}
 
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* req,
                          v1::DaemonStatus* resp) override;
@@ -21,7 +45,15 @@ class AdminService final : public v1::Admin::Service {
                           v1::ListGroupsResponse* resp) override;
 
  private:
-  DaemonState* state_;
+  const NodeIdentity* const node_;
+  const Endpoints endpoints_;
+  const ConnectionTable* const connections_;
+  const SessionRegistry* const sessions_;
+  const GroupBroker* const broker_;
+  const FdBroker* const fds_;
 };
+
+// The wire form of a group listing entry.
+v1::GroupInfo ToGroupInfo(const GroupSummary& g);
 
 }  // namespace mooncake::daemon

@@ -1,7 +1,9 @@
 #include "server/connection_table.h"
 
-#include "absl/strings/numbers.h"
+#include <grpcpp/server_context.h>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 
 namespace mooncake::daemon {
 
@@ -15,6 +17,16 @@ std::optional<PeerCred> ConnectionTable::Get(int fd) const {
   auto it = creds_.find(fd);
   if (it == creds_.end()) return std::nullopt;
   return it->second;
+}
+
+absl::StatusOr<Caller> ConnectionTable::CallerOf(const grpc::ServerContextBase* ctx) const {
+  int fd = FdFromPeer(ctx->peer());
+  std::optional<PeerCred> cred = fd >= 0 ? Get(fd) : std::nullopt;
+  if (!cred) {
+    return absl::PermissionDeniedError(
+        "the local API is served only on mooncaked's UNIX socket (caller identity unknown)");
+  }
+  return Caller{*cred, fd};
 }
 
 int ConnectionTable::FdFromPeer(absl::string_view peer) {

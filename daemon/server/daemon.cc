@@ -19,6 +19,7 @@
 #include "mooncake/common/log.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
+#include "mooncake/common/version.h"
 #include "server/unix_listener.h"
 
 namespace mooncake::daemon {
@@ -34,58 +35,64 @@ std::string Hostname() {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   std::unique_ptr<Daemon> d(new Daemon());
-  auto st = std::make_unique<DaemonState>();
-  st->config = std::move(config);
-  st->instance_id = HexEncode(RandomBytes(8));
-  st->hostname = Hostname();
-  st->node_id = st->config.node_id.empty() ? st->hostname : st->config.node_id;
-  st->started = absl::Now();
+  d->config_ = std::move(config);
+  const DaemonConfig& cfg = d->config_;
+  NodeIdentity& node = d->node_;
+  node.instance_id = HexEncode(RandomBytes(8));
+  node.hostname = Hostname();
+  node.node_id = cfg.node_id.empty() ? node.hostname : cfg.node_id;
+  node.started = absl::Now();
 
   DiscoveryOptions opts;
-  opts.sysfs_root = st->config.sysfs_root;
-  opts.cuda_library = st->config.cuda_library;
-  st->topology = DiscoverTopology(opts);
-  MC_LOG(kInfo, "discovered ", st->topology.gpus_size(), " GPU(s), ", st->topology.nics_size(),
+  opts.sysfs_root = cfg.sysfs_root;
+  opts.cuda_library = cfg.cuda_library;
+  node.topology = DiscoverTopology(opts);
+  MC_LOG(kInfo, "discovered ", node.topology.gpus_size(), " GPU(s), ", node.topology.nics_size(),
          " RDMA NIC(s)");
-  if (!st->topology.gpu_discovery_note().empty()) {
-    MC_LOG(kInfo, "GPUs: ", st->topology.gpu_discovery_note());
+  if (!node.topology.gpu_discovery_note().empty()) {
+    MC_LOG(kInfo, "GPUs: ", node.topology.gpu_discovery_note());
   }
-  if (!st->topology.nic_discovery_note().empty()) {
-    MC_LOG(kInfo, "NICs: ", st->topology.nic_discovery_note());
+  if (!node.topology.nic_discovery_note().empty()) {
+    MC_LOG(kInfo, "NICs: ", node.topology.nic_discovery_note());
   }
 
-  st->sessions = std::make_unique<SessionRegistry>(st->config.max_sessions_per_uid);
-  st->tickets = std::make_unique<TicketStore>(absl::Milliseconds(st->config.ticket_ttl_ms));
+  // Wiring, in dependency order; the services are made in Start().
+  d->sessions_ = std::make_unique<SessionRegistry>(cfg.max_sessions_per_uid);
+  d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get());
   BrokerLimits limits;
-  limits.max_world_size = st->config.max_world_size;
-  limits.default_timeout_ms = st->config.join_timeout_ms;
-  st->broker = std::make_unique<GroupBroker>(st->node_id, st->topology, limits,
-                                             st->sessions.get(), st->tickets.get());
+  limits.max_world_size = cfg.max_world_size;
+  limits.default_timeout_ms = cfg.join_timeout_ms;
+  d->broker_ = std::make_unique<GroupBroker>(node.node_id, node.topology, limits,
+                                             d->sessions_.get(), d->fds_.get());
+  d->lifecycle_ =
+      std::make_unique<SessionLifecycle>(d->sessions_.get(), d->fds_.get(), d->broker_.get());
 
-  auto listen = ListenUnix(st->config.socket, st->config.socket_mode, st->config.socket_group);
+  auto listen = ListenUnix(cfg.socket, cfg.socket_mode, cfg.socket_group);
   if (!listen.ok()) return listen.status();
   d->listen_fd_ = std::move(*listen);
-  auto fd_listen = ListenUnix(FdSocketPath(st->config.socket), st->config.socket_mode,
-                              st->config.socket_group);
+  auto fd_listen = ListenUnix(FdSocketPath(cfg.socket), cfg.socket_mode, cfg.socket_group);
   if (!fd_listen.ok()) {
-    ::unlink(st->config.socket.c_str());
+    ::unlink(cfg.socket.c_str());
     return fd_listen.status();
   }
-  d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), st->sessions.get(),
-                                                     st->tickets.get());
+  d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(),
+                                                     d->fds_.get());
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus(errno, "pipe2");
   d->wake_read_.reset(p[0]);
   d->wake_write_.reset(p[1]);
-  d->state_ = std::move(st);
+  d->created_ = true;
   return d;
 }
 
 Daemon::~Daemon() { Shutdown("daemon destroyed"); }
 
 absl::Status Daemon::Start() {
-  local_service_ = std::make_unique<LocalService>(state_.get());
-  admin_service_ = std::make_unique<AdminService>(state_.get());
+  local_service_ = std::make_unique<LocalService>(&node_, &connections_, sessions_.get(),
+                                                  lifecycle_.get(), broker_.get(), fds_.get());
+  admin_service_ = std::make_unique<AdminService>(
+      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen}, &connections_,
+      sessions_.get(), broker_.get(), fds_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -96,26 +103,26 @@ absl::Status Daemon::Start() {
   server_ = builder.BuildAndStart();
   if (!server_) return absl::InternalError("gRPC server failed to start");
 
-  if (!state_->config.peer_listen.empty()) {
-    peer_service_ = std::make_unique<PeerService>(state_.get());
+  if (!config_.peer_listen.empty()) {
+    peer_service_ = std::make_unique<PeerService>(&node_);
     grpc::ServerBuilder pb;
     int port = 0;
-    pb.AddListeningPort(state_->config.peer_listen, grpc::InsecureServerCredentials(), &port);
+    pb.AddListeningPort(config_.peer_listen, grpc::InsecureServerCredentials(), &port);
     pb.RegisterService(peer_service_.get());
     peer_server_ = pb.BuildAndStart();
     if (!peer_server_ || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen for peers on ",
-                                                 state_->config.peer_listen,
+                                                 config_.peer_listen,
                                                  ": address in use or invalid (peer_listen)"));
     }
-    MC_LOG(kInfo, "peer API on ", state_->config.peer_listen);
+    MC_LOG(kInfo, "peer API on ", config_.peer_listen);
   }
 
   fd_channel_->Start();
   accept_thread_ = std::thread([this] { AcceptLoop(); });
-  MC_LOG(kInfo, "mooncaked ", kDaemonVersion, " serving ", state_->config.socket, " (node ",
-         state_->node_id, ", instance ", state_->instance_id, ")");
-  NotifySystemd("READY=1\nSTATUS=serving " + state_->config.socket);
+  MC_LOG(kInfo, "mooncaked ", kMooncakeVersion, " serving ", config_.socket, " (node ",
+         node_.node_id, ", instance ", node_.instance_id, ")");
+  NotifySystemd("READY=1\nSTATUS=serving " + config_.socket);
   return absl::OkStatus();
 }
 
@@ -143,7 +150,7 @@ void Daemon::AcceptLoop() {
       ::close(c);
       continue;
     }
-    state_->connections.Set(c, *cred);
+    connections_.Set(c, *cred);
     MC_LOG(kDebug, "connection fd ", c, " from pid ", cred->pid, " uid ", cred->uid);
     grpc::AddInsecureChannelFromFd(server_.get(), c);
   }
@@ -151,15 +158,15 @@ void Daemon::AcceptLoop() {
 
 void Daemon::Shutdown(const std::string& reason) {
   if (shut_down_.exchange(true)) return;
-  if (!state_) return;
+  if (!created_) return;
   MC_LOG(kInfo, "shutting down: ", reason);
   // Remove the socket names first: new clients fail fast instead of hanging.
-  ::unlink(state_->config.socket.c_str());
-  ::unlink(FdSocketPath(state_->config.socket).c_str());
+  ::unlink(config_.socket.c_str());
+  ::unlink(FdSocketPath(config_.socket).c_str());
   if (wake_write_) (void)!::write(wake_write_.get(), "x", 1);
   if (accept_thread_.joinable()) accept_thread_.join();
-  state_->broker->Shutdown();
-  state_->sessions->Shutdown(reason);
+  broker_->Shutdown();
+  sessions_->Shutdown(reason);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (peer_server_) peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (fd_channel_) fd_channel_->Stop();

@@ -1,5 +1,19 @@
-// Daemon: mooncaked's process-level object. Owns the sockets, the gRPC
-// server(s), the fd channel and the shared state; runs until Shutdown().
+// Daemon: mooncaked's process-level object and composition root. It owns
+// every piece of the daemon — the node's identity, the connection table,
+// the session registry, the FdBroker (tickets and exports), the group
+// broker, the SessionLifecycle that ends sessions in order, the sockets,
+// the fd channel, the services and the gRPC server(s) — and hands each
+// service only the pieces it uses. Runs until Shutdown().
+//
+// Ownership map (all members; destroyed in reverse order, servers first):
+//   NodeIdentity      → LocalService, AdminService, PeerService (const)
+//   ConnectionTable   → LocalService, AdminService (const: caller lookup)
+//   SessionRegistry   → LocalService, FdChannelServer (const), AdminService
+//                       (const), FdBroker (const), GroupBroker
+//   FdBroker          → LocalService, FdChannelServer, AdminService (const),
+//                       GroupBroker (as FdTicketIssuer)
+//   GroupBroker       → LocalService, AdminService (const)
+//   SessionLifecycle  → LocalService
 #pragma once
 
 #include <atomic>
@@ -10,12 +24,17 @@
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "broker/group_broker.h"
 #include "config/daemon_config.h"
+#include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
 #include "server/admin_service.h"
-#include "server/daemon_state.h"
+#include "server/connection_table.h"
 #include "server/local_service.h"
+#include "server/node_identity.h"
 #include "server/peer_service.h"
+#include "server/session_lifecycle.h"
+#include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
@@ -31,13 +50,20 @@ class Daemon {
   // Tells clients, stops serving, removes the sockets. Idempotent.
   void Shutdown(const std::string& reason);
 
-  const DaemonState& state() const { return *state_; }
+  const NodeIdentity& node() const { return node_; }
 
  private:
   Daemon() = default;
   void AcceptLoop();
 
-  std::unique_ptr<DaemonState> state_;
+  DaemonConfig config_;
+  NodeIdentity node_;
+  ConnectionTable connections_;
+  std::unique_ptr<SessionRegistry> sessions_;
+  std::unique_ptr<FdBroker> fds_;
+  std::unique_ptr<GroupBroker> broker_;
+  std::unique_ptr<SessionLifecycle> lifecycle_;
+
   UniqueFd listen_fd_;
   UniqueFd wake_read_, wake_write_;
   std::unique_ptr<FdChannelServer> fd_channel_;
@@ -48,6 +74,9 @@ class Daemon {
   std::unique_ptr<grpc::Server> peer_server_;
   std::thread accept_thread_;
   std::atomic<bool> shut_down_{false};
+  // Set once Create succeeded: a daemon that failed to start (its socket
+  // may be another daemon's) must not unlink the sockets on destruction.
+  bool created_ = false;
 };
 
 // sd_notify(3) without libsystemd: a datagram to $NOTIFY_SOCKET. No-op when

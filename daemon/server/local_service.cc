@@ -6,8 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/version.h"
 
 namespace mooncake::daemon {
+
+// version.h takes the number from local.proto at configure time; this
+// catches a stale build directory.
+static_assert(kProtocolVersion == static_cast<uint32_t>(v1::PROTOCOL_VERSION_CURRENT),
+              "mooncake/common/version.h disagrees with local.proto: re-run cmake");
+
 namespace {
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
@@ -32,16 +39,18 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
     SessionReactor* reactor = nullptr;
   };
 
-  SessionReactor(DaemonState* state, const SessionInfo& session)
-      : state_(state), session_(session), hook_(std::make_shared<Hook>()) {
+  SessionReactor(SessionRegistry* sessions, SessionLifecycle* lifecycle,
+                 const std::string& instance_id, const SessionInfo& session)
+      : sessions_(sessions), lifecycle_(lifecycle), session_(session),
+        hook_(std::make_shared<Hook>()) {
     hook_->reactor = this;
     v1::SessionEvent opened;
     opened.mutable_opened()->set_session_id(session.id);
     opened.mutable_opened()->set_token(session.token);
-    opened.mutable_opened()->set_instance_id(state->instance_id);
+    opened.mutable_opened()->set_instance_id(instance_id);
     pending_.push_back(std::move(opened));
     std::weak_ptr<Hook> weak = hook_;
-    state_->sessions->SetNotifier(session.id, [weak] {
+    sessions_->SetNotifier(session.id, [weak] {
       if (auto h = weak.lock()) {
         std::lock_guard<std::recursive_mutex> lock(h->mu);
         if (h->reactor != nullptr) h->reactor->Pump();
@@ -51,7 +60,8 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
   }
 
   // An already-failed stream (no session was opened).
-  explicit SessionReactor(const absl::Status& error) : state_(nullptr), has_session_(false) {
+  explicit SessionReactor(const absl::Status& error)
+      : sessions_(nullptr), lifecycle_(nullptr), has_session_(false) {
     finished_ = true;
     Finish(ToGrpc(error));
   }
@@ -107,7 +117,7 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (writing_ || finished_ || cancelled_) return;
-      for (v1::SessionEvent& ev : state_->sessions->TakeEvents(session_.id)) {
+      for (v1::SessionEvent& ev : sessions_->TakeEvents(session_.id)) {
         pending_.push_back(std::move(ev));
       }
       if (pending_.empty()) return;
@@ -121,10 +131,11 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
  private:
   void EndSession() {
     if (!has_session_ || ended_.exchange(true)) return;
-    state_->EndSession(session_.id);
+    lifecycle_->End(session_.id);
   }
 
-  DaemonState* state_;
+  SessionRegistry* sessions_;
+  SessionLifecycle* lifecycle_;
   SessionInfo session_;
   bool has_session_ = true;
   std::atomic<bool> ended_{false};
@@ -141,14 +152,14 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
 // passes, the session ends, or the client cancels.
 class JoinReactor final : public grpc::ServerUnaryReactor {
  public:
-  JoinReactor(DaemonState* state, SessionInfo session, std::string group, uint32_t rank)
-      : state_(state), session_(std::move(session)), group_(std::move(group)), rank_(rank) {}
+  JoinReactor(GroupBroker* broker, SessionInfo session, std::string group, uint32_t rank)
+      : broker_(broker), session_(std::move(session)), group_(std::move(group)), rank_(rank) {}
 
-  void OnCancel() override { state_->broker->CancelJoin(session_, group_, rank_); }
+  void OnCancel() override { broker_->CancelJoin(session_, group_, rank_); }
   void OnDone() override { delete this; }
 
  private:
-  DaemonState* state_;
+  GroupBroker* broker_;
   SessionInfo session_;
   std::string group_;
   uint32_t rank_;
@@ -157,9 +168,9 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContextBase* ctx) const {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return caller.status();
-  std::optional<SessionInfo> s = state_->sessions->FindByConnection(caller->second);
+  std::optional<SessionInfo> s = sessions_->FindByConnection(caller->connection_fd);
   if (!s) {
     return absl::FailedPreconditionError(
         "no session on this connection: call OpenSession first (mooncake::Client does)");
@@ -170,45 +181,43 @@ absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContex
 grpc::ServerUnaryReactor* LocalService::Hello(grpc::CallbackServerContext* ctx,
                                               const v1::HelloRequest* req,
                                               v1::HelloResponse* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return Done(ctx, caller.status());
   if (req->protocol_version() != 0 && req->protocol_version() != kProtocolVersion) {
     return Done(ctx, absl::FailedPreconditionError(absl::StrCat(
                          "client speaks protocol ", req->protocol_version(), ", mooncaked ",
-                         kDaemonVersion, " speaks ", kProtocolVersion,
+                         kMooncakeVersion, " speaks ", kProtocolVersion,
                          ": use matching versions of libmooncake_client and mooncaked")));
   }
   resp->set_protocol_version(kProtocolVersion);
-  resp->set_daemon_version(kDaemonVersion);
-  resp->set_instance_id(state_->instance_id);
-  resp->set_node_id(state_->node_id);
-  resp->set_uid(caller->first.uid);
-  resp->set_gid(caller->first.gid);
-  resp->set_pid(caller->first.pid);
+  resp->set_daemon_version(kMooncakeVersion);
+  resp->set_instance_id(node_->instance_id);
+  resp->set_node_id(node_->node_id);
+  resp->set_uid(caller->cred.uid);
+  resp->set_gid(caller->cred.gid);
+  resp->set_pid(caller->cred.pid);
   return Done(ctx, absl::OkStatus());
 }
 
 grpc::ServerWriteReactor<v1::SessionEvent>* LocalService::OpenSession(
     grpc::CallbackServerContext* ctx, const v1::OpenSessionRequest* req) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return new SessionReactor(caller.status());
   absl::StatusOr<SessionInfo> session =
-      state_->sessions->Open(caller->first, caller->second, req->client_name());
+      lifecycle_->Open(caller->cred, caller->connection_fd, req->client_name());
   if (!session.ok()) return new SessionReactor(session.status());
-  MC_LOG(kInfo, "session ", session->id, " opened by pid ", session->cred.pid, " uid ",
-         session->cred.uid, " (", session->client_name, ")");
-  return new SessionReactor(state_, *session);
+  return new SessionReactor(sessions_, lifecycle_, node_->instance_id, *session);
 }
 
 grpc::ServerUnaryReactor* LocalService::GetNodeInfo(grpc::CallbackServerContext* ctx,
                                                     const v1::GetNodeInfoRequest*,
                                                     v1::NodeInfo* resp) {
-  auto caller = state_->Caller(ctx);
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return Done(ctx, caller.status());
-  resp->set_node_id(state_->node_id);
-  resp->set_hostname(state_->hostname);
-  resp->set_instance_id(state_->instance_id);
-  *resp->mutable_topology() = state_->topology;
+  resp->set_node_id(node_->node_id);
+  resp->set_hostname(node_->hostname);
+  resp->set_instance_id(node_->instance_id);
+  *resp->mutable_topology() = node_->topology;
   return Done(ctx, absl::OkStatus());
 }
 
@@ -217,22 +226,23 @@ grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* c
                                                   v1::JoinGroupResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  // Reject a malformed request before its fd ticket is used up.
-  if (absl::Status s = state_->broker->ValidateJoin(*req); !s.ok()) return Done(ctx, s);
+  // Validated once, before the fd ticket is consumed: a malformed request
+  // must not burn it.
+  absl::StatusOr<ValidatedJoin> join = broker_->ValidateJoin(*req);
+  if (!join.ok()) return Done(ctx, join.status());
   FdBundlePtr fds;
-  if (!req->handle().fd_ticket().empty()) {
-    absl::StatusOr<FdBundlePtr> taken =
-        state_->tickets->TakeIncoming(req->handle().fd_ticket(), session->id);
+  if (!join->fd_ticket().empty()) {
+    absl::StatusOr<FdBundlePtr> taken = fds_->TakeIncoming(session->id, join->fd_ticket());
     if (!taken.ok()) return Done(ctx, taken.status());
     fds = std::move(*taken);
   }
-  auto* reactor = new JoinReactor(state_, *session, req->group(), req->rank());
-  // `done` may run before JoinAsync returns (invalid input, or this rank
-  // completes the group); Finish is allowed then.
+  auto* reactor = new JoinReactor(broker_, *session, join->group(), join->rank());
+  // `done` may run before JoinAsync returns (a conflict with the group, or
+  // this rank completes it); Finish is allowed then.
   // The view is built straight into `resp` (arena-allocated, see
   // arena_allocator.h); `done` only carries the status.
-  state_->broker->JoinAsync(
-      *session, *req, std::move(fds),
+  broker_->JoinAsync(
+      *session, *std::move(join), std::move(fds),
       [reactor](absl::StatusOr<v1::JoinGroupResponse> view) {
         reactor->Finish(ToGrpc(view.status()));
       },
@@ -245,7 +255,7 @@ grpc::ServerUnaryReactor* LocalService::LeaveGroup(grpc::CallbackServerContext* 
                                                    v1::LeaveGroupResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, state_->broker->Leave(*session, req->group(), req->rank()));
+  return Done(ctx, broker_->Leave(*session, req->group(), req->rank()));
 }
 
 grpc::ServerUnaryReactor* LocalService::ReportReady(grpc::CallbackServerContext* ctx,
@@ -253,7 +263,7 @@ grpc::ServerUnaryReactor* LocalService::ReportReady(grpc::CallbackServerContext*
                                                     v1::ReportReadyResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, state_->broker->ReportReady(*session, *req));
+  return Done(ctx, broker_->ReportReady(*session, *req));
 }
 
 grpc::ServerUnaryReactor* LocalService::ExportFds(grpc::CallbackServerContext* ctx,
@@ -261,20 +271,11 @@ grpc::ServerUnaryReactor* LocalService::ExportFds(grpc::CallbackServerContext* c
                                                   v1::ExportFdsResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  if (req->kind().size() > 64) {
-    return Done(ctx, absl::InvalidArgumentError("export kind longer than 64 characters"));
-  }
-  absl::StatusOr<FdBundlePtr> fds = state_->tickets->TakeIncoming(req->fd_ticket(), session->id);
-  if (!fds.ok()) return Done(ctx, fds.status());
-  ExportRecord r = state_->exports.Add(session->id, session->cred.uid, session->cred.pid,
-                                       req->kind(), req->size(), std::move(*fds));
-  if (!state_->sessions->Find(session->id)) {
-    // EndSession ran between our lookup and Add: nothing would free it.
-    state_->exports.DropSession(session->id);
-    return Done(ctx, absl::FailedPreconditionError("the session ended during ExportFds"));
-  }
-  resp->set_export_id(r.id);
-  resp->set_secret(r.secret);
+  absl::StatusOr<ExportRecord> r =
+      fds_->Export(*session, req->fd_ticket(), req->kind(), req->size());
+  if (!r.ok()) return Done(ctx, r.status());
+  resp->set_export_id(r->id);
+  resp->set_secret(r->secret);
   return Done(ctx, absl::OkStatus());
 }
 
@@ -283,15 +284,15 @@ grpc::ServerUnaryReactor* LocalService::ImportFds(grpc::CallbackServerContext* c
                                                   v1::ImportFdsResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  absl::StatusOr<ExportRecord> r =
-      state_->exports.Lookup(req->export_id(), req->secret(), session->cred.uid);
-  if (!r.ok()) return Done(ctx, r.status());
-  resp->set_fd_ticket(
-      state_->tickets->IssueOutgoing(r->owner_session, session->id, session->cred.uid, r->bundle));
-  resp->set_fd_count(static_cast<uint32_t>(r->bundle->fds.size()));
-  resp->set_kind(r->kind);
-  resp->set_size(r->size);
-  resp->set_owner_pid(r->pid);
+  absl::StatusOr<FdBroker::Imported> imported =
+      fds_->Import(*session, req->export_id(), req->secret());
+  if (!imported.ok()) return Done(ctx, imported.status());
+  const ExportRecord& r = imported->record;
+  resp->set_fd_ticket(imported->ticket);
+  resp->set_fd_count(static_cast<uint32_t>(r.bundle->fds.size()));
+  resp->set_kind(r.kind);
+  resp->set_size(r.size);
+  resp->set_owner_pid(r.pid);
   return Done(ctx, absl::OkStatus());
 }
 

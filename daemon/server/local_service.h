@@ -3,17 +3,36 @@
 // woken when events are posted, and its cancellation (the client closed,
 // exited or was killed) ends the session at once; a JoinGroup waiting for
 // the rest of its group holds no thread either.
+//
+// It holds only the pieces it uses, all owned by Daemon and outliving it:
+// the node's identity, the caller lookup, the session registry (lookups and
+// event queues), SessionLifecycle (open/end), the group broker and the
+// FdBroker. It coordinates none of them: each operation that spans owners
+// is one call on the owner that orders it.
 #pragma once
 
+#include "broker/group_broker.h"
+#include "fdchannel/fd_broker.h"
 #include "mooncake/v1/local.grpc.pb.h"
 #include "server/arena_allocator.h"
-#include "server/daemon_state.h"
+#include "server/connection_table.h"
+#include "server/node_identity.h"
+#include "server/session_lifecycle.h"
+#include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
 class LocalService final : public v1::Local::CallbackService {
  public:
-  explicit LocalService(DaemonState* state) : state_(state) {
+  LocalService(const NodeIdentity* node, const ConnectionTable* connections,
+               SessionRegistry* sessions, SessionLifecycle* lifecycle, GroupBroker* broker,
+               FdBroker* fds)
+      : node_(node),
+        connections_(connections),
+        sessions_(sessions),
+        lifecycle_(lifecycle),
+        broker_(broker),
+        fds_(fds) {
     SetMessageAllocatorFor_JoinGroup(&join_allocator_);
   }
 
@@ -43,7 +62,13 @@ class LocalService final : public v1::Local::CallbackService {
  private:
   // The caller's session, or FailedPrecondition when it has none.
   absl::StatusOr<SessionInfo> CallerSession(const grpc::ServerContextBase* ctx) const;
-  DaemonState* state_;
+
+  const NodeIdentity* const node_;
+  const ConnectionTable* const connections_;
+  SessionRegistry* const sessions_;
+  SessionLifecycle* const lifecycle_;
+  GroupBroker* const broker_;
+  FdBroker* const fds_;
   ArenaMessageAllocator<v1::JoinGroupRequest, v1::JoinGroupResponse> join_allocator_;
 };
 

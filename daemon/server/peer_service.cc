@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/version.h"
 
 namespace mooncake::daemon {
 
@@ -14,15 +15,15 @@ grpc::Status PeerService::PeerHello(grpc::ServerContext* ctx, const v1::PeerHell
   }
   MC_LOG(kDebug, "peer hello from node ", req->node_id(), " at ", ctx->peer());
   resp->set_protocol_version(kProtocolVersion);
-  resp->set_node_id(state_->node_id);
-  resp->set_instance_id(state_->instance_id);
-  resp->set_daemon_version(kDaemonVersion);
+  resp->set_node_id(node_->node_id);
+  resp->set_instance_id(node_->instance_id);
+  resp->set_daemon_version(kMooncakeVersion);
   return grpc::Status::OK;
 }
 
 grpc::Status PeerService::GetPeerTopology(grpc::ServerContext*, const v1::GetPeerTopologyRequest*,
                                           v1::Topology* resp) {
-  *resp = state_->topology;
+  *resp = node_->topology;
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,7 @@
 #include "buffer_handle.h"
 
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -46,8 +47,7 @@ absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle) {
         "-byte limit (a HandleExchange must return at most ",
         HandleExchange::kMaxExportedBytes, " bytes from exportFds)"));
   }
-  size_t total = kHandleHeaderBytes + handle.payload.size();
-  total = total < kMinHandleBytes ? kMinHandleBytes : (total + 3) / 4 * 4;
+  const size_t total = kHandleBytes;
   std::string bytes(total, '\0');
   const uint32_t magic = kHandleMagic;
   for (int i = 0; i < 4; ++i) bytes[i] = static_cast<char>((magic >> (8 * i)) & 0xff);
@@ -56,6 +56,7 @@ absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle) {
   bytes[6] = static_cast<char>(handle.payload.size());
   PutU64(&bytes, 8, handle.map_bytes);
   PutU64(&bytes, 16, handle.buffer_id);
+  PutU64(&bytes, 24, handle.node_key);
   std::memcpy(bytes.data() + kHandleHeaderBytes, handle.payload.data(), handle.payload.size());
 
   std::vector<int32_t> words(total / 4);
@@ -73,10 +74,12 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
     const uint32_t v = static_cast<uint32_t>(words[w]);
     for (int i = 0; i < 4; ++i) bytes[4 * w + i] = static_cast<char>((v >> (8 * i)) & 0xff);
   }
-  if (bytes.size() < kMinHandleBytes) {
+  if (bytes.size() != kHandleBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "P2P handle: ", bytes.size(), " bytes, expected at least ", kMinHandleBytes,
-        " (an empty handle means the peer's exportIpcHandle failed; see its lastError())"));
+        "P2P handle: ", bytes.size(), " bytes, expected ", kHandleBytes,
+        bytes.empty() ? " (an empty handle means the peer's exportIpcHandle failed; see its "
+                        "lastError())"
+                      : " (made by another Mooncake version? run the same version on every rank)"));
   }
   uint32_t magic = 0;
   for (int i = 0; i < 4; ++i) magic |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
@@ -103,8 +106,25 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
   h.kind = static_cast<HandleKind>(kind);
   h.map_bytes = GetU64(bytes, 8);
   h.buffer_id = GetU64(bytes, 16);
+  h.node_key = GetU64(bytes, 24);
   h.payload.assign(bytes.data() + kHandleHeaderBytes, len);
   return h;
+}
+
+uint64_t NodeKey(std::string_view node_identity) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : node_identity) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+std::string DefaultNodeIdentity() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
 }
 
 uint64_t NewBufferId() {

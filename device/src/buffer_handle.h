@@ -1,17 +1,25 @@
 // Internal: the P2P handle format and the reserved tail of every P2P buffer,
 // shared by the host and CUDA transports.
 //
-// Handle (little-endian, returned as int32 words):
+// Handle (little-endian, returned as int32 words), version 2:
 //   off  0  u32  magic "MCPH"
-//   off  4  u8   version (1)
+//   off  4  u8   version (2)
 //   off  5  u8   kind (HandleKind)
 //   off  6  u8   payload length
 //   off  7  u8   reserved (0)
 //   off  8  u64  mapping bytes (what the importer maps)
 //   off 16  u64  buffer id (random; also stored in the buffer's tail)
-//   off 24  ...  payload: HandleExchange export bytes (<= 40), or a 64-byte
-//                cudaIpcMemHandle; zero padding to a multiple of 4 bytes
-//                and at least 64 bytes in all.
+//   off 24  u64  node key: NodeKey() of the exporter's node identity, so an
+//                importer recognises an off-node rank without asking anyone
+//   off 32  ...  payload (<= 96 bytes): empty when the fds travel beside the
+//                handle (the join route), the HandleExchange export name
+//                (<= 40 bytes, the exportIpcHandle adapter), or a 64-byte
+//                cudaIpcMemHandle; zero padded.
+// Every kind encodes to exactly kHandleBytes (128 bytes, 32 words): upstream
+// EP all-gathers handles with an equal-length collective, so ranks that
+// chose different kinds must still produce blobs of one length. RDMA
+// metadata (several QPs per peer, variable size) does not travel in this
+// blob but in the group view.
 //
 // Buffer tail (the last TailBytes(num_ranks) bytes of the mapping, never
 // handed to the caller):
@@ -34,21 +42,36 @@ namespace device {
 namespace internal {
 
 inline constexpr uint32_t kHandleMagic = 0x4850434d;  // "MCPH"
-inline constexpr uint8_t kHandleVersion = 1;
-inline constexpr size_t kHandleHeaderBytes = 24;
-inline constexpr size_t kMinHandleBytes = 64;
-inline constexpr size_t kMaxPayloadBytes = 64;
+inline constexpr uint8_t kHandleVersion = 2;
+inline constexpr size_t kHandleHeaderBytes = 32;
+inline constexpr size_t kHandleBytes = 128;
+inline constexpr size_t kMaxPayloadBytes = kHandleBytes - kHandleHeaderBytes;
 
 enum class HandleKind : uint8_t { kMemfd = 1, kCudaVmmFd = 2, kCudaIpc = 3 };
 
 const char* HandleKindName(HandleKind kind);
 
+// True for the kinds whose memory is shared by passing file descriptors.
+inline bool IsFdKind(HandleKind kind) {
+  return kind == HandleKind::kMemfd || kind == HandleKind::kCudaVmmFd;
+}
+
 struct BufferHandle {
   HandleKind kind = HandleKind::kMemfd;
   uint64_t map_bytes = 0;
   uint64_t buffer_id = 0;
+  uint64_t node_key = 0;
   std::string payload;
 };
+
+// 64-bit FNV-1a of a node identity (the daemon's node id, or the kernel's
+// boot id without a daemon). Never 0, so 0 can mean "unknown".
+uint64_t NodeKey(std::string_view node_identity);
+
+// This machine's default node identity: the kernel boot id
+// (/proc/sys/kernel/random/boot_id): processes that share it share one
+// kernel, which is what memfd and CUDA IPC sharing need. "" if unreadable.
+std::string DefaultNodeIdentity();
 
 // InvalidArgument when the payload is longer than kMaxPayloadBytes.
 absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle);
@@ -92,29 +115,6 @@ absl::Status ValidateImportArgs(int expected_ranks, int rank, int num_ranks, siz
 
 // Who takes part: mask[r] != 0 (empty mask = everyone); `rank` always.
 std::vector<int> ActiveRanks(const std::vector<int>& mask, int num_ranks, int rank);
-
-// Runs import_one(r) for every active rank other than `rank`, all of them
-// even after a failure (the rest keep working), and reports the failed
-// ranks with the first error. `who` names the importer in the message,
-// e.g. "rank 3, GPU 1".
-template <class ImportOne>
-absl::Status ImportActivePeers(int rank, const std::vector<int>& active, absl::string_view who,
-                               ImportOne import_one) {
-  std::vector<int> failed;
-  absl::Status first;
-  for (int r = 0; r < static_cast<int>(active.size()); ++r) {
-    if (r == rank || !active[r]) continue;
-    absl::Status s = import_one(r);
-    if (!s.ok()) {
-      failed.push_back(r);
-      if (first.ok()) first = s;
-    }
-  }
-  if (failed.empty()) return absl::OkStatus();
-  return absl::Status(first.code(), absl::StrCat("importPeerHandles (", who, "): ranks [",
-                                                 RankList(failed), "] unavailable; first failure: ",
-                                                 first.message()));
-}
 
 }  // namespace internal
 }  // namespace device

@@ -1,6 +1,7 @@
-// GroupBroker in process: real SessionRegistry and TicketStore, a hand-made
+// GroupBroker in process: real SessionRegistry and FdBroker, a hand-made
 // topology, joins from several threads.
 #include "broker/group_broker.h"
+#include "fdchannel/fd_broker.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -71,7 +72,7 @@ const std::function<bool()> kNeverCancelled = [] { return false; };
 
 class GroupBrokerTest : public ::testing::Test {
  protected:
-  GroupBrokerTest() : sessions_(1000), tickets_(absl::Seconds(30)) {
+  GroupBrokerTest() : sessions_(1000), fds_(absl::Seconds(30), &sessions_) {
     BrokerLimits limits;
     limits.max_world_size = 64;
     MakeBroker(limits);
@@ -79,7 +80,15 @@ class GroupBrokerTest : public ::testing::Test {
   ~GroupBrokerTest() override { broker_->Shutdown(); }
 
   void MakeBroker(BrokerLimits limits) {
-    broker_ = std::make_unique<GroupBroker>("node-a", MakeTopology(), limits, &sessions_, &tickets_);
+    broker_ = std::make_unique<GroupBroker>("node-a", MakeTopology(), limits, &sessions_, &fds_);
+  }
+
+  // JoinAsync takes only what ValidateJoin produced.
+  void StartJoin(const SessionInfo& s, const v1::JoinGroupRequest& r, FdBundlePtr fds,
+                 GroupBroker::JoinDone done) {
+    absl::StatusOr<ValidatedJoin> join = broker_->ValidateJoin(r);
+    ASSERT_TRUE(join.ok()) << join.status();
+    broker_->JoinAsync(s, *std::move(join), std::move(fds), std::move(done));
   }
 
   SessionInfo Open(uint32_t uid = 1000) {
@@ -101,9 +110,9 @@ class GroupBrokerTest : public ::testing::Test {
     });
   }
 
-  std::optional<v1::GroupInfo> Find(uint32_t uid, const std::string& name) {
-    for (const v1::GroupInfo& g : broker_->List(uid, false)) {
-      if (g.name() == name) return g;
+  std::optional<GroupSummary> Find(uint32_t uid, const std::string& name) {
+    for (const GroupSummary& g : broker_->List(uid, false)) {
+      if (g.name == name) return g;
     }
     return std::nullopt;
   }
@@ -112,8 +121,8 @@ class GroupBrokerTest : public ::testing::Test {
   void WaitJoined(uint32_t uid, const std::string& name, uint32_t joined) {
     absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
-      std::optional<v1::GroupInfo> g = Find(uid, name);
-      if (g && g->joined() == joined) return;
+      std::optional<GroupSummary> g = Find(uid, name);
+      if (g && g->joined == joined) return;
       absl::SleepFor(absl::Milliseconds(2));
     }
     FAIL() << "group " << name << " never had " << joined << " ranks";
@@ -126,7 +135,7 @@ class GroupBrokerTest : public ::testing::Test {
   }
 
   SessionRegistry sessions_;
-  TicketStore tickets_;
+  FdBroker fds_;
   std::unique_ptr<GroupBroker> broker_;
   int next_conn_ = 100;
 };
@@ -174,16 +183,16 @@ TEST_F(GroupBrokerTest, JoinsFromThreadsFormTheGroupWithTheRightView) {
   EXPECT_FALSE(reach(2, 1));
   EXPECT_TRUE(reach(2, 2));
 
-  std::optional<v1::GroupInfo> info = Find(1000, "g");
+  std::optional<GroupSummary> info = Find(1000, "g");
   ASSERT_TRUE(info.has_value());
-  EXPECT_EQ(info->state(), "formed");
-  EXPECT_EQ(info->joined(), 3u);
-  EXPECT_EQ(info->epoch(), 1u);
-  ASSERT_EQ(info->members_size(), 3);
-  EXPECT_EQ(info->members(1).state(), "joined");
-  EXPECT_EQ(info->members(1).session_id(), s[1].id);
-  EXPECT_EQ(info->members(1).gpu_index(), 1);
-  EXPECT_EQ(info->members(1).handle_size(), 8192u);
+  EXPECT_EQ(info->state, GroupState::kFormed);
+  EXPECT_EQ(info->joined, 3u);
+  EXPECT_EQ(info->epoch, 1u);
+  ASSERT_EQ(info->members.size(), 3u);
+  EXPECT_EQ(info->members[1].state, MemberState::kJoined);
+  EXPECT_EQ(info->members[1].session_id, s[1].id);
+  EXPECT_EQ(info->members[1].gpu_index, 1);
+  EXPECT_EQ(info->members[1].handle_size, 8192u);
 }
 
 TEST_F(GroupBrokerTest, ManyRanksFromManyThreads) {
@@ -324,10 +333,10 @@ TEST_F(GroupBrokerTest, DuplicateRank) {
             absl::string_view::npos)
       << dup.status();
   // The failed duplicate did not evict the holder.
-  std::optional<v1::GroupInfo> g = Find(1000, "dup");
+  std::optional<GroupSummary> g = Find(1000, "dup");
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->joined(), 1u);
-  EXPECT_EQ(g->members(0).session_id(), a.id);
+  EXPECT_EQ(g->joined, 1u);
+  EXPECT_EQ(g->members[0].session_id, a.id);
   ASSERT_TRUE(Join(c, Req("dup", 1, 2)).ok());
   ASSERT_TRUE(first.get().ok());
 }
@@ -342,7 +351,7 @@ TEST_F(GroupBrokerTest, JoiningAFormedGroupIsRefused) {
   EXPECT_TRUE(late.status().code() == absl::StatusCode::kAlreadyExists ||
               late.status().code() == absl::StatusCode::kFailedPrecondition)
       << late.status();
-  EXPECT_EQ(Find(1000, "full")->joined(), 2u);
+  EXPECT_EQ(Find(1000, "full")->joined, 2u);
 }
 
 // BUG (reported to the lead): once a group has formed, members are never
@@ -386,10 +395,10 @@ TEST_F(GroupBrokerTest, ExpiredRankLeavesTheOthersWaiting) {
   EXPECT_EQ(impatient.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(impatient.status().message().find("2 of 3"), absl::string_view::npos)
       << impatient.status();
-  std::optional<v1::GroupInfo> g = Find(1000, "partial");
+  std::optional<GroupSummary> g = Find(1000, "partial");
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->joined(), 1u);
-  EXPECT_EQ(g->state(), "forming");
+  EXPECT_EQ(g->joined, 1u);
+  EXPECT_EQ(g->state, GroupState::kForming);
   // Rank 1 is free again and the group can still form.
   auto r1 = JoinAsync(b, Req("partial", 1, 3));
   ASSERT_TRUE(Join(c, Req("partial", 2, 3)).ok());
@@ -438,9 +447,9 @@ TEST_F(GroupBrokerTest, SessionEndedWhileFormingEndsTheWaitingJoin) {
   WaitJoined(1000, "lost-early", 2);
   broker_->SessionEnded(a.id);
   EXPECT_EQ(fa.get().status().code(), absl::StatusCode::kCancelled);
-  std::optional<v1::GroupInfo> g = Find(1000, "lost-early");
+  std::optional<GroupSummary> g = Find(1000, "lost-early");
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->joined(), 1u) << "the vanished rank is gone, the other still waits";
+  EXPECT_EQ(g->joined, 1u) << "the vanished rank is gone, the other still waits";
   EXPECT_TRUE(Events(b).empty()) << "no LOST events before the group forms";
   broker_->SessionEnded(b.id);
   EXPECT_EQ(fb.get().status().code(), absl::StatusCode::kCancelled);
@@ -477,10 +486,10 @@ TEST_F(GroupBrokerTest, LeaveAfterFormedTellsTheOthers) {
     EXPECT_EQ(ev[0].member().pid(), s[1].cred.pid);
   }
   EXPECT_TRUE(Events(s[1]).empty()) << "the leaver is not told about itself";
-  std::optional<v1::GroupInfo> g = Find(1000, "lv");
+  std::optional<GroupSummary> g = Find(1000, "lv");
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->state(), "degraded");
-  EXPECT_EQ(g->members(1).state(), "left");
+  EXPECT_EQ(g->state, GroupState::kDegraded);
+  EXPECT_EQ(g->members[1].state, MemberState::kLeft);
   EXPECT_EQ(broker_->MembershipsOf(s[1].id).size(), 0u);
   ASSERT_EQ(broker_->MembershipsOf(s[0].id).size(), 1u);
   EXPECT_EQ(broker_->MembershipsOf(s[0].id)[0], "lv/0");
@@ -511,10 +520,10 @@ TEST_F(GroupBrokerTest, SessionEndedAfterFormedIsLost) {
     EXPECT_EQ(ev[0].member().rank(), 2u);
     EXPECT_NE(ev[0].member().detail().find(std::to_string(s[2].cred.pid)), std::string::npos);
   }
-  std::optional<v1::GroupInfo> g = Find(1000, "ls");
+  std::optional<GroupSummary> g = Find(1000, "ls");
   ASSERT_TRUE(g.has_value());
-  EXPECT_EQ(g->state(), "degraded");
-  EXPECT_EQ(g->members(2).state(), "lost");
+  EXPECT_EQ(g->state, GroupState::kDegraded);
+  EXPECT_EQ(g->members[2].state, MemberState::kLost);
   // Ending it again changes nothing.
   broker_->SessionEnded(s[2].id);
   EXPECT_TRUE(Events(s[0]).empty());
@@ -536,7 +545,7 @@ TEST_F(GroupBrokerTest, ReportReadyFlow) {
   SessionInfo b = Open();
   ASSERT_TRUE(Join(b, Req("rr", 1, 2)).ok());
   ASSERT_TRUE(forming.get().ok());
-  EXPECT_EQ(Find(1000, "rr")->state(), "formed");
+  EXPECT_EQ(Find(1000, "rr")->state, GroupState::kFormed);
 
   // Someone else's rank, or a group that does not exist.
   EXPECT_EQ(broker_->ReportReady(b, ready).code(), absl::StatusCode::kNotFound);
@@ -545,8 +554,8 @@ TEST_F(GroupBrokerTest, ReportReadyFlow) {
   EXPECT_EQ(broker_->ReportReady(a, other).code(), absl::StatusCode::kNotFound);
 
   ASSERT_TRUE(broker_->ReportReady(a, ready).ok());
-  EXPECT_EQ(Find(1000, "rr")->state(), "formed");
-  EXPECT_EQ(Find(1000, "rr")->members(0).state(), "ready");
+  EXPECT_EQ(Find(1000, "rr")->state, GroupState::kFormed);
+  EXPECT_EQ(Find(1000, "rr")->members[0].state, MemberState::kReady);
   EXPECT_TRUE(Events(a).empty() && Events(b).empty()) << "READY only once everyone is ready";
   EXPECT_EQ(broker_->ReportReady(a, ready).code(), absl::StatusCode::kFailedPrecondition)
       << "readiness is reported once";
@@ -554,7 +563,7 @@ TEST_F(GroupBrokerTest, ReportReadyFlow) {
   v1::ReportReadyRequest ready1 = ready;
   ready1.set_rank(1);
   ASSERT_TRUE(broker_->ReportReady(b, ready1).ok());
-  EXPECT_EQ(Find(1000, "rr")->state(), "ready");
+  EXPECT_EQ(Find(1000, "rr")->state, GroupState::kReady);
   for (const SessionInfo* s : {&a, &b}) {
     std::vector<v1::SessionEvent> ev = Events(*s);
     ASSERT_EQ(ev.size(), 1u);
@@ -579,9 +588,9 @@ TEST_F(GroupBrokerTest, FailedReadinessDegradesAndTellsTheOthers) {
     EXPECT_EQ(ev[0].member().detail(), "cannot map rank 2's buffer");
   }
   EXPECT_TRUE(Events(s[1]).empty());
-  std::optional<v1::GroupInfo> g = Find(1000, "bad");
-  EXPECT_EQ(g->state(), "degraded");
-  EXPECT_EQ(g->members(1).state(), "failed");
+  std::optional<GroupSummary> g = Find(1000, "bad");
+  EXPECT_EQ(g->state, GroupState::kDegraded);
+  EXPECT_EQ(g->members[1].state, MemberState::kFailed);
   // The others reporting ready does not make a failed group ready.
   for (uint32_t rank : {0u, 2u}) {
     v1::ReportReadyRequest ok;
@@ -590,7 +599,7 @@ TEST_F(GroupBrokerTest, FailedReadinessDegradesAndTellsTheOthers) {
     ok.set_ok(true);
     ASSERT_TRUE(broker_->ReportReady(s[rank], ok).ok());
   }
-  EXPECT_EQ(Find(1000, "bad")->state(), "degraded");
+  EXPECT_EQ(Find(1000, "bad")->state, GroupState::kDegraded);
   for (const SessionInfo& si : s) {
     for (const v1::SessionEvent& ev : Events(si)) {
       EXPECT_NE(ev.member().kind(), v1::MemberEvent::READY);
@@ -649,25 +658,25 @@ TEST_F(GroupBrokerTest, FdBundlesGetPerReceiverTickets) {
   for (int recv = 0; recv < 3; ++recv) {
     for (int m = 0; m < 3; ++m) EXPECT_NE(r[recv]->members(m).fd_ticket(), "must-be-cleared");
   }
-  EXPECT_EQ(tickets_.PendingFor(s[0].id), 1u);  // rank 1's fds
-  EXPECT_EQ(tickets_.PendingFor(s[1].id), 1u);  // rank 0's fds
-  EXPECT_EQ(tickets_.PendingFor(s[2].id), 2u);
+  EXPECT_EQ(fds_.PendingTicketsFor(s[0].id), 1u);  // rank 1's fds
+  EXPECT_EQ(fds_.PendingTicketsFor(s[1].id), 1u);  // rank 0's fds
+  EXPECT_EQ(fds_.PendingTicketsFor(s[2].id), 2u);
 
   const std::string t20 = r[2]->members(0).fd_ticket();
   const std::string t01 = r[0]->members(1).fd_ticket();
   EXPECT_NE(t20, r[1]->members(0).fd_ticket()) << "each receiver gets its own ticket";
   // Only the receiver may redeem it, once.
-  EXPECT_EQ(tickets_.Redeem(t20, s[1].id, 1000).status().code(),
+  EXPECT_EQ(fds_.Redeem(t20, s[1].id, 1000).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(tickets_.Redeem(t01, s[2].id, 1000).status().code(),
+  EXPECT_EQ(fds_.Redeem(t01, s[2].id, 1000).status().code(),
             absl::StatusCode::kPermissionDenied);
-  absl::StatusOr<FdBundlePtr> got = tickets_.Redeem(t20, s[2].id, 1000);
+  absl::StatusOr<FdBundlePtr> got = fds_.Redeem(t20, s[2].id, 1000);
   ASSERT_TRUE(got.ok()) << got.status();
   struct stat st{};
   ASSERT_EQ(::fstat((*got)->fds[0].get(), &st), 0);
   EXPECT_EQ(st.st_ino, ino0);
-  EXPECT_EQ(tickets_.Redeem(t20, s[2].id, 1000).status().code(), absl::StatusCode::kNotFound);
-  absl::StatusOr<FdBundlePtr> got01 = tickets_.Redeem(t01, s[0].id, 1000);
+  EXPECT_EQ(fds_.Redeem(t20, s[2].id, 1000).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<FdBundlePtr> got01 = fds_.Redeem(t01, s[0].id, 1000);
   ASSERT_TRUE(got01.ok());
   ASSERT_EQ(::fstat((*got01)->fds[0].get(), &st), 0);
   EXPECT_EQ(st.st_ino, ino1);
@@ -679,10 +688,10 @@ TEST_F(GroupBrokerTest, GroupsAreScopedByUid) {
   JoinResult b = Join(bob, Req("shared", 0, 1));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << "the same name under another uid is another group: " << b.status();
-  std::vector<v1::GroupInfo> mine = broker_->List(1000, false);
+  std::vector<GroupSummary> mine = broker_->List(1000, false);
   ASSERT_EQ(mine.size(), 1u);
-  EXPECT_EQ(mine[0].uid(), 1000u);
-  EXPECT_EQ(mine[0].members(0).session_id(), alice.id);
+  EXPECT_EQ(mine[0].uid, 1000u);
+  EXPECT_EQ(mine[0].members[0].session_id, alice.id);
   EXPECT_EQ(broker_->List(2000, false).size(), 1u);
   EXPECT_EQ(broker_->List(3000, false).size(), 0u);
   EXPECT_EQ(broker_->List(0, false).size(), 0u) << "root without `all` sees its own groups";
@@ -693,7 +702,7 @@ TEST_F(GroupBrokerTest, GroupsAreScopedByUid) {
   ASSERT_TRUE(broker_->Leave(alice, "shared", 0).ok());
   EXPECT_EQ(broker_->List(1000, false).size(), 0u);
   ASSERT_EQ(broker_->List(2000, false).size(), 1u) << "bob's group is untouched";
-  EXPECT_EQ(broker_->List(2000, false)[0].state(), "formed");
+  EXPECT_EQ(broker_->List(2000, false)[0].state, GroupState::kFormed);
 
   // Another user (root included) cannot see, leave or report on alice's group.
   ASSERT_TRUE(Join(alice, Req("alice-only", 0, 1)).ok());
@@ -704,7 +713,7 @@ TEST_F(GroupBrokerTest, GroupsAreScopedByUid) {
   rr.set_rank(0);
   rr.set_ok(true);
   EXPECT_EQ(broker_->ReportReady(bob, rr).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(Find(1000, "alice-only")->members(0).state(), "joined");
+  EXPECT_EQ(Find(1000, "alice-only")->members[0].state, MemberState::kJoined);
   EXPECT_TRUE(broker_->ReportReady(alice, rr).ok());
 }
 
@@ -758,16 +767,34 @@ class DoneRecorder {
   std::optional<JoinResult> result_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST_F(GroupBrokerTest, JoinAsyncInvalidInputCompletesAtOnce) {
-  SessionInfo s = Open();
-  DoneRecorder d;
-  broker_->JoinAsync(s, Req("bad name", 0, 1), nullptr, d.Callback());
-  ASSERT_EQ(d.calls(), 1) << "invalid input completes before JoinAsync returns";
-  EXPECT_EQ(d.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kInvalidArgument);
-  DoneRecorder gpu;
-  broker_->JoinAsync(s, Req("ok-name", 0, 1, 1000, "GPU-missing"), nullptr, gpu.Callback());
-  ASSERT_EQ(gpu.calls(), 1);
-  EXPECT_EQ(gpu.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kInvalidArgument);
+TEST_F(GroupBrokerTest, ValidateJoinRejectsBadInputBeforeAnyJoin) {
+  absl::StatusOr<ValidatedJoin> bad = broker_->ValidateJoin(Req("bad name", 0, 1));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  // An unknown GPU is found by validation too, so it cannot burn an fd ticket.
+  absl::StatusOr<ValidatedJoin> gpu =
+      broker_->ValidateJoin(Req("ok-name", 0, 1, 1000, "GPU-missing"));
+  EXPECT_EQ(gpu.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(gpu.status().message().find("GPU-missing"), absl::string_view::npos) << gpu.status();
+  EXPECT_TRUE(broker_->List(0, true).empty());
+  // A valid request carries its fd ticket out for the caller to consume.
+  absl::StatusOr<ValidatedJoin> ok = broker_->ValidateJoin(Req("ok-name", 1, 2, 1000, kUuid1));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->group(), "ok-name");
+  EXPECT_EQ(ok->rank(), 1u);
+  EXPECT_EQ(ok->world_size(), 2u);
+  EXPECT_EQ(ok->fd_ticket(), "must-be-cleared");
+}
+
+TEST_F(GroupBrokerTest, JoinAsyncConflictCompletesAtOnce) {
+  SessionInfo a = Open(), b = Open();
+  DoneRecorder first, wrong;
+  StartJoin(a, Req("conflict", 0, 2, 30000), nullptr, first.Callback());
+  StartJoin(b, Req("conflict", 1, 3), nullptr, wrong.Callback());
+  ASSERT_EQ(wrong.calls(), 1) << "a conflicting join completes before JoinAsync returns";
+  EXPECT_EQ(wrong.Await(absl::ZeroDuration())->status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.calls(), 0);
+  broker_->CancelJoin(a, "conflict", 0);
 }
 
 TEST_F(GroupBrokerTest, JoinAsyncDoesNotBlockAndCompletesEveryRankOnce) {
@@ -779,7 +806,7 @@ TEST_F(GroupBrokerTest, JoinAsyncDoesNotBlockAndCompletesEveryRankOnce) {
   // All ranks from one thread: only possible because nothing blocks.
   for (uint32_t r = 0; r < kN; ++r) {
     d.push_back(std::make_unique<DoneRecorder>());
-    broker_->JoinAsync(s[r], Req("async", r, kN), nullptr, d.back()->Callback());
+    StartJoin(s[r], Req("async", r, kN), nullptr, d.back()->Callback());
     if (r + 1 < kN) EXPECT_EQ(d.back()->calls(), 0) << "rank " << r << " completed early";
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
@@ -803,14 +830,14 @@ TEST_F(GroupBrokerTest, JoinAsyncCompletionRunsOutsideTheBrokerLock) {
     if (probe.wait_for(std::chrono::seconds(2)) != std::future_status::ready) locked = true;
     probe.get();
   };
-  broker_->JoinAsync(a, Req("outside", 0, 2), nullptr, probing_done);
-  broker_->JoinAsync(b, Req("outside", 1, 2), nullptr, probing_done);  // forms: both complete
+  StartJoin(a, Req("outside", 0, 2), nullptr, probing_done);
+  StartJoin(b, Req("outside", 1, 2), nullptr, probing_done);  // forms: both complete
   EXPECT_EQ(calls.load(), 2);
   EXPECT_FALSE(locked.load()) << "a completion ran under the broker's lock";
   // The deadline path (timer thread) too.
   SessionInfo c = Open();
   calls = 0;
-  broker_->JoinAsync(c, Req("outside-timeout", 0, 2, 50), nullptr, probing_done);
+  StartJoin(c, Req("outside-timeout", 0, 2, 50), nullptr, probing_done);
   absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (calls.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   EXPECT_EQ(calls.load(), 1);
@@ -820,11 +847,11 @@ TEST_F(GroupBrokerTest, JoinAsyncCompletionRunsOutsideTheBrokerLock) {
 TEST_F(GroupBrokerTest, CancelJoin) {
   SessionInfo a = Open(), other = Open();
   DoneRecorder d;
-  broker_->JoinAsync(a, Req("cj", 0, 2, 30000), nullptr, d.Callback());
+  StartJoin(a, Req("cj", 0, 2, 30000), nullptr, d.Callback());
   // Only the joining session can cancel its rank.
   broker_->CancelJoin(other, "cj", 0);
   EXPECT_EQ(d.calls(), 0);
-  EXPECT_EQ(Find(1000, "cj")->joined(), 1u);
+  EXPECT_EQ(Find(1000, "cj")->joined, 1u);
   broker_->CancelJoin(a, "cj", 0);
   ASSERT_EQ(d.calls(), 1);
   EXPECT_EQ(d.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kCancelled);
@@ -836,21 +863,21 @@ TEST_F(GroupBrokerTest, CancelJoin) {
 TEST_F(GroupBrokerTest, CancelJoinAfterFormedIsANoOp) {
   SessionInfo a = Open(), b = Open();
   DoneRecorder da, db;
-  broker_->JoinAsync(a, Req("cf", 0, 2), nullptr, da.Callback());
-  broker_->JoinAsync(b, Req("cf", 1, 2), nullptr, db.Callback());
+  StartJoin(a, Req("cf", 0, 2), nullptr, da.Callback());
+  StartJoin(b, Req("cf", 1, 2), nullptr, db.Callback());
   ASSERT_TRUE(da.Await(absl::Seconds(5))->ok());
   broker_->CancelJoin(a, "cf", 0);
   EXPECT_EQ(da.calls(), 1);
-  EXPECT_EQ(Find(1000, "cf")->joined(), 2u) << "a formed member is not removed by a late cancel";
+  EXPECT_EQ(Find(1000, "cf")->joined, 2u) << "a formed member is not removed by a late cancel";
 }
 
 TEST_F(GroupBrokerTest, EarlierDeadlineRegisteredLaterStillFiresOnTime) {
   SessionInfo a = Open(), b = Open();
   DoneRecorder slow, fast;
-  broker_->JoinAsync(a, Req("slow", 0, 2, 30000), nullptr, slow.Callback());
+  StartJoin(a, Req("slow", 0, 2, 30000), nullptr, slow.Callback());
   absl::SleepFor(absl::Milliseconds(20));  // the timer now sleeps toward 30 s
   absl::Time start = absl::Now();
-  broker_->JoinAsync(b, Req("fast", 0, 2, 100), nullptr, fast.Callback());
+  StartJoin(b, Req("fast", 0, 2, 100), nullptr, fast.Callback());
   std::optional<JoinResult> r = fast.Await(absl::Seconds(5));
   ASSERT_TRUE(r.has_value()) << "the 100 ms deadline did not fire";
   EXPECT_EQ(r->status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -867,8 +894,8 @@ TEST_F(GroupBrokerTest, EarlierDeadlineRegisteredLaterStillFiresOnTime) {
 TEST_F(GroupBrokerTest, ShutdownCompletesAsyncWaitersOnce) {
   SessionInfo a = Open(), b = Open();
   DoneRecorder da, db;
-  broker_->JoinAsync(a, Req("sd-async", 0, 3), nullptr, da.Callback());
-  broker_->JoinAsync(b, Req("sd-async", 1, 3), nullptr, db.Callback());
+  StartJoin(a, Req("sd-async", 0, 3), nullptr, da.Callback());
+  StartJoin(b, Req("sd-async", 1, 3), nullptr, db.Callback());
   broker_->Shutdown();
   for (DoneRecorder* d : {&da, &db}) {
     ASSERT_EQ(d->calls(), 1);

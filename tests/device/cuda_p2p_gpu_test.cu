@@ -209,6 +209,23 @@ int GpuCount() {
 
 // ---- one process, each rank on its own GPU (or both on GPU 0) ---------------
 
+// Drives every rank of one process on its own thread (rank r on GPU r % gpus)
+// through the data checks of DriveRank.
+void DriveInProcessRanks(std::vector<std::unique_ptr<P2pTransport>>& t, std::vector<void*>& buf,
+                         int gpus, const Layout& L) {
+  const int n = static_cast<int>(t.size());
+  std::barrier<> sync(n);
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      errors[r] = DriveRank(*t[r], buf[r], r, n, r % gpus, L, [&] { sync.arrive_and_wait(); });
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
 TEST(CudaP2pTransport, VmmRanksInOneProcess) {
   const int gpus = GpuCount();
   if (gpus == 0) GTEST_SKIP() << "no CUDA GPU visible";
@@ -227,7 +244,7 @@ TEST(CudaP2pTransport, VmmRanksInOneProcess) {
     buf[r] = t[r]->allocateBuffer(L.bytes());
     ASSERT_NE(buf[r], nullptr) << t[r]->lastError();
     handles[r] = t[r]->exportIpcHandle(buf[r]);
-    ASSERT_EQ(handles[r].size(), 16u) << t[r]->lastError();
+    ASSERT_EQ(handles[r].size(), 32u) << t[r]->lastError();
   }
   for (int r = 0; r < kN; ++r) {
     t[r]->importPeerHandles(buf[r], r, kN, handles, {});
@@ -235,16 +252,7 @@ TEST(CudaP2pTransport, VmmRanksInOneProcess) {
     ASSERT_TRUE(t[r]->verifyPeerAccess()) << t[r]->lastError();
     EXPECT_EQ(t[r]->availableSnapshot(), (std::vector<int32_t>{1, 1}));
   }
-  std::barrier<> sync(kN);
-  std::vector<std::string> errors(kN);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kN; ++r) {
-    threads.emplace_back([&, r] {
-      errors[r] = DriveRank(*t[r], buf[r], r, kN, r % gpus, L, [&] { sync.arrive_and_wait(); });
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < kN; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  DriveInProcessRanks(t, buf, gpus, L);
 }
 
 TEST(CudaP2pTransport, AutoPicksVmmWithAnExchangeAndLegacyWithout) {
@@ -256,11 +264,48 @@ TEST(CudaP2pTransport, AutoPicksVmmWithAnExchangeAndLegacyWithout) {
   auto without = createCudaP2pTransport(2, nullptr);
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ((*without)->handleKind(), "cuda-ipc");
-  EXPECT_EQ(createCudaP2pTransport(2, nullptr, CudaHandleKind::kVmmPosixFd).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  // VMM without an exchange is the join route (fds travel with the join).
+  auto vmm_bare = createCudaP2pTransport(2, nullptr, CudaHandleKind::kVmmPosixFd);
+  ASSERT_TRUE(vmm_bare.ok()) << vmm_bare.status();
   void* b = (*without)->allocateBuffer(4096);
   ASSERT_NE(b, nullptr) << (*without)->lastError();
-  EXPECT_EQ((*without)->exportIpcHandle(b).size(), 22u);
+  EXPECT_EQ((*without)->exportIpcHandle(b).size(), 32u);  // one length for every kind
+}
+
+// The join route on CUDA VMM: exportLocal's fd goes straight to the peer's
+// mapPeers, no HandleExchange involved (what Communicator does through the
+// daemon's JoinGroup).
+TEST(CudaP2pTransport, JoinRouteMapsVmmPeers) {
+  const int gpus = GpuCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  constexpr int kN = 2;
+  const Layout L{kN, (1 << 20) + 13};
+  std::vector<std::unique_ptr<P2pTransport>> t(kN);
+  std::vector<void*> buf(kN);
+  std::vector<ExportedBuffer> exported(kN);
+  for (int r = 0; r < kN; ++r) {
+    ASSERT_EQ(cudaSetDevice(r % gpus), cudaSuccess);
+    auto made = createCudaP2pTransport(kN, nullptr, CudaHandleKind::kVmmPosixFd);
+    ASSERT_TRUE(made.ok()) << made.status();
+    t[r] = *std::move(made);
+    buf[r] = t[r]->allocateBuffer(L.bytes());
+    ASSERT_NE(buf[r], nullptr) << t[r]->lastError();
+    auto e = t[r]->exportLocal(buf[r]);
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ(e->fds.size(), 1u);
+    exported[r] = *std::move(e);
+  }
+  for (int r = 0; r < kN; ++r) {
+    std::vector<PeerBuffer> peers(kN);
+    for (int p = 0; p < kN; ++p) {
+      peers[p].handle = exported[p].handle;
+      if (p != r) peers[p].fds.push_back(*testing::DupFd(exported[p].fds[0].get()));
+    }
+    absl::Status s = t[r]->mapPeers(buf[r], r, kN, std::move(peers), {});
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(t[r]->verifyPeerAccess()) << t[r]->lastError();
+  }
+  DriveInProcessRanks(t, buf, gpus, L);
 }
 
 // ---- two processes ----------------------------------------------------------

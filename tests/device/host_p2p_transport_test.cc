@@ -66,7 +66,7 @@ std::vector<RankState> BringUp(int n, size_t bytes, std::shared_ptr<HandleExchan
     ranks[r].buf = ranks[r].t->allocateBuffer(bytes);
     EXPECT_NE(ranks[r].buf, nullptr) << ranks[r].t->lastError();
     ranks[r].handle = ranks[r].t->exportIpcHandle(ranks[r].buf);
-    EXPECT_EQ(ranks[r].handle.size(), 16u) << ranks[r].t->lastError();
+    EXPECT_EQ(ranks[r].handle.size(), 32u) << ranks[r].t->lastError();
     handles[r] = ranks[r].handle;
   }
   for (int r = 0; r < n; ++r) {
@@ -218,7 +218,7 @@ TEST(HostP2pTransport, RedAddAcrossMappingsLosesNothing) {
   EXPECT_EQ(mc_ld_acquire(ctr), uint64_t{kRanks} * kThreadsPerRank * kAdds);
 }
 
-TEST(HostP2pTransport, HandleIsSixtyFourBytesAndKindIsMemfd) {
+TEST(HostP2pTransport, HandleIs128BytesAndKindIsMemfd) {
   auto ex = std::make_shared<InProcessHandleExchange>();
   auto t = createHostP2pTransport(2, ex);
   ASSERT_TRUE(t.ok()) << t.status();
@@ -229,7 +229,7 @@ TEST(HostP2pTransport, HandleIsSixtyFourBytesAndKindIsMemfd) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(static_cast<unsigned char*>(buf)[i], 0);
   std::memset(buf, 0x5a, 1000);
   auto h = (*t)->exportIpcHandle(buf);
-  EXPECT_EQ(h.size(), 16u);
+  EXPECT_EQ(h.size(), 32u);
   EXPECT_TRUE((*t)->lastError().ok());
   (*t)->freeBuffer(buf);
   EXPECT_TRUE((*t)->lastError().ok());
@@ -335,7 +335,17 @@ TEST(HostP2pTransport, ReimportReplacesTables) {
 TEST(HostP2pTransport, ErrorsSayWhatFailed) {
   EXPECT_EQ(createHostP2pTransport(0, std::make_shared<InProcessHandleExchange>()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(createHostP2pTransport(2, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+  // Without an exchange only the join route works; the upstream export says why.
+  {
+    auto bare = *createHostP2pTransport(2, nullptr);
+    void* b = bare->allocateBuffer(64);
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(bare->exportIpcHandle(b).empty());
+    EXPECT_EQ(bare->lastError().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(bare->lastError().message().find("no HandleExchange"), std::string::npos)
+        << bare->lastError();
+    EXPECT_TRUE(bare->exportLocal(b).ok());
+  }
 
   auto t = *createHostP2pTransport(2, std::make_shared<InProcessHandleExchange>());
   EXPECT_EQ(t->allocateBuffer(0), nullptr);
@@ -362,6 +372,122 @@ TEST(HostP2pTransport, ErrorsSayWhatFailed) {
   t->importPeerHandles(b, 0, 2, {h, {}}, {});
   EXPECT_NE(t->lastError().message().find("exportIpcHandle failed"), std::string::npos)
       << t->lastError();
+}
+
+
+// The join route: exportLocal hands out the handle and a duplicate of the
+// memfd; mapPeers takes each peer's handle with the fds that travelled
+// beside it. No HandleExchange is involved at all.
+std::vector<RankState> BringUpJoinRoute(int n, size_t bytes) {
+  std::vector<RankState> ranks(n);
+  std::vector<ExportedBuffer> exported(n);
+  for (int r = 0; r < n; ++r) {
+    ranks[r].t = *createHostP2pTransport(n, nullptr);
+    ranks[r].buf = ranks[r].t->allocateBuffer(bytes);
+    EXPECT_NE(ranks[r].buf, nullptr) << ranks[r].t->lastError();
+    absl::StatusOr<ExportedBuffer> e = ranks[r].t->exportLocal(ranks[r].buf);
+    EXPECT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->handle.size(), 32u);
+    EXPECT_EQ(e->fds.size(), 1u);
+    exported[r] = *std::move(e);
+  }
+  for (int r = 0; r < n; ++r) {
+    std::vector<PeerBuffer> peers(n);
+    for (int p = 0; p < n; ++p) {
+      peers[p].handle = exported[p].handle;
+      if (p == r) continue;
+      peers[p].fds.push_back(*testing::DupFd(exported[p].fds[0].get()));
+    }
+    absl::Status s = ranks[r].t->mapPeers(ranks[r].buf, r, n, std::move(peers), {});
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return ranks;
+}
+
+TEST(HostP2pTransport, JoinRouteMapsPeersWithoutAnExchange) {
+  constexpr int kRanks = 3;
+  auto ranks = BringUpJoinRoute(kRanks, 4096);
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(ranks[r].t->verifyPeerAccess()) << ranks[r].t->lastError();
+    // A store through rank r's mapping of rank p lands in p's own buffer.
+    for (int p = 0; p < kRanks; ++p) {
+      auto* dst = static_cast<unsigned char*>(ranks[r].t->peerPtrsTablePtr()[p]);
+      ASSERT_NE(dst, nullptr);
+      dst[r] = static_cast<unsigned char>(0x40 + r);
+    }
+  }
+  for (int p = 0; p < kRanks; ++p) {
+    for (int r = 0; r < kRanks; ++r) {
+      EXPECT_EQ(static_cast<unsigned char*>(ranks[p].buf)[r], 0x40 + r);
+    }
+  }
+}
+
+TEST(HostP2pTransport, JoinRouteHandleIsRefusedByTheUpstreamImport) {
+  auto t = *createHostP2pTransport(2, std::make_shared<InProcessHandleExchange>());
+  void* b = t->allocateBuffer(64);
+  auto e = t->exportLocal(b);
+  ASSERT_TRUE(e.ok()) << e.status();
+  t->importPeerHandles(b, 0, 2, {e->handle, e->handle}, {});
+  EXPECT_NE(t->lastError().message().find("names no export"), std::string::npos) << t->lastError();
+}
+
+TEST(HostP2pTransport, MapPeersFailuresAreReportedAndOthersStayMapped) {
+  auto ranks = BringUpJoinRoute(3, 4096);
+  auto e1 = ranks[1].t->exportLocal(ranks[1].buf);
+  auto e2 = ranks[2].t->exportLocal(ranks[2].buf);
+  std::vector<PeerBuffer> peers(3);
+  peers[0].handle = ranks[0].t->exportLocal(ranks[0].buf)->handle;
+  peers[1].handle = e1->handle;  // no fd arrived for rank 1
+  peers[2].handle = e2->handle;
+  peers[2].fds = std::move(e2->fds);
+  absl::Status s = ranks[0].t->mapPeers(ranks[0].buf, 0, 3, std::move(peers), {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("ranks [1] unavailable"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("0 fds arrived"), std::string::npos) << s;
+  EXPECT_EQ(ranks[0].t->availableTablePtr()[1], 0);
+  EXPECT_EQ(ranks[0].t->availableTablePtr()[2], 1);
+  EXPECT_FALSE(ranks[0].t->allPeersAccessible());
+}
+
+// A handle from another node (its node key differs) is recognised from the
+// handle alone: that rank is left to the RDMA route, no fd is asked for, and
+// no failure is reported.
+TEST(HostP2pTransport, OffNodeHandleIsRecognisedWithoutAnyCall) {
+  class NodeExchange final : public HandleExchange {
+   public:
+    explicit NodeExchange(std::string node) : node_(std::move(node)) {}
+    absl::StatusOr<std::string> exportFds(const std::vector<int>&, std::string_view, uint64_t) override {
+      return std::string("x");
+    }
+    absl::StatusOr<std::vector<UniqueFd>> importFds(std::string_view) override {
+      ++imports;
+      return absl::InternalError("must not be called for an off-node rank");
+    }
+    std::string nodeId() const override { return node_; }
+    int imports = 0;
+
+   private:
+    std::string node_;
+  };
+  auto a = std::make_shared<NodeExchange>("node-a");
+  auto b = std::make_shared<NodeExchange>("node-b");
+  auto ta = *createHostP2pTransport(2, a);
+  auto tb = *createHostP2pTransport(2, b);
+  void* ba = ta->allocateBuffer(64);
+  void* bb = tb->allocateBuffer(64);
+  std::vector<int32_t> ha = ta->exportIpcHandle(ba);
+  std::vector<int32_t> hb = tb->exportIpcHandle(bb);
+  ASSERT_EQ(ha.size(), 32u) << ta->lastError();
+  ASSERT_EQ(hb.size(), 32u) << tb->lastError();
+  ta->importPeerHandles(ba, 0, 2, {ha, hb}, {});
+  EXPECT_TRUE(ta->lastError().ok()) << ta->lastError();
+  EXPECT_EQ(a->imports, 0);
+  EXPECT_EQ(ta->availableTablePtr()[1], 0);
+  EXPECT_EQ(ta->peerPtrsTablePtr()[1], nullptr);
+  EXPECT_FALSE(ta->allPeersAccessible());  // not the all-P2P fast path
+  EXPECT_FALSE(ta->verifyPeerAccess());
+  EXPECT_TRUE(ta->lastError().ok()) << ta->lastError();
 }
 
 #if !MOONCAKE_TEST_HAVE_CUDA

@@ -1,7 +1,8 @@
 #include "discovery/discovery.h"
 
-#include <stdlib.h>
+#include <memory>
 
+#include "fake_cuda_driver.h"
 #include "fake_sysfs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -53,14 +54,15 @@ TEST(DiscoverTopologyTest, RealMachineDoesNotCrashAndExplainsEmptyLists) {
             << " NIC(s)\n" << topo.DebugString();
 }
 
-#ifdef MC_FAKE_CUDA_LIB
 TEST(DiscoverTopologyTest, GpusAndNicsFromFakeDriverAndSysfs) {
   FakeSysfs sys;
   BuildTwoSocketNode(sys);
-  ::setenv("MC_FAKE_CUDA_BUS_IDS", "0000:03:00.0,0000:82:00.0", 1);
+  auto cu = std::make_shared<drivers::FakeCudaDriver>();
+  for (int i = 0; i < 2; ++i) cu->addGpu(drivers::FakeGpu::Hopper(i));
+  cu->gpu(0).pci_bus_id = "0000:03:00.0";
+  cu->gpu(1).pci_bus_id = "0000:82:00.0";
   v1::Topology topo = DiscoverTopology(
-      {.sysfs_root = sys.root(), .cuda_library = MC_FAKE_CUDA_LIB, .use_verbs = false});
-  ::unsetenv("MC_FAKE_CUDA_BUS_IDS");
+      {.sysfs_root = sys.root(), .use_verbs = false, .cuda_driver = cu});
 
   EXPECT_EQ(topo.gpu_discovery_note(), "");
   EXPECT_EQ(topo.nic_discovery_note(), "");
@@ -80,7 +82,6 @@ TEST(DiscoverTopologyTest, GpusAndNicsFromFakeDriverAndSysfs) {
   EXPECT_THAT(closest0, ::testing::ElementsAre("mlx5_0:PIX", "mlx5_1:PIX"));
   EXPECT_THAT(closest1, ::testing::ElementsAre("mlx5_3:PHB"));
 }
-#endif
 
 }  // namespace
 }  // namespace mooncake::daemon

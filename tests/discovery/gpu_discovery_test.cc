@@ -1,44 +1,55 @@
 #include "discovery/gpu_discovery.h"
 
-#include <stdlib.h>
-
 #include <fstream>
+#include <memory>
 #include <set>
 #include <utility>
 
+#include "fake_cuda_driver.h"
 #include "fake_sysfs.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-// Paths of the fake driver libraries built next to this test.
-#ifndef MC_FAKE_CUDA_LIB
-#error "MC_FAKE_CUDA_LIB must name the fake libcuda built by tests/discovery"
-#endif
-
 namespace mooncake::daemon {
 namespace {
 
+using drivers::FakeCudaDriver;
+using drivers::FakeGpu;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using test_support::FakeSysfs;
 
-constexpr const char* kEnvVars[] = {"MC_FAKE_CUDA_INIT_RESULT", "MC_FAKE_CUDA_BUS_IDS",
-                                    "MC_FAKE_CUDA_FAIL_ATTRIBUTE"};
+// `n` Hopper-like GPUs (FakeGpu::Hopper: bus ids 0000:1B:00.0,
+// 0000:3C:00.0, ...) with P2P access between all, native atomics from GPU 0
+// only and performance rank src + dst.
+std::shared_ptr<FakeCudaDriver> FakeNode(int n) {
+  auto cu = std::make_shared<FakeCudaDriver>();
+  for (int i = 0; i < n; ++i) cu->addGpu(FakeGpu::Hopper(i));
+  for (int s = 0; s < n; ++s) {
+    for (int d = 0; d < n; ++d) {
+      if (s == d) continue;
+      cu->setP2PAttribute(s, d, drivers::kCuP2pAttrAccessSupported, 1);
+      cu->setP2PAttribute(s, d, drivers::kCuP2pAttrNativeAtomicSupported, s == 0 ? 1 : 0);
+      cu->setP2PAttribute(s, d, drivers::kCuP2pAttrPerformanceRank, s + d);
+    }
+  }
+  return cu;
+}
 
 class GpuDiscoveryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* var : kEnvVars) ::unsetenv(var);
     sys_.AddPciDevice("pci0000:00/0000:00:01.0/0000:1b:00.0", 1, "nvidia");
   }
-  void TearDown() override {
-    for (const char* var : kEnvVars) ::unsetenv(var);
+  GpuDiscoveryResult Discover() {
+    return DiscoverGpus({.sysfs_root = sys_.root(), .driver = cu_});
   }
-  GpuDiscoveryResult Discover(const std::string& library = MC_FAKE_CUDA_LIB) {
+  GpuDiscoveryResult DiscoverLibrary(const std::string& library) {
     return DiscoverGpus({.cuda_library = library, .sysfs_root = sys_.root()});
   }
   FakeSysfs sys_;
+  std::shared_ptr<FakeCudaDriver> cu_ = FakeNode(2);
 };
 
 TEST(GpuUuidTest, FormatsLikeNvidiaSmi) {
@@ -89,7 +100,7 @@ TEST_F(GpuDiscoveryTest, ReadsEveryGpuAndItsAttributes) {
 }
 
 TEST_F(GpuDiscoveryTest, OnePairPerOrderedPairOfGpus) {
-  ::setenv("MC_FAKE_CUDA_BUS_IDS", "0000:01:00.0,0000:02:00.0,0000:03:00.0,0000:04:00.0", 1);
+  cu_ = FakeNode(4);
   GpuDiscoveryResult result = Discover();
   ASSERT_EQ(result.gpus.size(), 4u);
   ASSERT_EQ(result.pairs.size(), 12u);
@@ -102,7 +113,10 @@ TEST_F(GpuDiscoveryTest, OnePairPerOrderedPairOfGpus) {
 }
 
 TEST_F(GpuDiscoveryTest, FailingAttributeIsReportedAsUnsupportedWithANote) {
-  ::setenv("MC_FAKE_CUDA_FAIL_ATTRIBUTE", "128", 1);  // HANDLE_TYPE_FABRIC_SUPPORTED
+  // An attribute the driver does not know fails with CUDA_ERROR_INVALID_VALUE.
+  for (int i = 0; i < 2; ++i) {
+    cu_->gpu(i).attributes.erase(drivers::kCuDeviceAttrHandleTypeFabricSupported);
+  }
   GpuDiscoveryResult result = Discover();
   ASSERT_EQ(result.gpus.size(), 2u);
   EXPECT_FALSE(result.gpus[0].fabric_handle_supported());
@@ -112,7 +126,7 @@ TEST_F(GpuDiscoveryTest, FailingAttributeIsReportedAsUnsupportedWithANote) {
 }
 
 TEST_F(GpuDiscoveryTest, CuInitFailureIsANote) {
-  ::setenv("MC_FAKE_CUDA_INIT_RESULT", "100", 1);  // CUDA_ERROR_NO_DEVICE
+  cu_->setInitResult(drivers::kCudaErrorNoDevice);
   GpuDiscoveryResult result = Discover();
   EXPECT_THAT(result.gpus, IsEmpty());
   EXPECT_THAT(result.pairs, IsEmpty());
@@ -121,29 +135,90 @@ TEST_F(GpuDiscoveryTest, CuInitFailureIsANote) {
                                  HasSubstr("no CUDA-capable device"), HasSubstr("nvidia-smi")));
 }
 
-TEST_F(GpuDiscoveryTest, ZeroDevicesIsANote) {
-  ::setenv("MC_FAKE_CUDA_BUS_IDS", "", 1);
+TEST_F(GpuDiscoveryTest, StubLibcudaIsExplained) {
+  cu_->setInitResult(drivers::kCudaErrorStubLibrary);
   GpuDiscoveryResult result = Discover();
   EXPECT_THAT(result.gpus, IsEmpty());
-  EXPECT_THAT(result.note, HasSubstr("reports no GPU"));
+  EXPECT_THAT(result.note, AllOf(HasSubstr("CUDA_ERROR_STUB_LIBRARY"), HasSubstr("stubs/")));
 }
 
-TEST_F(GpuDiscoveryTest, FallsBackToTheFirstUuidEntryPoint) {
-  GpuDiscoveryResult result = Discover(MC_FAKE_CUDA_LEGACY_UUID_LIB);
-  EXPECT_EQ(result.note, "");
-  ASSERT_EQ(result.gpus.size(), 2u);
-  EXPECT_EQ(result.gpus[0].uuid(), "GPU-f0f1f2f3-f4f5-f6f7-f8f9-fafbfcfdfeff");
-}
-
-TEST_F(GpuDiscoveryTest, MissingSymbolIsANoteNotACrash) {
-  GpuDiscoveryResult result = Discover(MC_FAKE_CUDA_NO_P2P_LIB);
+TEST_F(GpuDiscoveryTest, ZeroDevicesIsANote) {
+  cu_ = FakeNode(0);
+  GpuDiscoveryResult result = Discover();
   EXPECT_THAT(result.gpus, IsEmpty());
-  EXPECT_THAT(result.note, AllOf(HasSubstr("lacks cuDeviceGetP2PAttribute"),
-                                 HasSubstr("update the driver")));
+  EXPECT_THAT(result.note, AllOf(HasSubstr("fake reports no GPU"), HasSubstr("nvidia-smi")));
+}
+
+TEST_F(GpuDiscoveryTest, DeviceCountFailureIsANote) {
+  cu_->failNext("deviceGetCount", drivers::kCudaErrorUnknown);
+  GpuDiscoveryResult result = Discover();
+  EXPECT_THAT(result.gpus, IsEmpty());
+  EXPECT_THAT(result.note, AllOf(HasSubstr("cuDeviceGetCount"), HasSubstr("CUDA_ERROR_UNKNOWN")));
+}
+
+// Which UUID entry point the loader picks (cuDeviceGetUuid_v2, or the first
+// version on drivers before 11.4) and what it says about a missing entry
+// point are tested on the loader itself, in tests/drivers/cuda_driver_test.
+
+TEST_F(GpuDiscoveryTest, FailingIdentityQuerySkipsOnlyThatGpu) {
+  cu_ = FakeNode(3);
+  cu_->failNext("deviceGetUuid", drivers::kCudaErrorUnknown);  // GPU 0's
+  GpuDiscoveryResult result = Discover();
+  ASSERT_EQ(result.gpus.size(), 2u);
+  EXPECT_EQ(result.gpus[0].index(), 1);
+  EXPECT_EQ(result.gpus[1].index(), 2);
+  ASSERT_EQ(result.pairs.size(), 2u) << "pairs only between the GPUs listed";
+  EXPECT_EQ(result.pairs[0].src(), 1);
+  EXPECT_EQ(result.pairs[0].dst(), 2);
+  EXPECT_THAT(result.note, AllOf(HasSubstr("GPU 0 skipped"), HasSubstr("cuDeviceGetUuid"),
+                                 HasSubstr("CUDA_ERROR_UNKNOWN")));
+}
+
+TEST_F(GpuDiscoveryTest, FailingDeviceGetSkipsTheGpu) {
+  cu_->failNext("deviceGet", drivers::kCudaErrorInvalidDevice);
+  GpuDiscoveryResult result = Discover();
+  ASSERT_EQ(result.gpus.size(), 1u);
+  EXPECT_EQ(result.gpus[0].index(), 1);
+  EXPECT_THAT(result.pairs, IsEmpty());
+  EXPECT_THAT(result.note, AllOf(HasSubstr("GPU 0 skipped"), HasSubstr("cuDeviceGet:"),
+                                 HasSubstr("CUDA_ERROR_INVALID_DEVICE")));
+}
+
+TEST_F(GpuDiscoveryTest, NoP2PBetweenGpusIsReportedAsSuch) {
+  cu_ = std::make_shared<FakeCudaDriver>();  // two GPUs, no P2P attribute set
+  cu_->addGpu(FakeGpu::Hopper(0));
+  cu_->addGpu(FakeGpu::Hopper(1));
+  GpuDiscoveryResult result = Discover();
+  EXPECT_EQ(result.note, "") << "no P2P is a normal answer, not a problem";
+  ASSERT_EQ(result.pairs.size(), 2u);
+  for (const v1::GpuPair& p : result.pairs) {
+    EXPECT_FALSE(p.access_supported());
+    EXPECT_FALSE(p.native_atomics());
+    EXPECT_EQ(p.performance_rank(), 0);
+  }
+}
+
+TEST_F(GpuDiscoveryTest, FailingP2PQueryIsReportedAsUnsupportedWithANote) {
+  cu_->setResult("deviceGetP2PAttribute", drivers::kCudaErrorNotSupported);
+  GpuDiscoveryResult result = Discover();
+  ASSERT_EQ(result.gpus.size(), 2u) << "the GPUs are still listed";
+  ASSERT_EQ(result.pairs.size(), 2u);
+  EXPECT_FALSE(result.pairs[0].access_supported());
+  EXPECT_FALSE(result.pairs[0].native_atomics());
+  EXPECT_THAT(result.note,
+              AllOf(HasSubstr("GPU 0->1"), HasSubstr("cuDeviceGetP2PAttribute(ACCESS_SUPPORTED)"),
+                    HasSubstr("CUDA_ERROR_NOT_SUPPORTED"), HasSubstr("reported as unsupported")));
+}
+
+TEST_F(GpuDiscoveryTest, AGivenDriverIsUsedInsteadOfTheLibrary) {
+  GpuDiscoveryResult result = DiscoverGpus(
+      {.cuda_library = "libdoesnotexist.so", .sysfs_root = sys_.root(), .driver = cu_});
+  EXPECT_EQ(result.gpus.size(), 2u);
+  EXPECT_EQ(cu_->calls("init"), 1);
 }
 
 TEST_F(GpuDiscoveryTest, MissingLibraryIsANote) {
-  GpuDiscoveryResult result = Discover("libdoesnotexist.so");
+  GpuDiscoveryResult result = DiscoverLibrary("libdoesnotexist.so");
   EXPECT_THAT(result.gpus, IsEmpty());
   EXPECT_EQ(result.driver_version, 0);
   EXPECT_THAT(result.note, AllOf(HasSubstr("libdoesnotexist.so not found"),
@@ -153,13 +228,13 @@ TEST_F(GpuDiscoveryTest, MissingLibraryIsANote) {
 TEST_F(GpuDiscoveryTest, BrokenLibraryIsANote) {
   std::string path = sys_.root() + "/../libcuda.so.1";
   std::ofstream(path) << "not an ELF file\n";
-  GpuDiscoveryResult result = Discover(path);
+  GpuDiscoveryResult result = DiscoverLibrary(path);
   EXPECT_THAT(result.gpus, IsEmpty());
   EXPECT_THAT(result.note, HasSubstr("could not be loaded"));
 }
 
 TEST_F(GpuDiscoveryTest, EmptyLibraryNameDisablesDiscovery) {
-  GpuDiscoveryResult result = Discover("");
+  GpuDiscoveryResult result = DiscoverLibrary("");
   EXPECT_THAT(result.gpus, IsEmpty());
   EXPECT_THAT(result.note, HasSubstr("disabled"));
 }

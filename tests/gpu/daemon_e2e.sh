@@ -2,17 +2,29 @@
 # GPU end to end through a real mooncaked: the CUDA device_transport_example
 # (pair and all-to-all, both handle kinds), a SIGKILLed rank reported LOST,
 # mcctl views of a live CUDA group, and Communicator setup time.
-# Called by tests/gpu/run.sh; prints "N passed, N failed" last.
+# Called by tests/gpu/run.sh; prints "N passed, N failed, N skipped" last.
 #   tests/gpu/daemon_e2e.sh BIN_DIR
+# Environment:
+#   MC_GPU_COUNT     GPUs to use (run.sh counts them once; default: nvidia-smi -L)
+#   MC_RANK_TIMEOUT  seconds one example rank may run (default 120)
+#
+# Placement: with two or more GPUs, rank r runs on GPU r % 2 (every pair and
+# all-to-all crosses GPUs). With one GPU every rank runs on GPU 0: the ranks
+# are still separate processes that import each other's memory (VMM fds,
+# legacy IPC), so the same checks hold; only the cross-GPU (NVLink) placement
+# is skipped.
 set -uo pipefail
 bin=${1:?usage: daemon_e2e.sh BIN_DIR}
+ngpu=${MC_GPU_COUNT:-$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 tmp=$(mktemp -d /tmp/mc-gpu-e2e.XXXXXX)
 sock=$tmp/mooncaked.sock
 passed=0
 failed=0
+skipped=0
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  # TERM: a rank under `timeout` passes it on to the example.
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
   [[ -n "${daemon:-}" ]] && kill -TERM "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
   rm -rf "$tmp"
 }
@@ -20,55 +32,75 @@ trap cleanup EXIT
 check() {  # check NAME COND-RC
   if [[ $2 -eq 0 ]]; then passed=$((passed + 1)); echo "ok   - $1"; else failed=$((failed + 1)); echo "FAIL - $1"; fi
 }
+skip() {  # skip REASON
+  skipped=$((skipped + 1))
+  echo "skip - $1"
+}
+gpu_of() {  # gpu_of RANK: the GPU that rank runs on
+  if [[ $ngpu -ge 2 ]]; then echo $(($1 % 2)); else echo 0; fi
+}
+if [[ $ngpu -ge 2 ]]; then layout="rank r on GPU r%2"; else layout="every rank on GPU 0"; fi
+echo "GPUs: $ngpu; placement: $layout"
+
 # An array, not a shell function: "ex ... &" on a function forks a subshell
-# that forks the example, so $! would be the subshell and the SIGKILL below
-# would miss the rank it means to kill.
-ex=("$bin/device_transport_example" --platform cuda --socket "$sock")
+# that forks the example, so $! would be the subshell. Ranks that are only
+# waited for run under `timeout`; the watch ranks below run bare, so that $!
+# is the example itself and the SIGKILL hits it (they bound themselves with
+# --timeout-ms).
+ex_bare=("$bin/device_transport_example" --platform cuda --socket "$sock")
+ex=(timeout -k 5 "${MC_RANK_TIMEOUT:-120}" "${ex_bare[@]}")
+mcctl() { timeout -k 5 20 "$bin/mcctl" --socket "$sock" "$@"; }
 
 "$bin/mooncaked" --socket "$sock" --node-id gpu-e2e --log-level info 2>"$tmp/daemon.log" &
 daemon=$!
 for _ in $(seq 100); do [[ -S "$sock" ]] && break; sleep 0.05; done
-"$bin/mcctl" --socket "$sock" status
-"$bin/mcctl" --socket "$sock" topo
-ngpu=$("$bin/mcctl" --socket "$sock" gpus --json | grep -c '"uuid"')
-check "daemon discovers 2 GPUs (found $ngpu)" $([[ $ngpu -ge 2 ]]; echo $?)
+mcctl status
+mcctl topo
+found=$(mcctl gpus --json | grep -c '"uuid"')
+check "daemon discovers the $ngpu GPU(s) nvidia-smi lists (found $found)" \
+  $([[ $found -ge 1 && $found -ge $ngpu ]]; echo $?)
 
-# pair: rank 0 on GPU0 writes into rank 1 on GPU1, both handle kinds, odd size
+if [[ $ngpu -lt 2 ]]; then
+  skip "cross-GPU placement (pairs, all-to-all, watch with rank r on GPU r%2, over NVLink): needs 2 GPUs, found $ngpu; the same checks ran with every rank on GPU 0"
+fi
+
+# pair: rank 0 writes into rank 1, both handle kinds, odd sizes
 for handle in vmm ipc; do
   for bytes in 1 4097 67108867; do
-    "${ex[@]}" --group "pair-$handle-$bytes" --rank 0 --world-size 2 --device 0 --handle $handle --bytes $bytes >"$tmp/r0" 2>&1 &
+    "${ex[@]}" --group "pair-$handle-$bytes" --rank 0 --world-size 2 --device "$(gpu_of 0)" --handle $handle --bytes $bytes >"$tmp/r0" 2>&1 &
     p0=$!
-    "${ex[@]}" --group "pair-$handle-$bytes" --rank 1 --world-size 2 --device 1 --handle $handle --bytes $bytes >"$tmp/r1" 2>&1
+    "${ex[@]}" --group "pair-$handle-$bytes" --rank 1 --world-size 2 --device "$(gpu_of 1)" --handle $handle --bytes $bytes >"$tmp/r1" 2>&1
     r1=$?
     wait $p0; r0=$?
     cat "$tmp/r0" "$tmp/r1"
-    check "pair $handle $bytes B: rank0 rc=$r0 rank1 rc=$r1" $([[ $r0 -eq 0 && $r1 -eq 0 ]] && grep -q PASS "$tmp/r1"; echo $?)
+    check "pair $handle $bytes B, GPU$(gpu_of 0) -> GPU$(gpu_of 1): rank0 rc=$r0 rank1 rc=$r1" \
+      $([[ $r0 -eq 0 && $r1 -eq 0 ]] && grep -q PASS "$tmp/r1"; echo $?)
   done
 done
 
-# all-to-all: 2 ranks (one per GPU) and 4 ranks (two per GPU)
+# all-to-all: 2 ranks and 4 ranks
 for n in 2 4; do
   rcs=0
   for r in $(seq 0 $((n - 1))); do
-    "${ex[@]}" --group "a2a-$n" --rank $r --world-size $n --device $((r % 2)) --mode all2all --bytes 1048583 >"$tmp/a$r" 2>&1 &
+    "${ex[@]}" --group "a2a-$n" --rank $r --world-size $n --device "$(gpu_of $r)" --mode all2all --bytes 1048583 >"$tmp/a$r" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rcs=$((rcs + 1)); done
   pids=()
   cat "$tmp"/a*
-  check "all-to-all $n ranks on 2 GPUs (failed ranks: $rcs)" $rcs
+  check "all-to-all $n ranks, $layout (failed ranks: $rcs)" $rcs
   rm -f "$tmp"/a*
 done
 
 # a live CUDA group in mcctl, then SIGKILL one rank: the other is told
-"${ex[@]}" --group watch --rank 0 --world-size 2 --device 0 --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &
+"${ex_bare[@]}" --group watch --rank 0 --world-size 2 --device "$(gpu_of 0)" --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &
 w0=$!
-"${ex[@]}" --group watch --rank 1 --world-size 2 --device 1 --mode watch --timeout-ms 30000 >"$tmp/w1" 2>&1 &
+"${ex_bare[@]}" --group watch --rank 1 --world-size 2 --device "$(gpu_of 1)" --mode watch --timeout-ms 30000 >"$tmp/w1" 2>&1 &
 w1=$!
 pids+=($w0 $w1)
 for _ in $(seq 200); do grep -q READY "$tmp/w0" && grep -q READY "$tmp/w1" && break; sleep 0.05; done
-"$bin/mcctl" --socket "$sock" groups
-"$bin/mcctl" --socket "$sock" groups --json >"$tmp/groups.json"
+mcctl groups
+mcctl groups --json >"$tmp/groups.json"
 check "mcctl groups shows the CUDA handle kind (cuda-vmm-fd)" $(grep -q cuda-vmm-fd "$tmp/groups.json"; echo $?)
 check "mcctl groups shows the group ready" $(grep -q '"ready"' "$tmp/groups.json"; echo $?)
 t0=$(date +%s%N)
@@ -79,21 +111,21 @@ cat "$tmp/w0"
 echo "survivor exited $(( (t1 - t0) / 1000000 )) ms after the SIGKILL"
 check "SIGKILLed rank reported lost to the survivor" $([[ $rw0 -eq 0 ]] && grep -q 'EVENT lost rank 1' "$tmp/w0"; echo $?)
 sleep 0.2
-"$bin/mcctl" --socket "$sock" groups --json >"$tmp/groups2.json"
+mcctl groups --json >"$tmp/groups2.json"
 check "daemon freed the group" $(grep -q '"watch"' "$tmp/groups2.json"; [[ $? -ne 0 ]]; echo $?)
 pids=()
 
 # setup time: Communicator creation to a ready CommCtx (CUDA context created before)
-echo "setup times (ms), 2 ranks, VMM fds:"
+echo "setup times (ms), 2 ranks, VMM fds, $layout:"
 for i in $(seq 5); do
-  "${ex[@]}" --group "setup-$i" --rank 0 --world-size 2 --device 0 --bytes 4096 >"$tmp/s0" 2>&1 &
+  "${ex[@]}" --group "setup-$i" --rank 0 --world-size 2 --device "$(gpu_of 0)" --bytes 4096 >"$tmp/s0" 2>&1 &
   p0=$!
-  "${ex[@]}" --group "setup-$i" --rank 1 --world-size 2 --device 1 --bytes 4096 >"$tmp/s1" 2>&1
+  "${ex[@]}" --group "setup-$i" --rank 1 --world-size 2 --device "$(gpu_of 1)" --bytes 4096 >"$tmp/s1" 2>&1
   wait $p0
   grep -h 'ready in' "$tmp/s0" "$tmp/s1"
 done
 
 echo "--- daemon log ---"
 tail -n 20 "$tmp/daemon.log"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

@@ -2,7 +2,16 @@
 # The one script the GPU machine runs (shared/gpu.md): environment, every GPU
 # test and benchmark in the bundle, compute-sanitizer memcheck + racecheck of
 # the GPU test kernels, the NVSHMEM comparison (built there when NVSHMEM is
-# present), all into one log on stdout, ending with "N passed, N failed".
+# present), all into one log on stdout, ending with
+# "N passed, N failed, N skipped" (the reasons for skips listed above it).
+#
+# The GPU count is taken once, at the start. With one GPU every daemon check
+# runs with all ranks on GPU 0, and what needs two GPUs (the GPU0 -> GPU1
+# benchmarks, NVSHMEM with one PE per GPU, the NCCL LSA team, the peer cases
+# of the gtests) is skipped with the reason. On a sandboxed kernel (uname -r
+# 4.4.0, as under gVisor) compute-sanitizer cannot attach to the device: that
+# step is reported "not runnable" (counted as skipped). Every step runs under
+# `timeout`.
 #
 # Usage (from the repository root on the GPU machine):
 #   set -o pipefail; tests/gpu/run.sh [PREFIX] 2>&1 | tee $OUT/log
@@ -14,6 +23,9 @@
 #                     env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
+#   MC_STEP_TIMEOUT   seconds one step may run (default 900)
+#   MC_GPU_COUNT      GPUs to use (default: nvidia-smi -L, narrowed by
+#                     CUDA_VISIBLE_DEVICES); e.g. 1 to check the one-GPU mode
 #   NVSHMEM_HOME      NVSHMEM (include/, lib/); default: the Python venv's copy
 #   NCCL_INCLUDE_DIR  NCCL headers with nccl_device/ for the nccl_lsa step
 #                     (default: the machine's, /usr/include)
@@ -44,10 +56,39 @@ done
 
 passed=0
 failed=0
+skipped=0
 failures=()
+skips=()
+step_timeout=${MC_STEP_TIMEOUT:-900}
 section() { printf '\n==================== %s ====================\n' "$*"; }
 ok() { passed=$((passed + $1)); }
 bad() { failed=$((failed + $1)); failures+=("$2"); }
+skip() { skipped=$((skipped + $1)); skips+=("$2"); echo "SKIPPED: $2"; }
+# -k: a process stuck in the driver that ignores SIGTERM is KILLed 30 s later
+# (timeout signals its whole process group, forked children included).
+timed() { timeout -k 30 "$step_timeout" "$@"; }
+
+# The GPU count, once: nvidia-smi -L, narrowed by CUDA_VISIBLE_DEVICES (which
+# nvidia-smi ignores and CUDA honours).
+count_gpus() {
+  local n visible
+  n=$(timeout -k 5 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+    IFS=, read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+    [[ ${#visible[@]} -lt $n ]] && n=${#visible[@]}
+  fi
+  echo "$n"
+}
+ngpu=${MC_GPU_COUNT:-$(count_gpus)}
+export MC_GPU_COUNT=$ngpu  # daemon_e2e.sh places its ranks by it
+needs_two="needs 2 GPUs, found $ngpu"
+
+# A sandboxed kernel (gVisor reports 4.4.0) gives no access to the GPU's
+# debug and profiling interfaces.
+sandbox=""
+if [[ "$(uname -r)" == 4.4.0* ]]; then
+  sandbox="sandboxed kernel (uname -r $(uname -r)): compute-sanitizer cannot attach to the device and Nsight Compute cannot read counters"
+fi
 
 # Runs a GoogleTest executable; counts its test cases (a crash without a
 # summary counts as one failure).
@@ -56,17 +97,24 @@ run_gtest() {
   local out rc
   out=$(mktemp)
   section "$name"
-  timeout "${MC_STEP_TIMEOUT:-900}" "$@" 2>&1 | tee "$out"
+  timed "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  local np nf
+  local np nf ns why
   np=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
   nf=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
+  ns=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out" | tail -1)
   np=${np:-0}
   nf=${nf:-0}
+  ns=${ns:-0}
   if [[ $rc -ne 0 && $nf -eq 0 ]]; then nf=1; fi
   ok "$np"
   [[ $nf -gt 0 ]] && bad "$nf" "$name (rc=$rc)"
-  echo "-- $name: rc=$rc, $np passed, $nf failed"
+  if [[ $ns -gt 0 ]]; then
+    # GTEST_SKIP() prints "file:line: Skipped" and then its message.
+    why=$(awk '/: Skipped$/ { getline; print }' "$out" | sort -u | paste -sd ';' -)
+    skip "$ns" "$name: $ns test(s): ${why:-see the log}"
+  fi
+  echo "-- $name: rc=$rc, $np passed, $nf failed, $ns skipped"
   rm -f "$out"
 }
 
@@ -76,29 +124,37 @@ run_step() {
   section "$name"
   echo "\$ $*"
   local t0=$SECONDS rc
-  timeout "${MC_STEP_TIMEOUT:-900}" "$@"
+  timed "$@"
   rc=$?
   echo "-- $name: rc=$rc ($((SECONDS - t0)) s)"
   if [[ $rc -eq 0 ]]; then ok 1; else bad 1 "$name (rc=$rc)"; fi
 }
+
+echo "GPUs: $ngpu ($([[ $ngpu -ge 2 ]] && echo "two-GPU mode: ranks spread over GPU 0 and 1" || echo "one-GPU mode: every rank on GPU 0"))"
+[[ -n "$sandbox" ]] && echo "$sandbox"
 
 if want env; then
   section "environment"
   date -u
   echo "prefix: $prefix"
   uname -a
-  nvidia-smi -L
-  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
-  nvidia-smi topo -m
-  nvidia-smi nvlink --status -i 0 2>/dev/null | head -5
+  timed nvidia-smi -L
+  timed nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.max.sm,power.limit --format=csv
+  timed nvidia-smi topo -m
+  timed nvidia-smi nvlink --status -i 0 2>/dev/null | head -5
   command -v nvcc >/dev/null && nvcc --version | tail -2
-  command -v compute-sanitizer >/dev/null && compute-sanitizer --version | tail -1
+  command -v compute-sanitizer >/dev/null && timed compute-sanitizer --version | tail -1
   ldconfig -p | grep -E 'libnccl.so|libcuda.so.1' || true
   ls "$bin" 2>/dev/null
 fi
 
+if [[ $ngpu -lt 1 ]]; then
+  bad 1 "no GPU visible (nvidia-smi -L lists none, or CUDA_VISIBLE_DEVICES hides them): no GPU step can run"
+  steps=","
+fi
+
 # GPU test executables: gpu_*_test (tests/gpu) and *_gpu_test (other areas'
-# GPU tests, e.g. device_cuda_p2p_gpu_test).
+# GPU tests, e.g. device_cuda_p2p_gpu_test). Each skips its own two-GPU cases.
 tests=()
 for t in "$bin"/gpu_*_test "$bin"/*_gpu_test; do [[ -x "$t" ]] && tests+=("$t"); done
 
@@ -112,7 +168,10 @@ if want tests; then
 fi
 
 if want sanitizer; then
-  if ! command -v compute-sanitizer >/dev/null; then
+  if [[ -n "$sandbox" ]]; then
+    section "compute-sanitizer"
+    skip 1 "compute-sanitizer (memcheck, racecheck): not runnable: $sandbox"
+  elif ! command -v compute-sanitizer >/dev/null; then
     bad 1 "compute-sanitizer not found"
   else
     # Small cases under the sanitizer (each launch is instrumented, so the
@@ -141,22 +200,30 @@ if want sanitizer; then
 fi
 
 # Through a real mooncaked: CUDA example pair/all-to-all, SIGKILL -> LOST,
-# mcctl on a live group, setup time (tests/gpu/daemon_e2e.sh).
+# mcctl on a live group, setup time (tests/gpu/daemon_e2e.sh places the ranks
+# by MC_GPU_COUNT and prints "N passed, N failed, N skipped" and "skip - WHY").
 if want daemon; then
   e2e="$share/daemon_e2e.sh"
   [[ -f "$e2e" ]] || e2e="$here/daemon_e2e.sh"
   section "daemon end to end"
   out=$(mktemp)
-  timeout "${MC_STEP_TIMEOUT:-900}" bash "$e2e" "$bin" 2>&1 | tee "$out"
-  np=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$out" | tail -1)
-  nf=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$out" | tail -1)
+  timed bash "$e2e" "$bin" 2>&1 | tee "$out"
+  summary='^\([0-9]*\) passed, \([0-9]*\) failed\(, \([0-9]*\) skipped\)\?$'
+  np=$(sed -n "s/$summary/\1/p" "$out" | tail -1)
+  nf=$(sed -n "s/$summary/\2/p" "$out" | tail -1)
   ok "${np:-0}"
   if [[ -z "$nf" ]]; then bad 1 "daemon_e2e.sh (no summary)"; elif [[ $nf -gt 0 ]]; then bad "$nf" "daemon_e2e.sh"; fi
+  while IFS= read -r why; do skip 1 "daemon_e2e.sh: $why"; done < <(sed -n 's/^skip - //p' "$out")
   rm -f "$out"
 fi
 
+# The P2P benchmarks measure GPU0 -> GPU1 in one process (peer access between
+# two devices): nothing to measure on one GPU.
 if want latency; then
-  if [[ -x "$bin/p2p_latency_bench" ]]; then
+  if [[ $ngpu -lt 2 ]]; then
+    section "p2p_latency_bench"
+    skip 1 "p2p_latency_bench (GPU0 <-> GPU1 ping-pong over NVLink): $needs_two"
+  elif [[ -x "$bin/p2p_latency_bench" ]]; then
     run_step "p2p_latency_bench" "$bin/p2p_latency_bench"
   else
     bad 1 "p2p_latency_bench missing from $bin"
@@ -164,7 +231,10 @@ if want latency; then
 fi
 
 if want put; then
-  if [[ -x "$bin/p2p_put_bench" ]]; then
+  if [[ $ngpu -lt 2 ]]; then
+    section "p2p_put_bench"
+    skip 1 "p2p_put_bench (GPU0 -> GPU1 put bandwidth over NVLink): $needs_two"
+  elif [[ -x "$bin/p2p_put_bench" ]]; then
     # shellcheck disable=SC2086
     run_step "p2p_put_bench" "$bin/p2p_put_bench" ${MC_PUT_BENCH_ARGS:-}
   else
@@ -177,17 +247,21 @@ if want nvshmem; then
   nv="${NVSHMEM_HOME:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nvshmem}"
   src="$share/nvshmem_bench.cu"
   [[ -f "$src" ]] || src="$here/../../bench/gpu/nvshmem_bench.cu"
-  if [[ ! -f "$nv/include/nvshmem.h" ]]; then
-    echo "NVSHMEM not found at $nv: NVSHMEM comparison skipped"
+  if [[ $ngpu -lt 2 ]]; then
+    # PE p runs on GPU p: PE 1 would call cudaSetDevice(1), which never
+    # returns on a one-GPU machine. It is not built or started.
+    skip 1 "nvshmem_bench (two PEs, PE p on GPU p): $needs_two"
+  elif [[ ! -f "$nv/include/nvshmem.h" ]]; then
+    skip 1 "nvshmem_bench: NVSHMEM not found at $nv"
   elif ! command -v nvcc >/dev/null; then
-    echo "nvcc not found: NVSHMEM comparison skipped"
+    skip 1 "nvshmem_bench: nvcc not found"
   elif [[ ! -f "$src" ]]; then
     bad 1 "nvshmem_bench.cu not found"
   else
     work=$(mktemp -d)
     # The venv ships only the versioned host library; link through a symlink.
     ln -sf "$(ls "$nv"/lib/libnvshmem_host.so.* | head -1)" "$work/libnvshmem_host.so"
-    if nvcc -std=c++17 -O3 -rdc=true -arch=sm_90 -I"$nv/include" "$src" -o "$work/nvshmem_bench" \
+    if timed nvcc -std=c++17 -O3 -rdc=true -arch=sm_90 -I"$nv/include" "$src" -o "$work/nvshmem_bench" \
          -L"$nv/lib" -L"$work" -lnvshmem_device -lnvshmem_host; then
       LD_LIBRARY_PATH="$nv/lib:$LD_LIBRARY_PATH" run_step "nvshmem_bench" "$work/nvshmem_bench"
     else
@@ -205,12 +279,15 @@ if want nccl_lsa; then
   src="$share/nccl_lsa_bench.cu"
   [[ -f "$src" ]] || src="$here/../../bench/gpu/nccl_lsa_bench.cu"
   nlib=$(ldconfig -p | sed -n 's/.*libnccl\.so\.2 (libc6,x86-64) => //p' | head -1)
-  if [[ ! -f "$ninc/nccl.h" || ! -f "$ninc/nccl_device.h" || ! -d "$ninc/nccl_device" ]]; then
-    echo "NCCL device-API headers (nccl.h, nccl_device.h, nccl_device/) not found in $ninc: NCCL LSA comparison skipped"
+  if [[ $ngpu -lt 2 ]]; then
+    # An LSA team is two ranks on two devices; NCCL refuses two ranks on one GPU.
+    skip 1 "nccl_lsa_bench (NCCL LSA put GPU0 -> GPU1): $needs_two"
+  elif [[ ! -f "$ninc/nccl.h" || ! -f "$ninc/nccl_device.h" || ! -d "$ninc/nccl_device" ]]; then
+    skip 1 "nccl_lsa_bench: NCCL device-API headers (nccl.h, nccl_device.h, nccl_device/) not found in $ninc"
   elif [[ -z "$nlib" ]]; then
-    echo "libnccl.so.2 not in the linker cache: NCCL LSA comparison skipped"
+    skip 1 "nccl_lsa_bench: libnccl.so.2 not in the linker cache"
   elif ! command -v nvcc >/dev/null; then
-    echo "nvcc not found: NCCL LSA comparison skipped"
+    skip 1 "nccl_lsa_bench: nvcc not found"
   elif [[ ! -f "$src" ]]; then
     bad 1 "nccl_lsa_bench.cu not found"
   else
@@ -222,7 +299,7 @@ if want nccl_lsa; then
     ln -s "$ninc/nccl.h" "$ninc/nccl_device.h" "$ninc/nccl_device" "$work/include/"
     ln -s "$nlib" "$work/libnccl.so"
     echo "NCCL headers: $ninc ($(sed -n 's/^#define NCCL_VERSION_CODE //p' "$ninc/nccl.h")), library: $nlib"
-    if nvcc -std=c++17 -O3 -arch=sm_90 -I"$work/include" -I"$(dirname "$src")" "$src" -o "$work/nccl_lsa_bench" \
+    if timed nvcc -std=c++17 -O3 -arch=sm_90 -I"$work/include" -I"$(dirname "$src")" "$src" -o "$work/nccl_lsa_bench" \
          -L"$work" -lnccl; then
       LD_LIBRARY_PATH="$(dirname "$nlib"):$LD_LIBRARY_PATH" run_step "nccl_lsa_bench" "$work/nccl_lsa_bench"
     else
@@ -233,6 +310,8 @@ if want nccl_lsa; then
 fi
 
 section "summary"
+echo "GPUs: $ngpu"
+for s in "${skips[@]}"; do echo "SKIPPED: $s"; done
 for f in "${failures[@]}"; do echo "FAILED: $f"; done
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

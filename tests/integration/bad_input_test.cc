@@ -125,6 +125,55 @@ TEST_F(BadInput, LeaveReportExportImportWithBadArguments) {
   t.join();
 }
 
+// A JoinGroup the daemon rejects as malformed (bad name, bad rank, unknown
+// GPU) is rejected before its fd ticket is consumed: the same ticket still
+// works afterwards.
+TEST_F(BadInput, MalformedJoinGroupDoesNotBurnItsFdTicket) {
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  grpc::ClientContext session_ctx;
+  auto stream = stub->OpenSession(&session_ctx, {});
+  v1::SessionEvent opened;
+  ASSERT_TRUE(stream->Read(&opened));
+  ASSERT_TRUE(opened.has_opened());
+  int fd = ::memfd_create("x", MFD_CLOEXEC);
+  v1::FdRequest put;
+  put.set_op(v1::FdRequest::PUT);
+  put.set_session_id(opened.opened().session_id());
+  put.set_session_token(opened.opened().token());
+  put.set_fd_count(1);
+  v1::FdReply ticket = FdCall(put, {fd});
+  ::close(fd);
+  ASSERT_TRUE(ticket.ok()) << ticket.error();
+
+  std::vector<v1::JoinGroupRequest> bad(3);
+  bad[0].set_group("has space");
+  bad[0].set_world_size(1);
+  bad[1].set_group("g");
+  bad[1].set_rank(2);
+  bad[1].set_world_size(2);
+  bad[2].set_group("g");
+  bad[2].set_world_size(1);
+  bad[2].mutable_device()->set_gpu_uuid("GPU-not-on-this-node");
+  for (v1::JoinGroupRequest& req : bad) {
+    req.mutable_handle()->set_fd_ticket(ticket.ticket());
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::JoinGroupResponse resp;
+    grpc::Status s = stub->JoinGroup(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::ExportFdsRequest ereq;
+  ereq.set_fd_ticket(ticket.ticket());
+  ereq.set_kind("memfd");
+  v1::ExportFdsResponse eresp;
+  grpc::Status s = stub->ExportFds(&ctx, ereq, &eresp);
+  EXPECT_TRUE(s.ok()) << "the ticket survived the rejected joins: " << s.error_message();
+  session_ctx.TryCancel();
+  stream->Finish();
+}
+
 TEST_F(BadInput, FdChannelRejectsGarbageAndForgedSessions) {
   // Not a protobuf.
   {

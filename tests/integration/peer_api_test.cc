@@ -6,6 +6,7 @@
 
 #include "daemon_process.h"
 #include "gtest/gtest.h"
+#include "mooncake/common/version.h"
 #include "mooncake/v1/local.grpc.pb.h"
 #include "mooncake/v1/peer.grpc.pb.h"
 #include "test_util.h"
@@ -34,12 +35,14 @@ TEST(PeerApi, HelloAndTopologyOverTcpAndNoLocalApiThere) {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::PeerHelloRequest req;
-    req.set_protocol_version(1);
+    req.set_protocol_version(kProtocolVersion);
     req.set_node_id("other-node");
     v1::PeerHelloResponse resp;
     grpc::Status s = peer->PeerHello(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(resp.node_id(), "testnode");
+    EXPECT_EQ(resp.protocol_version(), kProtocolVersion);
+    EXPECT_EQ(resp.daemon_version(), kMooncakeVersion);
     EXPECT_EQ(resp.instance_id(), GetStatus(daemon->socket()).instance_id());
     EXPECT_EQ(GetStatus(daemon->socket()).peer_listen(), addr);
   }

@@ -7,13 +7,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/paths.h"
+#include "mooncake/common/version.h"
 #include "mooncake/mcctl/admin_client.h"
 #include "mooncake/mcctl/format.h"
 #include "mooncake/mcctl/json_output.h"
-
-#ifndef MOONCAKE_VERSION
-#error "MOONCAKE_VERSION must be defined by the build (client/mcctl/CMakeLists.txt)"
-#endif
 
 namespace mooncake::mcctl {
 namespace {
@@ -73,7 +70,7 @@ absl::StatusOr<std::string> Render(const CliOptions& opt, AdminClient& client, F
 
 }  // namespace
 
-std::string VersionText() { return absl::StrCat("mcctl ", MOONCAKE_VERSION, "\n"); }
+std::string VersionText() { return absl::StrCat("mcctl ", kMooncakeVersion, "\n"); }
 
 std::string UsageText() {
   return absl::StrCat(

@@ -137,6 +137,8 @@ class Client {
   const std::string& socketPath() const;
   std::string instanceId() const;
   uint64_t sessionId() const;
+  // The daemon's node id (from Hello); "" before a connection.
+  std::string nodeId() const;
   // False after the daemon went away (until a call reconnects).
   bool connected() const;
 
@@ -155,6 +157,11 @@ class Client {
   // fds a ticket from the daemon stands for (new fds, owned by the caller).
   absl::StatusOr<std::string> sendFds(const std::vector<int>& fds);
   absl::StatusOr<std::vector<UniqueFd>> fetchFds(const std::string& ticket);
+  // Fetches several tickets' fds on one fd-channel connection (the view of
+  // a group names one ticket per peer); result[i] belongs to tickets[i].
+  // Fails as a whole at the first ticket the daemon refuses.
+  absl::StatusOr<std::vector<std::vector<UniqueFd>>> fetchFds(
+      const std::vector<std::string>& tickets);
 
   // Publishes fds for other processes of this uid for the session's lifetime.
   absl::StatusOr<FdExport> exportFds(const std::vector<int>& fds, const std::string& kind,

@@ -10,10 +10,14 @@
 //
 // Create: connects to mooncaked, allocates the symmetric buffer (memfd on the
 // host platform; cuMem VMM or cudaMalloc on CUDA, on the current device),
-// exports it, joins the group through the daemon (handles travel there, no
-// files, no MPI), maps every peer, verifies each peer with its real rank,
-// reports the result, and (by default) waits until every rank reported
-// ready. Errors name the step that failed.
+// joins the group through the daemon with the buffer's handle and fds (no
+// files, no MPI), fetches every peer's fds by the view's tickets on one
+// fd-channel connection, maps every peer, verifies each peer with its real
+// rank, reports the result, and (by default) waits until every rank
+// reported ready. Errors name the step that failed.
+//
+// Daemon round trips per rank for n ranks: Hello, OpenSession, one fd PUT,
+// JoinGroup, about n/32 fd GET windows on one connection, ReportReady.
 //
 // Destruction leaves the group, unmaps the peers, frees the buffer and
 // closes the session, in that order. Stop kernels that use ctx() first.
@@ -21,8 +25,10 @@
 // Thread-safety: none beyond the Client's; use from one thread.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -36,6 +42,12 @@ enum class Platform { kHost, kCuda };
 // "host" / "cuda" -> Platform; InvalidArgument otherwise.
 absl::StatusOr<Platform> ParsePlatform(const std::string& name);
 
+// How buffer handles travel (see device_transport.h). kJoin is the product
+// route; kExportImport is the upstream exportIpcHandle/importPeerHandles
+// adapter (2 RPCs + 2 fd round trips more per peer), kept selectable so
+// tests and benchmarks exercise and compare it.
+enum class HandleRoute { kJoin, kExportImport };
+
 struct CommunicatorOptions {
   std::string socket_path;            // "" = $MOONCAKE_SOCKET or default
   std::string group;
@@ -48,6 +60,7 @@ struct CommunicatorOptions {
   absl::Duration timeout = absl::Seconds(30);  // rendezvous and ready wait
   bool wait_all_ready = true;
   std::string client_name;            // for mcctl sessions
+  HandleRoute handle_route = HandleRoute::kJoin;
 };
 
 class Communicator {
@@ -73,6 +86,11 @@ class Communicator {
  private:
   explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
   absl::Status Setup();
+  absl::StatusOr<JoinOptions> BaseJoin() const;
+  std::vector<int> ActiveMask(const GroupView& view) const;
+  static std::vector<int32_t> HandleWords(const GroupMember& m);
+  absl::StatusOr<GroupView> JoinWithFds();
+  absl::StatusOr<GroupView> JoinWithExport();
 
   CommunicatorOptions options_;
   std::unique_ptr<Client> client_;

@@ -10,6 +10,15 @@
 //                   (libmooncake_client implements it over the daemon; tests
 //                   use in-process or socketpair fakes).
 //
+// Two ways to bring peers up, on one core (device/src/p2p_transport_core.h):
+//   - the join route (mooncake::Communicator): exportLocal() gives the handle
+//     bytes and the fds; both travel with the group join; each peer's handle
+//     and fds come back in the view and go to mapPeers(). No export names.
+//   - the upstream route (exportIpcHandle / importPeerHandles): the caller
+//     moves handle bytes itself (MPI, torch.distributed, files); fds are
+//     published through the HandleExchange under a name carried inside the
+//     handle. A thin adapter over the same primitives.
+//
 // The method names and meanings of P2pTransport and RdmaTransport are those of
 // upstream Mooncake's device_transport.h, so Mooncake EP code runs unchanged;
 // the methods marked "(not upstream)" are additions.
@@ -73,6 +82,27 @@ class HandleExchange {
   // Errors: NotFound for an unknown or expired export, PermissionDenied for
   // another uid's export, Unavailable when the exporter or daemon is gone.
   virtual absl::StatusOr<std::vector<UniqueFd>> importFds(std::string_view exported) = 0;
+
+  // The node this exchange serves (the daemon's node id); "" = unknown, in
+  // which case transports identify the node by the kernel boot id. Goes
+  // into every handle so an importer recognises an off-node rank itself.
+  virtual std::string nodeId() const { return ""; }
+};
+
+// (not upstream) A local buffer ready to travel: the handle bytes (the same
+// fixed length for every kind) and, for fd-based kinds, the fds that back
+// it (owned; send them with the handle).
+struct ExportedBuffer {
+  std::vector<int32_t> handle;
+  std::vector<UniqueFd> fds;
+};
+
+// (not upstream) What a peer published: its handle and the fds received for
+// it (empty for kinds that need none, e.g. legacy CUDA IPC, or for a rank
+// that is not imported).
+struct PeerBuffer {
+  std::vector<int32_t> handle;
+  std::vector<UniqueFd> fds;
 };
 
 // ---------------------------------------------------------------------------
@@ -109,18 +139,20 @@ class P2pTransport {
   virtual void freeBuffer(void* ptr) = 0;
 
   // The handle peers need to map `ptr` (a pointer allocateBuffer returned):
-  // 64 bytes (16 int32) for fd-based kinds: {magic, version, kind, size,
-  // buffer id, exported bytes}; 88 bytes (22 int32) for legacy CUDA IPC,
-  // whose 64-byte cudaIpcMemHandle travels inside. Empty on failure.
+  // 128 bytes (32 int32) for every kind: {magic, version, kind, size, buffer
+  // id, node key, payload}; the payload names the fds published through the
+  // HandleExchange, or holds the 64-byte cudaIpcMemHandle. Empty on failure.
   virtual std::vector<int32_t> exportIpcHandle(void* ptr) = 0;
 
   // Maps every active peer's buffer and fills the tables. `local_ptr` is this
   // rank's buffer (from allocateBuffer), `rank` this rank's real rank,
   // remote_handles[i] rank i's exportIpcHandle (this rank's entry is ignored).
   // active_ranks_mask: upstream's std::vector<int>, entry i nonzero = rank i
-  // takes part; empty = all ranks. Inactive ranks get available 0 and a null
-  // pointer. Replaces any earlier import (earlier mappings are unmapped: stop
-  // kernels that use the old tables first).
+  // takes part; empty = all ranks. Inactive ranks, and ranks whose handle
+  // names another node (they need the RDMA route), get available 0 and a
+  // null pointer without being reported as failures. Replaces any earlier
+  // import (earlier mappings are unmapped: stop kernels that use the old
+  // tables first).
   virtual void importPeerHandles(void* local_ptr, int rank, int num_ranks,
                                  const std::vector<std::vector<int32_t>>& remote_handles,
                                  const std::vector<int>& active_ranks_mask) = 0;
@@ -155,6 +187,21 @@ class P2pTransport {
   // (not upstream) The P2P part of a CommCtx for the last import: the tables
   // above and the local buffer as local_base. All null before an import.
   virtual P2PContext p2pContext() = 0;
+
+  // (not upstream) The join route's export: the handle (no export name in
+  // it) and the fds that back `ptr`, which the caller sends with its group
+  // join. Nothing is published anywhere. The default (a transport that
+  // does not implement it) answers Unimplemented.
+  virtual absl::StatusOr<ExportedBuffer> exportLocal(void* ptr);
+
+  // (not upstream) The join route's import: like importPeerHandles, with
+  // peers[i] = rank i's handle and the fds received for it (this rank's
+  // entry is ignored). Failures of single peers mark them unavailable and
+  // are reported in the returned status (and lastError) while the other
+  // peers stay mapped; argument errors map nothing. Default: Unimplemented.
+  virtual absl::Status mapPeers(void* local_ptr, int rank, int num_ranks,
+                                std::vector<PeerBuffer> peers,
+                                const std::vector<int>& active_ranks_mask);
 };
 
 // ---------------------------------------------------------------------------
@@ -206,8 +253,10 @@ class RdmaTransport {
 // Factories
 // ---------------------------------------------------------------------------
 
-// Host platform: buffers are memfd shared memory; fds travel through
-// `exchange` (required). InvalidArgument for num_ranks < 1 or no exchange.
+// Host platform: buffers are memfd shared memory. Their fds travel with the
+// group join (exportLocal / mapPeers), or through `exchange` for the
+// upstream exportIpcHandle / importPeerHandles pair (without an exchange
+// those two fail with FailedPrecondition). InvalidArgument for num_ranks < 1.
 absl::StatusOr<std::unique_ptr<P2pTransport>> createHostP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange);
 

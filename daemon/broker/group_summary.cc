@@ -1,0 +1,26 @@
+#include "broker/group_summary.h"
+
+namespace mooncake::daemon {
+
+const char* MemberStateName(MemberState s) {
+  switch (s) {
+    case MemberState::kJoined: return "joined";
+    case MemberState::kReady: return "ready";
+    case MemberState::kFailed: return "failed";
+    case MemberState::kLeft: return "left";
+    case MemberState::kLost: return "lost";
+  }
+  return "unknown";
+}
+
+const char* GroupStateName(GroupState s) {
+  switch (s) {
+    case GroupState::kForming: return "forming";
+    case GroupState::kFormed: return "formed";
+    case GroupState::kReady: return "ready";
+    case GroupState::kDegraded: return "degraded";
+  }
+  return "unknown";
+}
+
+}  // namespace mooncake::daemon

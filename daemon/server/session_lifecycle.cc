@@ -1,0 +1,32 @@
+#include "server/session_lifecycle.h"
+
+#include <optional>
+#include <utility>
+
+#include "mooncake/common/log.h"
+
+namespace mooncake::daemon {
+
+absl::StatusOr<SessionInfo> SessionLifecycle::Open(const PeerCred& cred, int conn_fd,
+                                                   std::string client_name) {
+  absl::StatusOr<SessionInfo> session = sessions_->Open(cred, conn_fd, std::move(client_name));
+  if (session.ok()) {
+    MC_LOG(kInfo, "session ", session->id, " opened by pid ", session->cred.pid, " uid ",
+           session->cred.uid, " (", session->client_name, ")");
+  }
+  return session;
+}
+
+void SessionLifecycle::End(uint64_t session_id) {
+  std::optional<SessionInfo> info = sessions_->Find(session_id);
+  // The order is the contract in the header: close, free, then tell others.
+  sessions_->Close(session_id);
+  fds_->DropSession(session_id);
+  broker_->SessionEnded(session_id);
+  if (info) {
+    MC_LOG(kInfo, "session ", session_id, " (pid ", info->cred.pid, ", uid ", info->cred.uid,
+           ") ended");
+  }
+}
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,536 @@
+#include "fake_cuda_driver.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <iterator>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace mooncake::drivers {
+namespace {
+
+constexpr std::string_view kMethods[] = {
+    "init", "driverGetVersion", "deviceGetCount", "deviceGet", "deviceGetName", "deviceGetUuid",
+    "deviceGetPCIBusId", "deviceTotalMem", "deviceGetAttribute", "deviceGetP2PAttribute",
+    "memGetAllocationGranularity", "memCreate", "memAddressReserve", "memMap", "memSetAccess",
+    "memUnmap", "memAddressFree", "memRelease", "memExportToShareableHandle",
+    "memImportFromShareableHandle"};
+
+void CheckMethod(std::string_view method) {
+  if (std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods)) return;
+  std::fprintf(stderr, "FakeCudaDriver: \"%.*s\" is not a CudaDriver method\n",
+               static_cast<int>(method.size()), method.data());
+  std::abort();
+}
+
+void* AsPtr(CuDevicePtr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
+
+bool IsPowerOfTwo(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+}  // namespace
+
+struct FakeCudaDriver::Allocation {
+  Allocation(int fd, size_t size, int handle_types) : fd(fd), size(size), handle_types(handle_types) {}
+  ~Allocation() { ::close(fd); }
+  Allocation(const Allocation&) = delete;
+  Allocation& operator=(const Allocation&) = delete;
+
+  const int fd;
+  const size_t size;
+  const int handle_types;  // requestedHandleTypes bits
+};
+
+FakeGpu FakeGpu::Hopper(int i) {
+  FakeGpu gpu;
+  gpu.name = "Fake GPU " + std::to_string(i);
+  for (int k = 0; k < 16; ++k) gpu.uuid[k] = static_cast<unsigned char>(0xf0 - 16 * i + k);
+  char bus_id[32];
+  std::snprintf(bus_id, sizeof(bus_id), "0000:%02X:00.0", (0x1B + 0x21 * i) & 0xff);
+  gpu.pci_bus_id = bus_id;
+  gpu.total_memory_bytes = static_cast<size_t>(i + 1) * 80 * (size_t{1} << 30);
+  gpu.attributes = {
+      {kCuDeviceAttrMultiprocessorCount, 132 - i},
+      {kCuDeviceAttrComputeCapabilityMajor, 9},
+      {kCuDeviceAttrComputeCapabilityMinor, 0},
+      {kCuDeviceAttrUnifiedAddressing, 1},
+      {kCuDeviceAttrVirtualMemoryManagementSupported, 1},
+      {kCuDeviceAttrHandleTypePosixFileDescriptorSupported, 1},
+      {kCuDeviceAttrGpuDirectRdmaWithCudaVmmSupported, 1},
+      {kCuDeviceAttrGpuDirectRdmaSupported, 1},
+      {kCuDeviceAttrDmaBufSupported, 1},
+      {kCuDeviceAttrHandleTypeFabricSupported, i == 0 ? 1 : 0},
+  };
+  return gpu;
+}
+
+FakeCudaDriver::FakeCudaDriver() = default;
+
+FakeCudaDriver::~FakeCudaDriver() {
+  // Unmapping a reservation also removes the mappings inside it; the
+  // allocations close their fds as the maps go.
+  for (const auto& [base, reservation] : reservations_) ::munmap(AsPtr(base), reservation.size);
+}
+
+// --- Configuration -------------------------------------------------------------
+
+int FakeCudaDriver::addGpu(FakeGpu gpu) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gpus_.push_back(std::move(gpu));
+  return static_cast<int>(gpus_.size()) - 1;
+}
+
+FakeGpu& FakeCudaDriver::gpu(int ordinal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gpus_.at(ordinal);
+}
+
+void FakeCudaDriver::setP2PAttribute(int src, int dst, int attrib, int value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  p2p_[{src, dst, attrib}] = value;
+}
+
+void FakeCudaDriver::setDriverVersion(int version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  driver_version_ = version;
+}
+
+void FakeCudaDriver::setInitResult(CuResult r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  init_result_ = r;
+}
+
+void FakeCudaDriver::setGranularity(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  granularity_ = bytes;
+}
+
+void FakeCudaDriver::failNext(std::string_view method, CuResult r, int times) {
+  CheckMethod(method);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& queue = fail_next_[std::string(method)];
+  queue.insert(queue.end(), std::max(times, 0), r);
+}
+
+void FakeCudaDriver::setResult(std::string_view method, CuResult r) {
+  CheckMethod(method);
+  std::lock_guard<std::mutex> lock(mu_);
+  results_[std::string(method)] = r;
+}
+
+void FakeCudaDriver::clearResult(std::string_view method) {
+  CheckMethod(method);
+  std::lock_guard<std::mutex> lock(mu_);
+  results_.erase(std::string(method));
+}
+
+int FakeCudaDriver::calls(std::string_view method) const {
+  CheckMethod(method);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = calls_.find(method);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+size_t FakeCudaDriver::liveHandles() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return handles_.size();
+}
+
+size_t FakeCudaDriver::liveReservations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reservations_.size();
+}
+
+size_t FakeCudaDriver::liveMappings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [base, reservation] : reservations_) n += reservation.mappings.size();
+  return n;
+}
+
+// --- Helpers (mu_ held) ----------------------------------------------------------
+
+CuResult FakeCudaDriver::enter(std::string_view method) {
+  auto count = calls_.find(method);
+  if (count == calls_.end()) count = calls_.emplace(std::string(method), 0).first;
+  ++count->second;
+  if (auto next = fail_next_.find(method); next != fail_next_.end() && !next->second.empty()) {
+    CuResult r = next->second.front();
+    next->second.erase(next->second.begin());
+    return r;
+  }
+  if (auto result = results_.find(method); result != results_.end()) return result->second;
+  return kCudaSuccess;
+}
+
+int FakeCudaDriver::ordinalOf(CuDevice dev) const {
+  int ordinal = dev - kHandleBase;
+  return ordinal >= 0 && ordinal < static_cast<int>(gpus_.size()) ? ordinal : -1;
+}
+
+CuResult FakeCudaDriver::checkDevice(CuDevice dev) const {
+  if (!initialized_) return kCudaErrorNotInitialized;
+  return ordinalOf(dev) < 0 ? kCudaErrorInvalidDevice : kCudaSuccess;
+}
+
+// The GPU a CUmemLocation names. The driver's CUdevice values equal the
+// ordinals, so code passes either in `id`; both are accepted here.
+static int LocationOrdinal(const CuMemLocation& location, int gpu_count) {
+  if (location.type != kCuMemLocationTypeDevice) return -1;
+  if (location.id >= 0 && location.id < gpu_count) return location.id;
+  int ordinal = location.id - FakeCudaDriver::kHandleBase;
+  return ordinal >= 0 && ordinal < gpu_count ? ordinal : -1;
+}
+
+CuResult FakeCudaDriver::checkProp(const CuMemAllocationProp* prop) const {
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (prop == nullptr || prop->type != kCuMemAllocationTypePinned ||
+      prop->win32HandleMetaData != nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  int ordinal = LocationOrdinal(prop->location, static_cast<int>(gpus_.size()));
+  if (ordinal < 0) return kCudaErrorInvalidDevice;
+  const std::map<int, int>& attrs = gpus_[ordinal].attributes;
+  auto supported = [&](int attr) {
+    auto it = attrs.find(attr);
+    return it != attrs.end() && it->second != 0;
+  };
+  if (!supported(kCuDeviceAttrVirtualMemoryManagementSupported)) return kCudaErrorNotSupported;
+  const int types = prop->requestedHandleTypes;
+  if ((types & ~(kCuMemHandleTypePosixFileDescriptor | kCuMemHandleTypeFabric)) != 0) {
+    return kCudaErrorInvalidValue;
+  }
+  if ((types & kCuMemHandleTypePosixFileDescriptor) != 0 &&
+      !supported(kCuDeviceAttrHandleTypePosixFileDescriptorSupported)) {
+    return kCudaErrorNotSupported;
+  }
+  if ((types & kCuMemHandleTypeFabric) != 0 && !supported(kCuDeviceAttrHandleTypeFabricSupported)) {
+    return kCudaErrorNotSupported;
+  }
+  if (prop->allocFlags.gpuDirectRDMACapable != 0 &&
+      !supported(kCuDeviceAttrGpuDirectRdmaWithCudaVmmSupported)) {
+    return kCudaErrorNotSupported;
+  }
+  return kCudaSuccess;
+}
+
+FakeCudaDriver::Reservation* FakeCudaDriver::reservationFor(CuDevicePtr ptr, size_t size) {
+  auto it = reservations_.upper_bound(ptr);
+  if (it == reservations_.begin()) return nullptr;
+  --it;
+  if (ptr + size > it->first + it->second.size) return nullptr;
+  return &it->second;
+}
+
+#define MC_FAKE_ENTER(method)                             \
+  std::lock_guard<std::mutex> lock(mu_);                  \
+  if (CuResult injected = enter(method); injected != kCudaSuccess) return injected
+
+// --- Device queries --------------------------------------------------------------
+
+CuResult FakeCudaDriver::init(unsigned flags) {
+  MC_FAKE_ENTER("init");
+  if (flags != 0) return kCudaErrorInvalidValue;
+  initialized_ = init_result_ == kCudaSuccess;
+  return init_result_;
+}
+
+CuResult FakeCudaDriver::driverGetVersion(int* version) {
+  MC_FAKE_ENTER("driverGetVersion");
+  if (version == nullptr) return kCudaErrorInvalidValue;
+  *version = driver_version_;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetCount(int* count) {
+  MC_FAKE_ENTER("deviceGetCount");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (count == nullptr) return kCudaErrorInvalidValue;
+  *count = static_cast<int>(gpus_.size());
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGet(CuDevice* device, int ordinal) {
+  MC_FAKE_ENTER("deviceGet");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (device == nullptr) return kCudaErrorInvalidValue;
+  if (ordinal < 0 || ordinal >= static_cast<int>(gpus_.size())) return kCudaErrorInvalidDevice;
+  *device = kHandleBase + ordinal;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetName(char* name, int len, CuDevice dev) {
+  MC_FAKE_ENTER("deviceGetName");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  if (name == nullptr || len <= 0) return kCudaErrorInvalidValue;
+  // Like the driver: truncated to len - 1 characters.
+  const std::string& text = gpus_[ordinalOf(dev)].name;
+  size_t n = std::min(text.size(), static_cast<size_t>(len) - 1);
+  std::memcpy(name, text.data(), n);
+  name[n] = '\0';
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetUuid(CuUuid* uuid, CuDevice dev) {
+  MC_FAKE_ENTER("deviceGetUuid");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  if (uuid == nullptr) return kCudaErrorInvalidValue;
+  std::memcpy(uuid->bytes, gpus_[ordinalOf(dev)].uuid.data(), sizeof(uuid->bytes));
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetPCIBusId(char* bus_id, int len, CuDevice dev) {
+  MC_FAKE_ENTER("deviceGetPCIBusId");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  const std::string& id = gpus_[ordinalOf(dev)].pci_bus_id;
+  if (bus_id == nullptr || len <= static_cast<int>(id.size())) return kCudaErrorInvalidValue;
+  std::memcpy(bus_id, id.c_str(), id.size() + 1);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceTotalMem(size_t* bytes, CuDevice dev) {
+  MC_FAKE_ENTER("deviceTotalMem");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  if (bytes == nullptr) return kCudaErrorInvalidValue;
+  *bytes = gpus_[ordinalOf(dev)].total_memory_bytes;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetAttribute(int* value, int attrib, CuDevice dev) {
+  MC_FAKE_ENTER("deviceGetAttribute");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  const std::map<int, int>& attrs = gpus_[ordinalOf(dev)].attributes;
+  auto it = attrs.find(attrib);
+  if (value == nullptr || it == attrs.end()) return kCudaErrorInvalidValue;
+  *value = it->second;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::deviceGetP2PAttribute(int* value, int attrib, CuDevice src,
+                                               CuDevice dst) {
+  MC_FAKE_ENTER("deviceGetP2PAttribute");
+  if (CuResult r = checkDevice(src); r != kCudaSuccess) return r;
+  if (CuResult r = checkDevice(dst); r != kCudaSuccess) return r;
+  if (src == dst) return kCudaErrorInvalidDevice;
+  // CU_DEVICE_P2P_ATTRIBUTE_* run from 1 to 5.
+  if (value == nullptr || attrib < kCuP2pAttrPerformanceRank || attrib > 5) {
+    return kCudaErrorInvalidValue;
+  }
+  auto it = p2p_.find({ordinalOf(src), ordinalOf(dst), attrib});
+  *value = it == p2p_.end() ? 0 : it->second;
+  return kCudaSuccess;
+}
+
+// --- Virtual memory management ----------------------------------------------------
+
+CuResult FakeCudaDriver::memGetAllocationGranularity(size_t* granularity,
+                                                     const CuMemAllocationProp* prop, int option) {
+  MC_FAKE_ENTER("memGetAllocationGranularity");
+  if (CuResult r = checkProp(prop); r != kCudaSuccess) return r;
+  if (granularity == nullptr ||
+      (option != kCuMemAllocGranularityMinimum && option != kCuMemAllocGranularityRecommended)) {
+    return kCudaErrorInvalidValue;
+  }
+  *granularity = granularity_;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memCreate(CuMemHandle* handle, size_t size,
+                                   const CuMemAllocationProp* prop, unsigned long long flags) {
+  MC_FAKE_ENTER("memCreate");
+  if (CuResult r = checkProp(prop); r != kCudaSuccess) return r;
+  if (handle == nullptr || flags != 0 || size == 0 || size % granularity_ != 0) {
+    return kCudaErrorInvalidValue;
+  }
+  int fd = ::memfd_create("mooncake-fake-cuda", MFD_CLOEXEC);
+  if (fd < 0) return kCudaErrorOutOfMemory;
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return kCudaErrorOutOfMemory;
+  }
+  *handle = next_handle_++;
+  handles_[*handle] = std::make_shared<Allocation>(fd, size, prop->requestedHandleTypes);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memAddressReserve(CuDevicePtr* ptr, size_t size, size_t alignment,
+                                           CuDevicePtr /*addr: a hint, ignored*/,
+                                           unsigned long long flags) {
+  MC_FAKE_ENTER("memAddressReserve");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (alignment == 0) alignment = granularity_;
+  if (ptr == nullptr || flags != 0 || size == 0 || size % granularity_ != 0 ||
+      !IsPowerOfTwo(alignment)) {
+    return kCudaErrorInvalidValue;
+  }
+  // Over-reserve, then trim to an aligned range of `size` bytes.
+  const size_t span = size + alignment;
+  void* raw = ::mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return kCudaErrorOutOfMemory;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t base = (start + alignment - 1) & ~(uintptr_t{alignment} - 1);
+  if (base > start) ::munmap(raw, base - start);
+  if (start + span > base + size) {
+    ::munmap(reinterpret_cast<void*>(base + size), start + span - (base + size));
+  }
+  *ptr = base;
+  reservations_[base] = Reservation{size, {}};
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memMap(CuDevicePtr ptr, size_t size, size_t offset, CuMemHandle handle,
+                                unsigned long long flags) {
+  MC_FAKE_ENTER("memMap");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  auto alloc = handles_.find(handle);
+  if (alloc == handles_.end() || flags != 0 || size == 0 || size % granularity_ != 0 ||
+      offset % granularity_ != 0 || offset + size > alloc->second->size) {
+    return kCudaErrorInvalidValue;
+  }
+  Reservation* reservation = reservationFor(ptr, size);
+  if (reservation == nullptr || (ptr % granularity_) != 0) return kCudaErrorInvalidValue;
+  // No overlap with a mapping already there.
+  auto next = reservation->mappings.lower_bound(ptr);
+  if (next != reservation->mappings.end() && next->first < ptr + size) return kCudaErrorInvalidValue;
+  if (next != reservation->mappings.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.size > ptr) return kCudaErrorInvalidValue;
+  }
+  // Inaccessible until memSetAccess, as on a GPU.
+  void* mapped = ::mmap(AsPtr(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, alloc->second->fd,
+                        static_cast<off_t>(offset));
+  if (mapped == MAP_FAILED) return kCudaErrorOutOfMemory;
+  reservation->mappings[ptr] = Mapping{size, alloc->second};
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memSetAccess(CuDevicePtr ptr, size_t size, const CuMemAccessDesc* desc,
+                                      size_t count) {
+  MC_FAKE_ENTER("memSetAccess");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (desc == nullptr || count == 0 || size == 0) return kCudaErrorInvalidValue;
+  int prot = PROT_NONE;
+  for (size_t i = 0; i < count; ++i) {
+    if (LocationOrdinal(desc[i].location, static_cast<int>(gpus_.size())) < 0) {
+      return kCudaErrorInvalidDevice;
+    }
+    // The host stands in for every GPU: the widest access granted wins.
+    switch (desc[i].flags) {
+      case kCuMemAccessFlagsProtNone: break;
+      case kCuMemAccessFlagsProtRead: prot |= PROT_READ; break;
+      case kCuMemAccessFlagsProtReadWrite: prot |= PROT_READ | PROT_WRITE; break;
+      default: return kCudaErrorInvalidValue;
+    }
+  }
+  // The whole range must be mapped, without gaps.
+  Reservation* reservation = reservationFor(ptr, size);
+  if (reservation == nullptr) return kCudaErrorInvalidValue;
+  CuDevicePtr cursor = ptr;
+  auto it = reservation->mappings.upper_bound(ptr);
+  if (it == reservation->mappings.begin()) return kCudaErrorInvalidValue;
+  --it;
+  for (; cursor < ptr + size; ++it) {
+    if (it == reservation->mappings.end() || it->first > cursor ||
+        it->first + it->second.size <= cursor) {
+      return kCudaErrorInvalidValue;
+    }
+    cursor = it->first + it->second.size;
+  }
+  if (::mprotect(AsPtr(ptr), size, prot) != 0) return kCudaErrorInvalidValue;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memUnmap(CuDevicePtr ptr, size_t size) {
+  MC_FAKE_ENTER("memUnmap");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  Reservation* reservation = reservationFor(ptr, size);
+  if (reservation == nullptr || size == 0) return kCudaErrorInvalidValue;
+  // Whole mappings only, back to back from ptr to ptr + size.
+  auto first = reservation->mappings.find(ptr);
+  if (first == reservation->mappings.end()) return kCudaErrorInvalidValue;
+  auto last = first;
+  CuDevicePtr cursor = ptr;
+  while (cursor < ptr + size) {
+    if (last == reservation->mappings.end() || last->first != cursor) return kCudaErrorInvalidValue;
+    cursor += last->second.size;
+    ++last;
+  }
+  if (cursor != ptr + size) return kCudaErrorInvalidValue;
+  // Put an inaccessible anonymous range back, so the reservation stays.
+  void* back = ::mmap(AsPtr(ptr), size, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  if (back == MAP_FAILED) return kCudaErrorUnknown;
+  reservation->mappings.erase(first, last);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memAddressFree(CuDevicePtr ptr, size_t size) {
+  MC_FAKE_ENTER("memAddressFree");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  auto it = reservations_.find(ptr);
+  // The exact range reserved, with everything in it unmapped first.
+  if (it == reservations_.end() || it->second.size != size || !it->second.mappings.empty()) {
+    return kCudaErrorInvalidValue;
+  }
+  ::munmap(AsPtr(ptr), size);
+  reservations_.erase(it);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memRelease(CuMemHandle handle) {
+  MC_FAKE_ENTER("memRelease");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  // Mappings keep the memory alive until they are unmapped.
+  return handles_.erase(handle) == 1 ? kCudaSuccess : kCudaErrorInvalidValue;
+}
+
+CuResult FakeCudaDriver::memExportToShareableHandle(void* shareable, CuMemHandle handle,
+                                                    int handle_type, unsigned long long flags) {
+  MC_FAKE_ENTER("memExportToShareableHandle");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  auto alloc = handles_.find(handle);
+  if (shareable == nullptr || flags != 0 || alloc == handles_.end() ||
+      (alloc->second->handle_types & handle_type) == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  // A fabric handle names memory across nodes: nothing a host fake can give.
+  if (handle_type != kCuMemHandleTypePosixFileDescriptor) return kCudaErrorNotSupported;
+  int fd = ::fcntl(alloc->second->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return kCudaErrorOperatingSystem;
+  *static_cast<int*>(shareable) = fd;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
+                                                      int handle_type) {
+  MC_FAKE_ENTER("memImportFromShareableHandle");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (handle == nullptr) return kCudaErrorInvalidValue;
+  if (handle_type != kCuMemHandleTypePosixFileDescriptor) return kCudaErrorNotSupported;
+  const int fd = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    return kCudaErrorInvalidValue;
+  }
+  // The caller keeps (and closes) its fd, as with the driver.
+  int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (own < 0) return kCudaErrorOperatingSystem;
+  *handle = next_handle_++;
+  handles_[*handle] = std::make_shared<Allocation>(own, static_cast<size_t>(st.st_size),
+                                                   kCuMemHandleTypePosixFileDescriptor);
+  return kCudaSuccess;
+}
+
+#undef MC_FAKE_ENTER
+
+std::string FakeCudaDriver::describe(CuResult r) { return DescribeCuResult(r); }
+
+std::string FakeCudaDriver::source() const { return "fake"; }
+
+}  // namespace mooncake::drivers

@@ -1,0 +1,184 @@
+// A configurable stand-in for the CUDA driver, for tests: code written
+// against mooncake::drivers::CudaDriver runs unchanged on a machine without
+// a GPU.
+//
+//   auto cu = std::make_shared<mooncake::drivers::FakeCudaDriver>();
+//   cu->addGpu(mooncake::drivers::FakeGpu::Hopper(0));
+//   cu->addGpu(mooncake::drivers::FakeGpu::Hopper(1));
+//   cu->setP2PAttribute(0, 1, kCuP2pAttrAccessSupported, 1);
+//   cu->failNext("deviceGetUuid", kCudaErrorUnknown);   // one call fails
+//   RunCodeUnderTest(cu);
+//
+// Device queries answer from the configured GPUs: an attribute the FakeGpu
+// does not list fails with CUDA_ERROR_INVALID_VALUE (as the driver does for
+// an attribute it does not know), a P2P attribute not set reads 0, and every
+// query before a successful init() fails with CUDA_ERROR_NOT_INITIALIZED.
+// Device handles are `kHandleBase + ordinal`, never the ordinal itself, so
+// code that mixes the two fails; the one exception is CuMemLocation::id,
+// which takes either (the real driver's handles equal the ordinals, and
+// code passes both there).
+//
+// The VMM calls are backed by host memory with the driver's rules checked
+// (granularity multiples, exact unmap/free ranges, handle types requested at
+// creation):
+//   memCreate                      a memfd of `size` bytes
+//   memExportToShareableHandle     a dup() of it (POSIX fd handle type only)
+//   memImportFromShareableHandle   a new handle on the memory behind an fd,
+//                                  also one from another process's fake
+//   memAddressReserve              an inaccessible anonymous mapping
+//   memMap / memSetAccess          the memfd mapped MAP_SHARED|MAP_FIXED into
+//                                  the reservation, PROT_NONE until
+//                                  memSetAccess grants read or read-write
+// so a "device pointer" is a host address the test can read and write, and
+// two processes (or two mappings) see each other's stores.
+//
+// Ownership: the fake owns every allocation, fd and mapping it creates and
+// frees what is left in its destructor. Fds returned by export belong to
+// the caller.
+//
+// Thread-safety: all methods, configuration included, may be called from
+// several threads; each call runs under one mutex.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mooncake/drivers/cuda_driver.h"
+
+namespace mooncake::drivers {
+
+// One fake GPU. `attributes` maps CUdevice_attribute values to answers.
+struct FakeGpu {
+  std::string name = "Fake GPU";
+  std::array<unsigned char, 16> uuid{};
+  std::string pci_bus_id = "0000:00:00.0";  // as the driver prints it
+  size_t total_memory_bytes = size_t{80} << 30;
+  std::map<int, int> attributes;
+
+  // An H100/H200-like GPU: "Fake GPU <i>", compute capability 9.0, 132 - i
+  // SMs, 80 GiB * (i + 1), uuid bytes f0 - 16 i + k (high bytes on purpose),
+  // bus id "0000:<1B + 0x21 i>:00.0" in the driver's upper case; VMM, POSIX
+  // fd handles, GPUDirect RDMA (also with VMM), dmabuf and unified
+  // addressing supported, fabric handles on GPU 0 only.
+  static FakeGpu Hopper(int i);
+};
+
+class FakeCudaDriver : public CudaDriver {
+ public:
+  static constexpr CuDevice kHandleBase = 100;
+
+  // No GPU, driver version 13000, init() succeeds, allocation granularity
+  // 2 MiB.
+  FakeCudaDriver();
+  ~FakeCudaDriver() override;
+  FakeCudaDriver(const FakeCudaDriver&) = delete;
+  FakeCudaDriver& operator=(const FakeCudaDriver&) = delete;
+
+  // --- Configuration -------------------------------------------------------
+
+  // Appends a GPU; returns its ordinal.
+  int addGpu(FakeGpu gpu);
+  // The GPU with `ordinal`, to change it after adding (not while calls run).
+  FakeGpu& gpu(int ordinal);
+  // deviceGetP2PAttribute(value, attrib, handle(src), handle(dst)) answers
+  // `value`; unset pairs and attributes answer 0.
+  void setP2PAttribute(int src, int dst, int attrib, int value);
+  void setDriverVersion(int version);
+  // What init() returns; anything but kCudaSuccess leaves the driver
+  // uninitialized.
+  void setInitResult(CuResult r);
+  // Granularity reported for both options; memCreate/memMap sizes must be
+  // multiples of it.
+  void setGranularity(size_t bytes);
+  // The next `times` calls of `method` (the CudaDriver method name, e.g.
+  // "deviceGetUuid") return `r` without doing anything. Aborts on a name
+  // that is not a CudaDriver method, so a typo cannot pass silently.
+  void failNext(std::string_view method, CuResult r, int times = 1);
+  // Every call of `method` returns `r` until clearResult(method); failNext
+  // results come first.
+  void setResult(std::string_view method, CuResult r);
+  void clearResult(std::string_view method);
+
+  // --- Inspection ------------------------------------------------------------
+
+  // How many times `method` was called (failed calls included).
+  int calls(std::string_view method) const;
+  // Allocations (created or imported handles not yet released), address
+  // reservations and mappings alive now: all 0 after correct cleanup.
+  size_t liveHandles() const;
+  size_t liveReservations() const;
+  size_t liveMappings() const;
+
+  // --- CudaDriver ------------------------------------------------------------
+
+  CuResult init(unsigned flags) override;
+  CuResult driverGetVersion(int* version) override;
+  CuResult deviceGetCount(int* count) override;
+  CuResult deviceGet(CuDevice* device, int ordinal) override;
+  CuResult deviceGetName(char* name, int len, CuDevice dev) override;
+  CuResult deviceGetUuid(CuUuid* uuid, CuDevice dev) override;
+  CuResult deviceGetPCIBusId(char* bus_id, int len, CuDevice dev) override;
+  CuResult deviceTotalMem(size_t* bytes, CuDevice dev) override;
+  CuResult deviceGetAttribute(int* value, int attrib, CuDevice dev) override;
+  CuResult deviceGetP2PAttribute(int* value, int attrib, CuDevice src, CuDevice dst) override;
+  CuResult memGetAllocationGranularity(size_t* granularity, const CuMemAllocationProp* prop,
+                                       int option) override;
+  CuResult memCreate(CuMemHandle* handle, size_t size, const CuMemAllocationProp* prop,
+                     unsigned long long flags) override;
+  CuResult memAddressReserve(CuDevicePtr* ptr, size_t size, size_t alignment, CuDevicePtr addr,
+                             unsigned long long flags) override;
+  CuResult memMap(CuDevicePtr ptr, size_t size, size_t offset, CuMemHandle handle,
+                  unsigned long long flags) override;
+  CuResult memSetAccess(CuDevicePtr ptr, size_t size, const CuMemAccessDesc* desc,
+                        size_t count) override;
+  CuResult memUnmap(CuDevicePtr ptr, size_t size) override;
+  CuResult memAddressFree(CuDevicePtr ptr, size_t size) override;
+  CuResult memRelease(CuMemHandle handle) override;
+  CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle, int handle_type,
+                                      unsigned long long flags) override;
+  CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
+                                        int handle_type) override;
+  std::string describe(CuResult r) override;
+  std::string source() const override;
+
+ private:
+  struct Allocation;  // a memfd and its size
+  struct Mapping {
+    size_t size;
+    std::shared_ptr<Allocation> allocation;  // keeps the memory after memRelease
+  };
+  struct Reservation {
+    size_t size;
+    std::map<CuDevicePtr, Mapping> mappings;  // by start address
+  };
+
+  // Counts the call and returns an injected result, or kCudaSuccess.
+  CuResult enter(std::string_view method);
+  // The ordinal of a device handle, or -1.
+  int ordinalOf(CuDevice dev) const;
+  CuResult checkDevice(CuDevice dev) const;
+  CuResult checkProp(const CuMemAllocationProp* prop) const;
+  Reservation* reservationFor(CuDevicePtr ptr, size_t size);
+
+  mutable std::mutex mu_;
+  std::vector<FakeGpu> gpus_;
+  std::map<std::array<int, 3>, int> p2p_;  // (src, dst, attrib) -> value
+  int driver_version_ = 13000;
+  CuResult init_result_ = kCudaSuccess;
+  bool initialized_ = false;
+  size_t granularity_ = size_t{2} << 20;
+  std::map<std::string, std::vector<CuResult>, std::less<>> fail_next_;  // front = next
+  std::map<std::string, CuResult, std::less<>> results_;
+  std::map<std::string, int, std::less<>> calls_;
+  CuMemHandle next_handle_ = 1;
+  std::map<CuMemHandle, std::shared_ptr<Allocation>> handles_;
+  std::map<CuDevicePtr, Reservation> reservations_;  // by start address
+};
+
+}  // namespace mooncake::drivers

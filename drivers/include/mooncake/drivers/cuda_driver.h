@@ -1,0 +1,247 @@
+// The CUDA driver API behind one interface, loaded at run time.
+//
+// Every part of Mooncake that talks to the CUDA driver (GPU discovery in
+// mooncaked, the VMM buffers of the CUDA P2pTransport) does it through a
+// `CudaDriver`: the real one resolves libcuda.so.1 once per process with
+// dlopen, so nothing links libcuda and every binary still starts (and says
+// "no NVIDIA driver") on a machine without one; tests hand code a
+// `FakeCudaDriver` (drivers/fake/) instead, so discovery and VMM buffer
+// handling run in CI without a GPU.
+//
+//   absl::StatusOr<std::shared_ptr<mooncake::drivers::CudaDriver>> driver =
+//       mooncake::drivers::LoadCudaDriver();
+//   if (!driver.ok()) return driver.status();  // "libcuda.so.1 not found: ..."
+//   mooncake::drivers::CudaDriver& cu = **driver;
+//   MC_RETURN_IF_ERROR(CuStatus(cu, cu.init(0), "cuInit"));
+//   int count = 0;
+//   MC_RETURN_IF_ERROR(CuStatus(cu, cu.deviceGetCount(&count), "cuDeviceGetCount"));
+//
+// Methods mirror the driver entry points one to one (`memCreate` is
+// `cuMemCreate`), take the same arguments in the same order and return the
+// driver's `CUresult` unchanged; `CuStatus` turns a result into an
+// absl::Status at the call site, which knows what to name in the message.
+//
+// Why the types are declared here: this header is plain C++17 and never
+// includes cuda.h, so the daemon, the client library and their tests build
+// on machines without the CUDA toolkit. The few types, enum values and
+// struct layouts used are copied from cuda.h of CUDA 13.0 (all of them
+// unchanged since they were introduced, and the driver keeps them stable by
+// ABI versioning). tests/drivers/cuda_abi_test.cc, built whenever cuda.h is
+// found at configure time, static_asserts every constant, struct size and
+// field offset below against the real cuda.h, so a wrong value cannot slip
+// in. Enum-typed parameters are passed as `int`: a C enum with these values
+// has int's size and calling convention on every ABI the driver ships for.
+//
+// Ownership: `LoadCudaDriver` returns a shared_ptr to a process-wide object
+// (one per library path); the library is never dlclose()d, because unloading
+// libcuda while the process lives is unsupported by the driver. Handles and
+// pointers returned by the methods belong to the caller exactly as with the
+// driver API (release them with memRelease / memAddressFree / close()).
+//
+// Thread-safety: `CudaDriver` holds no mutable state of its own; its methods
+// are as thread-safe as the driver's entry points (all of those used here
+// are). `LoadCudaDriver` may be called concurrently. Note that `init` runs
+// cuInit in the calling process: after it, a fork()ed child must not use
+// CUDA.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mooncake::drivers {
+
+// --- Driver ABI types (cuda.h: CUresult, CUdevice, CUdeviceptr, ...) -------
+
+using CuResult = int;                      // CUresult
+using CuDevice = int;                      // CUdevice
+using CuDevicePtr = unsigned long long;    // CUdeviceptr (64-bit builds)
+using CuMemHandle = unsigned long long;    // CUmemGenericAllocationHandle
+struct CuUuid {                            // CUuuid
+  unsigned char bytes[16];
+};
+
+// CUresult values.
+inline constexpr CuResult kCudaSuccess = 0;
+inline constexpr CuResult kCudaErrorInvalidValue = 1;
+inline constexpr CuResult kCudaErrorOutOfMemory = 2;
+inline constexpr CuResult kCudaErrorNotInitialized = 3;
+inline constexpr CuResult kCudaErrorDeinitialized = 4;
+inline constexpr CuResult kCudaErrorStubLibrary = 34;
+inline constexpr CuResult kCudaErrorCallRequiresNewerDriver = 36;
+inline constexpr CuResult kCudaErrorNoDevice = 100;
+inline constexpr CuResult kCudaErrorInvalidDevice = 101;
+inline constexpr CuResult kCudaErrorInvalidContext = 201;
+inline constexpr CuResult kCudaErrorAlreadyMapped = 208;
+inline constexpr CuResult kCudaErrorNotMapped = 211;
+inline constexpr CuResult kCudaErrorPeerAccessUnsupported = 217;
+inline constexpr CuResult kCudaErrorOperatingSystem = 304;
+inline constexpr CuResult kCudaErrorInvalidHandle = 400;
+inline constexpr CuResult kCudaErrorNotFound = 500;
+inline constexpr CuResult kCudaErrorNotPermitted = 800;
+inline constexpr CuResult kCudaErrorNotSupported = 801;
+inline constexpr CuResult kCudaErrorSystemDriverMismatch = 803;
+inline constexpr CuResult kCudaErrorCompatNotSupportedOnDevice = 804;
+inline constexpr CuResult kCudaErrorUnknown = 999;
+
+// CUdevice_attribute values (for deviceGetAttribute).
+inline constexpr int kCuDeviceAttrMultiprocessorCount = 16;
+inline constexpr int kCuDeviceAttrPciBusId = 33;
+inline constexpr int kCuDeviceAttrPciDeviceId = 34;
+inline constexpr int kCuDeviceAttrUnifiedAddressing = 41;
+inline constexpr int kCuDeviceAttrPciDomainId = 50;
+inline constexpr int kCuDeviceAttrComputeCapabilityMajor = 75;
+inline constexpr int kCuDeviceAttrComputeCapabilityMinor = 76;
+inline constexpr int kCuDeviceAttrVirtualMemoryManagementSupported = 102;
+inline constexpr int kCuDeviceAttrHandleTypePosixFileDescriptorSupported = 103;
+inline constexpr int kCuDeviceAttrGpuDirectRdmaWithCudaVmmSupported = 110;
+inline constexpr int kCuDeviceAttrGpuDirectRdmaSupported = 116;
+inline constexpr int kCuDeviceAttrDmaBufSupported = 124;
+inline constexpr int kCuDeviceAttrHandleTypeFabricSupported = 128;
+
+// CUdevice_P2PAttribute values (for deviceGetP2PAttribute).
+inline constexpr int kCuP2pAttrPerformanceRank = 1;
+inline constexpr int kCuP2pAttrAccessSupported = 2;
+inline constexpr int kCuP2pAttrNativeAtomicSupported = 3;
+inline constexpr int kCuP2pAttrCudaArrayAccessSupported = 4;
+
+// CUmemAllocationType, CUmemAllocationHandleType, CUmemLocationType,
+// CUmemAccess_flags and CUmemAllocationGranularity_flags values.
+inline constexpr int kCuMemAllocationTypePinned = 1;
+inline constexpr int kCuMemHandleTypeNone = 0;
+inline constexpr int kCuMemHandleTypePosixFileDescriptor = 1;
+inline constexpr int kCuMemHandleTypeFabric = 8;
+inline constexpr int kCuMemLocationTypeDevice = 1;
+inline constexpr int kCuMemAccessFlagsProtNone = 0;
+inline constexpr int kCuMemAccessFlagsProtRead = 1;
+inline constexpr int kCuMemAccessFlagsProtReadWrite = 3;
+inline constexpr int kCuMemAllocGranularityMinimum = 0;
+inline constexpr int kCuMemAllocGranularityRecommended = 1;
+
+// CUmemLocation: where memory lives (`type` kCuMemLocationTypeDevice, `id`
+// the device ordinal).
+struct CuMemLocation {
+  int type;  // CUmemLocationType
+  int id;
+};
+
+// CUmemAllocationProp (CUmemAllocationProp_v1), layout-compatible.
+struct CuMemAllocationProp {
+  int type;                  // CUmemAllocationType
+  int requestedHandleTypes;  // CUmemAllocationHandleType bits
+  CuMemLocation location;
+  void* win32HandleMetaData;  // must be null on Linux
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+
+// CUmemAccessDesc (CUmemAccessDesc_v1), layout-compatible.
+struct CuMemAccessDesc {
+  CuMemLocation location;
+  int flags;  // CUmemAccess_flags
+};
+
+// --- The interface ----------------------------------------------------------
+
+// The CUDA driver entry points Mooncake uses. Each method calls the driver
+// function of the same name (`deviceTotalMem` is cuDeviceTotalMem_v2,
+// `deviceGetUuid` cuDeviceGetUuid_v2 where the driver has it) and returns
+// its CUresult; see the CUDA Driver API reference for arguments and errors.
+// Implementations: the real driver (LoadCudaDriver) and FakeCudaDriver
+// (drivers/fake/fake_cuda_driver.h, tests only).
+class CudaDriver {
+ public:
+  virtual ~CudaDriver() = default;
+
+  virtual CuResult init(unsigned flags) = 0;
+  // Readable before init(): useful in messages when init then fails.
+  virtual CuResult driverGetVersion(int* version) = 0;
+  virtual CuResult deviceGetCount(int* count) = 0;
+  virtual CuResult deviceGet(CuDevice* device, int ordinal) = 0;
+  virtual CuResult deviceGetName(char* name, int len, CuDevice dev) = 0;
+  virtual CuResult deviceGetUuid(CuUuid* uuid, CuDevice dev) = 0;
+  virtual CuResult deviceGetPCIBusId(char* bus_id, int len, CuDevice dev) = 0;
+  virtual CuResult deviceTotalMem(size_t* bytes, CuDevice dev) = 0;
+  virtual CuResult deviceGetAttribute(int* value, int attrib, CuDevice dev) = 0;
+  virtual CuResult deviceGetP2PAttribute(int* value, int attrib, CuDevice src,
+                                         CuDevice dst) = 0;
+
+  // Virtual memory management (cuMem*): allocations exportable as POSIX fds.
+  virtual CuResult memGetAllocationGranularity(size_t* granularity,
+                                               const CuMemAllocationProp* prop,
+                                               int option) = 0;
+  virtual CuResult memCreate(CuMemHandle* handle, size_t size, const CuMemAllocationProp* prop,
+                             unsigned long long flags) = 0;
+  virtual CuResult memAddressReserve(CuDevicePtr* ptr, size_t size, size_t alignment,
+                                     CuDevicePtr addr, unsigned long long flags) = 0;
+  virtual CuResult memMap(CuDevicePtr ptr, size_t size, size_t offset, CuMemHandle handle,
+                          unsigned long long flags) = 0;
+  virtual CuResult memSetAccess(CuDevicePtr ptr, size_t size, const CuMemAccessDesc* desc,
+                                size_t count) = 0;
+  virtual CuResult memUnmap(CuDevicePtr ptr, size_t size) = 0;
+  virtual CuResult memAddressFree(CuDevicePtr ptr, size_t size) = 0;
+  virtual CuResult memRelease(CuMemHandle handle) = 0;
+  // For kCuMemHandleTypePosixFileDescriptor `shareable` points to an int that
+  // receives a new fd (the caller closes it), and `os_handle` is the fd cast
+  // to a pointer (`reinterpret_cast<void*>(static_cast<uintptr_t>(fd))`).
+  virtual CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle,
+                                              int handle_type, unsigned long long flags) = 0;
+  virtual CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
+                                                int handle_type) = 0;
+
+  // "CUDA_ERROR_INVALID_VALUE (invalid argument)"; works for unknown codes
+  // too ("CUDA error 12345 (unknown error code)").
+  virtual std::string describe(CuResult r) = 0;
+  // Which library/entry points back it, for messages
+  // ("libcuda.so.1 (driver 13000)", "fake").
+  virtual std::string source() const = 0;
+};
+
+// Resolves the real driver once per library path: dlopen(library) and every
+// entry point above (through cuGetProcAddress_v2 where the driver has it,
+// else by the versioned symbol names cuda.h maps to). Does not call cuInit.
+// The outcome is cached, and the library never dlclose()d: later calls with
+// the same path return the same object or the same error (a driver installed
+// while the process runs is seen only after a restart).
+//
+// Errors:
+//   NotFound            the library is not on this node ("libcuda.so.1 not
+//                       found: no NVIDIA driver on this node ...; install the
+//                       NVIDIA driver ...").
+//   FailedPrecondition  the library exists but cannot be loaded, or lacks an
+//                       entry point (the message names each missing symbol
+//                       and says the driver is missing or too old).
+//   InvalidArgument     `library` is empty.
+absl::StatusOr<std::shared_ptr<CudaDriver>> LoadCudaDriver(
+    const std::string& library = "libcuda.so.1");
+
+// OkStatus for kCudaSuccess; otherwise a Status whose message is
+// "<what>: <driver.describe(r)>", e.g. "cuMemCreate(2097152 bytes):
+// CUDA_ERROR_OUT_OF_MEMORY (out of memory)", and whose code maps the result:
+//   out of memory                                     -> ResourceExhausted
+//   invalid value, invalid device, invalid handle     -> InvalidArgument
+//   not supported, not permitted, no device,
+//   not initialized, stub library, call requires a
+//   newer driver, system driver mismatch, compat
+//   not supported on device                           -> FailedPrecondition
+//   anything else                                     -> Internal
+absl::Status CuStatus(CudaDriver& driver, CuResult r, std::string_view what);
+
+// The canonical code CuStatus uses for `r` (kOk for kCudaSuccess).
+absl::StatusCode CuResultCode(CuResult r);
+
+// "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)" from a table
+// of the results declared above, without asking a driver; for unknown codes
+// "CUDA error <r> (unknown error code)". Used by describe() when the driver
+// cannot word a result itself, and by FakeCudaDriver.
+std::string DescribeCuResult(CuResult r);
+
+}  // namespace mooncake::drivers

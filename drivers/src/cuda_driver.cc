@@ -1,0 +1,261 @@
+#include "mooncake/drivers/cuda_driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cuda_entry_points.h"
+
+namespace mooncake::drivers {
+namespace {
+
+using internal::GetProcAddressFn;
+
+struct EntryPoints {
+#define MC_SLOT(slot, proc, ident, symbol, legacy, required, params) \
+  CuResult(*slot) params = nullptr;
+  MC_CUDA_DRIVER_ENTRY_POINTS(MC_SLOT)
+#undef MC_SLOT
+};
+
+class RealCudaDriver final : public CudaDriver {
+ public:
+  RealCudaDriver(EntryPoints fn, std::string source) : fn_(fn), source_(std::move(source)) {}
+
+  CuResult init(unsigned flags) override { return fn_.init(flags); }
+  CuResult driverGetVersion(int* version) override { return fn_.driverGetVersion(version); }
+  CuResult deviceGetCount(int* count) override { return fn_.deviceGetCount(count); }
+  CuResult deviceGet(CuDevice* device, int ordinal) override {
+    return fn_.deviceGet(device, ordinal);
+  }
+  CuResult deviceGetName(char* name, int len, CuDevice dev) override {
+    return fn_.deviceGetName(name, len, dev);
+  }
+  CuResult deviceGetUuid(CuUuid* uuid, CuDevice dev) override {
+    return fn_.deviceGetUuid(uuid, dev);
+  }
+  CuResult deviceGetPCIBusId(char* bus_id, int len, CuDevice dev) override {
+    return fn_.deviceGetPCIBusId(bus_id, len, dev);
+  }
+  CuResult deviceTotalMem(size_t* bytes, CuDevice dev) override {
+    return fn_.deviceTotalMem(bytes, dev);
+  }
+  CuResult deviceGetAttribute(int* value, int attrib, CuDevice dev) override {
+    return fn_.deviceGetAttribute(value, attrib, dev);
+  }
+  CuResult deviceGetP2PAttribute(int* value, int attrib, CuDevice src, CuDevice dst) override {
+    return fn_.deviceGetP2PAttribute(value, attrib, src, dst);
+  }
+  CuResult memGetAllocationGranularity(size_t* granularity, const CuMemAllocationProp* prop,
+                                       int option) override {
+    return fn_.memGetAllocationGranularity(granularity, prop, option);
+  }
+  CuResult memCreate(CuMemHandle* handle, size_t size, const CuMemAllocationProp* prop,
+                     unsigned long long flags) override {
+    return fn_.memCreate(handle, size, prop, flags);
+  }
+  CuResult memAddressReserve(CuDevicePtr* ptr, size_t size, size_t alignment, CuDevicePtr addr,
+                             unsigned long long flags) override {
+    return fn_.memAddressReserve(ptr, size, alignment, addr, flags);
+  }
+  CuResult memMap(CuDevicePtr ptr, size_t size, size_t offset, CuMemHandle handle,
+                  unsigned long long flags) override {
+    return fn_.memMap(ptr, size, offset, handle, flags);
+  }
+  CuResult memSetAccess(CuDevicePtr ptr, size_t size, const CuMemAccessDesc* desc,
+                        size_t count) override {
+    return fn_.memSetAccess(ptr, size, desc, count);
+  }
+  CuResult memUnmap(CuDevicePtr ptr, size_t size) override { return fn_.memUnmap(ptr, size); }
+  CuResult memAddressFree(CuDevicePtr ptr, size_t size) override {
+    return fn_.memAddressFree(ptr, size);
+  }
+  CuResult memRelease(CuMemHandle handle) override { return fn_.memRelease(handle); }
+  CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle, int handle_type,
+                                      unsigned long long flags) override {
+    return fn_.memExportToShareableHandle(shareable, handle, handle_type, flags);
+  }
+  CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
+                                        int handle_type) override {
+    return fn_.memImportFromShareableHandle(handle, os_handle, handle_type);
+  }
+
+  std::string describe(CuResult r) override {
+    const char* name = nullptr;
+    const char* text = nullptr;
+    // The driver knows codes newer than our table; for codes it does not
+    // know it fails (CUDA_ERROR_INVALID_VALUE) and the table answers.
+    if (fn_.getErrorName == nullptr || fn_.getErrorName(r, &name) != kCudaSuccess) name = nullptr;
+    if (fn_.getErrorString == nullptr || fn_.getErrorString(r, &text) != kCudaSuccess) {
+      text = nullptr;
+    }
+    if (name == nullptr) return DescribeCuResult(r);
+    if (text == nullptr) return absl::StrCat(name, " (CUDA error ", r, ")");
+    return absl::StrCat(name, " (", text, ")");
+  }
+
+  std::string source() const override { return source_; }
+
+ private:
+  const EntryPoints fn_;
+  const std::string source_;
+};
+
+// Looks `proc` up through cuGetProcAddress_v2, then `symbol`, then `legacy`
+// through dlsym. Null when none resolves.
+void* ResolveEntryPoint(void* handle, GetProcAddressFn get_proc, const char* proc,
+                        const char* symbol, const char* legacy) {
+  if (get_proc != nullptr) {
+    void* fn = nullptr;
+    int status = -1;
+    if (get_proc(proc, &fn, internal::kRequestedCudaAbi, internal::kGetProcAddressDefault,
+                 &status) == kCudaSuccess &&
+        status == internal::kGetProcAddressSuccess && fn != nullptr) {
+      return fn;
+    }
+  }
+  if (void* fn = dlsym(handle, symbol); fn != nullptr) return fn;
+  if (legacy != nullptr) return dlsym(handle, legacy);
+  return nullptr;
+}
+
+absl::StatusOr<std::shared_ptr<CudaDriver>> Load(const std::string& library) {
+  if (library.empty()) {
+    return absl::InvalidArgumentError(
+        "no CUDA driver library named: pass a path or soname such as libcuda.so.1");
+  }
+  // Deliberately never dlclose()d: see cuda_driver.h.
+  void* handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    std::string why = err != nullptr ? err : "unknown dlopen error";
+    // glibc's wording for "searched everywhere, no such file" (ENOENT);
+    // anything else means a file was found but is unusable.
+    if (absl::StrContains(why, "No such file")) {
+      return absl::NotFoundError(absl::StrCat(
+          library, " not found: no NVIDIA driver on this node, or it is not on the library "
+          "search path; install the NVIDIA driver (or set the CUDA library path) to use GPUs"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        library, " could not be loaded (", why, "); reinstall the NVIDIA driver or point the "
+        "CUDA library option at a working libcuda"));
+  }
+
+  auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(handle, internal::kGetProcAddressSymbol));
+  EntryPoints fn;
+  std::vector<std::string> missing;
+#define MC_RESOLVE(slot, proc, ident, symbol, legacy, required, params)                     \
+  fn.slot = reinterpret_cast<decltype(fn.slot)>(                                           \
+      ResolveEntryPoint(handle, get_proc, proc, symbol, legacy));                          \
+  if (fn.slot == nullptr && (required)) missing.push_back(symbol);
+  MC_CUDA_DRIVER_ENTRY_POINTS(MC_RESOLVE)
+#undef MC_RESOLVE
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        library, " lacks ", absl::StrJoin(missing, ", "),
+        ": the NVIDIA driver is missing or older than ", internal::kMinimumDriver,
+        ", which Mooncake needs; update the driver"));
+  }
+
+  int version = 0;
+  std::string source =
+      fn.driverGetVersion(&version) == kCudaSuccess
+          ? absl::StrCat(library, " (driver ", version, ")")
+          : absl::StrCat(library, " (driver version unknown)");
+  return std::shared_ptr<CudaDriver>(std::make_shared<RealCudaDriver>(fn, std::move(source)));
+}
+
+struct KnownResult {
+  CuResult code;
+  const char* name;
+  const char* text;  // as the driver's cuGetErrorString words it
+};
+
+constexpr KnownResult kKnownResults[] = {
+    {kCudaSuccess, "CUDA_SUCCESS", "no error"},
+    {kCudaErrorInvalidValue, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {kCudaErrorOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {kCudaErrorNotInitialized, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {kCudaErrorDeinitialized, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {kCudaErrorStubLibrary, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+    {kCudaErrorCallRequiresNewerDriver, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
+     "API call requires a newer CUDA driver"},
+    {kCudaErrorNoDevice, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {kCudaErrorInvalidDevice, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {kCudaErrorInvalidContext, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {kCudaErrorAlreadyMapped, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
+    {kCudaErrorNotMapped, "CUDA_ERROR_NOT_MAPPED", "resource not mapped"},
+    {kCudaErrorPeerAccessUnsupported, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED",
+     "peer access is not supported between these two devices"},
+    {kCudaErrorOperatingSystem, "CUDA_ERROR_OPERATING_SYSTEM",
+     "OS call failed or operation not supported on this OS"},
+    {kCudaErrorInvalidHandle, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {kCudaErrorNotFound, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {kCudaErrorNotPermitted, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {kCudaErrorNotSupported, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {kCudaErrorSystemDriverMismatch, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "system has unsupported display driver / cuda driver combination"},
+    {kCudaErrorCompatNotSupportedOnDevice, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+     "forward compatibility was attempted on non supported HW"},
+    {kCudaErrorUnknown, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<CudaDriver>> LoadCudaDriver(const std::string& library) {
+  static std::mutex mu;
+  // Leaked on purpose: drivers are used until exit, also from static
+  // destructors and detached threads.
+  static auto* cache = new std::map<std::string, absl::StatusOr<std::shared_ptr<CudaDriver>>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(library);
+  if (it == cache->end()) it = cache->emplace(library, Load(library)).first;
+  return it->second;
+}
+
+std::string DescribeCuResult(CuResult r) {
+  for (const KnownResult& known : kKnownResults) {
+    if (known.code == r) return absl::StrCat(known.name, " (", known.text, ")");
+  }
+  return absl::StrCat("CUDA error ", r, " (unknown error code)");
+}
+
+absl::StatusCode CuResultCode(CuResult r) {
+  switch (r) {
+    case kCudaSuccess:
+      return absl::StatusCode::kOk;
+    case kCudaErrorOutOfMemory:
+      return absl::StatusCode::kResourceExhausted;
+    case kCudaErrorInvalidValue:
+    case kCudaErrorInvalidDevice:
+    case kCudaErrorInvalidHandle:
+      return absl::StatusCode::kInvalidArgument;
+    case kCudaErrorNotSupported:
+    case kCudaErrorNotPermitted:
+    case kCudaErrorNoDevice:
+    case kCudaErrorNotInitialized:
+    case kCudaErrorStubLibrary:
+    case kCudaErrorCallRequiresNewerDriver:
+    case kCudaErrorSystemDriverMismatch:
+    case kCudaErrorCompatNotSupportedOnDevice:
+      return absl::StatusCode::kFailedPrecondition;
+    default:
+      return absl::StatusCode::kInternal;
+  }
+}
+
+absl::Status CuStatus(CudaDriver& driver, CuResult r, std::string_view what) {
+  if (r == kCudaSuccess) return absl::OkStatus();
+  return absl::Status(CuResultCode(r), absl::StrCat(absl::string_view(what.data(), what.size()),
+                                                    ": ", driver.describe(r)));
+}
+
+}  // namespace mooncake::drivers

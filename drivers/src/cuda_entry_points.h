@@ -1,0 +1,103 @@
+// The CUDA driver entry points the real CudaDriver resolves, as one X-macro
+// list, so cuda_driver.cc (which builds its function table from it) and
+// tests/drivers/cuda_abi_test.cc (which checks every row against the real
+// cuda.h) read the same rows. Private to drivers/ and its tests.
+//
+// X(slot, proc_name, cuda_h_name, symbol, legacy_symbol, required, params)
+//   slot           member of the function table in cuda_driver.cc
+//   proc_name      name passed to cuGetProcAddress_v2 (unversioned)
+//   cuda_h_name    the name as a program calls it: cuda.h #defines some of
+//                  these to a versioned symbol (cuDeviceTotalMem ->
+//                  cuDeviceTotalMem_v2); the ABI test checks `symbol` is
+//                  what it expands to, and the parameter types
+//   symbol         exported symbol with the signature below, for dlsym when
+//                  the driver lacks cuGetProcAddress_v2 (before CUDA 12.0)
+//   legacy_symbol  an older symbol with the same signature, tried last
+//                  (nullptr: none)
+//   required       false: only used to word messages
+//   params         parameter list; every entry point returns CUresult
+//
+// Enum parameters are `int` (same size and calling convention).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mooncake/drivers/cuda_driver.h"
+
+#define MC_CUDA_DRIVER_ENTRY_POINTS(X)                                                         \
+  X(init, "cuInit", cuInit, "cuInit", nullptr, true, (unsigned int))                            \
+  X(driverGetVersion, "cuDriverGetVersion", cuDriverGetVersion, "cuDriverGetVersion", nullptr,  \
+    true, (int*))                                                                               \
+  X(deviceGetCount, "cuDeviceGetCount", cuDeviceGetCount, "cuDeviceGetCount", nullptr, true,    \
+    (int*))                                                                                     \
+  X(deviceGet, "cuDeviceGet", cuDeviceGet, "cuDeviceGet", nullptr, true,                        \
+    (::mooncake::drivers::CuDevice*, int))                                                      \
+  X(deviceGetName, "cuDeviceGetName", cuDeviceGetName, "cuDeviceGetName", nullptr, true,        \
+    (char*, int, ::mooncake::drivers::CuDevice))                                                \
+  /* The _v2 entry point (CUDA 11.4+) returns the UUID nvidia-smi shows also */                \
+  /* for MIG instances; older drivers only have the first version. */                          \
+  X(deviceGetUuid, "cuDeviceGetUuid", cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid", \
+    true, (::mooncake::drivers::CuUuid*, ::mooncake::drivers::CuDevice))                        \
+  X(deviceGetPCIBusId, "cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId",       \
+    nullptr, true, (char*, int, ::mooncake::drivers::CuDevice))                                 \
+  X(deviceTotalMem, "cuDeviceTotalMem", cuDeviceTotalMem, "cuDeviceTotalMem_v2", nullptr, true, \
+    (size_t*, ::mooncake::drivers::CuDevice))                                                   \
+  X(deviceGetAttribute, "cuDeviceGetAttribute", cuDeviceGetAttribute, "cuDeviceGetAttribute",   \
+    nullptr, true, (int*, int, ::mooncake::drivers::CuDevice))                                  \
+  X(deviceGetP2PAttribute, "cuDeviceGetP2PAttribute", cuDeviceGetP2PAttribute,                  \
+    "cuDeviceGetP2PAttribute", nullptr, true,                                                   \
+    (int*, int, ::mooncake::drivers::CuDevice, ::mooncake::drivers::CuDevice))                  \
+  X(memGetAllocationGranularity, "cuMemGetAllocationGranularity",                               \
+    cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", nullptr, true,              \
+    (size_t*, const ::mooncake::drivers::CuMemAllocationProp*, int))                            \
+  X(memCreate, "cuMemCreate", cuMemCreate, "cuMemCreate", nullptr, true,                        \
+    (::mooncake::drivers::CuMemHandle*, size_t,                                                 \
+     const ::mooncake::drivers::CuMemAllocationProp*, unsigned long long))                      \
+  X(memAddressReserve, "cuMemAddressReserve", cuMemAddressReserve, "cuMemAddressReserve",       \
+    nullptr, true,                                                                              \
+    (::mooncake::drivers::CuDevicePtr*, size_t, size_t, ::mooncake::drivers::CuDevicePtr,       \
+     unsigned long long))                                                                       \
+  X(memMap, "cuMemMap", cuMemMap, "cuMemMap", nullptr, true,                                    \
+    (::mooncake::drivers::CuDevicePtr, size_t, size_t, ::mooncake::drivers::CuMemHandle,        \
+     unsigned long long))                                                                       \
+  X(memSetAccess, "cuMemSetAccess", cuMemSetAccess, "cuMemSetAccess", nullptr, true,            \
+    (::mooncake::drivers::CuDevicePtr, size_t, const ::mooncake::drivers::CuMemAccessDesc*,     \
+     size_t))                                                                                   \
+  X(memUnmap, "cuMemUnmap", cuMemUnmap, "cuMemUnmap", nullptr, true,                            \
+    (::mooncake::drivers::CuDevicePtr, size_t))                                                 \
+  X(memAddressFree, "cuMemAddressFree", cuMemAddressFree, "cuMemAddressFree", nullptr, true,    \
+    (::mooncake::drivers::CuDevicePtr, size_t))                                                 \
+  X(memRelease, "cuMemRelease", cuMemRelease, "cuMemRelease", nullptr, true,                    \
+    (::mooncake::drivers::CuMemHandle))                                                         \
+  X(memExportToShareableHandle, "cuMemExportToShareableHandle", cuMemExportToShareableHandle,   \
+    "cuMemExportToShareableHandle", nullptr, true,                                              \
+    (void*, ::mooncake::drivers::CuMemHandle, int, unsigned long long))                         \
+  X(memImportFromShareableHandle, "cuMemImportFromShareableHandle",                             \
+    cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", nullptr, true,            \
+    (::mooncake::drivers::CuMemHandle*, void*, int))                                            \
+  X(getErrorName, "cuGetErrorName", cuGetErrorName, "cuGetErrorName", nullptr, false,           \
+    (::mooncake::drivers::CuResult, const char**))                                              \
+  X(getErrorString, "cuGetErrorString", cuGetErrorString, "cuGetErrorString", nullptr, false,   \
+    (::mooncake::drivers::CuResult, const char**))
+
+namespace mooncake::drivers::internal {
+
+// cuGetProcAddress_v2 (CUDA 12.0+): (const char* symbol, void** pfn,
+// int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult*
+// symbolStatus).
+using GetProcAddressFn = CuResult (*)(const char*, void**, int, uint64_t, int*);
+inline constexpr const char* kGetProcAddressSymbol = "cuGetProcAddress_v2";
+inline constexpr uint64_t kGetProcAddressDefault = 0;  // CU_GET_PROC_ADDRESS_DEFAULT
+inline constexpr int kGetProcAddressSuccess = 0;       // CU_GET_PROC_ADDRESS_SUCCESS
+
+// The CUDA version whose entry-point ABI is requested from
+// cuGetProcAddress_v2: every signature above is the one CUDA 12.0 (and 13.0)
+// gives these names.
+inline constexpr int kRequestedCudaAbi = 12000;
+
+// The oldest driver with every required entry point above (the VMM calls
+// came in CUDA 10.2), for messages.
+inline constexpr const char* kMinimumDriver = "CUDA 10.2";
+
+}  // namespace mooncake::drivers::internal

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <iostream>
 
-#include "config/daemon_config.h"
 #include "absl/synchronization/mutex.h"
+#include "config/daemon_config.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
 #include "server/daemon.h"

@@ -13,6 +13,7 @@ PACKAGES=(
   libibverbs-dev ibverbs-providers
   libsystemd-dev
   libgtest-dev libgmock-dev
+  clang-format git
 )
 
 check_only=0

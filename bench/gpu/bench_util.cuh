@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#define BENCH_CUDA(expr)                                                                          \
-  do {                                                                                            \
-    cudaError_t err_ = (expr);                                                                    \
-    if (err_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                   \
-                   cudaGetErrorString(err_));                                                     \
-      std::exit(2);                                                                               \
-    }                                                                                             \
+#define BENCH_CUDA(expr)                                                        \
+  do {                                                                          \
+    cudaError_t err_ = (expr);                                                  \
+    if (err_ != cudaSuccess) {                                                  \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(err_));                                   \
+      std::exit(2);                                                             \
+    }                                                                           \
   } while (0)
 
 namespace mcbench {
@@ -64,9 +64,10 @@ inline void printDevice(int dev) {
   int clock_khz = 0, mem_clock_khz = 0;
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev);
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, dev);
-  std::printf("# GPU%d: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d KiB, smem/block optin %zu KiB, clock %d MHz\n", dev,
-              p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / double(1 << 30), p.l2CacheSize >> 10,
-              p.sharedMemPerBlockOptin >> 10, clock_khz / 1000);
+  std::printf(
+      "# GPU%d: %s, sm_%d%d, %d SMs, %.1f GiB, L2 %d KiB, smem/block optin %zu KiB, clock %d MHz\n",
+      dev, p.name, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem / double(1 << 30),
+      p.l2CacheSize >> 10, p.sharedMemPerBlockOptin >> 10, clock_khz / 1000);
 }
 
 }  // namespace mcbench

@@ -28,24 +28,27 @@
 using mcbench::median;
 using mcbench::sizeName;
 
-#define BENCH_NCCL(expr)                                                                                 \
-  do {                                                                                                   \
-    ncclResult_t r_ = (expr);                                                                            \
-    if (r_ != ncclSuccess) {                                                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #expr, ncclGetErrorString(r_), \
-                   ncclGetLastError(nullptr));                                                           \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
+#define BENCH_NCCL(expr)                                                             \
+  do {                                                                               \
+    ncclResult_t r_ = (expr);                                                        \
+    if (r_ != ncclSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #expr, \
+                   ncclGetErrorString(r_), ncclGetLastError(nullptr));               \
+      std::exit(2);                                                                  \
+    }                                                                                \
   } while (0)
 
 namespace {
 
 constexpr uint32_t kSeed = 0x5eedu;
 
-__host__ __device__ __forceinline__ uint32_t patternWord(size_t i) { return (uint32_t)(i * 2654435761u) ^ kSeed; }
+__host__ __device__ __forceinline__ uint32_t patternWord(size_t i) {
+  return (uint32_t)(i * 2654435761u) ^ kSeed;
+}
 
 __global__ void fillPattern(uint32_t* p, size_t words) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+       i += (size_t)gridDim.x * blockDim.x)
     p[i] = patternWord(i);
 }
 
@@ -53,7 +56,8 @@ __global__ void fillPattern(uint32_t* p, size_t words) {
 // the pattern, so the check reads nothing across the link.
 __global__ void countMismatches(const uint32_t* p, size_t words, unsigned long long* bad) {
   unsigned long long local = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+       i += (size_t)gridDim.x * blockDim.x)
     local += p[i] != patternWord(i);
   if (local) atomicAdd(bad, local);
 }
@@ -151,14 +155,15 @@ void clearDst(Ctx& c, size_t n) {
 bool verify(Ctx& c, const std::string& name, size_t n) {
   BENCH_CUDA(cudaSetDevice(1));
   BENCH_CUDA(cudaMemsetAsync(c.bad1, 0, sizeof(unsigned long long), c.s1));
-  countMismatches<<<264, 512, 0, c.s1>>>(reinterpret_cast<const uint32_t*>(c.buf[1]), n / 4, c.bad1);
+  countMismatches<<<264, 512, 0, c.s1>>>(reinterpret_cast<const uint32_t*>(c.buf[1]), n / 4,
+                                         c.bad1);
   BENCH_CUDA(cudaGetLastError());
   unsigned long long bad = 0;
   BENCH_CUDA(cudaMemcpyAsync(&bad, c.bad1, sizeof bad, cudaMemcpyDeviceToHost, c.s1));
   BENCH_CUDA(cudaStreamSynchronize(c.s1));
   if (bad) {
-    std::fprintf(stderr, "VERIFY FAILED: %s at %s: %llu of %zu words differ on GPU1\n", name.c_str(),
-                 sizeName(n).c_str(), bad, n / 4);
+    std::fprintf(stderr, "VERIFY FAILED: %s at %s: %llu of %zu words differ on GPU1\n",
+                 name.c_str(), sizeName(n).c_str(), bad, n / 4);
     ++c.failures;
     return false;
   }
@@ -174,8 +179,8 @@ struct Design {
 
 Design lsaDesign(Ctx& c, int unroll, unsigned threads, unsigned max_blocks) {
   char name[128];
-  std::snprintf(name, sizeof name, "NCCL device API LSA put, grid-stride int4 U=%d T=%u B=%u", unroll, threads,
-                max_blocks);
+  std::snprintf(name, sizeof name, "NCCL device API LSA put, grid-stride int4 U=%d T=%u B=%u",
+                unroll, threads, max_blocks);
   ncclWindow_t win = c.wins[0];
   cudaStream_t s = c.s0;
   const size_t min_bytes = (size_t)threads * 16 * unroll;
@@ -191,7 +196,8 @@ Design lsaDesign(Ctx& c, int unroll, unsigned threads, unsigned max_blocks) {
   return Design{name, l};
 }
 
-void printRow(const std::string& name, const std::vector<double>& g, const std::vector<double>* base) {
+void printRow(const std::string& name, const std::vector<double>& g,
+              const std::vector<double>* base) {
   std::printf("| %s |", name.c_str());
   for (size_t i = 0; i < g.size(); ++i) {
     if (base && (*base)[i] > 0)
@@ -218,7 +224,8 @@ int main(int argc, char** argv) {
     }
   }
   // A symmetric window needs equal, 4 KiB-aligned sizes on every rank.
-  const size_t cap = (opt.max_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) & ~size_t(NCCL_WIN_REQUIRED_ALIGNMENT - 1);
+  const size_t cap =
+      (opt.max_bytes + NCCL_WIN_REQUIRED_ALIGNMENT - 1) & ~size_t(NCCL_WIN_REQUIRED_ALIGNMENT - 1);
   if (opt.reps < 1 || cap < 4096) {
     std::fprintf(stderr, "--reps must be >= 1 and --max-bytes >= 4096\n");
     return 2;
@@ -233,7 +240,8 @@ int main(int argc, char** argv) {
   // Peer access as in p2p_put_bench, so that the cudaMemcpyPeerAsync
   // reference is the same direct copy-engine path as in that table.
   if (!mcbench::enablePeer(0, 1)) {
-    std::fprintf(stderr, "GPU0 and GPU1 cannot access each other (no P2P): no LSA team to measure\n");
+    std::fprintf(stderr,
+                 "GPU0 and GPU1 cannot access each other (no P2P): no LSA team to measure\n");
     return 2;
   }
   mcbench::printDevice(0);
@@ -245,12 +253,14 @@ int main(int argc, char** argv) {
   BENCH_NCCL(ncclCommInitAll(c.comms, 2, devs));
   int lib_version = 0;
   BENCH_NCCL(ncclGetVersion(&lib_version));
-  std::printf("# NCCL library %d, headers %d (NCCL_NVLS_ENABLE=%s)\n", lib_version, NCCL_VERSION_CODE,
-              getenv("NCCL_NVLS_ENABLE"));
+  std::printf("# NCCL library %d, headers %d (NCCL_NVLS_ENABLE=%s)\n", lib_version,
+              NCCL_VERSION_CODE, getenv("NCCL_NVLS_ENABLE"));
   if (lib_version != NCCL_VERSION_CODE)
-    std::printf("# WARNING: built against NCCL %d but running %d: the kernel inlines ncclWindow_vidmem of the "
-                "headers; rebuild against the running library\n",
-                NCCL_VERSION_CODE, lib_version);
+    std::printf(
+        "# WARNING: built against NCCL %d but running %d: the kernel inlines ncclWindow_vidmem of "
+        "the "
+        "headers; rebuild against the running library\n",
+        NCCL_VERSION_CODE, lib_version);
 
   for (int r = 0; r < 2; ++r) {
     BENCH_CUDA(cudaSetDevice(r));
@@ -261,7 +271,8 @@ int main(int argc, char** argv) {
   // rank's call would wait for the second forever.
   BENCH_NCCL(ncclGroupStart());
   for (int r = 0; r < 2; ++r)
-    BENCH_NCCL(ncclCommWindowRegister(c.comms[r], c.buf[r], cap, &c.wins[r], NCCL_WIN_COLL_SYMMETRIC));
+    BENCH_NCCL(
+        ncclCommWindowRegister(c.comms[r], c.buf[r], cap, &c.wins[r], NCCL_WIN_COLL_SYMMETRIC));
   BENCH_NCCL(ncclGroupEnd());
   // No barriers, multimem or GIN resources: the put needs only the window.
   // Zero-filled because 2.28 has no requirements initializer macro.
@@ -271,11 +282,15 @@ int main(int argc, char** argv) {
   BENCH_NCCL(ncclGroupStart());
   for (int r = 0; r < 2; ++r) BENCH_NCCL(ncclDevCommCreate(c.comms[r], &reqs, &c.dev[r]));
   BENCH_NCCL(ncclGroupEnd());
-  std::printf("# device comm rank 0: rank %d of %d, LSA rank %d of %d; window %zu bytes per rank (ncclMemAlloc)\n",
-              c.dev[0].rank, c.dev[0].nRanks, c.dev[0].lsaRank, c.dev[0].lsaSize, cap);
+  std::printf(
+      "# device comm rank 0: rank %d of %d, LSA rank %d of %d; window %zu bytes per rank "
+      "(ncclMemAlloc)\n",
+      c.dev[0].rank, c.dev[0].nRanks, c.dev[0].lsaRank, c.dev[0].lsaSize, cap);
   if (c.dev[0].lsaSize < 2 || c.dev[1].lsaSize < 2) {
-    std::fprintf(stderr, "GPU1 is not in GPU0's LSA team (lsaSize %d): NCCL cannot give a load/store pointer\n",
-                 c.dev[0].lsaSize);
+    std::fprintf(
+        stderr,
+        "GPU1 is not in GPU0's LSA team (lsaSize %d): NCCL cannot give a load/store pointer\n",
+        c.dev[0].lsaSize);
     return 2;
   }
   const int peer_lsa = c.dev[1].lsaRank;  // ranks 0/1 of one process: LSA rank == world rank
@@ -297,10 +312,14 @@ int main(int argc, char** argv) {
   for (size_t n = 4096; n <= cap; n *= 4) sizes.push_back(n);
   if (sizes.back() != cap) sizes.push_back(cap);
 
-  std::printf("# medians of %d reps; each rep = a batch of back-to-back puts (about 256 MiB, 1..2000 ops),\n"
-              "# after 2 warm-up puts; GB/s = 1e9 B/s; every put verified on GPU1 after its timing\n",
-              opt.reps);
-  std::printf("\n## GPU0 -> GPU1 put into an NCCL symmetric window (GB/s, ratio to cudaMemcpyPeerAsync)\n\n| design |");
+  std::printf(
+      "# medians of %d reps; each rep = a batch of back-to-back puts (about 256 MiB, 1..2000 "
+      "ops),\n"
+      "# after 2 warm-up puts; GB/s = 1e9 B/s; every put verified on GPU1 after its timing\n",
+      opt.reps);
+  std::printf(
+      "\n## GPU0 -> GPU1 put into an NCCL symmetric window (GB/s, ratio to "
+      "cudaMemcpyPeerAsync)\n\n| design |");
   for (size_t n : sizes) std::printf(" %s |", sizeName(n).c_str());
   std::printf("\n|---|");
   for (size_t i = 0; i < sizes.size(); ++i) std::printf("---|");
@@ -310,7 +329,8 @@ int main(int argc, char** argv) {
   std::vector<double> base;
   for (size_t n : sizes) {
     clearDst(c, n);
-    base.push_back(timeOp(c, n, [&] { BENCH_CUDA(cudaMemcpyPeerAsync(c.buf[1], 1, c.buf[0], 0, n, c.s0)); }));
+    base.push_back(
+        timeOp(c, n, [&] { BENCH_CUDA(cudaMemcpyPeerAsync(c.buf[1], 1, c.buf[0], 0, n, c.s0)); }));
     verify(c, "cudaMemcpyPeerAsync", n);
   }
   printRow("cudaMemcpyPeerAsync (same ncclMemAlloc buffers)", base, nullptr);
@@ -344,6 +364,7 @@ int main(int argc, char** argv) {
   }
   for (int r = 0; r < 2; ++r) BENCH_NCCL(ncclCommDestroy(c.comms[r]));
 
-  std::printf("\n## Verification\n\n%s\n", c.failures ? "FAILED (see stderr)" : "every put matched on GPU1");
+  std::printf("\n## Verification\n\n%s\n",
+              c.failures ? "FAILED (see stderr)" : "every put matched on GPU1");
   return c.failures ? 1 : 0;
 }

@@ -23,13 +23,14 @@
 #include <cstring>
 #include <vector>
 
-#define CK(expr)                                                                                              \
-  do {                                                                                                        \
-    cudaError_t e_ = (expr);                                                                                  \
-    if (e_ != cudaSuccess) {                                                                                  \
-      std::fprintf(stderr, "PE%d %s:%d: %s: %s\n", g_pe, __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      std::exit(2);                                                                                           \
-    }                                                                                                         \
+#define CK(expr)                                                                    \
+  do {                                                                              \
+    cudaError_t e_ = (expr);                                                        \
+    if (e_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "PE%d %s:%d: %s: %s\n", g_pe, __FILE__, __LINE__, #expr, \
+                   cudaGetErrorString(e_));                                         \
+      std::exit(2);                                                                 \
+    }                                                                               \
   } while (0)
 
 namespace {
@@ -56,12 +57,14 @@ __global__ void putBlocks(char* dst, const char* src, size_t n, int pe) {
 }
 
 __global__ void fillPattern(uint32_t* p, size_t words) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+       i += (size_t)gridDim.x * blockDim.x)
     p[i] = (uint32_t)(i * 2654435761u) ^ 0x5eedu;
 }
 __global__ void countBad(const uint32_t* p, size_t words, unsigned long long* bad) {
   unsigned long long b = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+       i += (size_t)gridDim.x * blockDim.x)
     b += p[i] != ((uint32_t)(i * 2654435761u) ^ 0x5eedu);
   if (b) atomicAdd(bad, b);
 }
@@ -79,8 +82,8 @@ const char* latName(int m) {
 
 // Ping-pong; PE 0 times `iters` round trips after `warmup`.
 template <int M>
-__global__ void pingPong(uint64_t* sig, char* data, const char* src, int peer, bool initiator, int warmup, int iters,
-                         unsigned long long* out_ns) {
+__global__ void pingPong(uint64_t* sig, char* data, const char* src, int peer, bool initiator,
+                         int warmup, int iters, unsigned long long* out_ns) {
   const unsigned lane = threadIdx.x % 32;
   uint64_t t0 = 0;
   for (int i = 1; i <= warmup + iters; ++i) {
@@ -89,9 +92,11 @@ __global__ void pingPong(uint64_t* sig, char* data, const char* src, int peer, b
       if constexpr (M == kSignalOp) {
         if (lane == 0) nvshmemx_signal_op(sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
       } else if constexpr (M == kPutSignal8) {
-        if (lane == 0) nvshmem_putmem_signal_nbi(data, src, 8, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
+        if (lane == 0)
+          nvshmem_putmem_signal_nbi(data, src, 8, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
       } else if constexpr (M == kPutSignalWarp4K) {
-        nvshmemx_putmem_signal_nbi_warp(data, src, 4096, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET, peer);
+        nvshmemx_putmem_signal_nbi_warp(data, src, 4096, sig, (uint64_t)i, NVSHMEM_SIGNAL_SET,
+                                        peer);
       } else {
         if (lane == 0) {
           nvshmem_putmem_nbi(data, src, 8, peer);
@@ -116,9 +121,10 @@ __global__ void pingPong(uint64_t* sig, char* data, const char* src, int peer, b
 }
 
 template <int M>
-void launchLat(uint64_t* sig, char* data, const char* src, int peer, bool init, int warmup, int iters,
-               unsigned long long* out) {
-  pingPong<M><<<1, M == kPutSignalWarp4K ? 32 : 1>>>(sig, data, src, peer, init, warmup, iters, out);
+void launchLat(uint64_t* sig, char* data, const char* src, int peer, bool init, int warmup,
+               int iters, unsigned long long* out) {
+  pingPong<M>
+      <<<1, M == kPutSignalWarp4K ? 32 : 1>>>(sig, data, src, peer, init, warmup, iters, out);
 }
 
 int runPe(int pe, const nvshmemx_uniqueid_t& uid) {
@@ -161,7 +167,8 @@ int runPe(int pe, const nvshmemx_uniqueid_t& uid) {
   std::vector<size_t> sizes;
   for (size_t n = 4096; n <= cap; n *= 4) sizes.push_back(n);
   if (pe == 0) {
-    std::printf("\n## NVSHMEM putmem_block PE0 (GPU0) -> PE1 (GPU1), GB/s, median of 9 reps\n\n| config |");
+    std::printf(
+        "\n## NVSHMEM putmem_block PE0 (GPU0) -> PE1 (GPU1), GB/s, median of 9 reps\n\n| config |");
     for (size_t n : sizes) std::printf(" %zu KiB |", n >> 10);
     std::printf("\n|---|");
     for (size_t i = 0; i < sizes.size(); ++i) std::printf("---|");
@@ -175,7 +182,8 @@ int runPe(int pe, const nvshmemx_uniqueid_t& uid) {
       nvshmem_barrier_all();
       if (pe == 0) {
         size_t it = std::min<size_t>(2000, std::max<size_t>(1, (256ull << 20) / n));
-        unsigned b = (unsigned)std::min<size_t>(c.blocks, std::max<size_t>(1, n / (c.threads * 16 * 4)));
+        unsigned b =
+            (unsigned)std::min<size_t>(c.blocks, std::max<size_t>(1, n / (c.threads * 16 * 4)));
         cudaEvent_t a, z;
         CK(cudaEventCreate(&a));
         CK(cudaEventCreate(&z));
@@ -226,12 +234,18 @@ int runPe(int pe, const nvshmemx_uniqueid_t& uid) {
       CK(cudaDeviceSynchronize());
       nvshmem_barrier_all();
       switch (m) {
-        case kSignalOp: launchLat<kSignalOp>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out); break;
-        case kPutSignal8: launchLat<kPutSignal8>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out); break;
+        case kSignalOp:
+          launchLat<kSignalOp>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out);
+          break;
+        case kPutSignal8:
+          launchLat<kPutSignal8>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out);
+          break;
         case kPutSignalWarp4K:
           launchLat<kPutSignalWarp4K>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out);
           break;
-        case kPutFenceP: launchLat<kPutFenceP>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out); break;
+        case kPutFenceP:
+          launchLat<kPutFenceP>(sig, ldata, src, peer, pe == 0, warmup, iters, dev_out);
+          break;
       }
       CK(cudaGetLastError());
       CK(cudaDeviceSynchronize());

@@ -30,26 +30,27 @@ using mcbench::median;
 namespace {
 
 enum Mode : int {
-  kVolatile,         // volatile st / volatile ld
-  kRelaxed,          // st.relaxed.sys / ld.relaxed.sys
-  kReleaseAcquire,   // st.release.sys / ld.acquire.sys
-  kFenceVolatile,    // __threadfence_system(); volatile st / volatile ld
-  kDataRelease,      // 8 B data st, st.release.sys flag / ld.acquire.sys, data ld
-  kLL16,             // {data, flag} as one st.relaxed.sys.v2.u64 / 16 B relaxed poll
-  kLL16Split,        // {d_lo|flag, d_hi|flag} (McLLSlot layout), same store/poll
-  kPut4KWarp,        // warp copies 4 KiB, __syncwarp, st.release.sys flag
-  kMcSignal,         // mc_signal / mc_wait_until
-  kMcSignalRelaxed,  // mc_signal_relaxed / mc_wait_until
-  kMcLL,             // mc_put_signal_ll / mc_wait_ll
-  kMcPutWarpSignal,  // mc_put_warp 4 KiB + mc_signal / mc_wait_until + data check
-  kMcRedAdd,         // mc_red_add(+1) / mc_wait_until(>= i)
-  kPreRelaxedAcq,    // route resolved once (mc_route_put), mc_st_relaxed / mc_wait_until
-  kPreRelaxedRlx,    // route resolved once, mc_st_relaxed / mc_ld_relaxed poll
-  kPreRelease,       // route resolved once, mc_st_release / mc_wait_until
-  kLdgRouteRelaxed,  // route per call with tables read by ld.global.nc, mc_st_relaxed / mc_wait_until
-  kPeerSignal,       // Device API, McPeer resolved once: mc_signal / mc_wait_until
+  kVolatile,           // volatile st / volatile ld
+  kRelaxed,            // st.relaxed.sys / ld.relaxed.sys
+  kReleaseAcquire,     // st.release.sys / ld.acquire.sys
+  kFenceVolatile,      // __threadfence_system(); volatile st / volatile ld
+  kDataRelease,        // 8 B data st, st.release.sys flag / ld.acquire.sys, data ld
+  kLL16,               // {data, flag} as one st.relaxed.sys.v2.u64 / 16 B relaxed poll
+  kLL16Split,          // {d_lo|flag, d_hi|flag} (McLLSlot layout), same store/poll
+  kPut4KWarp,          // warp copies 4 KiB, __syncwarp, st.release.sys flag
+  kMcSignal,           // mc_signal / mc_wait_until
+  kMcSignalRelaxed,    // mc_signal_relaxed / mc_wait_until
+  kMcLL,               // mc_put_signal_ll / mc_wait_ll
+  kMcPutWarpSignal,    // mc_put_warp 4 KiB + mc_signal / mc_wait_until + data check
+  kMcRedAdd,           // mc_red_add(+1) / mc_wait_until(>= i)
+  kPreRelaxedAcq,      // route resolved once (mc_route_put), mc_st_relaxed / mc_wait_until
+  kPreRelaxedRlx,      // route resolved once, mc_st_relaxed / mc_ld_relaxed poll
+  kPreRelease,         // route resolved once, mc_st_release / mc_wait_until
+  kLdgRouteRelaxed,    // route per call with tables read by ld.global.nc, mc_st_relaxed /
+                       // mc_wait_until
+  kPeerSignal,         // Device API, McPeer resolved once: mc_signal / mc_wait_until
   kPeerSignalRelaxed,  // McPeer: mc_signal_relaxed / mc_wait_until
-  kPeerLL,           // McPeer: mc_put_signal_ll / mc_wait_ll
+  kPeerLL,             // McPeer: mc_put_signal_ll / mc_wait_ll
   kPeerPutWarpSignal,  // McPeer: mc_put_warp 4 KiB + mc_signal / mc_wait_until + data check
   kModeCount
 };
@@ -62,7 +63,8 @@ const char* modeName(int m) {
     case kFenceVolatile: return "__threadfence_system + volatile store / volatile poll";
     case kDataRelease: return "8 B data store + st.release.sys flag / ld.acquire.sys";
     case kLL16: return "LL 16 B {data64, flag64}: one st.relaxed.sys.v2.u64 / 16 B poll";
-    case kLL16Split: return "LL 16 B {flag|lo32, flag|hi32} (McLLSlot): one v2.u64 store / 16 B poll";
+    case kLL16Split:
+      return "LL 16 B {flag|lo32, flag|hi32} (McLLSlot): one v2.u64 store / 16 B poll";
     case kPut4KWarp: return "4 KiB put (mc_detail_copy_warp) + __syncwarp + st.release.sys flag";
     case kMcSignal: return "Device API: mc_signal / mc_wait_until";
     case kMcSignalRelaxed: return "Device API: mc_signal_relaxed / mc_wait_until";
@@ -72,11 +74,14 @@ const char* modeName(int m) {
     case kPeerSignal: return "Device API, McPeer: mc_signal / mc_wait_until";
     case kPeerSignalRelaxed: return "Device API, McPeer: mc_signal_relaxed / mc_wait_until";
     case kPeerLL: return "Device API, McPeer: mc_put_signal_ll / mc_wait_ll (8 B data + flag)";
-    case kPeerPutWarpSignal: return "Device API, McPeer: mc_put_warp 4 KiB + mc_signal / mc_wait_until";
-    case kPreRelaxedAcq: return "route resolved once + mc_st_relaxed / mc_wait_until (acquire poll)";
+    case kPeerPutWarpSignal:
+      return "Device API, McPeer: mc_put_warp 4 KiB + mc_signal / mc_wait_until";
+    case kPreRelaxedAcq:
+      return "route resolved once + mc_st_relaxed / mc_wait_until (acquire poll)";
     case kPreRelaxedRlx: return "route resolved once + mc_st_relaxed / mc_ld_relaxed poll";
     case kPreRelease: return "route resolved once + mc_st_release / mc_wait_until";
-    case kLdgRouteRelaxed: return "route per call, tables via ld.global.nc + mc_st_relaxed / mc_wait_until";
+    case kLdgRouteRelaxed:
+      return "route per call, tables via ld.global.nc + mc_st_relaxed / mc_wait_until";
   }
   return "?";
 }
@@ -86,21 +91,21 @@ constexpr uint64_t kTimeoutNs = 2000000000ull;  // a stuck row gives up after 2 
 
 // Per-GPU symmetric buffer layout (same offsets on both GPUs).
 struct Layout {
-  static constexpr size_t kFlag = 0;       // u64 flag this GPU polls
-  static constexpr size_t kData = 128;     // u64 data next to nothing else
-  static constexpr size_t kSlot = 256;     // 16 B LL slot
-  static constexpr size_t kPut = 4096;     // kPutBytes landing zone
-  static constexpr size_t kSrc = 16384;    // two kPutBytes source patterns
+  static constexpr size_t kFlag = 0;     // u64 flag this GPU polls
+  static constexpr size_t kData = 128;   // u64 data next to nothing else
+  static constexpr size_t kSlot = 256;   // 16 B LL slot
+  static constexpr size_t kPut = 4096;   // kPutBytes landing zone
+  static constexpr size_t kSrc = 16384;  // two kPutBytes source patterns
   static constexpr size_t kBytes = 32768;
 };
 
 struct Side {
-  char* local;    // this GPU's buffer
-  char* remote;   // the other GPU's buffer, mapped here
-  CommCtx ctx;    // rank = this GPU, peer = 1 - rank
+  char* local;   // this GPU's buffer
+  char* remote;  // the other GPU's buffer, mapped here
+  CommCtx ctx;   // rank = this GPU, peer = 1 - rank
   int peer;
-  uint64_t* pre_flag;  // the peer's flag, resolved once through the context
-  McPeer mc_peer;      // the peer, resolved once with mc_peer()
+  uint64_t* pre_flag;          // the peer's flag, resolved once through the context
+  McPeer mc_peer;              // the peer, resolved once with mc_peer()
   unsigned long long* result;  // [0] elapsed ns (initiator), [1] errors, [2] timeouts
 };
 
@@ -109,10 +114,15 @@ __device__ __forceinline__ uint64_t nowNs() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ uint64_t ldVolatile(const uint64_t* p) { return *(const volatile uint64_t*)p; }
+__device__ __forceinline__ uint64_t ldVolatile(const uint64_t* p) {
+  return *(const volatile uint64_t*)p;
+}
 __device__ __forceinline__ void stVolatile(uint64_t* p, uint64_t v) { *(volatile uint64_t*)p = v; }
 __device__ __forceinline__ void ld16(const void* p, uint64_t* a, uint64_t* b) {
-  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(*a), "=l"(*b)
+               : "l"(p)
+               : "memory");
 }
 __device__ __forceinline__ void st16(void* p, uint64_t a, uint64_t b) {
   asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
@@ -127,8 +137,10 @@ __device__ __forceinline__ bool spinUntil(F ready) {
     if (ready()) return true;
     if ((i & 1023) == 1023) {
       uint64_t t = nowNs();
-      if (start == 0) start = t;
-      else if (t - start > kTimeoutNs) return false;
+      if (start == 0)
+        start = t;
+      else if (t - start > kTimeoutNs)
+        return false;
     }
   }
 }
@@ -142,14 +154,16 @@ __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
     const char* src = s.local + Layout::kSrc + (seq & 1) * kPutBytes;
     if constexpr (M == kPeerPutWarpSignal) {
       mc_put_warp(s.mc_peer, s.local + Layout::kPut, src, kPutBytes, lane);
-      if (lane == 0) mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+      if (lane == 0)
+        mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
     } else if constexpr (M == kPut4KWarp) {
       mc_detail_copy_warp(s.remote + Layout::kPut, src, kPutBytes, lane);
       __syncwarp();
       if (lane == 0) mc_st_release(rflag, seq);
     } else {
       mc_put_warp(s.ctx, s.peer, s.local + Layout::kPut, src, kPutBytes, lane);
-      if (lane == 0) mc_signal(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+      if (lane == 0)
+        mc_signal(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
     }
     return;
   }
@@ -170,18 +184,22 @@ __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
     uint64_t d = dataFor(seq);
     st16(s.remote + Layout::kSlot, (seq << 32) | (uint32_t)d, (seq << 32) | (d >> 32));
   }
-  if constexpr (M == kMcSignal) mc_signal(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+  if constexpr (M == kMcSignal)
+    mc_signal(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
   if constexpr (M == kMcSignalRelaxed)
     mc_signal_relaxed(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
   if constexpr (M == kMcLL)
-    mc_put_signal_ll(s.ctx, s.peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq), (uint32_t)seq);
+    mc_put_signal_ll(s.ctx, s.peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot),
+                     dataFor(seq), (uint32_t)seq);
   if constexpr (M == kPreRelaxedAcq || M == kPreRelaxedRlx) mc_st_relaxed(s.pre_flag, seq);
   if constexpr (M == kPreRelease) mc_st_release(s.pre_flag, seq);
-  if constexpr (M == kPeerSignal) mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
+  if constexpr (M == kPeerSignal)
+    mc_signal(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
   if constexpr (M == kPeerSignalRelaxed)
     mc_signal_relaxed(s.mc_peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag), seq);
   if constexpr (M == kPeerLL)
-    mc_put_signal_ll(s.mc_peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq), (uint32_t)seq);
+    mc_put_signal_ll(s.mc_peer, reinterpret_cast<McLLSlot*>(s.local + Layout::kSlot), dataFor(seq),
+                     (uint32_t)seq);
   if constexpr (M == kLdgRouteRelaxed) {
     // What mc_route_put does, with the (kernel-read-only) tables read through
     // the non-coherent path: does the read-only cache survive the acquire?
@@ -198,11 +216,13 @@ __device__ __forceinline__ void sendMsg(Side& s, uint64_t seq, unsigned lane) {
 // Wait for message `seq` in local memory and check its data; returns false
 // on timeout. Bad data counts into *errors.
 template <int M>
-__device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, unsigned long long* errors) {
+__device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane,
+                                        unsigned long long* errors) {
   const uint64_t* flag = reinterpret_cast<const uint64_t*>(s.local + Layout::kFlag);
   bool ok = true;
   if (lane == 0) {
-    if constexpr (M == kVolatile || M == kFenceVolatile) ok = spinUntil([&] { return ldVolatile(flag) == seq; });
+    if constexpr (M == kVolatile || M == kFenceVolatile)
+      ok = spinUntil([&] { return ldVolatile(flag) == seq; });
     if constexpr (M == kPreRelaxedRlx) ok = spinUntil([&] { return mc_ld_relaxed(flag) == seq; });
     if constexpr (M == kPreRelaxedAcq || M == kPreRelease || M == kLdgRouteRelaxed) {
       uint64_t seen = 0;
@@ -212,7 +232,9 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
     if constexpr (M == kReleaseAcquire || M == kPut4KWarp || M == kDataRelease)
       ok = spinUntil([&] { return mc_ld_acquire(flag) == seq; });
     if constexpr (M == kDataRelease)
-      if (ok && *reinterpret_cast<const volatile uint64_t*>(s.local + Layout::kData) != dataFor(seq)) ++*errors;
+      if (ok &&
+          *reinterpret_cast<const volatile uint64_t*>(s.local + Layout::kData) != dataFor(seq))
+        ++*errors;
     if constexpr (M == kLL16) {
       uint64_t d = 0, f = 0;
       ok = spinUntil([&] {
@@ -251,7 +273,8 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane, un
     __syncwarp();  // orders lane 0's acquire before the other lanes' reads
     // Every lane checks its share of the 4 KiB against the pattern sent.
     if (ok) {
-      const volatile uint32_t* got = reinterpret_cast<const volatile uint32_t*>(s.local + Layout::kPut);
+      const volatile uint32_t* got =
+          reinterpret_cast<const volatile uint32_t*>(s.local + Layout::kPut);
       uint32_t want_base = (uint32_t)((seq & 1) ? 0xB0000000u : 0xA0000000u);
       unsigned bad = 0;
       for (unsigned i = lane; i < kPutBytes / 4; i += 32) bad += got[i] != (want_base | i);
@@ -394,10 +417,13 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaMemcpy(g[d].peer_ptrs, ptrs, sizeof ptrs, cudaMemcpyHostToDevice));
     BENCH_CUDA(cudaMemcpy(g[d].available, avail, sizeof avail, cudaMemcpyHostToDevice));
   }
-  std::printf("# one-way latency = (GPU0 globaltimer over %d round trips) / 2 / %d, after %d warm-up round trips;\n"
-              "# median of %d reps; one thread per side (one warp for the 4 KiB rows)\n\n",
-              iters, iters, 1000, reps);
-  std::printf("| protocol | one-way µs (median) | min | max | data errors |\n|---|---|---|---|---|\n");
+  std::printf(
+      "# one-way latency = (GPU0 globaltimer over %d round trips) / 2 / %d, after %d warm-up round "
+      "trips;\n"
+      "# median of %d reps; one thread per side (one warp for the 4 KiB rows)\n\n",
+      iters, iters, 1000, reps);
+  std::printf(
+      "| protocol | one-way µs (median) | min | max | data errors |\n|---|---|---|---|---|\n");
   int failures = 0;
   for (int m = 0; m < kModeCount; ++m) {
     std::vector<double> us;
@@ -421,8 +447,8 @@ int main(int argc, char** argv) {
       us.push_back(res[0][0] / 1e3 / iters / 2);
     }
     std::sort(us.begin(), us.end());
-    std::printf("| %s | %.3f | %.3f | %.3f | %llu%s |\n", modeName(m), median(us), us.front(), us.back(), errors,
-                timeouts ? " (TIMED OUT)" : "");
+    std::printf("| %s | %.3f | %.3f | %.3f | %llu%s |\n", modeName(m), median(us), us.front(),
+                us.back(), errors, timeouts ? " (TIMED OUT)" : "");
     std::fflush(stdout);
     if (errors || timeouts) ++failures;
   }

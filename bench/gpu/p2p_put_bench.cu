@@ -61,7 +61,8 @@ __global__ void putBlockChunk(char* dst, const char* src, size_t n) {
 // units, the grid strides over the buffer.
 template <int kUnroll>
 __global__ void putGridStride(char* dst, const char* src, size_t n) {
-  mc_detail_copy_group<kUnroll>(dst, src, n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+  mc_detail_copy_group<kUnroll>(dst, src, n, blockIdx.x * blockDim.x + threadIdx.x,
+                                gridDim.x * blockDim.x);
 }
 
 // Contiguous slice per warp.
@@ -84,7 +85,8 @@ __global__ void putDeviceApi(CommCtx ctx, const char* src, size_t n, int* status
   size_t begin = per * blockIdx.x;
   if (begin >= n) return;
   size_t len = n - begin < per ? n - begin : per;
-  McStatus st = mc_put_block(ctx, 1, static_cast<char*>(ctx.p2p.local_base) + begin, src + begin, len);
+  McStatus st =
+      mc_put_block(ctx, 1, static_cast<char*>(ctx.p2p.local_base) + begin, src + begin, len);
   if (st != McStatus::kOk && threadIdx.x == 0) *status = (int)st;
 }
 
@@ -104,7 +106,8 @@ __global__ void putTilesDefault(char* dst, const char* src, size_t n) {
 }
 
 // Device API, one mc_put_block per interleaved tile.
-__global__ void putDeviceApiTiles(CommCtx ctx, const char* src, size_t n, size_t tile, int* status) {
+__global__ void putDeviceApiTiles(CommCtx ctx, const char* src, size_t n, size_t tile,
+                                  int* status) {
   char* base = static_cast<char*>(ctx.p2p.local_base);
   for (size_t off = (size_t)blockIdx.x * tile; off < n; off += (size_t)gridDim.x * tile) {
     size_t len = n - off < tile ? n - off : tile;
@@ -127,23 +130,28 @@ __global__ void putDeviceApiGrid(CommCtx ctx, const char* src, size_t n, int* st
 template <int kStore>
 __device__ __forceinline__ void stVariant(int4* p, int4 v) {
   if constexpr (kStore == 0)
-    asm volatile("st.global.L1::no_allocate.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w) : "memory");
+    asm volatile("st.global.L1::no_allocate.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
   else if constexpr (kStore == 1)
-    asm volatile("st.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+    asm volatile("st.global.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w)
                  : "memory");
   else if constexpr (kStore == 2)
-    asm volatile("st.global.cs.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+    asm volatile("st.global.cs.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
                  : "memory");
   else
-    asm volatile("st.global.cg.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+    asm volatile("st.global.cg.v4.s32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
                  : "memory");
 }
 template <int kUnroll, int kStore>
 __global__ void putGridStore(char* dst, const char* src, size_t n) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
-  const size_t nvec = n / 16, size = (size_t)gridDim.x * blockDim.x, rank = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  const size_t nvec = n / 16, size = (size_t)gridDim.x * blockDim.x,
+               rank = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   const size_t step = size * kUnroll, full = nvec - nvec % step;
   for (size_t base = rank; base < full; base += step) {
     int4 v[kUnroll];
@@ -152,7 +160,8 @@ __global__ void putGridStore(char* dst, const char* src, size_t n) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) stVariant<kStore>(d + base + u * size, v[u]);
   }
-  for (size_t i = full + rank; i < nvec; i += size) stVariant<kStore>(d + i, mc_detail_ld_nc_v4(s + i));
+  for (size_t i = full + rank; i < nvec; i += size)
+    stVariant<kStore>(d + i, mc_detail_ld_nc_v4(s + i));
   for (size_t i = nvec * 16 + rank; i < n; i += size) dst[i] = src[i];
 }
 
@@ -185,7 +194,8 @@ __global__ void putBlockChunkPrefetch(char* dst, const char* src, size_t n) {
     for (int u = 0; u < kUnroll; ++u) d[base + (size_t)u * blockDim.x] = v[u];
   }
   for (size_t i = full + threadIdx.x; i < nvec; i += blockDim.x) d[i] = s[i];
-  for (size_t i = nvec * 16 + threadIdx.x; i < len; i += blockDim.x) dst[begin + i] = src[begin + i];
+  for (size_t i = nvec * 16 + threadIdx.x; i < len; i += blockDim.x)
+    dst[begin + i] = src[begin + i];
 }
 
 // Pull (GPU1 reads GPU0's memory into its own): not a put, shown because
@@ -209,33 +219,43 @@ __device__ __forceinline__ void mbarInit(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   do {
     asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, "
+        "1, 0, p;\n}"
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
   } while (!done);
 }
-__device__ __forceinline__ void bulkLoad(uint32_t smem, const void* gsrc, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem),
-               "l"(gsrc), "r"(bytes), "r"(bar)
-               : "memory");
+__device__ __forceinline__ void bulkLoad(uint32_t smem, const void* gsrc, uint32_t bytes,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem),
+      "l"(gsrc), "r"(bytes), "r"(bar)
+      : "memory");
 }
 __device__ __forceinline__ void bulkStore(void* gdst, uint32_t smem, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(smem), "r"(bytes)
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(smem),
+               "r"(bytes)
                : "memory");
 }
-__device__ __forceinline__ void bulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void bulkCommit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 template <int kPending>
 __device__ __forceinline__ void bulkWaitRead() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
 }
-__device__ __forceinline__ void bulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void bulkWaitAll() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 
 constexpr int kMaxTmaStages = 16;
 constexpr int kMaxTmaWarps = 8;
@@ -243,7 +263,8 @@ constexpr int kMaxTmaWarps = 8;
 // interleave=false: each block a contiguous slice, its warps round-robin over
 // the slice's chunks; interleave=true: chunk c of the whole buffer belongs to
 // pipeline c % (blocks*warps).
-__global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int stages, bool interleave) {
+__global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int stages,
+                       bool interleave) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ uint64_t bars[kMaxTmaWarps][kMaxTmaStages];
   const unsigned warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -306,12 +327,14 @@ __global__ void putTma(char* dst, const char* src, size_t n, uint32_t chunk, int
 
 __global__ void countMismatches(const char* a, const char* b, size_t n, unsigned long long* bad) {
   unsigned long long local = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
     local += a[i] != b[i];
   if (local) atomicAdd(bad, local);
 }
 __global__ void fillPattern(uint32_t* p, size_t words, uint32_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < words;
+       i += (size_t)gridDim.x * blockDim.x)
     p[i] = (uint32_t)(i * 2654435761u) ^ seed;
 }
 
@@ -331,7 +354,7 @@ struct Ctx {
   cudaStream_t s0 = nullptr, s1 = nullptr;
   ncclComm_t comms[2] = {nullptr, nullptr};
   unsigned long long* bad0 = nullptr;
-  CommCtx ctx;         // rank 0's view: buffers src0 (rank 0), dst1 (rank 1)
+  CommCtx ctx;  // rank 0's view: buffers src0 (rank 0), dst1 (rank 1)
   int* api_status = nullptr;
   std::map<std::string, std::string> verify_fail;
 };
@@ -407,18 +430,20 @@ double runDesign(Ctx& c, const Design& d, size_t n) {
 
 double runMemcpyPeer(Ctx& c, size_t n) {
   clearDst(c, n);
-  double g = timeOp(c, 0, c.s0, n, [&] { BENCH_CUDA(cudaMemcpyPeerAsync(c.dst1, 1, c.src0, 0, n, c.s0)); });
+  double g = timeOp(c, 0, c.s0, n,
+                    [&] { BENCH_CUDA(cudaMemcpyPeerAsync(c.dst1, 1, c.src0, 0, n, c.s0)); });
   verify(c, "cudaMemcpyPeerAsync", n);
   return g;
 }
 
-#define BENCH_NCCL(expr)                                                                              \
-  do {                                                                                                \
-    ncclResult_t r_ = (expr);                                                                         \
-    if (r_ != ncclSuccess) {                                                                          \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, ncclGetErrorString(r_)); \
-      std::exit(2);                                                                                   \
-    }                                                                                                 \
+#define BENCH_NCCL(expr)                                                        \
+  do {                                                                          \
+    ncclResult_t r_ = (expr);                                                   \
+    if (r_ != ncclSuccess) {                                                    \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr, \
+                   ncclGetErrorString(r_));                                     \
+      std::exit(2);                                                             \
+    }                                                                           \
   } while (0)
 
 double runNccl(Ctx& c, size_t n) {
@@ -508,7 +533,8 @@ Launch smLaunchU(const std::string& kind, int unroll, unsigned threads, unsigned
 
 Design smDesign(const std::string& kind, int unroll, unsigned threads, unsigned max_blocks) {
   char name[96];
-  std::snprintf(name, sizeof name, "sm-%s U=%d T=%u B=%u", kind.c_str(), unroll, threads, max_blocks);
+  std::snprintf(name, sizeof name, "sm-%s U=%d T=%u B=%u", kind.c_str(), unroll, threads,
+                max_blocks);
   Design d{name, smLaunchU(kind, unroll, threads, max_blocks)};
   d.pull = kind == "pull";
   return d;
@@ -534,14 +560,16 @@ Design deviceApiGridDesign(Ctx& c, unsigned threads, unsigned max_blocks) {
   int* status = c.api_status;
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
     (void)d;
-    putDeviceApiGrid<<<blocksFor(n, max_blocks, MC_DETAIL_COPY_TILE_BYTES), threads, 0, s>>>(ctx, src, n, status);
+    putDeviceApiGrid<<<blocksFor(n, max_blocks, MC_DETAIL_COPY_TILE_BYTES), threads, 0, s>>>(
+        ctx, src, n, status);
   };
   return Design{name, l};
 }
 
 Design deviceApiTilesDesign(Ctx& c, unsigned threads, unsigned max_blocks, size_t tile) {
   char name[96];
-  std::snprintf(name, sizeof name, "Device API mc_put_block per %zuK tile T=%u B=%u", tile >> 10, threads, max_blocks);
+  std::snprintf(name, sizeof name, "Device API mc_put_block per %zuK tile T=%u B=%u", tile >> 10,
+                threads, max_blocks);
   CommCtx ctx = c.ctx;
   int* status = c.api_status;
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
@@ -553,8 +581,8 @@ Design deviceApiTilesDesign(Ctx& c, unsigned threads, unsigned max_blocks, size_
 
 Design tmaDesign(unsigned warps, int stages, uint32_t chunk, unsigned max_blocks, bool interleave) {
   char name[96];
-  std::snprintf(name, sizeof name, "tma%s W=%u S=%d C=%uK B=%u", interleave ? "-interleaved" : "", warps, stages,
-                chunk >> 10, max_blocks);
+  std::snprintf(name, sizeof name, "tma%s W=%u S=%d C=%uK B=%u", interleave ? "-interleaved" : "",
+                warps, stages, chunk >> 10, max_blocks);
   size_t smem = (size_t)warps * stages * chunk;
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
     // Small puts: one chunk per warp at least.
@@ -566,7 +594,8 @@ Design tmaDesign(unsigned warps, int stages, uint32_t chunk, unsigned max_blocks
 
 Design tilesDesign(int unroll, unsigned threads, unsigned max_blocks, size_t tile) {
   char name[96];
-  std::snprintf(name, sizeof name, "sm-tiles U=%d T=%u B=%u tile=%zuK", unroll, threads, max_blocks, tile >> 10);
+  std::snprintf(name, sizeof name, "sm-tiles U=%d T=%u B=%u tile=%zuK", unroll, threads, max_blocks,
+                tile >> 10);
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
     unsigned b = blocksFor(n, max_blocks, tile);
     if (unroll == 4)
@@ -579,8 +608,9 @@ Design tilesDesign(int unroll, unsigned threads, unsigned max_blocks, size_t til
 
 Design tilesDefaultDesign(unsigned threads, unsigned max_blocks) {
   char name[128];
-  std::snprintf(name, sizeof name, "mc_detail_copy_tiles T=%u B=%u (tile %uK, U=%d)", threads, max_blocks,
-                (unsigned)(MC_DETAIL_COPY_TILE_BYTES >> 10), MC_DETAIL_COPY_UNROLL_BLOCK);
+  std::snprintf(name, sizeof name, "mc_detail_copy_tiles T=%u B=%u (tile %uK, U=%d)", threads,
+                max_blocks, (unsigned)(MC_DETAIL_COPY_TILE_BYTES >> 10),
+                MC_DETAIL_COPY_UNROLL_BLOCK);
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
     unsigned b = blocksFor(n, max_blocks, MC_DETAIL_COPY_TILE_BYTES);
     putTilesDefault<<<b, threads, 0, s>>>(d, src, n);
@@ -589,7 +619,8 @@ Design tilesDefaultDesign(unsigned threads, unsigned max_blocks) {
 }
 
 Design storeDesign(int store, unsigned threads, unsigned max_blocks) {
-  static const char* names[] = {"st.global.L1::no_allocate", "st.global", "st.global.cs", "st.global.cg"};
+  static const char* names[] = {"st.global.L1::no_allocate", "st.global", "st.global.cs",
+                                "st.global.cg"};
   char name[96];
   std::snprintf(name, sizeof name, "sm-grid %s U=8 T=%u B=%u", names[store], threads, max_blocks);
   Launch l = [=](cudaStream_t s, char* d, const char* src, size_t n) {
@@ -604,7 +635,8 @@ Design storeDesign(int store, unsigned threads, unsigned max_blocks) {
   return Design{name, l};
 }
 
-void printRow(const std::string& name, const std::vector<double>& g, const std::vector<double>* base) {
+void printRow(const std::string& name, const std::vector<double>& g,
+              const std::vector<double>* base) {
   std::printf("| %s |", name.c_str());
   for (size_t i = 0; i < g.size(); ++i) {
     if (base && (*base)[i] > 0)
@@ -632,7 +664,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick"))
       opt.quick = true;
     else {
-      std::fprintf(stderr, "usage: %s [--quick] [--reps N] [--max-bytes N] [--no-nccl] [--no-sweep]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--reps N] [--max-bytes N] [--no-nccl] [--no-sweep]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -690,8 +724,10 @@ int main(int argc, char** argv) {
     ncclGetVersion(&v);
     std::printf("# NCCL %d (NCCL_NVLS_ENABLE=%s)\n", v, getenv("NCCL_NVLS_ENABLE"));
   }
-  std::printf("# medians of %d reps; each rep = a batch of back-to-back puts (about 256 MiB, 1..2000 ops)\n",
-              opt.reps);
+  std::printf(
+      "# medians of %d reps; each rep = a batch of back-to-back puts (about 256 MiB, 1..2000 "
+      "ops)\n",
+      opt.reps);
   const unsigned S = (unsigned)c.sms;
   BENCH_CUDA(cudaSetDevice(0));
   {
@@ -709,8 +745,9 @@ int main(int argc, char** argv) {
   std::vector<double> base_sweep;
   for (size_t n : sweep_sizes) base_sweep.push_back(runMemcpyPeer(c, n));
 
-  std::map<std::string, std::pair<Design, double>> best;  // family -> (design, GB/s at largest sweep size)
-  std::map<std::string, std::vector<double>> best_rows;   // family -> that design's sweep row
+  std::map<std::string, std::pair<Design, double>>
+      best;  // family -> (design, GB/s at largest sweep size)
+  std::map<std::string, std::vector<double>> best_rows;  // family -> that design's sweep row
   auto consider = [&](const std::string& family, const Design& d) {
     std::vector<double> g;
     for (size_t n : sweep_sizes) g.push_back(runDesign(c, d, n));
@@ -729,9 +766,12 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < sweep_sizes.size(); ++i) std::printf("---|");
     std::printf("\n");
     printRow("cudaMemcpyPeerAsync", base_sweep, nullptr);
-    std::vector<int> unrolls = opt.quick ? std::vector<int>{4, 8} : std::vector<int>{1, 2, 4, 8, 16};
-    std::vector<unsigned> threads = opt.quick ? std::vector<unsigned>{512} : std::vector<unsigned>{128, 256, 512, 1024};
-    std::vector<unsigned> blocks = opt.quick ? std::vector<unsigned>{S} : std::vector<unsigned>{S / 4, S / 2, S, 2 * S, 4 * S};
+    std::vector<int> unrolls =
+        opt.quick ? std::vector<int>{4, 8} : std::vector<int>{1, 2, 4, 8, 16};
+    std::vector<unsigned> threads =
+        opt.quick ? std::vector<unsigned>{512} : std::vector<unsigned>{128, 256, 512, 1024};
+    std::vector<unsigned> blocks =
+        opt.quick ? std::vector<unsigned>{S} : std::vector<unsigned>{S / 4, S / 2, S, 2 * S, 4 * S};
     for (int u : unrolls)
       for (unsigned t : threads)
         for (unsigned b : blocks) {
@@ -753,19 +793,22 @@ int main(int argc, char** argv) {
       int s;
       uint32_t c;
     };
-    std::vector<TmaCfg> tcfg = {{1, 2, 16384}, {1, 4, 16384}, {1, 8, 16384}, {1, 4, 32768}, {1, 2, 65536},
-                                {2, 4, 16384}, {4, 2, 16384}, {4, 4, 8192},  {4, 3, 16384}, {8, 2, 8192},
-                                {1, 4, 4096},  {2, 4, 8192},  {4, 4, 4096}};
+    std::vector<TmaCfg> tcfg = {{1, 2, 16384}, {1, 4, 16384}, {1, 8, 16384}, {1, 4, 32768},
+                                {1, 2, 65536}, {2, 4, 16384}, {4, 2, 16384}, {4, 4, 8192},
+                                {4, 3, 16384}, {8, 2, 8192},  {1, 4, 4096},  {2, 4, 8192},
+                                {4, 4, 4096}};
     for (bool il : {false, true})
       for (auto& t : tcfg)
         for (unsigned b : {S, 2 * S}) {
-          if ((size_t)t.w * t.s * t.c * (b > S ? 2 : 1) > 226 * 1024) continue;  // would not be co-resident
+          if ((size_t)t.w * t.s * t.c * (b > S ? 2 : 1) > 226 * 1024)
+            continue;  // would not be co-resident
           consider(il ? "tma-interleaved" : "tma", tmaDesign(t.w, t.s, t.c, b, il));
         }
     for (int u : {4, 8})
       for (unsigned t : {256u, 512u, 1024u})
         for (unsigned b : {S, 2 * S, 4 * S})
-          for (size_t tile : {(size_t)16 << 10, (size_t)64 << 10, (size_t)256 << 10, (size_t)1 << 20}) {
+          for (size_t tile :
+               {(size_t)16 << 10, (size_t)64 << 10, (size_t)256 << 10, (size_t)1 << 20}) {
             if (u == 8 && t == 1024) continue;
             consider("sm-tiles", tilesDesign(u, t, b, tile));
           }
@@ -777,12 +820,15 @@ int main(int argc, char** argv) {
   }
 
   if (!best.empty()) {
-    std::printf("\n## Best of each family in the sweep (chosen at the largest sweep size)\n\n| family | design |");
+    std::printf(
+        "\n## Best of each family in the sweep (chosen at the largest sweep size)\n\n| family | "
+        "design |");
     for (size_t n : sweep_sizes) std::printf(" %s |", sizeName(n).c_str());
     std::printf("\n|---|---|");
     for (size_t i = 0; i < sweep_sizes.size(); ++i) std::printf("---|");
     std::printf("\n");
-    for (auto& [family, bd] : best) printRow(family + " | " + bd.first.name, best_rows[family], &base_sweep);
+    for (auto& [family, bd] : best)
+      printRow(family + " | " + bd.first.name, best_rows[family], &base_sweep);
   }
 
   // --- Full size ladder -----------------------------------------------------
@@ -791,7 +837,8 @@ int main(int argc, char** argv) {
   if (sizes.back() != cap && cap >= 4096) sizes.push_back(cap);
   std::vector<double> base;
   for (size_t n : sizes) base.push_back(runMemcpyPeer(c, n));
-  std::printf("\n## GPU0 -> GPU1 put bandwidth by size (GB/s, ratio to cudaMemcpyPeerAsync)\n\n| design |");
+  std::printf(
+      "\n## GPU0 -> GPU1 put bandwidth by size (GB/s, ratio to cudaMemcpyPeerAsync)\n\n| design |");
   for (size_t n : sizes) std::printf(" %s |", sizeName(n).c_str());
   std::printf("\n|---|");
   for (size_t i = 0; i < sizes.size(); ++i) std::printf("---|");
@@ -836,8 +883,8 @@ int main(int argc, char** argv) {
           BENCH_CUDA(cudaEventRecord(fork, c.s0));
           BENCH_CUDA(cudaStreamWaitEvent(s0b, fork, 0));
           BENCH_CUDA(cudaMemcpyPeerAsync(c.dst1, 1, c.src0, 0, n_ce, c.s0));
-          putGridStride<4><<<blocksFor(n - n_ce, 4 * S, 16384), 256, 0, s0b>>>(c.dst1 + n_ce, c.src0 + n_ce,
-                                                                                n - n_ce);
+          putGridStride<4><<<blocksFor(n - n_ce, 4 * S, 16384), 256, 0, s0b>>>(
+              c.dst1 + n_ce, c.src0 + n_ce, n - n_ce);
           BENCH_CUDA(cudaEventRecord(join, s0b));
           BENCH_CUDA(cudaStreamWaitEvent(c.s0, join, 0));
         }));
@@ -845,7 +892,8 @@ int main(int argc, char** argv) {
         verify(c, "CE+SM split", n);
       }
       char name[96];
-      std::snprintf(name, sizeof name, "info, not a device put: CE %d%% + SM grid %d%% concurrently",
+      std::snprintf(name, sizeof name,
+                    "info, not a device put: CE %d%% + SM grid %d%% concurrently",
                     (int)((1 - sm_frac) * 100), (int)(sm_frac * 100));
       printRow(name, g, &base);
     }
@@ -854,7 +902,8 @@ int main(int argc, char** argv) {
   int api_status = 0;
   BENCH_CUDA(cudaSetDevice(0));
   BENCH_CUDA(cudaMemcpy(&api_status, c.api_status, sizeof api_status, cudaMemcpyDeviceToHost));
-  if (api_status) c.verify_fail["Device API mc_put_block"] = "returned McStatus " + std::to_string(api_status);
+  if (api_status)
+    c.verify_fail["Device API mc_put_block"] = "returned McStatus " + std::to_string(api_status);
   std::printf("\n## Verification\n\n");
   if (c.verify_fail.empty())
     std::printf("every design's output matched the source at every size\n");

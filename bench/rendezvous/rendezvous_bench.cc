@@ -24,6 +24,7 @@
 // the measured joins, and the membership events they cause are drained
 // before the next iteration.
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -38,15 +39,15 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -56,16 +57,14 @@
 #include <thread>
 #include <vector>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "mooncake/client/client.h"
 #include "mooncake/client/communicator.h"
 #include "mooncake/common/fd_passing.h"
@@ -373,7 +372,7 @@ Stats Summarize(std::vector<double> v) {
 // ---------------------------------------------------------------- processes
 
 struct SpawnIo {
-  int child_fd = -1;        // dup2'ed to this fd number in the child
+  int child_fd = -1;  // dup2'ed to this fd number in the child
   int target_fd = 3;
   std::string stdout_path;  // "" = inherit
 };
@@ -383,8 +382,8 @@ absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const SpawnIo&
   posix_spawn_file_actions_init(&fa);
   if (io.child_fd >= 0) posix_spawn_file_actions_adddup2(&fa, io.child_fd, io.target_fd);
   if (!io.stdout_path.empty()) {
-    posix_spawn_file_actions_addopen(&fa, 1, io.stdout_path.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_addopen(&fa, 1, io.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                     0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
   std::vector<char*> args;
@@ -428,9 +427,8 @@ class DaemonProcess {
     d->log_ = dir + "/mooncaked.log";
     SpawnIo io;
     io.stdout_path = d->log_;
-    absl::StatusOr<pid_t> pid = Spawn({binary, "--socket", d->socket_, "--node-id", "benchnode",
-                                       "--log-level", "warning"},
-                                      io);
+    absl::StatusOr<pid_t> pid = Spawn(
+        {binary, "--socket", d->socket_, "--node-id", "benchnode", "--log-level", "warning"}, io);
     if (!pid.ok()) return pid.status();
     d->pid_ = *pid;
     int64_t deadline = NowNs() + 20LL * 1000000000;
@@ -442,8 +440,8 @@ class DaemonProcess {
       }
       ::usleep(10000);
     }
-    return absl::UnavailableError(absl::StrCat(binary, " did not start serving ", d->socket_,
-                                               " within 20 s; see ", d->log_));
+    return absl::UnavailableError(
+        absl::StrCat(binary, " did not start serving ", d->socket_, " within 20 s; see ", d->log_));
   }
   ~DaemonProcess() { Stop(); }
   const std::string& socket() const { return socket_; }
@@ -499,9 +497,8 @@ class RankSet {
     for (uint32_t r = 0; r < n; ++r) {
       int sv[2];
       if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("socketpair for rank ", r, ": ", std::strerror(errno),
-                         " (raise `ulimit -n`)"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "socketpair for rank ", r, ": ", std::strerror(errno), " (raise `ulimit -n`)"));
       }
       set->fds_.push_back(sv[0]);
       set->readers_.emplace_back(sv[0]);
@@ -509,10 +506,10 @@ class RankSet {
       if (processes) {
         SpawnIo io;
         io.child_fd = sv[1];
-        std::vector<std::string> argv = {SelfExe(), "--worker", "--socket", socket, "--rank",
-                                         std::to_string(r), "--world", std::to_string(n),
-                                         "--file-dir", o.file_dir, "--poll-us",
-                                         std::to_string(o.poll_us)};
+        std::vector<std::string> argv = {SelfExe(),  "--worker",        "--socket",
+                                         socket,     "--rank",          std::to_string(r),
+                                         "--world",  std::to_string(n), "--file-dir",
+                                         o.file_dir, "--poll-us",       std::to_string(o.poll_us)};
         if (!o.deadlock_detection) argv.push_back("--no-deadlock-detection");
         absl::StatusOr<pid_t> pid = Spawn(argv, io);
         ::close(sv[1]);
@@ -528,8 +525,8 @@ class RankSet {
     for (uint32_t r = 0; r < n; ++r) {
       std::optional<std::string> hello = set->readers_[r].Read(60000);
       if (!hello || hello->rfind("H 1", 0) != 0) {
-        return absl::UnavailableError(absl::StrCat("rank ", r, " of ", n, " did not connect: ",
-                                                   hello ? *hello : "no answer in 60 s"));
+        return absl::UnavailableError(absl::StrCat(
+            "rank ", r, " of ", n, " did not connect: ", hello ? *hello : "no answer in 60 s"));
       }
     }
     return set;
@@ -679,8 +676,8 @@ absl::StatusOr<RunResult> Measure(RankSet& set, const Options& o, Method method,
       std::vector<std::string> f;
       if (line) f = absl::StrSplit(*line, absl::MaxSplits(' ', 3));
       if (f.size() < 3 || f[0] != "D" || f[2] != "1") {
-        return absl::InternalError(absl::StrCat("leave of ", group, " rank ", r, " failed: ",
-                                                line ? *line : "no answer"));
+        return absl::InternalError(
+            absl::StrCat("leave of ", group, " rank ", r, " failed: ", line ? *line : "no answer"));
       }
       events += std::stoull(f[1]);
     }
@@ -721,8 +718,8 @@ absl::StatusOr<LostResult> MeasureLost(const Options& o, const std::string& sock
     for (size_t r = 0; r < n; ++r) {
       std::optional<std::string> line = set->Read(r, 60000);
       if (!line || line->rfind("R ", 0) != 0 || line->find(" 1 ") == std::string::npos) {
-        return absl::InternalError(absl::StrCat("LOST trial ", t, ": join failed: ",
-                                                line ? *line : "no answer"));
+        return absl::InternalError(
+            absl::StrCat("LOST trial ", t, ": join failed: ", line ? *line : "no answer"));
       }
     }
     for (size_t r = 0; r + 1 < n; ++r) set->Send(r, absl::StrCat("W ", group));
@@ -808,8 +805,8 @@ double ViewCostMs(uint32_t n, int reps) {
 // ---------------------------------------------------------------- mcctl
 
 absl::StatusOr<std::vector<double>> MeasureAdminRpc(const std::string& socket, int calls) {
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("unix:", socket), grpc::InsecureChannelCredentials());
   std::unique_ptr<v1::Admin::Stub> stub = v1::Admin::NewStub(channel);
   std::vector<double> ms;
   for (int i = 0; i < calls + 20; ++i) {
@@ -821,8 +818,8 @@ absl::StatusOr<std::vector<double>> MeasureAdminRpc(const std::string& socket, i
     grpc::Status s = stub->GetStatus(&ctx, req, &resp);
     int64_t t1 = NowNs();
     if (!s.ok()) {
-      return absl::UnavailableError(absl::StrCat("Admin.GetStatus on unix:", socket, ": ",
-                                                 s.error_message()));
+      return absl::UnavailableError(
+          absl::StrCat("Admin.GetStatus on unix:", socket, ": ", s.error_message()));
     }
     if (i >= 20) ms.push_back(Ms(t1 - t0));  // the first calls connect and warm up
   }
@@ -843,8 +840,8 @@ absl::StatusOr<std::vector<double>> MeasureMcctl(const std::string& mcctl,
     }
     int64_t t1 = NowNs();
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      return absl::InternalError(absl::StrCat(mcctl, " --socket ", socket,
-                                              " status --json exited with status ", st));
+      return absl::InternalError(
+          absl::StrCat(mcctl, " --socket ", socket, " status --json exited with status ", st));
     }
     if (i >= 2) ms.push_back(Ms(t1 - t0));  // first runs fill the page cache
   }
@@ -877,9 +874,9 @@ absl::Status ParseArgs(int argc, char** argv, Options* o, bool* worker, WorkerCo
     } else if (a == "--processes") {
       o->processes = true;
     } else if (a == "--mooncaked" || a == "--mcctl" || a == "--socket" || a == "--out" ||
-               a == "--file-dir" || a == "--ranks" || a == "--iters-scale" ||
-               a == "--poll-us" || a == "--rank" || a == "--world" || a == "--lost-trials" ||
-               a == "--methods" || a == "--perf-ctl") {
+               a == "--file-dir" || a == "--ranks" || a == "--iters-scale" || a == "--poll-us" ||
+               a == "--rank" || a == "--world" || a == "--lost-trials" || a == "--methods" ||
+               a == "--perf-ctl") {
       MC_ASSIGN_OR_RETURN(std::string v, value());
       if (a == "--mooncaked") o->mooncaked = v;
       if (a == "--mcctl") o->mcctl = v;
@@ -938,7 +935,8 @@ int Main(int argc, char** argv) {
   bool worker = false;
   WorkerConfig wcfg;
   if (absl::Status s = ParseArgs(argc, argv, &o, &worker, &wcfg); !s.ok()) {
-    if (s.code() != absl::StatusCode::kCancelled) std::cerr << "rendezvous_bench: " << s.message() << "\n";
+    if (s.code() != absl::StatusCode::kCancelled)
+      std::cerr << "rendezvous_bench: " << s.message() << "\n";
     std::cerr << kUsage;
     return s.code() == absl::StatusCode::kCancelled ? 0 : 64;
   }
@@ -955,7 +953,8 @@ int Main(int argc, char** argv) {
   }
   char tmpl[] = "/tmp/mc-rdvbench-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) {
-    std::cerr << "rendezvous_bench: mkdtemp(/tmp/mc-rdvbench-XXXXXX): " << std::strerror(errno) << "\n";
+    std::cerr << "rendezvous_bench: mkdtemp(/tmp/mc-rdvbench-XXXXXX): " << std::strerror(errno)
+              << "\n";
     return 1;
   }
   const std::string tmp = tmpl;
@@ -976,8 +975,8 @@ int Main(int argc, char** argv) {
     daemon = *std::move(d);
     socket = daemon->socket();
   }
-  std::cerr << "rendezvous_bench: mooncaked on " << socket << ", file rendezvous in "
-            << o.file_dir << " (poll " << o.poll_us << " us)\n";
+  std::cerr << "rendezvous_bench: mooncaked on " << socket << ", file rendezvous in " << o.file_dir
+            << " (poll " << o.poll_us << " us)\n";
 
   auto loadavg = [] {
     std::ifstream f("/proc/loadavg");
@@ -1030,8 +1029,9 @@ int Main(int argc, char** argv) {
       }
       r->harness = processes ? "processes" : "threads";
       Stats s = Summarize(r->last_ms);
-      std::cerr << absl::StrFormat("    %-9s %3u ranks: p50 %.3f ms p99 %.3f ms (%d iters, %.1f s)\n",
-                                   r->method, n, s.p50, s.p99, iters, Ms(NowNs() - m0) / 1000);
+      std::cerr << absl::StrFormat(
+          "    %-9s %3u ranks: p50 %.3f ms p99 %.3f ms (%d iters, %.1f s)\n", r->method, n, s.p50,
+          s.p99, iters, Ms(NowNs() - m0) / 1000);
       results.push_back(*std::move(r));
     }
   };
@@ -1044,7 +1044,8 @@ int Main(int argc, char** argv) {
   }
   if (o.processes) {
     for (uint32_t n : {2u, 8u}) {
-      absl::StatusOr<LostResult> l = MeasureLost(o, socket, n, n == 2 ? o.lost_trials : o.lost_trials / 2);
+      absl::StatusOr<LostResult> l =
+          MeasureLost(o, socket, n, n == 2 ? o.lost_trials : o.lost_trials / 2);
       if (!l.ok()) {
         errors.push_back(std::string(l.status().message()));
       } else {
@@ -1134,14 +1135,14 @@ int Main(int argc, char** argv) {
   }
   for (const RunResult& r : results) {
     if (r.method == "mooncaked") {
-      md << "\nmembership events drained after the leaves, " << r.ranks << " ranks ("
-         << r.harness << "): " << absl::StrFormat("%.0f", r.events_per_iter) << " per iteration";
+      md << "\nmembership events drained after the leaves, " << r.ranks << " ranks (" << r.harness
+         << "): " << absl::StrFormat("%.0f", r.events_per_iter) << " per iteration";
     }
   }
   md << "\n";
   for (auto [n, pct] : idle) {
-    md << "\nmooncaked CPU with " << n << " idle sessions (threads harness, "
-       << o.idle_s << " s window): " << absl::StrFormat("%.1f", pct) << "% of one core";
+    md << "\nmooncaked CPU with " << n << " idle sessions (threads harness, " << o.idle_s
+       << " s window): " << absl::StrFormat("%.1f", pct) << "% of one core";
   }
   for (auto [n, ms] : view_cost) {
     md << "\nbuild + serialize + parse of all " << n << " views of " << n

@@ -5,11 +5,11 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel_posix.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <mutex>
-#include <algorithm>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -116,20 +116,20 @@ class Client::Impl {
     MC_RETURN_IF_ERROR(ConnectLocked());
     if (!old_instance.empty() && old_instance != conn_->instance_id) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "mooncaked at ", path_, " restarted (instance ", old_instance, " -> ",
-          conn_->instance_id, "): the old session's groups and fds are gone; rejoin your groups"));
+          "mooncaked at ", path_, " restarted (instance ", old_instance, " -> ", conn_->instance_id,
+          "): the old session's groups and fds are gone; rejoin your groups"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the session with mooncaked at ", path_, " was lost (", why,
-        "); reconnected with a new session: rejoin your groups"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session with mooncaked at ", path_, " was lost (", why,
+                     "); reconnected with a new session: rejoin your groups"));
   }
 
   // Wraps a failed RPC made on `on`. UNAVAILABLE means the daemon went away.
   absl::Status CallError(const grpc::Status& s, absl::string_view rpc, const Connection* on) {
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
       MarkLost(on, absl::StrCat(rpc, ": ", s.error_message()));
-      return absl::UnavailableError(absl::StrCat("mooncaked at ", path_, " went away during ",
-                                                 rpc, " (", s.error_message(),
+      return absl::UnavailableError(absl::StrCat("mooncaked at ", path_, " went away during ", rpc,
+                                                 " (", s.error_message(),
                                                  "): is the service running?"));
     }
     return FromGrpc(s);
@@ -149,7 +149,8 @@ class Client::Impl {
     if (!reply->ParseFromString(frame->payload)) {
       return absl::InternalError("fd channel: malformed reply from mooncaked");
     }
-    if (!reply->ok()) return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->error());
+    if (!reply->ok())
+      return absl::Status(static_cast<absl::StatusCode>(reply->code()), reply->error());
     return frame;
   }
 
@@ -165,8 +166,8 @@ class Client::Impl {
   // Several GETs on one connection: the requests are written in windows
   // (the daemon answers them in order), so n peers cost one connect and
   // about n/kWindow round trips instead of n of each.
-  absl::StatusOr<std::vector<std::vector<UniqueFd>>> FetchMany(const Connection& c,
-                                                               const std::vector<std::string>& tickets) {
+  absl::StatusOr<std::vector<std::vector<UniqueFd>>> FetchMany(
+      const Connection& c, const std::vector<std::string>& tickets) {
     constexpr size_t kWindow = 32;
     std::vector<std::vector<UniqueFd>> out(tickets.size());
     if (tickets.empty()) return out;
@@ -180,15 +181,16 @@ class Client::Impl {
         req.set_session_id(c.session_id);
         req.set_session_token(c.token);
         req.set_ticket(tickets[i]);
-        MC_RETURN_IF_ERROR(SendFrame(sock->get(), req.SerializeAsString(), {}, options_.call_timeout));
+        MC_RETURN_IF_ERROR(
+            SendFrame(sock->get(), req.SerializeAsString(), {}, options_.call_timeout));
       }
       for (size_t i = begin; i < end; ++i) {
         v1::FdReply reply;
         absl::StatusOr<Frame> frame = RecvReply(sock->get(), &reply);
         if (!frame.ok()) {
-          return absl::Status(frame.status().code(), absl::StrCat("fd ticket ", i + 1, " of ",
-                                                                  tickets.size(), ": ",
-                                                                  frame.status().message()));
+          return absl::Status(frame.status().code(),
+                              absl::StrCat("fd ticket ", i + 1, " of ", tickets.size(), ": ",
+                                           frame.status().message()));
         }
         if (frame->fds.size() != reply.fd_count()) {
           return absl::InternalError(absl::StrCat("fd channel: expected ", reply.fd_count(),
@@ -311,8 +313,8 @@ class Client::Impl {
       c->session_ctx->TryCancel();
       c->reader.join();
       tearing_down_.store(false);
-      return absl::UnavailableError(
-          absl::StrCat("mooncaked at ", path_, " did not open a session in time: is it overloaded?"));
+      return absl::UnavailableError(absl::StrCat(
+          "mooncaked at ", path_, " did not open a session in time: is it overloaded?"));
     }
     absl::StatusOr<v1::SessionOpened> o = opened_future.get();
     if (!o.ok()) {
@@ -456,7 +458,8 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   // A large view parses into an arena: one bump allocation per string
   // instead of a malloc (the strings are moved out below).
   google::protobuf::Arena arena;
-  v1::JoinGroupResponse& resp = *google::protobuf::Arena::CreateMessage<v1::JoinGroupResponse>(&arena);
+  v1::JoinGroupResponse& resp =
+      *google::protobuf::Arena::CreateMessage<v1::JoinGroupResponse>(&arena);
   grpc::Status s = c->stub->JoinGroup(&ctx, req, &resp);
   if (!s.ok()) return impl_->CallError(s, "JoinGroup", c.get());
   GroupView v;

@@ -75,19 +75,20 @@ absl::Status Communicator::Setup() {
   buffer_ = transport_->allocateBuffer(o.buffer_bytes);
   if (buffer_ == nullptr) {
     return absl::Status(transport_->lastError().code(),
-                        absl::StrCat("allocating the ", o.buffer_bytes, "-byte buffer: ",
-                                     transport_->lastError().message()));
+                        absl::StrCat("allocating the ", o.buffer_bytes,
+                                     "-byte buffer: ", transport_->lastError().message()));
   }
-  MC_ASSIGN_OR_RETURN(view_, o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
+  MC_ASSIGN_OR_RETURN(view_,
+                      o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
   bool all_ok = transport_->verifyPeerAccess();
   std::vector<int32_t> avail = transport_->availableSnapshot();
   std::vector<uint32_t> unreachable;
   for (uint32_t r = 0; r < avail.size(); ++r) {
     if (avail[r] == 0) unreachable.push_back(r);
   }
-  std::string detail =
-      all_ok ? "" : absl::StrCat("unreachable ranks ", absl::StrJoin(unreachable, ","), ": ",
-                                 transport_->lastError().message());
+  std::string detail = all_ok ? ""
+                              : absl::StrCat("unreachable ranks ", absl::StrJoin(unreachable, ","),
+                                             ": ", transport_->lastError().message());
   MC_RETURN_IF_ERROR(client_->reportReady(o.group, o.rank, all_ok, detail, unreachable));
 
   ctx_ = device::CommCtx{};
@@ -107,9 +108,9 @@ absl::Status Communicator::Setup() {
       std::optional<SessionEvent> ev = client_->nextEvent(left);
       if (!ev) continue;
       if (ev->kind == SessionEvent::Kind::kReady && ev->group == o.group) break;
-      if (ev->group == o.group && (ev->kind == SessionEvent::Kind::kLost ||
-                                   ev->kind == SessionEvent::Kind::kLeft ||
-                                   ev->kind == SessionEvent::Kind::kFailed)) {
+      if (ev->group == o.group &&
+          (ev->kind == SessionEvent::Kind::kLost || ev->kind == SessionEvent::Kind::kLeft ||
+           ev->kind == SessionEvent::Kind::kFailed)) {
         return absl::AbortedError(absl::StrCat("group '", o.group, "': rank ", ev->rank, " ",
                                                SessionEventKindName(ev->kind),
                                                " during setup: ", ev->detail));
@@ -215,7 +216,8 @@ absl::StatusOr<GroupView> Communicator::JoinWithExport() {
                         absl::StrCat("exporting the buffer: ", transport_->lastError().message()));
   }
   MC_ASSIGN_OR_RETURN(JoinOptions j, BaseJoin());
-  j.handle_data.assign(reinterpret_cast<const char*>(handle.data()), handle.size() * sizeof(int32_t));
+  j.handle_data.assign(reinterpret_cast<const char*>(handle.data()),
+                       handle.size() * sizeof(int32_t));
   MC_ASSIGN_OR_RETURN(GroupView view, client_->joinGroup(j));
   joined_ = true;
   std::vector<std::vector<int32_t>> handles(o.world_size);
@@ -231,9 +233,7 @@ absl::StatusOr<GroupView> Communicator::JoinWithExport() {
   return view;
 }
 
-std::string Communicator::handleKind() const {
-  return transport_ ? transport_->handleKind() : "";
-}
+std::string Communicator::handleKind() const { return transport_ ? transport_->handleKind() : ""; }
 
 absl::Status Communicator::leave() {
   if (!joined_ || !client_) return absl::OkStatus();

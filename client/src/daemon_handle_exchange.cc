@@ -25,9 +25,9 @@ absl::StatusOr<std::string> DaemonHandleExchange::exportFds(const std::vector<in
 
 absl::StatusOr<std::vector<UniqueFd>> DaemonHandleExchange::importFds(std::string_view exported) {
   if (exported.size() != kIdBytes + kSecretBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "handle names an export of ", exported.size(), " bytes, expected ",
-        kIdBytes + kSecretBytes, ": was it exported through mooncaked?"));
+    return absl::InvalidArgumentError(absl::StrCat("handle names an export of ", exported.size(),
+                                                   " bytes, expected ", kIdBytes + kSecretBytes,
+                                                   ": was it exported through mooncaked?"));
   }
   FdExport e;
   std::memcpy(&e.id, exported.data(), kIdBytes);

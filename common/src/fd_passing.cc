@@ -41,9 +41,8 @@ absl::Status SetNonBlocking(int fd) {
 absl::Status SendFrame(int sock, absl::string_view payload, const std::vector<int>& fds,
                        absl::Duration timeout) {
   if (fds.size() > kMaxFdsPerFrame) {
-    return absl::InvalidArgumentError(absl::StrCat("fd channel: ", fds.size(),
-                                                   " fds in one frame; the limit is ",
-                                                   kMaxFdsPerFrame));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fd channel: ", fds.size(), " fds in one frame; the limit is ", kMaxFdsPerFrame));
   }
   if (payload.size() > kMaxFrameBytes) {
     return absl::InvalidArgumentError("fd channel: frame too large");
@@ -98,7 +97,8 @@ absl::StatusOr<Frame> RecvFrame(int sock, absl::Duration timeout) {
     if (target->size() == want) {
       if (have_len) break;
       uint32_t len = 0;
-      for (int i = 0; i < 4; ++i) len |= static_cast<uint32_t>(static_cast<uint8_t>(header[i])) << (8 * i);
+      for (int i = 0; i < 4; ++i)
+        len |= static_cast<uint32_t>(static_cast<uint8_t>(header[i])) << (8 * i);
       if (len > kMaxFrameBytes) {
         return absl::InvalidArgumentError(absl::StrCat("fd channel: frame of ", len, " bytes"));
       }
@@ -169,8 +169,7 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
     if (errno == EINTR) continue;
     int err = errno;
     return absl::UnavailableError(absl::StrCat("cannot reach mooncaked at ", path, " (",
-                                               std::strerror(err),
-                                               "): is the service running?"));
+                                               std::strerror(err), "): is the service running?"));
   }
   return fd;
 }

@@ -20,11 +20,16 @@ LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* out) {
   std::string t = absl::AsciiStrToLower(text);
-  if (t == "debug") *out = LogLevel::kDebug;
-  else if (t == "info") *out = LogLevel::kInfo;
-  else if (t == "warning" || t == "warn") *out = LogLevel::kWarning;
-  else if (t == "error") *out = LogLevel::kError;
-  else return false;
+  if (t == "debug")
+    *out = LogLevel::kDebug;
+  else if (t == "info")
+    *out = LogLevel::kInfo;
+  else if (t == "warning" || t == "warn")
+    *out = LogLevel::kWarning;
+  else if (t == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 

@@ -12,32 +12,24 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
   switch (err) {
     case ENOENT:
     case ENODEV:
-    case ENXIO:
-      return absl::NotFoundError(msg);
+    case ENXIO: return absl::NotFoundError(msg);
     case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
+    case EPERM: return absl::PermissionDeniedError(msg);
     case EEXIST:
-    case EADDRINUSE:
-      return absl::AlreadyExistsError(msg);
+    case EADDRINUSE: return absl::AlreadyExistsError(msg);
     case EINVAL:
-    case EBADF:
-      return absl::InvalidArgumentError(msg);
+    case EBADF: return absl::InvalidArgumentError(msg);
     case ENOMEM:
     case EMFILE:
     case ENFILE:
-    case ENOSPC:
-      return absl::ResourceExhaustedError(msg);
+    case ENOSPC: return absl::ResourceExhaustedError(msg);
     case ETIMEDOUT:
-    case EAGAIN:
-      return absl::DeadlineExceededError(msg);
+    case EAGAIN: return absl::DeadlineExceededError(msg);
     case ECONNREFUSED:
     case ECONNRESET:
     case EPIPE:
-    case ENOTCONN:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
+    case ENOTCONN: return absl::UnavailableError(msg);
+    default: return absl::InternalError(msg);
   }
 }
 

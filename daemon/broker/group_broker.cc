@@ -15,8 +15,8 @@ namespace {
 bool ValidGroupName(absl::string_view name) {
   if (name.empty() || name.size() > 128) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
-           c == '-' || c == ':';
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+           c == ':';
   });
 }
 
@@ -48,9 +48,9 @@ GroupBroker::~GroupBroker() {
 
 absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupRequest& r) const {
   if (!ValidGroupName(r.group())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "group name '", r.group().substr(0, 64),
-        "' is invalid: use 1-128 characters of [A-Za-z0-9._:-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group name '", r.group().substr(0, 64),
+                     "' is invalid: use 1-128 characters of [A-Za-z0-9._:-]"));
   }
   if (r.world_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': world size 0"));
@@ -61,15 +61,14 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
                                                    limits_.max_world_size, " (max_world_size)"));
   }
   if (r.rank() >= r.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': rank ", r.rank(),
-                                                   " is out of range for world size ",
-                                                   r.world_size(), " (ranks are 0..",
-                                                   r.world_size() - 1, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", r.group(), "': rank ", r.rank(), " is out of range for world size ",
+                     r.world_size(), " (ranks are 0..", r.world_size() - 1, ")"));
   }
   if (r.handle().data().size() > limits_.max_handle_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': handle of ",
-                                                   r.handle().data().size(),
-                                                   " bytes exceeds ", limits_.max_handle_bytes));
+                                                   r.handle().data().size(), " bytes exceeds ",
+                                                   limits_.max_handle_bytes));
   }
   if (r.handle().kind().size() > 64) {
     return absl::InvalidArgumentError("handle kind longer than 64 characters");
@@ -103,8 +102,8 @@ absl::StatusOr<int> GroupBroker::ResolveGpu(const v1::DeviceSelector& d, std::st
     }
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "GPU '", d.gpu_uuid().empty() ? d.gpu_pci_bus_id() : d.gpu_uuid(),
-      "' is not on this node (", topology_.gpus_size(), " GPUs found; `mcctl gpus` lists them)"));
+      "GPU '", d.gpu_uuid().empty() ? d.gpu_pci_bus_id() : d.gpu_uuid(), "' is not on this node (",
+      topology_.gpus_size(), " GPUs found; `mcctl gpus` lists them)"));
 }
 
 bool GroupBroker::Reachable(int from, int to, bool* native_atomics) const {
@@ -220,9 +219,9 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
     // removes this member. Without the check a rank of a dead session could
     // complete a group and never be reported lost.
     if (!sessions_->Find(caller.id)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session ", caller.id, " ended while joining group '", req.group(),
-          "'; reconnect and rejoin"));
+      return absl::FailedPreconditionError(absl::StrCat("session ", caller.id,
+                                                        " ended while joining group '", req.group(),
+                                                        "'; reconnect and rejoin"));
     }
     std::shared_ptr<Group>& slot = groups_[key];
     if (!slot) {
@@ -238,12 +237,12 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       error = absl::InvalidArgumentError(absl::StrCat(
           "group '", g.name, "' has world size ", g.world_size, " but rank ", req.rank(),
           " asked for ", req.world_size(), ": start every rank with the same world size"));
-    } else if (auto it = g.members.find(req.rank());
-               it != g.members.end() && it->second.state != MemberState::kLeft &&
-               it->second.state != MemberState::kLost) {
-      error = absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g.name,
-                                                    "' is already taken by pid ",
-                                                    it->second.cred.pid));
+    } else if (auto it = g.members.find(req.rank()); it != g.members.end() &&
+                                                     it->second.state != MemberState::kLeft &&
+                                                     it->second.state != MemberState::kLost) {
+      error =
+          absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g.name,
+                                                "' is already taken by pid ", it->second.cred.pid));
     } else if (g.formed) {
       error = absl::FailedPreconditionError(absl::StrCat(
           "group '", g.name, "' already formed (epoch ", g.epoch, ") and rank ", req.rank(),
@@ -297,8 +296,8 @@ void GroupBroker::CancelJoin(const SessionInfo& caller, const std::string& group
     Group& g = *it->second;
     auto w = g.waiters.find(rank);
     if (w == g.waiters.end() || w->second.caller.id != caller.id) return;
-    completions.push_back({std::move(w->second.done),
-                           absl::CancelledError("JoinGroup cancelled by the client")});
+    completions.push_back(
+        {std::move(w->second.done), absl::CancelledError("JoinGroup cancelled by the client")});
     g.waiters.erase(w);
     g.members.erase(rank);
     EraseIfEmpty(key);
@@ -316,8 +315,8 @@ void GroupBroker::TimerLoop() {
     for (auto& [key, g] : groups_) {
       for (auto w = g->waiters.begin(); w != g->waiters.end();) {
         if (w->second.deadline <= now) {
-          expired.push_back({std::move(w->second.done),
-                             DeadlineError(*g, w->first, w->second.timeout_ms)});
+          expired.push_back(
+              {std::move(w->second.done), DeadlineError(*g, w->first, w->second.timeout_ms)});
           g->members.erase(w->first);
           w = g->waiters.erase(w);
           emptied.push_back(key);
@@ -359,7 +358,8 @@ absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& calle
             });
   bool cancel_sent = false;
   absl::MutexLock lock(&result->mu);
-  auto has = [&result]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) { return result->value.has_value(); };
+  auto has = [&result]()
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(result->mu) { return result->value.has_value(); };
   while (!result->value) {
     result->mu.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(100));
     if (!result->value && !cancel_sent && cancelled()) {
@@ -391,11 +391,10 @@ void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEv
 void GroupBroker::EraseIfEmpty(const GroupKey& key) {
   auto it = groups_.find(key);
   if (it == groups_.end()) return;
-  bool any_alive = std::any_of(it->second->members.begin(), it->second->members.end(),
-                               [](const auto& kv) {
-                                 return kv.second.state != MemberState::kLeft &&
-                                        kv.second.state != MemberState::kLost;
-                               });
+  bool any_alive =
+      std::any_of(it->second->members.begin(), it->second->members.end(), [](const auto& kv) {
+        return kv.second.state != MemberState::kLeft && kv.second.state != MemberState::kLost;
+      });
   if (!any_alive) {
     if (it->second->formed) {
       MC_LOG(kInfo, "group '", it->second->name, "' (uid ", key.first, ") released");
@@ -498,8 +497,8 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
       touched.push_back(key);
       if (!g->formed) {
         if (auto w = g->waiters.find(m.rank); w != g->waiters.end()) {
-          completions.push_back({std::move(w->second.done),
-                                 absl::CancelledError("the session ended while waiting")});
+          completions.push_back(
+              {std::move(w->second.done), absl::CancelledError("the session ended while waiting")});
           g->waiters.erase(w);
         }
         it = g->members.erase(it);
@@ -526,7 +525,8 @@ void GroupBroker::Shutdown() {
     shut_down_ = true;
     for (auto& [key, g] : groups_) {
       for (auto& [rank, w] : g->waiters) {
-        completions.push_back({std::move(w.done), absl::UnavailableError("mooncaked is shutting down")});
+        completions.push_back(
+            {std::move(w.done), absl::UnavailableError("mooncaked is shutting down")});
       }
       g->waiters.clear();
     }
@@ -574,8 +574,8 @@ std::vector<GroupSummary> GroupBroker::List(uint32_t uid, bool all) const {
 size_t GroupBroker::CountVisible(uint32_t uid, bool all) const {
   absl::MutexLock lock(&mu_);
   if (all) return groups_.size();
-  return static_cast<size_t>(std::count_if(groups_.begin(), groups_.end(),
-                                           [uid](const auto& kv) { return kv.first.first == uid; }));
+  return static_cast<size_t>(std::count_if(
+      groups_.begin(), groups_.end(), [uid](const auto& kv) { return kv.first.first == uid; }));
 }
 
 std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
@@ -583,7 +583,8 @@ std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
   std::vector<std::string> out;
   for (const auto& [key, g] : groups_) {
     for (const auto& [r, m] : g->members) {
-      if (m.session == session_id && m.state != MemberState::kLeft && m.state != MemberState::kLost) {
+      if (m.session == session_id && m.state != MemberState::kLeft &&
+          m.state != MemberState::kLost) {
         out.push_back(absl::StrCat(g->name, "/", r));
       }
     }

@@ -79,8 +79,7 @@ class GroupBroker {
   // `done`, polling `cancelled` every 100 ms and cancelling the join when
   // it returns true.
   absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
-                                             const v1::JoinGroupRequest& request,
-                                             FdBundlePtr fds,
+                                             const v1::JoinGroupRequest& request, FdBundlePtr fds,
                                              const std::function<bool()>& cancelled);
   absl::Status Leave(const SessionInfo& caller, const std::string& group, uint32_t rank);
   absl::Status ReportReady(const SessionInfo& caller, const v1::ReportReadyRequest& request);

@@ -81,7 +81,8 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
 
 }  // namespace
 
-absl::Status ParseConfigText(absl::string_view text, absl::string_view origin, DaemonConfig* config) {
+absl::Status ParseConfigText(absl::string_view text, absl::string_view origin,
+                             DaemonConfig* config) {
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -127,10 +128,14 @@ absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_
   std::vector<std::pair<std::string, std::string>> flags;
   std::string config_path;
   static const std::pair<const char*, const char*> kFlagKeys[] = {
-      {"--socket", "socket"},           {"--node-id", "node_id"},
-      {"--log-level", "log_level"},     {"--peer-listen", "peer_listen"},
-      {"--sysfs-root", "sysfs_root"},   {"--socket-mode", "socket_mode"},
-      {"--cuda-library", "cuda_library"}, {"--config", ""}};
+      {"--socket", "socket"},
+      {"--node-id", "node_id"},
+      {"--log-level", "log_level"},
+      {"--peer-listen", "peer_listen"},
+      {"--sysfs-root", "sysfs_root"},
+      {"--socket-mode", "socket_mode"},
+      {"--cuda-library", "cuda_library"},
+      {"--config", ""}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -152,7 +157,8 @@ absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_
       if (name == flag) key = k;
     }
     if (key == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown argument '", arg, "'\n", UsageText()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown argument '", arg, "'\n", UsageText()));
     }
     if (name == arg) {
       if (i + 1 >= argc) {

@@ -29,9 +29,8 @@ std::vector<v1::GpuNicAffinity> ComputeGpuNicAffinity(absl::string_view sysfs_ro
     for (size_t i = 0; i < nics.size(); ++i) {
       distances[i] = ClassifyPciDistance(gpu_path, nic_paths[i]);
     }
-    PciDistance best = distances.empty()
-                           ? PciDistance::kUnknown
-                           : *std::min_element(distances.begin(), distances.end());
+    PciDistance best = distances.empty() ? PciDistance::kUnknown
+                                         : *std::min_element(distances.begin(), distances.end());
     for (size_t i = 0; i < nics.size(); ++i) {
       v1::GpuNicAffinity& entry = out.emplace_back();
       entry.set_gpu(gpu.index);

@@ -9,10 +9,9 @@ namespace mooncake::daemon {
 v1::Topology DiscoverTopology(const DiscoveryOptions& options) {
   v1::Topology topology;
 
-  GpuDiscoveryResult gpus =
-      DiscoverGpus({.cuda_library = options.cuda_library,
-                    .sysfs_root = options.sysfs_root,
-                    .driver = options.cuda_driver});
+  GpuDiscoveryResult gpus = DiscoverGpus({.cuda_library = options.cuda_library,
+                                          .sysfs_root = options.sysfs_root,
+                                          .driver = options.cuda_driver});
   topology.set_cuda_driver_version(gpus.driver_version);
   topology.set_gpu_discovery_note(gpus.note);
 

@@ -39,8 +39,7 @@ std::string CuInitAdvice(CuResult rc) {
              "off the library path so the driver's libcuda.so.1 is loaded";
     case drivers::kCudaErrorUnknown:
       return "the driver failed to initialize; check dmesg and nvidia-smi";
-    default:
-      return "check nvidia-smi and dmesg";
+    default: return "check nvidia-smi and dmesg";
   }
 }
 
@@ -49,10 +48,10 @@ bool QueryFlag(CudaDriver& cu, CuDevice dev, int ordinal, int attr, absl::string
   int value = 0;
   CuResult rc = cu.deviceGetAttribute(&value, attr, dev);
   if (rc != kCudaSuccess) {
-    problems->push_back(absl::StrCat(
-        "GPU ", ordinal, ": ",
-        CudaError(cu, absl::StrCat("cuDeviceGetAttribute(", attr_name, ")"), rc),
-        "; reported as unsupported"));
+    problems->push_back(
+        absl::StrCat("GPU ", ordinal, ": ",
+                     CudaError(cu, absl::StrCat("cuDeviceGetAttribute(", attr_name, ")"), rc),
+                     "; reported as unsupported"));
     return false;
   }
   return value != 0;
@@ -63,9 +62,9 @@ int QueryInt(CudaDriver& cu, CuDevice dev, int ordinal, int attr, absl::string_v
   int value = 0;
   CuResult rc = cu.deviceGetAttribute(&value, attr, dev);
   if (rc != kCudaSuccess) {
-    problems->push_back(absl::StrCat(
-        "GPU ", ordinal, ": ",
-        CudaError(cu, absl::StrCat("cuDeviceGetAttribute(", attr_name, ")"), rc)));
+    problems->push_back(
+        absl::StrCat("GPU ", ordinal, ": ",
+                     CudaError(cu, absl::StrCat("cuDeviceGetAttribute(", attr_name, ")"), rc)));
     return 0;
   }
   return value;
@@ -102,8 +101,7 @@ absl::StatusOr<v1::Gpu> QueryGpu(CudaDriver& cu, const GpuDiscoveryOptions& opti
   gpu.set_compute_capability_minor(QueryInt(cu, dev, ordinal,
                                             drivers::kCuDeviceAttrComputeCapabilityMinor,
                                             "COMPUTE_CAPABILITY_MINOR", problems));
-  gpu.set_multiprocessor_count(QueryInt(cu, dev, ordinal,
-                                        drivers::kCuDeviceAttrMultiprocessorCount,
+  gpu.set_multiprocessor_count(QueryInt(cu, dev, ordinal, drivers::kCuDeviceAttrMultiprocessorCount,
                                         "MULTIPROCESSOR_COUNT", problems));
   gpu.set_vmm_supported(QueryFlag(cu, dev, ordinal,
                                   drivers::kCuDeviceAttrVirtualMemoryManagementSupported,
@@ -111,16 +109,16 @@ absl::StatusOr<v1::Gpu> QueryGpu(CudaDriver& cu, const GpuDiscoveryOptions& opti
   gpu.set_posix_fd_handle_supported(
       QueryFlag(cu, dev, ordinal, drivers::kCuDeviceAttrHandleTypePosixFileDescriptorSupported,
                 "HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED", problems));
-  gpu.set_fabric_handle_supported(
-      QueryFlag(cu, dev, ordinal, drivers::kCuDeviceAttrHandleTypeFabricSupported,
-                "HANDLE_TYPE_FABRIC_SUPPORTED", problems));
+  gpu.set_fabric_handle_supported(QueryFlag(cu, dev, ordinal,
+                                            drivers::kCuDeviceAttrHandleTypeFabricSupported,
+                                            "HANDLE_TYPE_FABRIC_SUPPORTED", problems));
   gpu.set_dmabuf_supported(QueryFlag(cu, dev, ordinal, drivers::kCuDeviceAttrDmaBufSupported,
                                      "DMA_BUF_SUPPORTED", problems));
   return gpu;
 }
 
-v1::GpuPair QueryPair(CudaDriver& cu, int src_ordinal, CuDevice src, int dst_ordinal,
-                      CuDevice dst, std::vector<std::string>* problems) {
+v1::GpuPair QueryPair(CudaDriver& cu, int src_ordinal, CuDevice src, int dst_ordinal, CuDevice dst,
+                      std::vector<std::string>* problems) {
   v1::GpuPair pair;
   pair.set_src(src_ordinal);
   pair.set_dst(dst_ordinal);
@@ -128,10 +126,10 @@ v1::GpuPair QueryPair(CudaDriver& cu, int src_ordinal, CuDevice src, int dst_ord
     int value = 0;
     CuResult rc = cu.deviceGetP2PAttribute(&value, attr, src, dst);
     if (rc != kCudaSuccess) {
-      problems->push_back(absl::StrCat(
-          "GPU ", src_ordinal, "->", dst_ordinal, ": ",
-          CudaError(cu, absl::StrCat("cuDeviceGetP2PAttribute(", attr_name, ")"), rc),
-          "; reported as unsupported"));
+      problems->push_back(
+          absl::StrCat("GPU ", src_ordinal, "->", dst_ordinal, ": ",
+                       CudaError(cu, absl::StrCat("cuDeviceGetP2PAttribute(", attr_name, ")"), rc),
+                       "; reported as unsupported"));
       return 0;
     }
     return value;

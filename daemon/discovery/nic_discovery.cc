@@ -128,10 +128,13 @@ std::vector<std::string> CompareWithVerbsDevices(const std::vector<v1::Nic>& nic
   for (const v1::Nic& nic : nics) {
     in_sysfs.insert(nic.name());
     if (in_verbs.count(nic.name()) == 0) {
-      problems.push_back(absl::StrCat(
-          nic.name(), " is in sysfs but libibverbs cannot see it: install the rdma-core "
-          "user-space provider for driver '", nic.driver(), "' (ibverbs-providers) and load "
-          "ib_uverbs"));
+      problems.push_back(
+          absl::StrCat(nic.name(),
+                       " is in sysfs but libibverbs cannot see it: install the rdma-core "
+                       "user-space provider for driver '",
+                       nic.driver(),
+                       "' (ibverbs-providers) and load "
+                       "ib_uverbs"));
     }
   }
   for (const std::string& name : in_verbs) {
@@ -200,8 +203,8 @@ NicDiscoveryResult DiscoverNics(const NicDiscoveryOptions& options) {
         continue;
       }
       if (nic->ports_size() == 0) {
-        problems.push_back(absl::StrCat(name, " has no readable ports under ", class_dir, "/",
-                                        name, "/ports"));
+        problems.push_back(
+            absl::StrCat(name, " has no readable ports under ", class_dir, "/", name, "/ports"));
       }
       result.nics.push_back(*std::move(nic));
     }

@@ -73,8 +73,8 @@ PciDistance ClassifyPciDistance(const PciPath& a, const PciPath& b) {
   if (a.root_complex != b.root_complex) {
     return a.numa_node == b.numa_node ? PciDistance::kNode : PciDistance::kSys;
   }
-  auto [a_end, b_end] = std::mismatch(a.bridges.begin(), a.bridges.end(), b.bridges.begin(),
-                                      b.bridges.end());
+  auto [a_end, b_end] =
+      std::mismatch(a.bridges.begin(), a.bridges.end(), b.bridges.begin(), b.bridges.end());
   size_t shared = static_cast<size_t>(a_end - a.bridges.begin());
   if (shared == 0) return PciDistance::kPhb;
   // A PCIe switch is an upstream port with one downstream port per slot;

@@ -51,7 +51,6 @@ absl::string_view PciDistanceName(PciDistance distance);
 PciDistance ClassifyPciDistance(const PciPath& a, const PciPath& b);
 
 // As above, kUnknown when either lookup failed.
-PciDistance ClassifyPciDistance(const absl::StatusOr<PciPath>& a,
-                                const absl::StatusOr<PciPath>& b);
+PciDistance ClassifyPciDistance(const absl::StatusOr<PciPath>& a, const absl::StatusOr<PciPath>& b);
 
 }  // namespace mooncake::daemon

@@ -8,8 +8,8 @@ namespace mooncake::daemon {
 ExportRecord ExportRegistry::Add(uint64_t session, uint32_t uid, int pid, std::string kind,
                                  uint64_t size, FdBundlePtr bundle) {
   absl::MutexLock lock(&mu_);
-  ExportRecord r{next_id_++, RandomBytes(16), session, uid, pid, std::move(kind), size,
-                 std::move(bundle)};
+  ExportRecord r{next_id_++, RandomBytes(16), session, uid,
+                 pid,        std::move(kind), size,    std::move(bundle)};
   exports_[r.id] = r;
   return r;
 }
@@ -19,8 +19,8 @@ absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_vi
   absl::MutexLock lock(&mu_);
   auto it = exports_.find(id);
   if (it == exports_.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "export ", id, " does not exist: its owner process exited or withdrew it"));
+    return absl::NotFoundError(
+        absl::StrCat("export ", id, " does not exist: its owner process exited or withdrew it"));
   }
   const ExportRecord& r = it->second;
   unsigned char diff = secret.size() == r.secret.size() ? 0 : 1;
@@ -28,9 +28,10 @@ absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_vi
     diff |= static_cast<unsigned char>(r.secret[i] ^ secret[i]);
   }
   if (diff != 0 || r.uid != uid) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "export ", id, " belongs to another user or the handle is corrupt; exports are "
-        "importable only by processes of the exporter's uid"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("export ", id,
+                     " belongs to another user or the handle is corrupt; exports are "
+                     "importable only by processes of the exporter's uid"));
   }
   return r;
 }

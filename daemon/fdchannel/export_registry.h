@@ -6,12 +6,12 @@
 // additions against session end. Thread-safe.
 #pragma once
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
 

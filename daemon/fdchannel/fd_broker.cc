@@ -20,9 +20,9 @@ absl::StatusOr<std::string> FdBroker::AddIncoming(const SessionInfo& session,
   absl::ReaderMutexLock lock(&end_mu_);
   if (absl::Status s = CheckOpen(session.id); !s.ok()) return s;
   if (tickets_.IncomingFor(session.id) >= kMaxIncomingPerSession) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "fd channel: session holds ", kMaxIncomingPerSession,
-        " unused fd tickets; name them in an RPC or let them expire"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("fd channel: session holds ", kMaxIncomingPerSession,
+                     " unused fd tickets; name them in an RPC or let them expire"));
   }
   return tickets_.AddIncoming(session.id, session.cred.uid, std::move(fds));
 }
@@ -38,8 +38,7 @@ absl::StatusOr<std::string> FdBroker::IssueOutgoing(uint64_t owner_session,
   absl::ReaderMutexLock lock(&end_mu_);
   if (absl::Status s = CheckOpen(owner_session); !s.ok()) return s;
   if (absl::Status s = CheckOpen(recipient.id); !s.ok()) return s;
-  return tickets_.IssueOutgoing(owner_session, recipient.id, recipient.cred.uid,
-                                std::move(bundle));
+  return tickets_.IssueOutgoing(owner_session, recipient.id, recipient.cred.uid, std::move(bundle));
 }
 
 absl::StatusOr<FdBundlePtr> FdBroker::Redeem(const std::string& ticket, uint64_t session,
@@ -47,9 +46,8 @@ absl::StatusOr<FdBundlePtr> FdBroker::Redeem(const std::string& ticket, uint64_t
   return tickets_.Redeem(ticket, session, uid);
 }
 
-absl::StatusOr<ExportRecord> FdBroker::Export(const SessionInfo& session,
-                                              const std::string& ticket, std::string kind,
-                                              uint64_t size) {
+absl::StatusOr<ExportRecord> FdBroker::Export(const SessionInfo& session, const std::string& ticket,
+                                              std::string kind, uint64_t size) {
   if (kind.size() > kMaxKindLength) {
     return absl::InvalidArgumentError(
         absl::StrCat("export kind longer than ", kMaxKindLength, " characters"));

@@ -34,8 +34,7 @@ void ReplyError(int sock, const absl::Status& s) {
 
 }  // namespace
 
-FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions,
-                                 FdBroker* fds)
+FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds)
     : listen_fd_(std::move(listen_fd)), sessions_(sessions), fds_(fds) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0) {
@@ -46,7 +45,9 @@ FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sess
 
 FdChannelServer::~FdChannelServer() { Stop(); }
 
-void FdChannelServer::Start() { thread_ = std::thread([this] { AcceptLoop(); }); }
+void FdChannelServer::Start() {
+  thread_ = std::thread([this] { AcceptLoop(); });
+}
 
 void FdChannelServer::Stop() {
   if (stopping_.exchange(true)) return;
@@ -138,9 +139,9 @@ void FdChannelServer::Serve(int sock) {
     switch (req.op()) {
       case mooncake::v1::FdRequest::PUT: {
         if (frame->fds.empty() || frame->fds.size() != req.fd_count()) {
-          ReplyError(sock, absl::InvalidArgumentError(absl::StrCat(
-                                     "fd channel: PUT announced ", req.fd_count(),
-                                     " fds but carried ", frame->fds.size())));
+          ReplyError(sock, absl::InvalidArgumentError(
+                               absl::StrCat("fd channel: PUT announced ", req.fd_count(),
+                                            " fds but carried ", frame->fds.size())));
           continue;
         }
         absl::StatusOr<std::string> ticket = fds_->AddIncoming(*session, std::move(frame->fds));
@@ -168,8 +169,7 @@ void FdChannelServer::Serve(int sock) {
         Reply(sock, r, fds);
         break;
       }
-      default:
-        ReplyError(sock, absl::InvalidArgumentError("fd channel: unknown op"));
+      default: ReplyError(sock, absl::InvalidArgumentError("fd channel: unknown op"));
     }
   }
 }

@@ -59,8 +59,8 @@ std::string TicketStore::IssueOutgoing(uint64_t owner_session, uint64_t recipien
   absl::Time now = absl::Now();
   ExpireLocked(now);
   std::string t = NewTicketLocked();
-  tickets_[t] = Ticket{false, owner_session, recipient_session, recipient_uid, now + ttl_,
-                       std::move(bundle)};
+  tickets_[t] =
+      Ticket{false, owner_session, recipient_session, recipient_uid, now + ttl_, std::move(bundle)};
   return t;
 }
 
@@ -70,8 +70,9 @@ absl::StatusOr<FdBundlePtr> TicketStore::Redeem(const std::string& ticket, uint6
   ExpireLocked(absl::Now());
   auto it = tickets_.find(ticket);
   if (it == tickets_.end() || it->second.incoming || it->second.expires <= absl::Now()) {
-    return absl::NotFoundError("fd ticket is unknown, used or expired (tickets live "
-                               "ticket_ttl_ms and are redeemable once)");
+    return absl::NotFoundError(
+        "fd ticket is unknown, used or expired (tickets live "
+        "ticket_ttl_ms and are redeemable once)");
   }
   if (it->second.uid != uid || it->second.recipient != session) {
     return absl::PermissionDeniedError("fd ticket was issued to another session or user");

@@ -54,8 +54,8 @@ class TicketStore {
  private:
   struct Ticket {
     bool incoming = false;
-    uint64_t owner = 0;       // whose fds these are
-    uint64_t recipient = 0;   // who may redeem
+    uint64_t owner = 0;      // whose fds these are
+    uint64_t recipient = 0;  // who may redeem
     uint32_t uid = 0;
     absl::Time expires;
     FdBundlePtr bundle;

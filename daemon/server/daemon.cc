@@ -1,18 +1,17 @@
 #include "server/daemon.h"
 
 #include <fcntl.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <grpcpp/server_posix.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
-#include <grpcpp/server_posix.h>
 
 #include "absl/strings/str_cat.h"
 #include "discovery/discovery.h"
@@ -75,8 +74,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     ::unlink(cfg.socket.c_str());
     return fd_listen.status();
   }
-  d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(),
-                                                     d->fds_.get());
+  d->fd_channel_ =
+      std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(), d->fds_.get());
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus(errno, "pipe2");
   d->wake_read_.reset(p[0]);
@@ -111,8 +110,7 @@ absl::Status Daemon::Start() {
     pb.RegisterService(peer_service_.get());
     peer_server_ = pb.BuildAndStart();
     if (!peer_server_ || port == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen for peers on ",
-                                                 config_.peer_listen,
+      return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", config_.peer_listen,
                                                  ": address in use or invalid (peer_listen)"));
     }
     MC_LOG(kInfo, "peer API on ", config_.peer_listen);
@@ -168,7 +166,8 @@ void Daemon::Shutdown(const std::string& reason) {
   broker_->Shutdown();
   sessions_->Shutdown(reason);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  if (peer_server_) peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (peer_server_)
+    peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (fd_channel_) fd_channel_->Stop();
   NotifySystemd("STOPPING=1");
 }

@@ -16,12 +16,12 @@
 //   SessionLifecycle  → LocalService
 #pragma once
 
+#include <grpcpp/server.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
-
-#include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
 #include "broker/group_broker.h"

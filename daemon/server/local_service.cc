@@ -41,7 +41,9 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
 
   SessionReactor(SessionRegistry* sessions, SessionLifecycle* lifecycle,
                  const std::string& instance_id, const SessionInfo& session)
-      : sessions_(sessions), lifecycle_(lifecycle), session_(session),
+      : sessions_(sessions),
+        lifecycle_(lifecycle),
+        session_(session),
         hook_(std::make_shared<Hook>()) {
     hook_->reactor = this;
     v1::SessionEvent opened;
@@ -76,9 +78,9 @@ class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
       if (!ok || cancelled_) {
         finish = grpc::Status::CANCELLED;
       } else if (current_.has_shutdown()) {
-        finish = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrCat("mooncaked is shutting down (",
-                                           current_.shutdown().reason(), ")"));
+        finish = grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("mooncaked is shutting down (", current_.shutdown().reason(), ")"));
       } else {
         finish = grpc::Status::OK;
       }

@@ -15,7 +15,7 @@ struct NodeIdentity {
   std::string node_id;      // config node_id, else the hostname
   std::string hostname;
   absl::Time started;
-  v1::Topology topology;    // GPUs, NICs and their affinity, as discovered at start
+  v1::Topology topology;  // GPUs, NICs and their affinity, as discovered at start
 };
 
 }  // namespace mooncake::daemon

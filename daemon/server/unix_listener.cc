@@ -20,19 +20,19 @@ absl::StatusOr<UniqueFd> ListenUnix(const std::string& path, uint32_t mode,
                                     const std::string& group) {
   sockaddr_un addr{};
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path '", path, "' is empty or longer than ",
-                                                   sizeof(addr.sun_path) - 1, " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket path '", path, "' is empty or longer than ", sizeof(addr.sun_path) - 1, " bytes"));
   }
   std::filesystem::path parent = std::filesystem::path(path).parent_path();
   if (!parent.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(parent, ec);
     if (ec) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot create socket directory ",
-                                                      parent.string(), ": ", ec.message()));
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create socket directory ", parent.string(), ": ", ec.message()));
     }
   }
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       return absl::AlreadyExistsError(

@@ -33,8 +33,8 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
   uint32_t same_uid = 0;
   for (const auto& [id, e] : sessions_) {
     if (e.info.connection_fd == conn_fd) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "this connection already has session ", id, "; open one session per connection"));
+      return absl::AlreadyExistsError(absl::StrCat("this connection already has session ", id,
+                                                   "; open one session per connection"));
     }
     if (e.info.cred.uid == cred.uid) ++same_uid;
   }

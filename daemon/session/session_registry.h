@@ -6,7 +6,6 @@
 // stream's handler drains them. Thread-safe.
 #pragma once
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mooncake/common/fd_passing.h"
@@ -28,9 +28,9 @@ namespace mooncake::daemon {
 struct SessionInfo {
   uint64_t id = 0;
   PeerCred cred;
-  std::string token;        // 16 random bytes; binds fd-channel requests
+  std::string token;  // 16 random bytes; binds fd-channel requests
   std::string client_name;
-  int connection_fd = -1;   // the gRPC connection it lives on
+  int connection_fd = -1;  // the gRPC connection it lives on
   absl::Time opened;
 };
 
@@ -47,7 +47,8 @@ class SessionRegistry {
   std::optional<SessionInfo> Find(uint64_t id) const;
   std::optional<SessionInfo> FindByConnection(int conn_fd) const;
   // Checks id + token (constant time) and that `uid` matches.
-  absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token, uint32_t uid) const;
+  absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token,
+                                           uint32_t uid) const;
 
   // Queues an event and runs the session's notifier (outside the lock);
   // no-op when the session is gone.

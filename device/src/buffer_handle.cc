@@ -18,7 +18,8 @@ void PutU64(std::string* out, size_t off, uint64_t v) {
 }
 uint64_t GetU64(std::string_view in, size_t off) {
   uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[off + i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[off + i])) << (8 * i);
   return v;
 }
 
@@ -42,10 +43,10 @@ const char* HandleKindName(HandleKind kind) {
 
 absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle) {
   if (handle.payload.size() > kMaxPayloadBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "P2P handle: payload of ", handle.payload.size(), " bytes exceeds the ", kMaxPayloadBytes,
-        "-byte limit (a HandleExchange must return at most ",
-        HandleExchange::kMaxExportedBytes, " bytes from exportFds)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("P2P handle: payload of ", handle.payload.size(), " bytes exceeds the ",
+                     kMaxPayloadBytes, "-byte limit (a HandleExchange must return at most ",
+                     HandleExchange::kMaxExportedBytes, " bytes from exportFds)"));
   }
   const size_t total = kHandleBytes;
   std::string bytes(total, '\0');
@@ -62,7 +63,8 @@ absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle) {
   std::vector<int32_t> words(total / 4);
   for (size_t w = 0; w < words.size(); ++w) {
     uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[4 * w + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      v |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[4 * w + i])) << (8 * i);
     words[w] = static_cast<int32_t>(v);
   }
   return words;
@@ -82,7 +84,8 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
                       : " (made by another Mooncake version? run the same version on every rank)"));
   }
   uint32_t magic = 0;
-  for (int i = 0; i < 4; ++i) magic |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    magic |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
   if (magic != kHandleMagic) {
     return absl::InvalidArgumentError(absl::StrCat(
         "P2P handle: bad magic 0x", absl::Hex(magic), " (expected 0x", absl::Hex(kHandleMagic),
@@ -90,8 +93,9 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
   }
   const uint8_t version = static_cast<uint8_t>(bytes[4]);
   if (version != kHandleVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("P2P handle: version ", version, ", this build reads ",
-                                                   kHandleVersion, "; run the same Mooncake version on every rank"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("P2P handle: version ", version, ", this build reads ", kHandleVersion,
+                     "; run the same Mooncake version on every rank"));
   }
   const uint8_t kind = static_cast<uint8_t>(bytes[5]);
   if (kind < 1 || kind > 3) {
@@ -99,8 +103,8 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
   }
   const size_t len = static_cast<uint8_t>(bytes[6]);
   if (len > kMaxPayloadBytes || kHandleHeaderBytes + len > bytes.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("P2P handle: payload length ", len, " does not fit in ", bytes.size(), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("P2P handle: payload length ", len,
+                                                   " does not fit in ", bytes.size(), " bytes"));
   }
   BufferHandle h;
   h.kind = static_cast<HandleKind>(kind);
@@ -156,9 +160,9 @@ absl::Status ValidateImportArgs(int expected_ranks, int rank, int num_ranks, siz
         absl::StrCat("importPeerHandles: rank ", rank, " outside [0, ", num_ranks, ")"));
   }
   if (handle_count != static_cast<size_t>(num_ranks)) {
-    return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: ", handle_count,
-                                                   " handles for ", num_ranks,
-                                                   " ranks; pass one per rank (own entry ignored)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("importPeerHandles: ", handle_count, " handles for ", num_ranks,
+                     " ranks; pass one per rank (own entry ignored)"));
   }
   if (!mask.empty() && mask.size() != static_cast<size_t>(num_ranks)) {
     return absl::InvalidArgumentError(absl::StrCat("importPeerHandles: active_ranks_mask has ",

@@ -51,8 +51,8 @@ absl::StatusCode CodeFor(cudaError_t e) {
 
 absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
-  return absl::Status(CodeFor(e), absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
-                                               cudaGetErrorString(e), ")"));
+  return absl::Status(
+      CodeFor(e), absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
 }
 
 // Makes `device` current and restores the caller's device when destroyed.
@@ -81,19 +81,20 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
 
   absl::Status Init() {
     auto on = EnterPlatform();
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_available_),
-                                             sizeof(int32_t) * numRanks()),
-                                  "cudaMalloc(available table)"));
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_peer_ptrs_),
-                                             sizeof(void*) * numRanks()),
-                                  "cudaMalloc(peer pointer table)"));
+    MC_RETURN_IF_ERROR(CudaStatus(
+        cudaMalloc(reinterpret_cast<void**>(&d_available_), sizeof(int32_t) * numRanks()),
+        "cudaMalloc(available table)"));
+    MC_RETURN_IF_ERROR(
+        CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_peer_ptrs_), sizeof(void*) * numRanks()),
+                   "cudaMalloc(peer pointer table)"));
     MC_RETURN_IF_ERROR(PublishTables());
     if (!vmm()) return absl::OkStatus();
     drivers::CuMemAllocationProp prop = AllocationProp();
-    MC_RETURN_IF_ERROR(CuStatus(*drv_,
-                                drv_->memGetAllocationGranularity(
-                                    &granularity_, &prop, drivers::kCuMemAllocGranularityRecommended),
-                                "cuMemGetAllocationGranularity"));
+    MC_RETURN_IF_ERROR(
+        CuStatus(*drv_,
+                 drv_->memGetAllocationGranularity(&granularity_, &prop,
+                                                   drivers::kCuMemAllocGranularityRecommended),
+                 "cuMemGetAllocationGranularity"));
     // Every GPU that can reach this one gets access, so a process driving
     // several GPUs can use the buffer from any of them.
     int count = 0;
@@ -126,7 +127,8 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     drivers::CuDevicePtr va = 0;
     MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memAddressReserve(&va, bytes, granularity_, 0, 0),
                                 absl::StrCat(who, ": cuMemAddressReserve(", bytes, ")")));
-    absl::Status s = CuStatus(*drv_, drv_->memMap(va, bytes, 0, handle, 0), absl::StrCat(who, ": cuMemMap"));
+    absl::Status s =
+        CuStatus(*drv_, drv_->memMap(va, bytes, 0, handle, 0), absl::StrCat(who, ": cuMemMap"));
     if (s.ok()) {
       std::vector<drivers::CuMemAccessDesc> access(devices.size());
       for (size_t i = 0; i < devices.size(); ++i) {
@@ -161,8 +163,9 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     if (vmm()) {
       drivers::CuMemAllocationProp prop = AllocationProp();
       drivers::CuMemHandle handle = 0;
-      MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memCreate(&handle, map_bytes, &prop, 0),
-                                  absl::StrCat("allocateBuffer: cuMemCreate(", map_bytes, " bytes)")));
+      MC_RETURN_IF_ERROR(
+          CuStatus(*drv_, drv_->memCreate(&handle, map_bytes, &prop, 0),
+                   absl::StrCat("allocateBuffer: cuMemCreate(", map_bytes, " bytes)")));
       absl::StatusOr<void*> base = MapHandle(handle, map_bytes, access_devices_, "allocateBuffer");
       if (!base.ok()) {
         drv_->memRelease(handle);
@@ -171,8 +174,9 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       b->base = *base;
       b->alloc_handle = handle;
     } else {
-      MC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&b->base, map_bytes),
-                                    absl::StrCat("allocateBuffer: cudaMalloc(", map_bytes, " bytes)")));
+      MC_RETURN_IF_ERROR(
+          CudaStatus(cudaMalloc(&b->base, map_bytes),
+                     absl::StrCat("allocateBuffer: cudaMalloc(", map_bytes, " bytes)")));
     }
     absl::Status s = CudaStatus(cudaMemset(b->base, 0, map_bytes), "allocateBuffer: cudaMemset");
     if (!s.ok()) ReleaseMemory(*b);
@@ -189,42 +193,48 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
   }
 
   absl::Status WriteLocalWord(void* addr, uint64_t value) override {
-    return CudaStatus(cudaMemcpy(addr, &value, sizeof(value), cudaMemcpyHostToDevice), "cudaMemcpy");
+    return CudaStatus(cudaMemcpy(addr, &value, sizeof(value), cudaMemcpyHostToDevice),
+                      "cudaMemcpy");
   }
 
   absl::Status ExportMemory(Buffer& b, std::vector<UniqueFd>* fds, std::string* payload) override {
     if (vmm()) {
       int fd = -1;
-      MC_RETURN_IF_ERROR(CuStatus(*drv_,
-                                  drv_->memExportToShareableHandle(
-                                      &fd, b.alloc_handle, drivers::kCuMemHandleTypePosixFileDescriptor, 0),
-                                  "export: cuMemExportToShareableHandle(POSIX fd)"));
+      MC_RETURN_IF_ERROR(
+          CuStatus(*drv_,
+                   drv_->memExportToShareableHandle(
+                       &fd, b.alloc_handle, drivers::kCuMemHandleTypePosixFileDescriptor, 0),
+                   "export: cuMemExportToShareableHandle(POSIX fd)"));
       fds->emplace_back(fd);
       return absl::OkStatus();
     }
     cudaIpcMemHandle_t ipc{};
-    MC_RETURN_IF_ERROR(CudaStatus(cudaIpcGetMemHandle(&ipc, b.base), "export: cudaIpcGetMemHandle"));
+    MC_RETURN_IF_ERROR(
+        CudaStatus(cudaIpcGetMemHandle(&ipc, b.base), "export: cudaIpcGetMemHandle"));
     payload->assign(reinterpret_cast<const char*>(&ipc), sizeof(ipc));
     return absl::OkStatus();
   }
 
-  absl::StatusOr<void*> MapMemory(int r, const BufferHandle& h, std::vector<UniqueFd> fds) override {
+  absl::StatusOr<void*> MapMemory(int r, const BufferHandle& h,
+                                  std::vector<UniqueFd> fds) override {
     if (vmm()) {
       drivers::CuMemHandle handle = 0;
-      MC_RETURN_IF_ERROR(CuStatus(
-          *drv_,
-          drv_->memImportFromShareableHandle(
-              &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[0].get())),
-              drivers::kCuMemHandleTypePosixFileDescriptor),
-          "cuMemImportFromShareableHandle"));
+      MC_RETURN_IF_ERROR(
+          CuStatus(*drv_,
+                   drv_->memImportFromShareableHandle(
+                       &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[0].get())),
+                       drivers::kCuMemHandleTypePosixFileDescriptor),
+                   "cuMemImportFromShareableHandle"));
       // The mapping holds its own reference; ours goes now.
-      absl::StatusOr<void*> base = MapHandle(handle, h.map_bytes, {device_}, absl::StrCat("rank ", r));
+      absl::StatusOr<void*> base =
+          MapHandle(handle, h.map_bytes, {device_}, absl::StrCat("rank ", r));
       drv_->memRelease(handle);
       return base;
     }
     if (h.payload.size() != sizeof(cudaIpcMemHandle_t)) {
       return absl::InvalidArgumentError(absl::StrCat("legacy IPC payload of ", h.payload.size(),
-                                                     " bytes, expected ", sizeof(cudaIpcMemHandle_t)));
+                                                     " bytes, expected ",
+                                                     sizeof(cudaIpcMemHandle_t)));
     }
     cudaIpcMemHandle_t ipc{};
     std::memcpy(&ipc, h.payload.data(), sizeof(ipc));
@@ -244,7 +254,8 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     }
   }
 
-  absl::Status Probe(std::vector<ProbeTarget>& targets, std::vector<ProbeResult>* results) override {
+  absl::Status Probe(std::vector<ProbeTarget>& targets,
+                     std::vector<ProbeResult>* results) override {
     std::vector<internal::VerifyTarget> v(targets.size());
     for (size_t i = 0; i < targets.size(); ++i) {
       v[i].id_word = targets[i].id_word;
@@ -256,10 +267,13 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     const size_t bytes = sizeof(internal::VerifyTarget) * v.size();
     MC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d), bytes), "cudaMalloc"));
     std::unique_ptr<void, void (*)(void*)> free_d(d, [](void* p) { cudaFree(p); });
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(d, v.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
-    MC_RETURN_IF_ERROR(CudaStatus(static_cast<cudaError_t>(internal::RunVerifyKernel(d, static_cast<int>(v.size()))),
-                                  "probe kernel"));
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(v.data(), d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy back"));
+    MC_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(d, v.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
+    MC_RETURN_IF_ERROR(CudaStatus(
+        static_cast<cudaError_t>(internal::RunVerifyKernel(d, static_cast<int>(v.size()))),
+        "probe kernel"));
+    MC_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(v.data(), d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy back"));
     for (const internal::VerifyTarget& t : v) {
       ProbeResult r;
       r.id_ok = t.result != internal::kVerifyIdMismatch;
@@ -299,7 +313,8 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKin
   MC_RETURN_IF_ERROR(CuStatus(drv, drv.deviceGet(&cu, device), "cuDeviceGet"));
   int vmm = 0, posix_fd = 0, gdr = 0;
   drv.deviceGetAttribute(&vmm, drivers::kCuDeviceAttrVirtualMemoryManagementSupported, cu);
-  drv.deviceGetAttribute(&posix_fd, drivers::kCuDeviceAttrHandleTypePosixFileDescriptorSupported, cu);
+  drv.deviceGetAttribute(&posix_fd, drivers::kCuDeviceAttrHandleTypePosixFileDescriptorSupported,
+                         cu);
   drv.deviceGetAttribute(&gdr, drivers::kCuDeviceAttrGpuDirectRdmaWithCudaVmmSupported, cu);
   *gdr_vmm = gdr != 0;
   const bool vmm_ok = vmm != 0 && posix_fd != 0;
@@ -309,13 +324,12 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKin
         return absl::FailedPreconditionError(absl::StrCat(
             "createCudaP2pTransport(kVmmPosixFd): GPU ", device,
             " lacks VMM or POSIX-fd handles (VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED=", vmm,
-            ", HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED=", posix_fd, "); use kLegacyIpc or kAuto"));
+            ", HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED=", posix_fd,
+            "); use kLegacyIpc or kAuto"));
       }
       return HandleKind::kCudaVmmFd;
-    case CudaHandleKind::kLegacyIpc:
-      return HandleKind::kCudaIpc;
-    case CudaHandleKind::kAuto:
-      break;
+    case CudaHandleKind::kLegacyIpc: return HandleKind::kCudaIpc;
+    case CudaHandleKind::kAuto: break;
   }
   if (vmm_ok && have_exchange) return HandleKind::kCudaVmmFd;
   MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": using legacy cudaIpc handles (",
@@ -338,9 +352,10 @@ absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
   MC_RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "createCudaP2pTransport: CUDA init"));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<CudaDriver> drv, drivers::LoadCudaDriver());
   bool gdr_vmm = false;
-  MC_ASSIGN_OR_RETURN(HandleKind chosen, ChooseKind(*drv, device, kind, exchange != nullptr, &gdr_vmm));
-  auto t = std::make_unique<CudaP2pTransport>(num_ranks, std::move(exchange), std::move(drv), device,
-                                              chosen, gdr_vmm);
+  MC_ASSIGN_OR_RETURN(HandleKind chosen,
+                      ChooseKind(*drv, device, kind, exchange != nullptr, &gdr_vmm));
+  auto t = std::make_unique<CudaP2pTransport>(num_ranks, std::move(exchange), std::move(drv),
+                                              device, chosen, gdr_vmm);
   MC_RETURN_IF_ERROR(t->Init());
   return std::unique_ptr<P2pTransport>(std::move(t));
 }

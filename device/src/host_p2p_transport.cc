@@ -88,7 +88,8 @@ class HostP2pTransport final : public internal::P2pTransportCore {
 
   void UnmapMemory(const PeerMapping& p) override { ::munmap(p.base, p.map_bytes); }
 
-  absl::Status Probe(std::vector<ProbeTarget>& targets, std::vector<ProbeResult>* results) override {
+  absl::Status Probe(std::vector<ProbeTarget>& targets,
+                     std::vector<ProbeResult>* results) override {
     for (const ProbeTarget& t : targets) {
       ProbeResult r;
       r.observed_id = Word(const_cast<uint64_t*>(t.id_word)).load(std::memory_order_acquire);

@@ -13,21 +13,24 @@ namespace device {
 // Defaults for transports written outside this library (upstream code
 // subclasses P2pTransport): the join route is an addition they lack.
 absl::StatusOr<ExportedBuffer> P2pTransport::exportLocal(void*) {
-  return absl::UnimplementedError("exportLocal: this P2pTransport has no join route; use "
-                                  "exportIpcHandle/importPeerHandles");
+  return absl::UnimplementedError(
+      "exportLocal: this P2pTransport has no join route; use "
+      "exportIpcHandle/importPeerHandles");
 }
 absl::Status P2pTransport::mapPeers(void*, int, int, std::vector<PeerBuffer>,
                                     const std::vector<int>&) {
-  return absl::UnimplementedError("mapPeers: this P2pTransport has no join route; use "
-                                  "exportIpcHandle/importPeerHandles");
+  return absl::UnimplementedError(
+      "mapPeers: this P2pTransport has no join route; use "
+      "exportIpcHandle/importPeerHandles");
 }
 
 namespace internal {
 namespace {
 
 std::string NotOurs(absl::string_view call, const void* ptr) {
-  return absl::StrCat(call, "(", PtrString(ptr),
-                      "): not a buffer of this transport (pass the pointer allocateBuffer returned)");
+  return absl::StrCat(
+      call, "(", PtrString(ptr),
+      "): not a buffer of this transport (pass the pointer allocateBuffer returned)");
 }
 
 }  // namespace
@@ -84,7 +87,8 @@ absl::StatusOr<void*> P2pTransportCore::Allocate(size_t bytes) {
       WriteLocalWord(static_cast<char*>(b->base) + TailOffset(b->map_bytes, num_ranks_), b->id);
   if (!s.ok()) {
     ReleaseMemory(*b);
-    return absl::Status(s.code(), absl::StrCat("allocateBuffer: writing the buffer id: ", s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("allocateBuffer: writing the buffer id: ", s.message()));
   }
   void* base = b->base;
   buffers_.push_back(std::move(b));
@@ -147,10 +151,9 @@ std::vector<int32_t> P2pTransportCore::exportIpcHandle(void* ptr) {
     MC_ASSIGN_OR_RETURN(BufferHandle h, DecodeHandle(e.handle));
     MC_ASSIGN_OR_RETURN(h.payload, exchange_->exportFds(raw, handleKind(), h.map_bytes));
     if (h.payload.size() > HandleExchange::kMaxExportedBytes) {
-      return absl::InternalError(absl::StrCat("exportIpcHandle: the HandleExchange returned ",
-                                              h.payload.size(), " bytes, more than the ",
-                                              HandleExchange::kMaxExportedBytes,
-                                              " a handle holds"));
+      return absl::InternalError(absl::StrCat(
+          "exportIpcHandle: the HandleExchange returned ", h.payload.size(),
+          " bytes, more than the ", HandleExchange::kMaxExportedBytes, " a handle holds"));
     }
     return EncodeHandle(h);
   }();
@@ -181,9 +184,9 @@ absl::Status P2pTransportCore::BeginImport(void* local_ptr, int rank, int num_ra
   MC_RETURN_IF_ERROR(ValidateImportArgs(num_ranks_, rank, num_ranks, peer_count, mask));
   const Buffer* local = FindBuffer(local_ptr);
   if (local == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("importPeerHandles: local_ptr ", PtrString(local_ptr),
-                     " is not a buffer of this transport (pass the pointer allocateBuffer returned)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "importPeerHandles: local_ptr ", PtrString(local_ptr),
+        " is not a buffer of this transport (pass the pointer allocateBuffer returned)"));
   }
   rank_ = rank;
   local_base_ = local_ptr;
@@ -220,10 +223,10 @@ absl::Status P2pTransportCore::ImportPeers(const std::vector<std::vector<int32_t
     }
   }
   if (failed.empty()) return absl::OkStatus();
-  return absl::Status(first.code(),
-                      absl::StrCat("importing peers (rank ", rank_, ", ", who_, "): ranks [",
-                                   RankList(failed), "] unavailable; first failure: ",
-                                   first.message()));
+  return absl::Status(
+      first.code(),
+      absl::StrCat("importing peers (rank ", rank_, ", ", who_, "): ranks [", RankList(failed),
+                   "] unavailable; first failure: ", first.message()));
 }
 
 absl::Status P2pTransportCore::MapPeer(int r, const BufferHandle& h, std::vector<UniqueFd> fds) {
@@ -233,13 +236,13 @@ absl::Status P2pTransportCore::MapPeer(int r, const BufferHandle& h, std::vector
                      "; every rank of a group must use the same platform and handle kind"));
   }
   if (h.map_bytes < local_map_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "its buffer maps ", h.map_bytes, " bytes, this rank's ", local_map_bytes_,
-        "; every rank must allocateBuffer the same size (symmetric layout)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("its buffer maps ", h.map_bytes, " bytes, this rank's ", local_map_bytes_,
+                     "; every rank must allocateBuffer the same size (symmetric layout)"));
   }
   if (IsFdKind(h.kind) && fds.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(fds.size(), " fds arrived for a ", HandleKindName(h.kind), " buffer, expected 1"));
+    return absl::InvalidArgumentError(absl::StrCat(fds.size(), " fds arrived for a ",
+                                                   HandleKindName(h.kind), " buffer, expected 1"));
   }
   MC_ASSIGN_OR_RETURN(void* base, MapMemory(r, h, std::move(fds)));
   peers_[r] = PeerMapping{base, static_cast<size_t>(h.map_bytes), h.buffer_id};
@@ -254,23 +257,25 @@ void P2pTransportCore::importPeerHandles(void* local_ptr, int rank, int num_rank
   auto on = EnterPlatform();
   absl::Status s = BeginImport(local_ptr, rank, num_ranks, handles.size(), mask);
   if (s.ok()) {
-    s = ImportPeers(handles, [&](int, const BufferHandle& h) -> absl::StatusOr<std::vector<UniqueFd>> {
-      if (!IsFdKind(h.kind)) return std::vector<UniqueFd>{};
-      if (h.payload.empty()) {
-        return absl::InvalidArgumentError(
-            "the handle names no export: it came from exportLocal (the join route), whose fds "
-            "travel beside it; pass it to mapPeers with those fds");
-      }
-      if (exchange_ == nullptr) {
-        return absl::FailedPreconditionError(
-            "this transport has no HandleExchange to import the peer's fds with");
-      }
-      absl::StatusOr<std::vector<UniqueFd>> fds = exchange_->importFds(h.payload);
-      if (!fds.ok()) {
-        return absl::Status(fds.status().code(), absl::StrCat("importFds: ", fds.status().message()));
-      }
-      return fds;
-    });
+    s = ImportPeers(
+        handles, [&](int, const BufferHandle& h) -> absl::StatusOr<std::vector<UniqueFd>> {
+          if (!IsFdKind(h.kind)) return std::vector<UniqueFd>{};
+          if (h.payload.empty()) {
+            return absl::InvalidArgumentError(
+                "the handle names no export: it came from exportLocal (the join route), whose fds "
+                "travel beside it; pass it to mapPeers with those fds");
+          }
+          if (exchange_ == nullptr) {
+            return absl::FailedPreconditionError(
+                "this transport has no HandleExchange to import the peer's fds with");
+          }
+          absl::StatusOr<std::vector<UniqueFd>> fds = exchange_->importFds(h.payload);
+          if (!fds.ok()) {
+            return absl::Status(fds.status().code(),
+                                absl::StrCat("importFds: ", fds.status().message()));
+          }
+          return fds;
+        });
   }
   absl::Status publish = PublishTables();
   if (!s.ok()) {
@@ -288,9 +293,10 @@ absl::Status P2pTransportCore::mapPeers(void* local_ptr, int rank, int num_ranks
   if (s.ok()) {
     std::vector<std::vector<int32_t>> handles(peers.size());
     for (size_t i = 0; i < peers.size(); ++i) handles[i] = std::move(peers[i].handle);
-    s = ImportPeers(handles, [&](int r, const BufferHandle&) -> absl::StatusOr<std::vector<UniqueFd>> {
-      return std::move(peers[r].fds);
-    });
+    s = ImportPeers(handles,
+                    [&](int r, const BufferHandle&) -> absl::StatusOr<std::vector<UniqueFd>> {
+                      return std::move(peers[r].fds);
+                    });
   }
   absl::Status publish = PublishTables();
   if (s.ok()) s = publish;
@@ -320,7 +326,8 @@ absl::Status P2pTransportCore::Verify() {
     ProbeTarget t;
     t.rank = r;
     t.id_word = reinterpret_cast<const uint64_t*>(base + TailOffset(p.map_bytes, num_ranks_));
-    t.probe_slot = reinterpret_cast<uint64_t*>(base + ProbeSlotOffset(p.map_bytes, num_ranks_, rank_));
+    t.probe_slot =
+        reinterpret_cast<uint64_t*>(base + ProbeSlotOffset(p.map_bytes, num_ranks_, rank_));
     t.expected_id = p.expected_id;
     t.probe_value = NewProbeValue(rank_);
     targets.push_back(t);
@@ -332,9 +339,9 @@ absl::Status P2pTransportCore::Verify() {
   if (absl::Status s = Probe(targets, &results); !s.ok()) {
     // A fault inside the probe poisons it: every checked peer is suspect.
     for (int r : checked) available_[r] = 0;
-    return absl::Status(s.code(), absl::StrCat("verifyPeerAccess (rank ", rank_, ", ", who_,
-                                               "): probing ranks [", RankList(checked),
-                                               "]: ", s.message(), "; all marked unavailable"));
+    return absl::Status(
+        s.code(), absl::StrCat("verifyPeerAccess (rank ", rank_, ", ", who_, "): probing ranks [",
+                               RankList(checked), "]: ", s.message(), "; all marked unavailable"));
   }
   std::vector<int> failed;
   std::string first;
@@ -353,9 +360,9 @@ absl::Status P2pTransportCore::Verify() {
                                       " and read back 0x", absl::Hex(res.observed_probe));
   }
   if (failed.empty()) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat("verifyPeerAccess (rank ", rank_, ", ", who_, "): ranks [",
-                                          RankList(failed), "] marked unavailable; first failure: ",
-                                          first));
+  return absl::DataLossError(absl::StrCat("verifyPeerAccess (rank ", rank_, ", ", who_,
+                                          "): ranks [", RankList(failed),
+                                          "] marked unavailable; first failure: ", first));
 }
 
 bool P2pTransportCore::verifyPeerAccess() {

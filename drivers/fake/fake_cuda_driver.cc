@@ -6,22 +6,36 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 namespace mooncake::drivers {
 namespace {
 
-constexpr std::string_view kMethods[] = {
-    "init", "driverGetVersion", "deviceGetCount", "deviceGet", "deviceGetName", "deviceGetUuid",
-    "deviceGetPCIBusId", "deviceTotalMem", "deviceGetAttribute", "deviceGetP2PAttribute",
-    "memGetAllocationGranularity", "memCreate", "memAddressReserve", "memMap", "memSetAccess",
-    "memUnmap", "memAddressFree", "memRelease", "memExportToShareableHandle",
-    "memImportFromShareableHandle"};
+constexpr std::string_view kMethods[] = {"init",
+                                         "driverGetVersion",
+                                         "deviceGetCount",
+                                         "deviceGet",
+                                         "deviceGetName",
+                                         "deviceGetUuid",
+                                         "deviceGetPCIBusId",
+                                         "deviceTotalMem",
+                                         "deviceGetAttribute",
+                                         "deviceGetP2PAttribute",
+                                         "memGetAllocationGranularity",
+                                         "memCreate",
+                                         "memAddressReserve",
+                                         "memMap",
+                                         "memSetAccess",
+                                         "memUnmap",
+                                         "memAddressFree",
+                                         "memRelease",
+                                         "memExportToShareableHandle",
+                                         "memImportFromShareableHandle"};
 
 void CheckMethod(std::string_view method) {
   if (std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods)) return;
@@ -37,7 +51,8 @@ bool IsPowerOfTwo(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 }  // namespace
 
 struct FakeCudaDriver::Allocation {
-  Allocation(int fd, size_t size, int handle_types) : fd(fd), size(size), handle_types(handle_types) {}
+  Allocation(int fd, size_t size, int handle_types)
+      : fd(fd), size(size), handle_types(handle_types) {}
   ~Allocation() { ::close(fd); }
   Allocation(const Allocation&) = delete;
   Allocation& operator=(const Allocation&) = delete;
@@ -228,8 +243,8 @@ FakeCudaDriver::Reservation* FakeCudaDriver::reservationFor(CuDevicePtr ptr, siz
   return &it->second;
 }
 
-#define MC_FAKE_ENTER(method)                             \
-  std::lock_guard<std::mutex> lock(mu_);                  \
+#define MC_FAKE_ENTER(method)            \
+  std::lock_guard<std::mutex> lock(mu_); \
   if (CuResult injected = enter(method); injected != kCudaSuccess) return injected
 
 // --- Device queries --------------------------------------------------------------
@@ -312,8 +327,7 @@ CuResult FakeCudaDriver::deviceGetAttribute(int* value, int attrib, CuDevice dev
   return kCudaSuccess;
 }
 
-CuResult FakeCudaDriver::deviceGetP2PAttribute(int* value, int attrib, CuDevice src,
-                                               CuDevice dst) {
+CuResult FakeCudaDriver::deviceGetP2PAttribute(int* value, int attrib, CuDevice src, CuDevice dst) {
   MC_FAKE_ENTER("deviceGetP2PAttribute");
   if (CuResult r = checkDevice(src); r != kCudaSuccess) return r;
   if (CuResult r = checkDevice(dst); r != kCudaSuccess) return r;
@@ -397,7 +411,8 @@ CuResult FakeCudaDriver::memMap(CuDevicePtr ptr, size_t size, size_t offset, CuM
   if (reservation == nullptr || (ptr % granularity_) != 0) return kCudaErrorInvalidValue;
   // No overlap with a mapping already there.
   auto next = reservation->mappings.lower_bound(ptr);
-  if (next != reservation->mappings.end() && next->first < ptr + size) return kCudaErrorInvalidValue;
+  if (next != reservation->mappings.end() && next->first < ptr + size)
+    return kCudaErrorInvalidValue;
   if (next != reservation->mappings.begin()) {
     auto prev = std::prev(next);
     if (prev->first + prev->second.size > ptr) return kCudaErrorInvalidValue;

@@ -141,35 +141,36 @@ absl::StatusOr<std::shared_ptr<CudaDriver>> Load(const std::string& library) {
     // anything else means a file was found but is unusable.
     if (absl::StrContains(why, "No such file")) {
       return absl::NotFoundError(absl::StrCat(
-          library, " not found: no NVIDIA driver on this node, or it is not on the library "
+          library,
+          " not found: no NVIDIA driver on this node, or it is not on the library "
           "search path; install the NVIDIA driver (or set the CUDA library path) to use GPUs"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        library, " could not be loaded (", why, "); reinstall the NVIDIA driver or point the "
-        "CUDA library option at a working libcuda"));
+    return absl::FailedPreconditionError(absl::StrCat(library, " could not be loaded (", why,
+                                                      "); reinstall the NVIDIA driver or point the "
+                                                      "CUDA library option at a working libcuda"));
   }
 
-  auto get_proc = reinterpret_cast<GetProcAddressFn>(dlsym(handle, internal::kGetProcAddressSymbol));
+  auto get_proc =
+      reinterpret_cast<GetProcAddressFn>(dlsym(handle, internal::kGetProcAddressSymbol));
   EntryPoints fn;
   std::vector<std::string> missing;
-#define MC_RESOLVE(slot, proc, ident, symbol, legacy, required, params)                     \
-  fn.slot = reinterpret_cast<decltype(fn.slot)>(                                           \
-      ResolveEntryPoint(handle, get_proc, proc, symbol, legacy));                          \
+#define MC_RESOLVE(slot, proc, ident, symbol, legacy, required, params) \
+  fn.slot = reinterpret_cast<decltype(fn.slot)>(                        \
+      ResolveEntryPoint(handle, get_proc, proc, symbol, legacy));       \
   if (fn.slot == nullptr && (required)) missing.push_back(symbol);
   MC_CUDA_DRIVER_ENTRY_POINTS(MC_RESOLVE)
 #undef MC_RESOLVE
   if (!missing.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        library, " lacks ", absl::StrJoin(missing, ", "),
-        ": the NVIDIA driver is missing or older than ", internal::kMinimumDriver,
-        ", which Mooncake needs; update the driver"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(library, " lacks ", absl::StrJoin(missing, ", "),
+                     ": the NVIDIA driver is missing or older than ", internal::kMinimumDriver,
+                     ", which Mooncake needs; update the driver"));
   }
 
   int version = 0;
-  std::string source =
-      fn.driverGetVersion(&version) == kCudaSuccess
-          ? absl::StrCat(library, " (driver ", version, ")")
-          : absl::StrCat(library, " (driver version unknown)");
+  std::string source = fn.driverGetVersion(&version) == kCudaSuccess
+                           ? absl::StrCat(library, " (driver ", version, ")")
+                           : absl::StrCat(library, " (driver version unknown)");
   return std::shared_ptr<CudaDriver>(std::make_shared<RealCudaDriver>(fn, std::move(source)));
 }
 
@@ -230,14 +231,11 @@ std::string DescribeCuResult(CuResult r) {
 
 absl::StatusCode CuResultCode(CuResult r) {
   switch (r) {
-    case kCudaSuccess:
-      return absl::StatusCode::kOk;
-    case kCudaErrorOutOfMemory:
-      return absl::StatusCode::kResourceExhausted;
+    case kCudaSuccess: return absl::StatusCode::kOk;
+    case kCudaErrorOutOfMemory: return absl::StatusCode::kResourceExhausted;
     case kCudaErrorInvalidValue:
     case kCudaErrorInvalidDevice:
-    case kCudaErrorInvalidHandle:
-      return absl::StatusCode::kInvalidArgument;
+    case kCudaErrorInvalidHandle: return absl::StatusCode::kInvalidArgument;
     case kCudaErrorNotSupported:
     case kCudaErrorNotPermitted:
     case kCudaErrorNoDevice:
@@ -245,10 +243,8 @@ absl::StatusCode CuResultCode(CuResult r) {
     case kCudaErrorStubLibrary:
     case kCudaErrorCallRequiresNewerDriver:
     case kCudaErrorSystemDriverMismatch:
-    case kCudaErrorCompatNotSupportedOnDevice:
-      return absl::StatusCode::kFailedPrecondition;
-    default:
-      return absl::StatusCode::kInternal;
+    case kCudaErrorCompatNotSupportedOnDevice: return absl::StatusCode::kFailedPrecondition;
+    default: return absl::StatusCode::kInternal;
   }
 }
 

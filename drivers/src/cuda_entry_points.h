@@ -25,60 +25,60 @@
 
 #include "mooncake/drivers/cuda_driver.h"
 
-#define MC_CUDA_DRIVER_ENTRY_POINTS(X)                                                         \
-  X(init, "cuInit", cuInit, "cuInit", nullptr, true, (unsigned int))                            \
-  X(driverGetVersion, "cuDriverGetVersion", cuDriverGetVersion, "cuDriverGetVersion", nullptr,  \
-    true, (int*))                                                                               \
-  X(deviceGetCount, "cuDeviceGetCount", cuDeviceGetCount, "cuDeviceGetCount", nullptr, true,    \
-    (int*))                                                                                     \
-  X(deviceGet, "cuDeviceGet", cuDeviceGet, "cuDeviceGet", nullptr, true,                        \
-    (::mooncake::drivers::CuDevice*, int))                                                      \
-  X(deviceGetName, "cuDeviceGetName", cuDeviceGetName, "cuDeviceGetName", nullptr, true,        \
-    (char*, int, ::mooncake::drivers::CuDevice))                                                \
-  /* The _v2 entry point (CUDA 11.4+) returns the UUID nvidia-smi shows also */                \
-  /* for MIG instances; older drivers only have the first version. */                          \
-  X(deviceGetUuid, "cuDeviceGetUuid", cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid", \
-    true, (::mooncake::drivers::CuUuid*, ::mooncake::drivers::CuDevice))                        \
-  X(deviceGetPCIBusId, "cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId",       \
-    nullptr, true, (char*, int, ::mooncake::drivers::CuDevice))                                 \
-  X(deviceTotalMem, "cuDeviceTotalMem", cuDeviceTotalMem, "cuDeviceTotalMem_v2", nullptr, true, \
-    (size_t*, ::mooncake::drivers::CuDevice))                                                   \
-  X(deviceGetAttribute, "cuDeviceGetAttribute", cuDeviceGetAttribute, "cuDeviceGetAttribute",   \
-    nullptr, true, (int*, int, ::mooncake::drivers::CuDevice))                                  \
-  X(deviceGetP2PAttribute, "cuDeviceGetP2PAttribute", cuDeviceGetP2PAttribute,                  \
-    "cuDeviceGetP2PAttribute", nullptr, true,                                                   \
-    (int*, int, ::mooncake::drivers::CuDevice, ::mooncake::drivers::CuDevice))                  \
-  X(memGetAllocationGranularity, "cuMemGetAllocationGranularity",                               \
-    cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", nullptr, true,              \
-    (size_t*, const ::mooncake::drivers::CuMemAllocationProp*, int))                            \
-  X(memCreate, "cuMemCreate", cuMemCreate, "cuMemCreate", nullptr, true,                        \
-    (::mooncake::drivers::CuMemHandle*, size_t,                                                 \
-     const ::mooncake::drivers::CuMemAllocationProp*, unsigned long long))                      \
-  X(memAddressReserve, "cuMemAddressReserve", cuMemAddressReserve, "cuMemAddressReserve",       \
-    nullptr, true,                                                                              \
-    (::mooncake::drivers::CuDevicePtr*, size_t, size_t, ::mooncake::drivers::CuDevicePtr,       \
-     unsigned long long))                                                                       \
-  X(memMap, "cuMemMap", cuMemMap, "cuMemMap", nullptr, true,                                    \
-    (::mooncake::drivers::CuDevicePtr, size_t, size_t, ::mooncake::drivers::CuMemHandle,        \
-     unsigned long long))                                                                       \
-  X(memSetAccess, "cuMemSetAccess", cuMemSetAccess, "cuMemSetAccess", nullptr, true,            \
-    (::mooncake::drivers::CuDevicePtr, size_t, const ::mooncake::drivers::CuMemAccessDesc*,     \
-     size_t))                                                                                   \
-  X(memUnmap, "cuMemUnmap", cuMemUnmap, "cuMemUnmap", nullptr, true,                            \
-    (::mooncake::drivers::CuDevicePtr, size_t))                                                 \
-  X(memAddressFree, "cuMemAddressFree", cuMemAddressFree, "cuMemAddressFree", nullptr, true,    \
-    (::mooncake::drivers::CuDevicePtr, size_t))                                                 \
-  X(memRelease, "cuMemRelease", cuMemRelease, "cuMemRelease", nullptr, true,                    \
-    (::mooncake::drivers::CuMemHandle))                                                         \
-  X(memExportToShareableHandle, "cuMemExportToShareableHandle", cuMemExportToShareableHandle,   \
-    "cuMemExportToShareableHandle", nullptr, true,                                              \
-    (void*, ::mooncake::drivers::CuMemHandle, int, unsigned long long))                         \
-  X(memImportFromShareableHandle, "cuMemImportFromShareableHandle",                             \
-    cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", nullptr, true,            \
-    (::mooncake::drivers::CuMemHandle*, void*, int))                                            \
-  X(getErrorName, "cuGetErrorName", cuGetErrorName, "cuGetErrorName", nullptr, false,           \
-    (::mooncake::drivers::CuResult, const char**))                                              \
-  X(getErrorString, "cuGetErrorString", cuGetErrorString, "cuGetErrorString", nullptr, false,   \
+#define MC_CUDA_DRIVER_ENTRY_POINTS(X)                                                             \
+  X(init, "cuInit", cuInit, "cuInit", nullptr, true, (unsigned int))                               \
+  X(driverGetVersion, "cuDriverGetVersion", cuDriverGetVersion, "cuDriverGetVersion", nullptr,     \
+    true, (int*))                                                                                  \
+  X(deviceGetCount, "cuDeviceGetCount", cuDeviceGetCount, "cuDeviceGetCount", nullptr, true,       \
+    (int*))                                                                                        \
+  X(deviceGet, "cuDeviceGet", cuDeviceGet, "cuDeviceGet", nullptr, true,                           \
+    (::mooncake::drivers::CuDevice*, int))                                                         \
+  X(deviceGetName, "cuDeviceGetName", cuDeviceGetName, "cuDeviceGetName", nullptr, true,           \
+    (char*, int, ::mooncake::drivers::CuDevice))                                                   \
+  /* The _v2 entry point (CUDA 11.4+) returns the UUID nvidia-smi shows also */                    \
+  /* for MIG instances; older drivers only have the first version. */                              \
+  X(deviceGetUuid, "cuDeviceGetUuid", cuDeviceGetUuid, "cuDeviceGetUuid_v2", "cuDeviceGetUuid",    \
+    true, (::mooncake::drivers::CuUuid*, ::mooncake::drivers::CuDevice))                           \
+  X(deviceGetPCIBusId, "cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", nullptr, \
+    true, (char*, int, ::mooncake::drivers::CuDevice))                                             \
+  X(deviceTotalMem, "cuDeviceTotalMem", cuDeviceTotalMem, "cuDeviceTotalMem_v2", nullptr, true,    \
+    (size_t*, ::mooncake::drivers::CuDevice))                                                      \
+  X(deviceGetAttribute, "cuDeviceGetAttribute", cuDeviceGetAttribute, "cuDeviceGetAttribute",      \
+    nullptr, true, (int*, int, ::mooncake::drivers::CuDevice))                                     \
+  X(deviceGetP2PAttribute, "cuDeviceGetP2PAttribute", cuDeviceGetP2PAttribute,                     \
+    "cuDeviceGetP2PAttribute", nullptr, true,                                                      \
+    (int*, int, ::mooncake::drivers::CuDevice, ::mooncake::drivers::CuDevice))                     \
+  X(memGetAllocationGranularity, "cuMemGetAllocationGranularity", cuMemGetAllocationGranularity,   \
+    "cuMemGetAllocationGranularity", nullptr, true,                                                \
+    (size_t*, const ::mooncake::drivers::CuMemAllocationProp*, int))                               \
+  X(memCreate, "cuMemCreate", cuMemCreate, "cuMemCreate", nullptr, true,                           \
+    (::mooncake::drivers::CuMemHandle*, size_t, const ::mooncake::drivers::CuMemAllocationProp*,   \
+     unsigned long long))                                                                          \
+  X(memAddressReserve, "cuMemAddressReserve", cuMemAddressReserve, "cuMemAddressReserve", nullptr, \
+    true,                                                                                          \
+    (::mooncake::drivers::CuDevicePtr*, size_t, size_t, ::mooncake::drivers::CuDevicePtr,          \
+     unsigned long long))                                                                          \
+  X(memMap, "cuMemMap", cuMemMap, "cuMemMap", nullptr, true,                                       \
+    (::mooncake::drivers::CuDevicePtr, size_t, size_t, ::mooncake::drivers::CuMemHandle,           \
+     unsigned long long))                                                                          \
+  X(memSetAccess, "cuMemSetAccess", cuMemSetAccess, "cuMemSetAccess", nullptr, true,               \
+    (::mooncake::drivers::CuDevicePtr, size_t, const ::mooncake::drivers::CuMemAccessDesc*,        \
+     size_t))                                                                                      \
+  X(memUnmap, "cuMemUnmap", cuMemUnmap, "cuMemUnmap", nullptr, true,                               \
+    (::mooncake::drivers::CuDevicePtr, size_t))                                                    \
+  X(memAddressFree, "cuMemAddressFree", cuMemAddressFree, "cuMemAddressFree", nullptr, true,       \
+    (::mooncake::drivers::CuDevicePtr, size_t))                                                    \
+  X(memRelease, "cuMemRelease", cuMemRelease, "cuMemRelease", nullptr, true,                       \
+    (::mooncake::drivers::CuMemHandle))                                                            \
+  X(memExportToShareableHandle, "cuMemExportToShareableHandle", cuMemExportToShareableHandle,      \
+    "cuMemExportToShareableHandle", nullptr, true,                                                 \
+    (void*, ::mooncake::drivers::CuMemHandle, int, unsigned long long))                            \
+  X(memImportFromShareableHandle, "cuMemImportFromShareableHandle",                                \
+    cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", nullptr, true,               \
+    (::mooncake::drivers::CuMemHandle*, void*, int))                                               \
+  X(getErrorName, "cuGetErrorName", cuGetErrorName, "cuGetErrorName", nullptr, false,              \
+    (::mooncake::drivers::CuResult, const char**))                                                 \
+  X(getErrorString, "cuGetErrorString", cuGetErrorString, "cuGetErrorString", nullptr, false,      \
     (::mooncake::drivers::CuResult, const char**))
 
 namespace mooncake::drivers::internal {

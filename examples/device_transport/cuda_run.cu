@@ -14,8 +14,8 @@ using device::McCmp;
 using device::McStatus;
 
 __device__ __forceinline__ uint8_t DevPatternByte(size_t i, int src, int dst) {
-  return static_cast<uint8_t>((i * 131u + static_cast<size_t>(src) * 31u +
-                               static_cast<size_t>(dst) * 7u + 1u) & 0xffu);
+  return static_cast<uint8_t>(
+      (i * 131u + static_cast<size_t>(src) * 31u + static_cast<size_t>(dst) * 7u + 1u) & 0xffu);
 }
 
 __global__ void FillKernel(uint8_t* p, size_t n, int src, int dst) {
@@ -48,8 +48,7 @@ __global__ void WaitKernel(const unsigned long long* sig, unsigned long long wan
   *observed = seen;
 }
 
-__global__ void CheckKernel(const uint8_t* p, size_t n, int src, int dst,
-                            unsigned long long* bad) {
+__global__ void CheckKernel(const uint8_t* p, size_t n, int src, int dst, unsigned long long* bad) {
   unsigned long long local = 0;
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
@@ -59,7 +58,7 @@ __global__ void CheckKernel(const uint8_t* p, size_t n, int src, int dst,
 }
 
 struct Scratch {
-  int* status = nullptr;           // device: first McStatus error
+  int* status = nullptr;  // device: first McStatus error
   unsigned long long* bad = nullptr;
   unsigned long long* observed = nullptr;
   int* ok = nullptr;
@@ -75,13 +74,13 @@ std::string Err(const char* what, cudaError_t e) {
   return std::string(what) + ": " + cudaGetErrorString(e);
 }
 
-#define EX_CUDA(call)                                  \
-  do {                                                 \
-    cudaError_t e_ = (call);                           \
-    if (e_ != cudaSuccess) {                           \
-      r.message = Err(#call, e_);                      \
-      return r;                                        \
-    }                                                  \
+#define EX_CUDA(call)             \
+  do {                            \
+    cudaError_t e_ = (call);      \
+    if (e_ != cudaSuccess) {      \
+      r.message = Err(#call, e_); \
+      return r;                   \
+    }                             \
   } while (0)
 
 constexpr int kBlocks = 32;
@@ -92,7 +91,8 @@ RunResult SendTo(const CommCtx& ctx, uint8_t* buf, int dst, size_t n, bool add, 
   RunResult r;
   FillKernel<<<kBlocks, kThreads>>>(src, n, ctx.rank, dst);
   PutKernel<<<kBlocks, kThreads>>>(ctx, dst, buf + SlotOffset(n, ctx.rank), src, n, s.status);
-  auto* sig = reinterpret_cast<unsigned long long*>(buf + (add ? CounterOffset() : FlagOffset(ctx.rank)));
+  auto* sig =
+      reinterpret_cast<unsigned long long*>(buf + (add ? CounterOffset() : FlagOffset(ctx.rank)));
   SignalKernel<<<1, 1>>>(ctx, dst, sig, add, s.status);
   EX_CUDA(cudaDeviceSynchronize());
   int st = 0;
@@ -117,8 +117,8 @@ RunResult WaitAndCheck(uint8_t* buf, size_t n, int self, const unsigned long lon
   EX_CUDA(cudaMemcpy(&ok, s.ok, sizeof(int), cudaMemcpyDeviceToHost));
   EX_CUDA(cudaMemcpy(&seen, s.observed, sizeof(seen), cudaMemcpyDeviceToHost));
   if (!ok) {
-    r.message = "timed out with " + std::to_string(seen) + " of " + std::to_string(want) +
-                " signals";
+    r.message =
+        "timed out with " + std::to_string(seen) + " of " + std::to_string(want) + " signals";
     return r;
   }
   EX_CUDA(cudaMemset(s.bad, 0, sizeof(unsigned long long)));
@@ -155,11 +155,13 @@ std::string PrepareCudaDeviceImpl(int device, int rank, std::string* uuid) {
     return "no CUDA device: " + std::string(e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
   }
   int dev = device >= 0 ? device : rank % count;
-  if (dev >= count) return "--device " + std::to_string(dev) + " but only " + std::to_string(count) + " GPUs";
+  if (dev >= count)
+    return "--device " + std::to_string(dev) + " but only " + std::to_string(count) + " GPUs";
   if ((e = cudaSetDevice(dev)) != cudaSuccess) return Err("cudaSetDevice", e);
   if ((e = cudaFree(nullptr)) != cudaSuccess) return Err("creating the CUDA context", e);
   cudaDeviceProp prop{};
-  if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess) return Err("cudaGetDeviceProperties", e);
+  if ((e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
+    return Err("cudaGetDeviceProperties", e);
   const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
   char text[64];
   std::snprintf(text, sizeof(text),
@@ -179,7 +181,9 @@ RunResult RunPairCuda(const CommCtx& ctx, void* buffer, size_t n, uint64_t timeo
   if (ctx.rank == 0) {
     r = SendTo(ctx, buf, 1, n, /*add=*/false, s, src);
     cudaFree(src);
-    if (r.ok) r.message = "rank 0 wrote " + std::to_string(n) + " bytes to rank 1 from the GPU and signalled";
+    if (r.ok)
+      r.message =
+          "rank 0 wrote " + std::to_string(n) + " bytes to rank 1 from the GPU and signalled";
     return r;
   }
   cudaFree(src);
@@ -190,8 +194,10 @@ RunResult RunPairCuda(const CommCtx& ctx, void* buffer, size_t n, uint64_t timeo
   }
   auto* flag = reinterpret_cast<const unsigned long long*>(buf + FlagOffset(0));
   r = WaitAndCheck(buf, n, 1, flag, 1, 0, 0, timeout_ns, s);
-  if (r.ok) r.message = "rank 1 received " + std::to_string(n) + " bytes, all correct";
-  else if (r.message.empty()) r.message = std::to_string(r.bad_bytes) + " of " + std::to_string(n) + " bytes wrong";
+  if (r.ok)
+    r.message = "rank 1 received " + std::to_string(n) + " bytes, all correct";
+  else if (r.message.empty())
+    r.message = std::to_string(r.bad_bytes) + " of " + std::to_string(n) + " bytes wrong";
   return r;
 }
 

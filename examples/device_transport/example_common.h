@@ -27,13 +27,13 @@ inline size_t CounterOffset() { return kMaxRanks * sizeof(uint64_t); }
 // The byte rank `src` sends rank `dst` at offset i: every position, source
 // and destination differ, so misplaced or stale bytes are caught.
 inline uint8_t PatternByte(size_t i, int src, int dst) {
-  return static_cast<uint8_t>((i * 131u + static_cast<size_t>(src) * 31u +
-                               static_cast<size_t>(dst) * 7u + 1u) & 0xffu);
+  return static_cast<uint8_t>(
+      (i * 131u + static_cast<size_t>(src) * 31u + static_cast<size_t>(dst) * 7u + 1u) & 0xffu);
 }
 
 struct RunResult {
   bool ok = false;
-  std::string message;      // what failed, or a one-line summary
+  std::string message;  // what failed, or a one-line summary
   uint64_t bad_bytes = 0;
 };
 

@@ -103,8 +103,9 @@ RunResult RunAllToAllHost(const device::CommCtx& ctx, void* buffer, size_t msg_b
     if (src != ctx.rank) r.bad_bytes += CheckSlot(buf, msg_bytes, src, ctx.rank);
   }
   r.ok = r.bad_bytes == 0 && seen == want;
-  r.message = r.ok ? absl::StrCat("received ", want, " messages of ", msg_bytes, " bytes, all correct")
-                   : absl::StrCat(r.bad_bytes, " bytes wrong, ", seen, " arrivals");
+  r.message =
+      r.ok ? absl::StrCat("received ", want, " messages of ", msg_bytes, " bytes, all correct")
+           : absl::StrCat(r.bad_bytes, " bytes wrong, ", seen, " arrivals");
   return r;
 }
 

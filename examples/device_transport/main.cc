@@ -37,7 +37,7 @@ struct Args {
   std::string mode;  // default: pair for 2 ranks, all2all otherwise
   size_t bytes = 1 << 20;
   int timeout_ms = 30000;
-  int device = -1;   // CUDA device; default: rank % device count
+  int device = -1;              // CUDA device; default: rank % device count
   std::string handle = "auto";  // CUDA sharing: auto, vmm (cuMem POSIX fd), ipc (legacy)
 };
 
@@ -57,20 +57,28 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     }
     std::string v = argv[++i];
     bool ok = true;
-    if (k == "--platform") a->platform = v;
-    else if (k == "--socket") a->socket = v;
-    else if (k == "--group") a->group = v;
-    else if (k == "--mode") a->mode = v;
-    else if (k == "--rank") ok = absl::SimpleAtoi(v, &a->rank);
-    else if (k == "--world-size") ok = absl::SimpleAtoi(v, &a->world_size);
-    else if (k == "--bytes") ok = absl::SimpleAtoi(v, &a->bytes);
-    else if (k == "--timeout-ms") ok = absl::SimpleAtoi(v, &a->timeout_ms);
-    else if (k == "--device") ok = absl::SimpleAtoi(v, &a->device);
+    if (k == "--platform")
+      a->platform = v;
+    else if (k == "--socket")
+      a->socket = v;
+    else if (k == "--group")
+      a->group = v;
+    else if (k == "--mode")
+      a->mode = v;
+    else if (k == "--rank")
+      ok = absl::SimpleAtoi(v, &a->rank);
+    else if (k == "--world-size")
+      ok = absl::SimpleAtoi(v, &a->world_size);
+    else if (k == "--bytes")
+      ok = absl::SimpleAtoi(v, &a->bytes);
+    else if (k == "--timeout-ms")
+      ok = absl::SimpleAtoi(v, &a->timeout_ms);
+    else if (k == "--device")
+      ok = absl::SimpleAtoi(v, &a->device);
     else if (k == "--handle") {
       a->handle = v;
       ok = v == "auto" || v == "vmm" || v == "ipc";
-    }
-    else {
+    } else {
       std::cerr << "device_transport_example: unknown argument " << k << "\n";
       return false;
     }
@@ -163,12 +171,16 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*platform == mooncake::Platform::kHost) {
-    r = a.mode == "pair" ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
-                         : mooncake::example::RunAllToAllHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns);
+    r = a.mode == "pair"
+            ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
+            : mooncake::example::RunAllToAllHost((*comm)->ctx(), (*comm)->buffer(), a.bytes,
+                                                 timeout_ns);
   } else {
 #if MOONCAKE_EXAMPLE_HAVE_CUDA
-    r = a.mode == "pair" ? mooncake::example::RunPairCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
-                         : mooncake::example::RunAllToAllCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns);
+    r = a.mode == "pair"
+            ? mooncake::example::RunPairCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
+            : mooncake::example::RunAllToAllCuda((*comm)->ctx(), (*comm)->buffer(), a.bytes,
+                                                 timeout_ns);
 #else
     r.message = "this build has no CUDA support (rebuild with the CUDA toolkit)";
 #endif

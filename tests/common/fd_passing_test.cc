@@ -47,7 +47,7 @@ UniqueFd MakeMemfd(const std::string& contents) {
 }
 
 ino_t InodeOf(int fd) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0) << std::strerror(errno);
   return st.st_ino;
 }
@@ -235,7 +235,8 @@ TEST(FdPassingTest, SendTimeoutWhenNobodyReads) {
   absl::Status s;
   // One frame may fit in the kernel's buffers; keep sending until the
   // buffers are full and a send has to wait out its deadline.
-  for (int i = 0; i < 64 && s.ok(); ++i) s = SendFrame(p.a.get(), payload, {}, absl::Milliseconds(100));
+  for (int i = 0; i < 64 && s.ok(); ++i)
+    s = SendFrame(p.a.get(), payload, {}, absl::Milliseconds(100));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
 }
 

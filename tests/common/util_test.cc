@@ -51,8 +51,7 @@ TEST(ErrnoStatusTest, MapsErrnoToCanonicalCodes) {
     absl::Status s = ErrnoStatus(c.err, "open(/dev/thing)");
     EXPECT_EQ(s.code(), c.code) << "errno " << c.err << ": " << s;
     // The message names the call and the system's explanation.
-    EXPECT_EQ(std::string(s.message()),
-              std::string("open(/dev/thing): ") + std::strerror(c.err));
+    EXPECT_EQ(std::string(s.message()), std::string("open(/dev/thing): ") + std::strerror(c.err));
   }
 }
 
@@ -142,11 +141,10 @@ TEST(LogLevelTest, ParsesEveryNameCaseInsensitively) {
     const char* text;
     LogLevel level;
   };
-  const Case cases[] = {{"debug", LogLevel::kDebug},     {"DEBUG", LogLevel::kDebug},
-                        {"info", LogLevel::kInfo},       {"Info", LogLevel::kInfo},
-                        {"warning", LogLevel::kWarning}, {"warn", LogLevel::kWarning},
-                        {"WARN", LogLevel::kWarning},    {"error", LogLevel::kError},
-                        {"Error", LogLevel::kError}};
+  const Case cases[] = {
+      {"debug", LogLevel::kDebug},  {"DEBUG", LogLevel::kDebug},     {"info", LogLevel::kInfo},
+      {"Info", LogLevel::kInfo},    {"warning", LogLevel::kWarning}, {"warn", LogLevel::kWarning},
+      {"WARN", LogLevel::kWarning}, {"error", LogLevel::kError},     {"Error", LogLevel::kError}};
   for (const Case& c : cases) {
     LogLevel out = c.level == LogLevel::kDebug ? LogLevel::kError : LogLevel::kDebug;
     EXPECT_TRUE(ParseLogLevel(c.text, &out)) << c.text;

@@ -1,7 +1,5 @@
 // DaemonConfig: the config file grammar, every key, validation messages, and
 // how flags and --config combine.
-#include "config/daemon_config.h"
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "config/daemon_config.h"
 #include "gtest/gtest.h"
 
 namespace mooncake::daemon {
@@ -126,7 +125,8 @@ TEST(ParseConfigTextTest, BadValuesNameFileLineAndKey) {
     DaemonConfig c;
     absl::Status s = ParseConfigText(b.text, "/etc/mooncake/mooncaked.conf", &c);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.text;
-    EXPECT_TRUE(Contains(s.message(), "/etc/mooncake/mooncaked.conf:" + std::to_string(b.line) + ":"))
+    EXPECT_TRUE(
+        Contains(s.message(), "/etc/mooncake/mooncaked.conf:" + std::to_string(b.line) + ":"))
         << b.text << " -> " << s;
     EXPECT_TRUE(Contains(s.message(), b.must_mention)) << b.text << " -> " << s;
   }
@@ -160,13 +160,12 @@ TEST(ParseConfigTextTest, SocketModeValidation) {
     uint32_t mode;
   };
   const Case cases[] = {
-      {"0660", true, 0660}, {"660", true, 0660},  {"0600", true, 0600}, {"0777", true, 0777},
-      {"600", true, 0600},  {"0640", true, 0640},
-      {"0400", false, 0},   // owner cannot write
-      {"0200", false, 0},   // owner cannot read
-      {"0066", false, 0},   {"0680", false, 0},  // 8 is not octal
-      {"rw-rw----", false, 0}, {"06600", false, 0},  // too long
-      {"", false, 0},       {"-660", false, 0},
+      {"0660", true, 0660},    {"660", true, 0660},  {"0600", true, 0600}, {"0777", true, 0777},
+      {"600", true, 0600},     {"0640", true, 0640}, {"0400", false, 0},  // owner cannot write
+      {"0200", false, 0},                                                 // owner cannot read
+      {"0066", false, 0},      {"0680", false, 0},                        // 8 is not octal
+      {"rw-rw----", false, 0}, {"06600", false, 0},                       // too long
+      {"", false, 0},          {"-660", false, 0},
   };
   for (const Case& k : cases) {
     DaemonConfig c;
@@ -255,9 +254,9 @@ TEST(ParseCommandLineTest, NoArgumentsGiveDefaults) {
 
 TEST(ParseCommandLineTest, EveryFlagSeparateValue) {
   absl::StatusOr<DaemonConfig> c =
-      Parse({"--socket", "/tmp/a.sock", "--node-id", "n1", "--log-level", "error",
-             "--peer-listen", "127.0.0.1:9", "--sysfs-root", "/tmp/sys", "--socket-mode", "0600",
-             "--cuda-library", "/x/libcuda.so"});
+      Parse({"--socket", "/tmp/a.sock", "--node-id", "n1", "--log-level", "error", "--peer-listen",
+             "127.0.0.1:9", "--sysfs-root", "/tmp/sys", "--socket-mode", "0600", "--cuda-library",
+             "/x/libcuda.so"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->socket, "/tmp/a.sock");
   EXPECT_EQ(c->node_id, "n1");

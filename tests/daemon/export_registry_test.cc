@@ -42,8 +42,7 @@ TEST(ExportRegistryTest, IdsAndSecretsDiffer) {
   EXPECT_NE(a.id, b.id);
   EXPECT_NE(a.secret, b.secret);
   // One export's secret does not open another.
-  EXPECT_EQ(reg.Lookup(b.id, a.secret, 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.Lookup(b.id, a.secret, 1000).status().code(), absl::StatusCode::kPermissionDenied);
 }
 
 TEST(ExportRegistryTest, SecretMismatch) {

@@ -27,7 +27,7 @@ std::vector<UniqueFd> Memfds(size_t n) {
 }
 
 ino_t InodeOf(int fd) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0);
   return st.st_ino;
 }
@@ -169,8 +169,7 @@ TEST_F(FdBrokerTest, ExportRacingSessionEndNeverLeaks) {
     ender.join();
     if (e.ok()) {
       ++exported;
-      EXPECT_EQ(fds_.Import(Open(), e->id, e->secret).status().code(),
-                absl::StatusCode::kNotFound)
+      EXPECT_EQ(fds_.Import(Open(), e->id, e->secret).status().code(), absl::StatusCode::kNotFound)
           << "an export that won the race was freed by the session end";
     } else {
       ++refused;

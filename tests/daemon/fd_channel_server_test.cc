@@ -36,7 +36,7 @@ std::string ReadAll(int fd, size_t n) {
 }
 
 ino_t InodeOf(int fd) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0);
   return st.st_ino;
 }

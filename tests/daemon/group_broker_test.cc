@@ -1,7 +1,6 @@
 // GroupBroker in process: real SessionRegistry and FdBroker, a hand-made
 // topology, joins from several threads.
 #include "broker/group_broker.h"
-#include "fdchannel/fd_broker.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/time/clock.h"
+#include "fdchannel/fd_broker.h"
 #include "gtest/gtest.h"
 
 namespace mooncake::daemon {
@@ -105,9 +105,8 @@ class GroupBrokerTest : public ::testing::Test {
   std::future<JoinResult> JoinAsync(const SessionInfo& s, v1::JoinGroupRequest r,
                                     FdBundlePtr fds = nullptr,
                                     std::function<bool()> cancelled = kNeverCancelled) {
-    return std::async(std::launch::async, [this, s, r, fds, cancelled] {
-      return broker_->Join(s, r, fds, cancelled);
-    });
+    return std::async(std::launch::async,
+                      [this, s, r, fds, cancelled] { return broker_->Join(s, r, fds, cancelled); });
   }
 
   std::optional<GroupSummary> Find(uint32_t uid, const std::string& name) {
@@ -233,12 +232,9 @@ TEST_F(GroupBrokerTest, GpuSelectionByUuidAndPciBusId) {
     int want;
   };
   const Case cases[] = {
-      {kUuid1, "", 1},
-      {absl::AsciiStrToUpper(kUuid2), "", 2},  // case-insensitive
-      {"", "0000:1b:00.0", 0},
-      {"", "00000000:1B:00.0", 0},  // CUDA's 8-digit domain, upper case
-      {"", "0000:1C:00.0", 1},
-      {"", "00000000:3d:00.0", 2},
+      {kUuid1, "", 1},         {absl::AsciiStrToUpper(kUuid2), "", 2},  // case-insensitive
+      {"", "0000:1b:00.0", 0}, {"", "00000000:1B:00.0", 0},  // CUDA's 8-digit domain, upper case
+      {"", "0000:1C:00.0", 1}, {"", "00000000:3d:00.0", 2},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -254,8 +250,8 @@ TEST_F(GroupBrokerTest, GpuSelectionByUuidAndPciBusId) {
 
 TEST_F(GroupBrokerTest, UnknownGpuIsInvalidArgument) {
   SessionInfo s = Open();
-  for (auto [uuid, pci] : {std::pair<std::string, std::string>{"GPU-nope", ""},
-                           {"", "0000:99:00.0"}}) {
+  for (auto [uuid, pci] :
+       {std::pair<std::string, std::string>{"GPU-nope", ""}, {"", "0000:99:00.0"}}) {
     JoinResult r = Join(s, Req("unknown-gpu", 0, 1, 1000, uuid, pci));
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << uuid << pci;
     const std::string msg(r.status().message());
@@ -276,9 +272,9 @@ TEST_F(GroupBrokerTest, ValidationErrors) {
   cases.push_back({Req("v", 5, 2), "ranks are 0..1"});
   cases.push_back({Req("v", 0, 0), "world size 0"});
   cases.push_back({Req("v", 0, 65), "exceeds the limit of 64"});
-  for (const std::string bad : {std::string(""), std::string("has space"), std::string("a/b"),
-                                std::string(129, 'n'), std::string("caf\xc3\xa9"),
-                                std::string("new\nline")}) {
+  for (const std::string bad :
+       {std::string(""), std::string("has space"), std::string("a/b"), std::string(129, 'n'),
+        std::string("caf\xc3\xa9"), std::string("new\nline")}) {
     cases.push_back({Req(bad, 0, 1), "is invalid"});
   }
   v1::JoinGroupRequest big = Req("v", 0, 1);
@@ -474,7 +470,8 @@ std::vector<SessionInfo> FormGroup(GroupBrokerTest* t, GroupBroker* broker,
 }
 
 TEST_F(GroupBrokerTest, LeaveAfterFormedTellsTheOthers) {
-  std::vector<SessionInfo> s = FormGroup(this, broker_.get(), [this] { return Open(); }, "lv", 3);
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "lv", 3);
   ASSERT_TRUE(broker_->Leave(s[1], "lv", 1).ok());
   for (int r : {0, 2}) {
     std::vector<v1::SessionEvent> ev = Events(s[r]);
@@ -511,7 +508,8 @@ TEST_F(GroupBrokerTest, LeaveAfterFormedTellsTheOthers) {
 }
 
 TEST_F(GroupBrokerTest, SessionEndedAfterFormedIsLost) {
-  std::vector<SessionInfo> s = FormGroup(this, broker_.get(), [this] { return Open(); }, "ls", 3);
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "ls", 3);
   broker_->SessionEnded(s[2].id);
   for (int r : {0, 1}) {
     std::vector<v1::SessionEvent> ev = Events(s[r]);
@@ -573,7 +571,8 @@ TEST_F(GroupBrokerTest, ReportReadyFlow) {
 }
 
 TEST_F(GroupBrokerTest, FailedReadinessDegradesAndTellsTheOthers) {
-  std::vector<SessionInfo> s = FormGroup(this, broker_.get(), [this] { return Open(); }, "bad", 3);
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "bad", 3);
   v1::ReportReadyRequest r;
   r.set_group("bad");
   r.set_rank(1);
@@ -613,7 +612,8 @@ TEST_F(GroupBrokerTest, FailedReadinessDegradesAndTellsTheOthers) {
 // message protobuf refuses to parse, so one failing rank with a long
 // non-ASCII detail breaks every other member's session stream.
 TEST_F(GroupBrokerTest, FailedDetailIsTruncatedOnACharacterBoundary) {
-  std::vector<SessionInfo> s = FormGroup(this, broker_.get(), [this] { return Open(); }, "utf8", 2);
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "utf8", 2);
   v1::ReportReadyRequest r;
   r.set_group("utf8");
   r.set_rank(1);
@@ -632,7 +632,7 @@ TEST_F(GroupBrokerTest, FailedDetailIsTruncatedOnACharacterBoundary) {
 FdBundlePtr MemfdBundle(ino_t* inode) {
   auto b = std::make_shared<FdBundle>();
   b->fds.emplace_back(::memfd_create("group_broker_test", MFD_CLOEXEC));
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(b->fds[0].get(), &st), 0);
   *inode = st.st_ino;
   return b;
@@ -666,13 +666,11 @@ TEST_F(GroupBrokerTest, FdBundlesGetPerReceiverTickets) {
   const std::string t01 = r[0]->members(1).fd_ticket();
   EXPECT_NE(t20, r[1]->members(0).fd_ticket()) << "each receiver gets its own ticket";
   // Only the receiver may redeem it, once.
-  EXPECT_EQ(fds_.Redeem(t20, s[1].id, 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(fds_.Redeem(t01, s[2].id, 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(fds_.Redeem(t20, s[1].id, 1000).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(fds_.Redeem(t01, s[2].id, 1000).status().code(), absl::StatusCode::kPermissionDenied);
   absl::StatusOr<FdBundlePtr> got = fds_.Redeem(t20, s[2].id, 1000);
   ASSERT_TRUE(got.ok()) << got.status();
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::fstat((*got)->fds[0].get(), &st), 0);
   EXPECT_EQ(st.st_ino, ino0);
   EXPECT_EQ(fds_.Redeem(t20, s[2].id, 1000).status().code(), absl::StatusCode::kNotFound);
@@ -791,8 +789,7 @@ TEST_F(GroupBrokerTest, JoinAsyncConflictCompletesAtOnce) {
   StartJoin(a, Req("conflict", 0, 2, 30000), nullptr, first.Callback());
   StartJoin(b, Req("conflict", 1, 3), nullptr, wrong.Callback());
   ASSERT_EQ(wrong.calls(), 1) << "a conflicting join completes before JoinAsync returns";
-  EXPECT_EQ(wrong.Await(absl::ZeroDuration())->status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong.Await(absl::ZeroDuration())->status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(first.calls(), 0);
   broker_->CancelJoin(a, "conflict", 0);
 }

@@ -131,8 +131,7 @@ TEST(SessionRegistryTest, Authenticate) {
   wrong[0] = static_cast<char>(wrong[0] ^ 0x80);
   EXPECT_EQ(reg.Authenticate(s->id, wrong, 1000).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(reg.Authenticate(s->id, "", 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.Authenticate(s->id, "", 1000).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(reg.Authenticate(s->id, s->token.substr(0, 15), 1000).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(reg.Authenticate(s->id, s->token, 1001).status().code(),

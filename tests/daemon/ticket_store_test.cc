@@ -26,7 +26,7 @@ std::vector<UniqueFd> Memfds(size_t n) {
 }
 
 ino_t InodeOf(int fd) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::fstat(fd, &st), 0);
   return st.st_ino;
 }

@@ -36,13 +36,13 @@ class UnixListenerTest : public ::testing::Test {
 };
 
 struct stat StatOf(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   EXPECT_EQ(::lstat(path.c_str(), &st), 0) << path << ": " << std::strerror(errno);
   return st;
 }
 
 bool Exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::lstat(path.c_str(), &st) == 0;
 }
 

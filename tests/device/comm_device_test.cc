@@ -5,6 +5,8 @@
 //
 // "Ranks" here are plain buffers in this process wired into CommCtx tables;
 // host_p2p_transport_test.cc runs the same calls over real shared mappings.
+#include "mooncake/device/comm_device.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,7 +16,6 @@
 #include <thread>
 #include <vector>
 
-#include "mooncake/device/comm_device.h"
 #include "mooncake/device/host_coop.h"
 
 namespace mooncake::device {

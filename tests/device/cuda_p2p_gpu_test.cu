@@ -9,9 +9,9 @@
 // The cross-process cases re-execute this binary as the peer rank (a fresh
 // process: fork() after CUDA initialisation is not allowed).
 #include <cuda_runtime.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -130,10 +130,10 @@ __global__ void llPingPong(CommCtx ctx, unsigned char* base, Layout L, uint32_t 
 std::string CudaCheck(cudaError_t e, const char* what) {
   return e == cudaSuccess ? "" : absl::StrCat(what, ": ", cudaGetErrorString(e));
 }
-#define RET_IF_CUDA(expr)                                   \
-  do {                                                      \
-    std::string err_ = CudaCheck((expr), #expr);            \
-    if (!err_.empty()) return err_;                         \
+#define RET_IF_CUDA(expr)                        \
+  do {                                           \
+    std::string err_ = CudaCheck((expr), #expr); \
+    if (!err_.empty()) return err_;              \
   } while (0)
 
 // Everything one rank does after the import, on its own GPU. Runs the three
@@ -170,8 +170,8 @@ std::string DriveRank(P2pTransport& t, void* buf, int rank, int n, int device, L
     for (int s = 0; s < n; ++s) {
       for (size_t i = 0; i < L.chunk; ++i) {
         if (host[s * L.chunk + i] != PatternByte(s, rank, round, i)) {
-          return absl::StrCat("rank ", rank, " form ", form, ": byte ", i, " from rank ", s,
-                              " is ", int(host[s * L.chunk + i]), ", expected ",
+          return absl::StrCat("rank ", rank, " form ", form, ": byte ", i, " from rank ", s, " is ",
+                              int(host[s * L.chunk + i]), ", expected ",
                               int(PatternByte(s, rank, round, i)));
         }
       }
@@ -360,8 +360,8 @@ constexpr char kChildEnv[] = "MOONCAKE_CUDA_P2P_TEST_CHILD";
 pid_t SpawnPeer(CudaHandleKind kind, int serve, int request, int ctl) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(absl::StrCat(kChildEnv, "=", static_cast<int>(kind), ",", serve, ",",
-                                     request, ",", ctl));
+  env_strings.push_back(
+      absl::StrCat(kChildEnv, "=", static_cast<int>(kind), ",", serve, ",", request, ",", ctl));
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -378,8 +378,8 @@ pid_t SpawnPeer(CudaHandleKind kind, int serve, int request, int ctl) {
 int ChildMain(const char* spec) {
   int kind = 0, serve = -1, request = -1, ctl = -1;
   if (std::sscanf(spec, "%d,%d,%d,%d", &kind, &serve, &request, &ctl) != 4) return 2;
-  std::string err = RunProcessRank(1, static_cast<CudaHandleKind>(kind), UniqueFd(serve),
-                                   UniqueFd(request), ctl);
+  std::string err =
+      RunProcessRank(1, static_cast<CudaHandleKind>(kind), UniqueFd(serve), UniqueFd(request), ctl);
   if (!err.empty()) {
     std::fprintf(stderr, "rank 1 (child): %s\n", err.c_str());
     return 1;

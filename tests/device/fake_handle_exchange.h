@@ -56,7 +56,8 @@ class InProcessHandleExchange final : public HandleExchange {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = exports_.find(std::string(exported));
     if (it == exports_.end()) {
-      return absl::NotFoundError(absl::StrCat("importFds: no export named '", std::string(exported), "'"));
+      return absl::NotFoundError(
+          absl::StrCat("importFds: no export named '", std::string(exported), "'"));
     }
     std::vector<UniqueFd> out;
     for (const auto& fd : it->second) {
@@ -100,7 +101,8 @@ class SocketHandleExchange final : public HandleExchange {
       kept.push_back(std::move(d));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    std::string name = absl::StrCat("sock:", ::getpid(), ":", next_++, ":", std::string(kind), ":", size);
+    std::string name =
+        absl::StrCat("sock:", ::getpid(), ":", next_++, ":", std::string(kind), ":", size);
     exports_[name] = std::move(kept);
     return name;
   }
@@ -124,7 +126,8 @@ class SocketHandleExchange final : public HandleExchange {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = exports_.find(req->payload);
         if (it == exports_.end()) {
-          answer = absl::StrCat("importFds: no export named '", req->payload, "' in pid ", ::getpid());
+          answer =
+              absl::StrCat("importFds: no export named '", req->payload, "' in pid ", ::getpid());
         } else {
           for (const auto& fd : it->second) fds.push_back(fd.get());
         }

@@ -139,9 +139,7 @@ TEST_P(HostP2pAllToAll, PutSignalWaitEveryByte) {
         auto* sig_sym = reinterpret_cast<uint32_t*>(base + L.sig_offset(r));
         McStatus st = McStatus::kOk;
         switch (tc.form) {
-          case Form::kThread:
-            st = mc_put_thread(ctx, d, dst_sym, src, tc.chunk);
-            break;
+          case Form::kThread: st = mc_put_thread(ctx, d, dst_sym, src, tc.chunk); break;
           case Form::kWarp:
             host::runWarp(8, [&](unsigned lane) {
               if (mc_put_warp(ctx, d, dst_sym, src, tc.chunk, lane) != McStatus::kOk) bad_status++;
@@ -180,17 +178,19 @@ TEST_P(HostP2pAllToAll, PutSignalWaitEveryByte) {
   EXPECT_EQ(bad_bytes.load(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ranks, HostP2pAllToAll,
-    ::testing::Values(AllToAllCase{2, Form::kThread, 4099}, AllToAllCase{4, Form::kThread, 65536 + 3},
-                      AllToAllCase{2, Form::kWarp, 12345}, AllToAllCase{4, Form::kWarp, 4097},
-                      AllToAllCase{4, Form::kBlock, 100003}),
-    [](const ::testing::TestParamInfo<AllToAllCase>& info) {
-      const char* form = info.param.form == Form::kThread ? "thread"
-                         : info.param.form == Form::kWarp ? "warp"
-                                                          : "block";
-      return absl::StrCat(info.param.ranks, "ranks_", form, "_", info.param.chunk);
-    });
+INSTANTIATE_TEST_SUITE_P(Ranks, HostP2pAllToAll,
+                         ::testing::Values(AllToAllCase{2, Form::kThread, 4099},
+                                           AllToAllCase{4, Form::kThread, 65536 + 3},
+                                           AllToAllCase{2, Form::kWarp, 12345},
+                                           AllToAllCase{4, Form::kWarp, 4097},
+                                           AllToAllCase{4, Form::kBlock, 100003}),
+                         [](const ::testing::TestParamInfo<AllToAllCase>& info) {
+                           const char* form = info.param.form == Form::kThread ? "thread"
+                                              : info.param.form == Form::kWarp ? "warp"
+                                                                               : "block";
+                           return absl::StrCat(info.param.ranks, "ranks_", form, "_",
+                                               info.param.chunk);
+                         });
 
 // red_add from every rank's threads into rank 0's counter over the shared
 // mappings: atomic across mappings, nothing lost.
@@ -374,7 +374,6 @@ TEST(HostP2pTransport, ErrorsSayWhatFailed) {
       << t->lastError();
 }
 
-
 // The join route: exportLocal hands out the handle and a duplicate of the
 // memfd; mapPeers takes each peer's handle with the fds that travelled
 // beside it. No HandleExchange is involved at all.
@@ -457,7 +456,8 @@ TEST(HostP2pTransport, OffNodeHandleIsRecognisedWithoutAnyCall) {
   class NodeExchange final : public HandleExchange {
    public:
     explicit NodeExchange(std::string node) : node_(std::move(node)) {}
-    absl::StatusOr<std::string> exportFds(const std::vector<int>&, std::string_view, uint64_t) override {
+    absl::StatusOr<std::string> exportFds(const std::vector<int>&, std::string_view,
+                                          uint64_t) override {
       return std::string("x");
     }
     absl::StatusOr<std::vector<UniqueFd>> importFds(std::string_view) override {
@@ -571,7 +571,8 @@ std::string RunForkedRank(int rank, UniqueFd serve, UniqueFd request, int ctl) {
         return absl::StrCat("timed out waiting for rank ", r, "'s adds");
     }
     const uint64_t total = mc_ld_acquire(reinterpret_cast<const uint64_t*>(ctr_sym));
-    if (total != uint64_t{kN} * kAdds) return absl::StrCat("counter ", total, ", expected ", kN * kAdds);
+    if (total != uint64_t{kN} * kAdds)
+      return absl::StrCat("counter ", total, ", expected ", kN * kAdds);
   }
 
   // LL ping-pong across the processes.

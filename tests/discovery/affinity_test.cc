@@ -10,9 +10,9 @@
 namespace mooncake::daemon {
 namespace {
 
-using ::testing::IsEmpty;
 using test_support::BuildTwoSocketNode;
 using test_support::FakeSysfs;
+using ::testing::IsEmpty;
 
 struct Entry {
   std::string distance;
@@ -28,7 +28,8 @@ std::map<std::pair<int, std::string>, Entry> ByPair(
     const std::vector<v1::GpuNicAffinity>& affinity) {
   std::map<std::pair<int, std::string>, Entry> out;
   for (const v1::GpuNicAffinity& a : affinity) {
-    bool inserted = out.emplace(std::make_pair(a.gpu(), a.nic()), Entry{a.distance(), a.closest()}).second;
+    bool inserted =
+        out.emplace(std::make_pair(a.gpu(), a.nic()), Entry{a.distance(), a.closest()}).second;
     EXPECT_TRUE(inserted) << "duplicate entry for GPU " << a.gpu() << " / " << a.nic();
   }
   return out;
@@ -44,10 +45,8 @@ class AffinityTest : public ::testing::Test {
 };
 
 TEST_F(AffinityTest, PicksTheClosestNicForEachGpu) {
-  std::vector<GpuLocation> gpus = {{0, "0000:03:00.0"},
-                                   {1, "0000:07:00.0"},
-                                   {2, "0000:21:00.0"},
-                                   {3, "0000:82:00.0"}};
+  std::vector<GpuLocation> gpus = {
+      {0, "0000:03:00.0"}, {1, "0000:07:00.0"}, {2, "0000:21:00.0"}, {3, "0000:82:00.0"}};
   std::vector<v1::GpuNicAffinity> affinity = ComputeGpuNicAffinity(sys_.root(), gpus, nics_);
   ASSERT_EQ(affinity.size(), gpus.size() * nics_.size());
   // GPU-major order, NICs in the given order.
@@ -79,8 +78,8 @@ TEST_F(AffinityTest, PicksTheClosestNicForEachGpu) {
 }
 
 TEST_F(AffinityTest, TwoFunctionsOfOneNicAreBothClosest) {
-  std::vector<NicLocation> nics = {{"mlx5_0", "0000:04:00.0"}, {"mlx5_1", "0000:04:00.1"},
-                                   {"mlx5_2", "0000:08:00.0"}};
+  std::vector<NicLocation> nics = {
+      {"mlx5_0", "0000:04:00.0"}, {"mlx5_1", "0000:04:00.1"}, {"mlx5_2", "0000:08:00.0"}};
   auto got = ByPair(ComputeGpuNicAffinity(sys_.root(), {{0, "0000:03:00.0"}}, nics));
   EXPECT_EQ(got[std::make_pair(0, std::string("mlx5_0"))], (Entry{"PIX", true}));
   EXPECT_EQ(got[std::make_pair(0, std::string("mlx5_1"))], (Entry{"PIX", true}));
@@ -94,8 +93,8 @@ TEST_F(AffinityTest, CudaSpellingOfGpuBusIdIsAccepted) {
 
 TEST_F(AffinityTest, UnplaceableDevicesAreUnknownAndNeverClosest) {
   std::vector<NicLocation> nics = {{"mlx5_0", "0000:04:00.0"}, {"rxe0", ""}};
-  auto got = ByPair(ComputeGpuNicAffinity(sys_.root(), {{0, "0000:03:00.0"}, {1, "0000:ee:00.0"}},
-                                          nics));
+  auto got =
+      ByPair(ComputeGpuNicAffinity(sys_.root(), {{0, "0000:03:00.0"}, {1, "0000:ee:00.0"}}, nics));
   EXPECT_EQ(got[std::make_pair(0, std::string("mlx5_0"))], (Entry{"PIX", true}));
   EXPECT_EQ(got[std::make_pair(0, std::string("rxe0"))], (Entry{"UNKNOWN", false}));
   EXPECT_EQ(got[std::make_pair(1, std::string("mlx5_0"))], (Entry{"UNKNOWN", false}));

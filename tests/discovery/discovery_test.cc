@@ -10,9 +10,9 @@
 namespace mooncake::daemon {
 namespace {
 
-using ::testing::HasSubstr;
 using test_support::BuildTwoSocketNode;
 using test_support::FakeSysfs;
+using ::testing::HasSubstr;
 
 TEST(DiscoverTopologyTest, NoDriverMeansNoGpusAndANote) {
   FakeSysfs sys;
@@ -51,7 +51,8 @@ TEST(DiscoverTopologyTest, RealMachineDoesNotCrashAndExplainsEmptyLists) {
   // The whole answer goes to the log: on a GPU node it is the thing to
   // compare with nvidia-smi -q / nvidia-smi topo -m.
   std::cout << "this machine: " << topo.gpus_size() << " GPU(s), " << topo.nics_size()
-            << " NIC(s)\n" << topo.DebugString();
+            << " NIC(s)\n"
+            << topo.DebugString();
 }
 
 TEST(DiscoverTopologyTest, GpusAndNicsFromFakeDriverAndSysfs) {
@@ -61,8 +62,8 @@ TEST(DiscoverTopologyTest, GpusAndNicsFromFakeDriverAndSysfs) {
   for (int i = 0; i < 2; ++i) cu->addGpu(drivers::FakeGpu::Hopper(i));
   cu->gpu(0).pci_bus_id = "0000:03:00.0";
   cu->gpu(1).pci_bus_id = "0000:82:00.0";
-  v1::Topology topo = DiscoverTopology(
-      {.sysfs_root = sys.root(), .use_verbs = false, .cuda_driver = cu});
+  v1::Topology topo =
+      DiscoverTopology({.sysfs_root = sys.root(), .use_verbs = false, .cuda_driver = cu});
 
   EXPECT_EQ(topo.gpu_discovery_note(), "");
   EXPECT_EQ(topo.nic_discovery_note(), "");

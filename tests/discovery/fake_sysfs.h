@@ -44,8 +44,7 @@ class FakeSysfs {
   // `chain` is "pci0000:00/0000:00:01.0/0000:01:00.0": a host bridge then
   // bus ids from the root port down to the device. Every function on the
   // way gets a directory, a numa_node file and a bus/pci/devices link.
-  void AddPciDevice(const std::string& chain, int numa_node = -1,
-                    const std::string& driver = "") {
+  void AddPciDevice(const std::string& chain, int numa_node = -1, const std::string& driver = "") {
     std::vector<std::string> parts = absl::StrSplit(chain, '/');
     std::string dir = root_ + "/devices/" + parts[0];
     for (size_t i = 1; i < parts.size(); ++i) {
@@ -135,8 +134,8 @@ class FakeSysfs {
     std::filesystem::create_directories(link_path.parent_path());
     std::error_code ec;
     std::filesystem::remove(link_path, ec);
-    std::filesystem::create_symlink(
-        std::filesystem::relative(target, link_path.parent_path()), link_path);
+    std::filesystem::create_symlink(std::filesystem::relative(target, link_path.parent_path()),
+                                    link_path);
   }
 
   std::string base_;
@@ -155,11 +154,13 @@ class FakeSysfs {
 //              ─ 80:02.0 ─ 82:00.0  GPU
 inline void BuildTwoSocketNode(FakeSysfs& sys) {
   sys.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", 0, "nvidia");
-  sys.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0, "mlx5_core");
-  sys.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.1", 0, "mlx5_core");
+  sys.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0", 0,
+                   "mlx5_core");
+  sys.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.1", 0,
+                   "mlx5_core");
   sys.AddPciDevice(
-      "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0/0000:05:00.0/0000:06:00.0/0000:07:00.0",
-      0, "nvidia");
+      "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0/0000:05:00.0/0000:06:00.0/0000:07:00.0", 0,
+      "nvidia");
   sys.AddPciDevice("pci0000:00/0000:00:02.0/0000:08:00.0", 0, "mlx5_core");
   sys.AddPciDevice("pci0000:20/0000:20:01.0/0000:21:00.0", 0, "nvidia");
   sys.AddPciDevice("pci0000:80/0000:80:01.0/0000:81:00.0", 1, "mlx5_core");

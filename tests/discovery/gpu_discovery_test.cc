@@ -15,10 +15,10 @@ namespace {
 
 using drivers::FakeCudaDriver;
 using drivers::FakeGpu;
+using test_support::FakeSysfs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using test_support::FakeSysfs;
 
 // `n` Hopper-like GPUs (FakeGpu::Hopper: bus ids 0000:1B:00.0,
 // 0000:3C:00.0, ...) with P2P access between all, native atomics from GPU 0
@@ -39,12 +39,8 @@ std::shared_ptr<FakeCudaDriver> FakeNode(int n) {
 
 class GpuDiscoveryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    sys_.AddPciDevice("pci0000:00/0000:00:01.0/0000:1b:00.0", 1, "nvidia");
-  }
-  GpuDiscoveryResult Discover() {
-    return DiscoverGpus({.sysfs_root = sys_.root(), .driver = cu_});
-  }
+  void SetUp() override { sys_.AddPciDevice("pci0000:00/0000:00:01.0/0000:1b:00.0", 1, "nvidia"); }
+  GpuDiscoveryResult Discover() { return DiscoverGpus({.sysfs_root = sys_.root(), .driver = cu_}); }
   GpuDiscoveryResult DiscoverLibrary(const std::string& library) {
     return DiscoverGpus({.cuda_library = library, .sysfs_root = sys_.root()});
   }

@@ -7,9 +7,9 @@
 namespace mooncake::daemon {
 namespace {
 
+using test_support::FakeSysfs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using test_support::FakeSysfs;
 
 TEST(NicParsingTest, PortState) {
   EXPECT_EQ(ParsePortState("4: ACTIVE"), "ACTIVE");
@@ -54,8 +54,7 @@ class NicDiscoveryTest : public ::testing::Test {
 TEST_F(NicDiscoveryTest, ReadsInfiniBandNic) {
   sys_.AddPciDevice("pci0000:00/0000:00:01.0/0000:01:00.0", 0, "mlx5_core");
   sys_.AddRdmaDevice("mlx5_0", "0000:01:00.0", "0c42:a103:0065:ef30", "28.39.1002");
-  sys_.AddPort("mlx5_0", 1, "4: ACTIVE", "5: LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)",
-               "0x1a");
+  sys_.AddPort("mlx5_0", 1, "4: ACTIVE", "5: LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)", "0x1a");
   sys_.AddGid("mlx5_0", 1, 0, "fe80:0000:0000:0000:0c42:a103:0065:ef30", "IB/RoCE v1");
   sys_.AddGid("mlx5_0", 1, 1, "0000:0000:0000:0000:0000:0000:0000:0000");
 

@@ -7,9 +7,9 @@
 namespace mooncake::daemon {
 namespace {
 
-using ::testing::ElementsAre;
 using test_support::BuildTwoSocketNode;
 using test_support::FakeSysfs;
+using ::testing::ElementsAre;
 
 class PciTopologyTest : public ::testing::Test {
  protected:

@@ -7,8 +7,8 @@
 namespace mooncake::daemon {
 namespace {
 
-using ::testing::ElementsAre;
 using test_support::FakeSysfs;
+using ::testing::ElementsAre;
 
 TEST(SysfsFilesTest, ReadLineStripsTrailingNewline) {
   FakeSysfs sys;
@@ -21,7 +21,8 @@ TEST(SysfsFilesTest, ReadLineStripsTrailingNewline) {
 TEST(SysfsFilesTest, MissingFileIsNotFoundAndNamesThePath) {
   absl::StatusOr<std::string> v = ReadSysfsLine("/nonexistent/mooncake/attr");
   EXPECT_EQ(v.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(v.status().message()), ::testing::HasSubstr("/nonexistent/mooncake/attr"));
+  EXPECT_THAT(std::string(v.status().message()),
+              ::testing::HasSubstr("/nonexistent/mooncake/attr"));
 }
 
 TEST(SysfsFilesTest, UnreadableFileIsAnError) {

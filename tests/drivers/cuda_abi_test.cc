@@ -34,31 +34,32 @@ static_assert(offsetof(CuUuid, bytes) == offsetof(CUuuid, bytes));
 // --- Constants -------------------------------------------------------------------
 
 #define MC_SAME_RESULT(ours, theirs) static_assert((ours) == (theirs), #ours " != " #theirs);
-#define MC_RESULTS(X)                                                  \
-  X(kCudaSuccess, CUDA_SUCCESS)                                        \
-  X(kCudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE)                  \
-  X(kCudaErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY)                   \
-  X(kCudaErrorNotInitialized, CUDA_ERROR_NOT_INITIALIZED)              \
-  X(kCudaErrorDeinitialized, CUDA_ERROR_DEINITIALIZED)                 \
-  X(kCudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY)                    \
-  X(kCudaErrorCallRequiresNewerDriver, CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER) \
-  X(kCudaErrorNoDevice, CUDA_ERROR_NO_DEVICE)                          \
-  X(kCudaErrorInvalidDevice, CUDA_ERROR_INVALID_DEVICE)                \
-  X(kCudaErrorInvalidContext, CUDA_ERROR_INVALID_CONTEXT)              \
-  X(kCudaErrorAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED)                \
-  X(kCudaErrorNotMapped, CUDA_ERROR_NOT_MAPPED)                        \
-  X(kCudaErrorPeerAccessUnsupported, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) \
-  X(kCudaErrorOperatingSystem, CUDA_ERROR_OPERATING_SYSTEM)            \
-  X(kCudaErrorInvalidHandle, CUDA_ERROR_INVALID_HANDLE)                \
-  X(kCudaErrorNotFound, CUDA_ERROR_NOT_FOUND)                          \
-  X(kCudaErrorNotPermitted, CUDA_ERROR_NOT_PERMITTED)                  \
-  X(kCudaErrorNotSupported, CUDA_ERROR_NOT_SUPPORTED)                  \
-  X(kCudaErrorSystemDriverMismatch, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH) \
+#define MC_RESULTS(X)                                                                \
+  X(kCudaSuccess, CUDA_SUCCESS)                                                      \
+  X(kCudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE)                                \
+  X(kCudaErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY)                                 \
+  X(kCudaErrorNotInitialized, CUDA_ERROR_NOT_INITIALIZED)                            \
+  X(kCudaErrorDeinitialized, CUDA_ERROR_DEINITIALIZED)                               \
+  X(kCudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY)                                  \
+  X(kCudaErrorCallRequiresNewerDriver, CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)        \
+  X(kCudaErrorNoDevice, CUDA_ERROR_NO_DEVICE)                                        \
+  X(kCudaErrorInvalidDevice, CUDA_ERROR_INVALID_DEVICE)                              \
+  X(kCudaErrorInvalidContext, CUDA_ERROR_INVALID_CONTEXT)                            \
+  X(kCudaErrorAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED)                              \
+  X(kCudaErrorNotMapped, CUDA_ERROR_NOT_MAPPED)                                      \
+  X(kCudaErrorPeerAccessUnsupported, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED)             \
+  X(kCudaErrorOperatingSystem, CUDA_ERROR_OPERATING_SYSTEM)                          \
+  X(kCudaErrorInvalidHandle, CUDA_ERROR_INVALID_HANDLE)                              \
+  X(kCudaErrorNotFound, CUDA_ERROR_NOT_FOUND)                                        \
+  X(kCudaErrorNotPermitted, CUDA_ERROR_NOT_PERMITTED)                                \
+  X(kCudaErrorNotSupported, CUDA_ERROR_NOT_SUPPORTED)                                \
+  X(kCudaErrorSystemDriverMismatch, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)               \
   X(kCudaErrorCompatNotSupportedOnDevice, CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE) \
   X(kCudaErrorUnknown, CUDA_ERROR_UNKNOWN)
 MC_RESULTS(MC_SAME_RESULT)
 
-#define MC_SAME(ours, theirs) static_assert((ours) == static_cast<int>(theirs), #ours " != " #theirs)
+#define MC_SAME(ours, theirs) \
+  static_assert((ours) == static_cast<int>(theirs), #ours " != " #theirs)
 MC_SAME(kCuDeviceAttrMultiprocessorCount, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
 MC_SAME(kCuDeviceAttrPciBusId, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID);
 MC_SAME(kCuDeviceAttrPciDeviceId, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID);
@@ -98,9 +99,9 @@ static_assert(internal::kRequestedCudaAbi <= CUDA_VERSION);
 
 // --- Struct layouts ----------------------------------------------------------------
 
-#define MC_SAME_FIELD(ours, theirs, field)                            \
-  static_assert(offsetof(ours, field) == offsetof(theirs, field) &&   \
-                    sizeof(ours::field) == sizeof(theirs::field),     \
+#define MC_SAME_FIELD(ours, theirs, field)                          \
+  static_assert(offsetof(ours, field) == offsetof(theirs, field) && \
+                    sizeof(ours::field) == sizeof(theirs::field),   \
                 #ours "::" #field " differs from cuda.h")
 
 static_assert(sizeof(CuMemLocation) == sizeof(CUmemLocation));
@@ -170,11 +171,11 @@ constexpr bool SameAbiFn(R1 (*)(A...), R2 (*)(B...)) {
 // `cuda_h_name` expands through cuda.h's #defines (cuDeviceTotalMem ->
 // cuDeviceTotalMem_v2): the symbol the loader asks dlsym for must be that
 // one, and the declared parameters must match cuda.h's.
-#define MC_CHECK_ENTRY(slot, proc, cuda_h_name, symbol, legacy, required, params)             \
-  static_assert(std::string_view(MC_XSTR(cuda_h_name)) == std::string_view(symbol),          \
-                "cuda.h maps " proc " to another symbol than " symbol);                       \
-  static_assert(SameAbiFn(static_cast<CuResult(*) params>(nullptr),                           \
-                          static_cast<decltype(&::cuda_h_name)>(nullptr)),                    \
+#define MC_CHECK_ENTRY(slot, proc, cuda_h_name, symbol, legacy, required, params)   \
+  static_assert(std::string_view(MC_XSTR(cuda_h_name)) == std::string_view(symbol), \
+                "cuda.h maps " proc " to another symbol than " symbol);             \
+  static_assert(SameAbiFn(static_cast<CuResult(*) params>(nullptr),                 \
+                          static_cast<decltype(&::cuda_h_name)>(nullptr)),          \
                 proc ": parameter types differ from cuda.h");
 MC_CUDA_DRIVER_ENTRY_POINTS(MC_CHECK_ENTRY)
 

@@ -35,10 +35,9 @@ TEST(LoadCudaDriverTest, MissingLibrarySaysTheDriverIsNotInstalled) {
   auto driver = LoadCudaDriver("libmc-no-such-cuda.so.1");
   ASSERT_FALSE(driver.ok());
   EXPECT_EQ(driver.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(driver.status().message(),
-              AllOf(HasSubstr("libmc-no-such-cuda.so.1 not found"),
-                    HasSubstr("no NVIDIA driver on this node"),
-                    HasSubstr("install the NVIDIA driver")));
+  EXPECT_THAT(driver.status().message(), AllOf(HasSubstr("libmc-no-such-cuda.so.1 not found"),
+                                               HasSubstr("no NVIDIA driver on this node"),
+                                               HasSubstr("install the NVIDIA driver")));
 }
 
 TEST(LoadCudaDriverTest, OutcomeIsCachedPerPath) {

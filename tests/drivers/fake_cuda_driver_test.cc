@@ -180,9 +180,9 @@ TEST_F(FakeCudaDriverTest, VmmRoundTripThroughAnExportedFd) {
   other.addGpu(FakeGpu::Hopper(0));
   ASSERT_EQ(other.init(0), kCudaSuccess);
   CuMemHandle imported = 0;
-  ASSERT_EQ(other.memImportFromShareableHandle(
-                &imported, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                kCuMemHandleTypePosixFileDescriptor),
+  ASSERT_EQ(other.memImportFromShareableHandle(&imported,
+                                               reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                               kCuMemHandleTypePosixFileDescriptor),
             kCudaSuccess);
   ::close(fd);  // the import holds its own reference
   CuDevicePtr peer_va = MapReadWrite(other, imported, size);

@@ -143,8 +143,7 @@ int cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, uint64
       {"cuMemAddressFree", reinterpret_cast<void*>(&cuMemAddressFree)},
       {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
       {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&cuMemExportToShareableHandle)},
-      {"cuMemImportFromShareableHandle",
-       reinterpret_cast<void*>(&cuMemImportFromShareableHandle)},
+      {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(&cuMemImportFromShareableHandle)},
       {"cuGetErrorName", reinterpret_cast<void*>(&cuGetErrorName)},
       {"cuGetErrorString", reinterpret_cast<void*>(&cuGetErrorString)},
   };

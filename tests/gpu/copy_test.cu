@@ -20,14 +20,14 @@ using namespace mooncake::device;
 
 namespace {
 
-#define CUDA_OK(expr)                                                                  \
-  do {                                                                                 \
-    cudaError_t err_ = (expr);                                                         \
-    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_);         \
+#define CUDA_OK(expr)                                                          \
+  do {                                                                         \
+    cudaError_t err_ = (expr);                                                 \
+    ASSERT_EQ(err_, cudaSuccess) << #expr << ": " << cudaGetErrorString(err_); \
   } while (0)
 
-constexpr size_t kGuard = 64;         // sentinel bytes checked on each side of dst
-constexpr size_t kMaxOffset = 16;     // offsets are in [0, 16)
+constexpr size_t kGuard = 64;      // sentinel bytes checked on each side of dst
+constexpr size_t kMaxOffset = 16;  // offsets are in [0, 16)
 constexpr unsigned char kSentinel = 0xA5;
 
 __host__ __device__ inline unsigned char patternByte(size_t i) {
@@ -37,12 +37,14 @@ __host__ __device__ inline unsigned char patternByte(size_t i) {
 }
 
 __global__ void fillPattern(unsigned char* p, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
     p[i] = patternByte(i);
 }
 
 __global__ void fillByte(unsigned char* p, size_t n, unsigned char v) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
     p[i] = v;
 }
 
@@ -52,10 +54,12 @@ struct CheckResult {
   unsigned long long mismatches;
   unsigned long long first;
 };
-__global__ void checkCopy(const unsigned char* dst, size_t total, size_t dst_off, size_t src_off, size_t n,
-                          CheckResult* r) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-    unsigned char want = (i >= dst_off && i < dst_off + n) ? patternByte(src_off + (i - dst_off)) : kSentinel;
+__global__ void checkCopy(const unsigned char* dst, size_t total, size_t dst_off, size_t src_off,
+                          size_t n, CheckResult* r) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    unsigned char want =
+        (i >= dst_off && i < dst_off + n) ? patternByte(src_off + (i - dst_off)) : kSentinel;
     if (dst[i] != want) {
       atomicAdd(&r->mismatches, 1ull);
       atomicMin(&r->first, (unsigned long long)i);
@@ -89,23 +93,37 @@ __global__ void copyWarpsSliced(void* d, const void* s, size_t n) {
   size_t begin = per * w;
   if (begin >= n) return;
   size_t len = (n - begin < per) ? n - begin : per;
-  mc_detail_copy_warp(static_cast<char*>(d) + begin, static_cast<const char*>(s) + begin, len, threadIdx.x % 32);
+  mc_detail_copy_warp(static_cast<char*>(d) + begin, static_cast<const char*>(s) + begin, len,
+                      threadIdx.x % 32);
 }
 // Tiles interleaved over blocks (mc_detail_copy_tiles): a small odd tile so
 // small sizes cross tile boundaries, and the default tile.
-__global__ void copyTilesSmall(void* d, const void* s, size_t n) { mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x, 4112); }
-__global__ void copyTilesDefault(void* d, const void* s, size_t n) { mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x); }
+__global__ void copyTilesSmall(void* d, const void* s, size_t n) {
+  mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x, 4112);
+}
+__global__ void copyTilesDefault(void* d, const void* s, size_t n) {
+  mc_detail_copy_tiles(d, s, n, blockIdx.x, gridDim.x);
+}
 // The whole grid as one group.
 __global__ void copyGrid(void* d, const void* s, size_t n) {
   mc_detail_copy_group(d, s, n, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
 }
 // Coherent-load variant with a small unroll, to cover the other template arms.
 __global__ void copyBlockCoherent(void* d, const void* s, size_t n) {
-  if (blockIdx.x == 0)
-    mc_detail_copy_group<2, false>(d, s, n, threadIdx.x, blockDim.x);
+  if (blockIdx.x == 0) mc_detail_copy_group<2, false>(d, s, n, threadIdx.x, blockDim.x);
 }
 
-enum class Variant { kThread, kWarp, kBlock, kBlocksSliced, kWarpsSliced, kGrid, kBlockCoherent, kTilesSmall, kTilesDefault };
+enum class Variant {
+  kThread,
+  kWarp,
+  kBlock,
+  kBlocksSliced,
+  kWarpsSliced,
+  kGrid,
+  kBlockCoherent,
+  kTilesSmall,
+  kTilesDefault
+};
 
 const char* variantName(Variant v) {
   switch (v) {
@@ -140,12 +158,12 @@ void launchCopy(Variant v, void* d, const void* s, size_t n) {
 // test would dominate the run time).
 struct Buffers {
   int dev_count = 0;
-  bool peer = false;                    // device 0 can write device 1's memory
-  size_t cap = 0;                       // largest n supported
-  unsigned char* src = nullptr;         // device 0
-  unsigned char* dst = nullptr;         // device 0
-  unsigned char* peer_dst = nullptr;    // device 1, mapped into device 0
-  CheckResult* result = nullptr;        // device 0
+  bool peer = false;                  // device 0 can write device 1's memory
+  size_t cap = 0;                     // largest n supported
+  unsigned char* src = nullptr;       // device 0
+  unsigned char* dst = nullptr;       // device 0
+  unsigned char* peer_dst = nullptr;  // device 1, mapped into device 0
+  CheckResult* result = nullptr;      // device 0
 };
 Buffers* g_buf = nullptr;
 
@@ -213,8 +231,9 @@ void runCase(Variant v, size_t n, size_t src_off, size_t dst_off, bool to_peer) 
   CUDA_OK(cudaGetLastError());
   CheckResult r;
   CUDA_OK(cudaMemcpy(&r, g_buf->result, sizeof(r), cudaMemcpyDeviceToHost));
-  EXPECT_EQ(r.mismatches, 0u) << variantName(v) << " n=" << n << " src_off=" << src_off << " dst_off=" << dst_off
-                              << (to_peer ? " (peer)" : "") << ": first bad byte at window offset " << r.first
+  EXPECT_EQ(r.mismatches, 0u) << variantName(v) << " n=" << n << " src_off=" << src_off
+                              << " dst_off=" << dst_off << (to_peer ? " (peer)" : "")
+                              << ": first bad byte at window offset " << r.first
                               << " (copy starts at " << kGuard + dst_off << ")";
 }
 
@@ -228,20 +247,23 @@ struct Case {
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return std::string(variantName(c.variant)) + "_n" + std::to_string(c.n) + "_s" + std::to_string(c.src_off) + "_d" +
-         std::to_string(c.dst_off) + (c.peer ? "_peer" : "");
+  return std::string(variantName(c.variant)) + "_n" + std::to_string(c.n) + "_s" +
+         std::to_string(c.src_off) + "_d" + std::to_string(c.dst_off) + (c.peer ? "_peer" : "");
 }
 
 // Offsets chosen to hit: both aligned, same misalignment, every word shift
 // (1..3 bytes, 4/8/12 bytes) and the largest one.
-const size_t kOffsets[][2] = {{0, 0}, {1, 1}, {0, 1}, {1, 0}, {3, 8}, {4, 0}, {8, 3}, {12, 0}, {15, 2}, {5, 15}};
+const size_t kOffsets[][2] = {{0, 0}, {1, 1}, {0, 1},  {1, 0},  {3, 8},
+                              {4, 0}, {8, 3}, {12, 0}, {15, 2}, {5, 15}};
 
 std::vector<Case> smallCases() {
-  const size_t sizes[] = {0,  1,  2,  3,   7,   15,  16,  17,  31,   32,   33,   47,   48,   49,  63,
-                          64, 65, 95, 127, 128, 129, 255, 511, 1000, 4095, 4096, 4097, 8191, 65543};
+  const size_t sizes[] = {0,   1,   2,   3,    7,    15,   16,   17,   31,   32,
+                          33,  47,  48,  49,   63,   64,   65,   95,   127,  128,
+                          129, 255, 511, 1000, 4095, 4096, 4097, 8191, 65543};
   std::vector<Case> out;
-  for (Variant v : {Variant::kThread, Variant::kWarp, Variant::kBlock, Variant::kBlocksSliced, Variant::kWarpsSliced,
-                    Variant::kGrid, Variant::kBlockCoherent, Variant::kTilesSmall, Variant::kTilesDefault})
+  for (Variant v : {Variant::kThread, Variant::kWarp, Variant::kBlock, Variant::kBlocksSliced,
+                    Variant::kWarpsSliced, Variant::kGrid, Variant::kBlockCoherent,
+                    Variant::kTilesSmall, Variant::kTilesDefault})
     for (size_t n : sizes)
       for (auto& o : kOffsets) out.push_back({v, n, o[0], o[1], false});
   return out;
@@ -257,8 +279,8 @@ std::vector<Case> largeCases() {
         if (v == Variant::kThread && n > ((size_t)1 << 20) + 3) continue;
         out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], false});
       }
-  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid, Variant::kTilesSmall,
-                    Variant::kTilesDefault})
+  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid,
+                    Variant::kTilesSmall, Variant::kTilesDefault})
     for (size_t n : {((size_t)16 << 20) + 1, ((size_t)256 << 20) + 7, (size_t)1 << 30})
       for (int k : {0, 2, 6}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], false});
   return out;
@@ -269,7 +291,8 @@ std::vector<Case> peerCases() {
   for (Variant v : {Variant::kThread, Variant::kWarp, Variant::kBlock})
     for (size_t n : {(size_t)1, (size_t)17, (size_t)4096, (size_t)65543})
       for (int k : {0, 2, 8}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], true});
-  for (Variant v : {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid, Variant::kTilesDefault})
+  for (Variant v :
+       {Variant::kBlocksSliced, Variant::kWarpsSliced, Variant::kGrid, Variant::kTilesDefault})
     for (size_t n : {(size_t)4097, ((size_t)16 << 20) + 3, (size_t)256 << 20})
       for (int k : {0, 2, 8}) out.push_back({v, n, kOffsets[k][0], kOffsets[k][1], true});
   return out;

@@ -29,14 +29,14 @@ constexpr uint64_t kTimeoutNs = 5000000000ull;  // a protocol bug fails, it does
 constexpr size_t kSymBytes = 64ull << 20;
 
 // Symmetric layout (same offsets on both ranks).
-constexpr size_t kOffFlag = 0;          // u64 data-ready flag (written by the peer)
-constexpr size_t kOffAck = 256;         // u64 ack flag (written by the peer)
-constexpr size_t kOffCounter = 512;     // u64 red_add counter
-constexpr size_t kOffCounter32 = 768;   // u32 red_add counter
-constexpr size_t kOffSlot = 1024;       // McLLSlot
-constexpr size_t kOffStatus = 2048;     // int32 McStatus results
-constexpr size_t kOffData = 1ull << 20; // put landing zone (up to 16 MiB + 64)
-constexpr size_t kOffSrc = 32ull << 20; // two source patterns of up to 16 MiB
+constexpr size_t kOffFlag = 0;           // u64 data-ready flag (written by the peer)
+constexpr size_t kOffAck = 256;          // u64 ack flag (written by the peer)
+constexpr size_t kOffCounter = 512;      // u64 red_add counter
+constexpr size_t kOffCounter32 = 768;    // u32 red_add counter
+constexpr size_t kOffSlot = 1024;        // McLLSlot
+constexpr size_t kOffStatus = 2048;      // int32 McStatus results
+constexpr size_t kOffData = 1ull << 20;  // put landing zone (up to 16 MiB + 64)
+constexpr size_t kOffSrc = 32ull << 20;  // two source patterns of up to 16 MiB
 
 struct Result {
   unsigned long long errors;
@@ -49,7 +49,8 @@ __host__ __device__ inline uint8_t pattern(uint64_t seq, size_t i) {
 }
 
 __global__ void fillSrc(char* base, size_t n, uint64_t seq) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
     base[i] = (char)pattern(seq, i);
 }
 
@@ -58,7 +59,8 @@ enum class Granularity { kThread, kWarp, kBlock };
 // Rank 0: for seq = 1..iters: wait for the ack of seq-1, put n bytes of
 // pattern seq (source buffer seq&1, filled before launch) at dst_off, then
 // signal seq. `relaxed`: mc_fence + mc_signal_relaxed instead of mc_signal.
-__global__ void __launch_bounds__(1024) sender(CommCtx ctx, size_t dst_off, size_t n, int iters, Granularity g, bool relaxed, Result* r) {
+__global__ void __launch_bounds__(1024) sender(CommCtx ctx, size_t dst_off, size_t n, int iters,
+                                               Granularity g, bool relaxed, Result* r) {
   char* base = static_cast<char*>(ctx.p2p.local_base);
   auto* ack = reinterpret_cast<uint64_t*>(base + kOffAck);
   auto* flag_sym = reinterpret_cast<uint64_t*>(base + kOffFlag);
@@ -76,7 +78,8 @@ __global__ void __launch_bounds__(1024) sender(CommCtx ctx, size_t dst_off, size
     if (g == Granularity::kBlock) {
       st = mc_put_block(ctx, 1, base + kOffData + dst_off, src, n);
     } else if (g == Granularity::kWarp) {
-      if (threadIdx.x < 32) st = mc_put_warp(ctx, 1, base + kOffData + dst_off, src, n, threadIdx.x);
+      if (threadIdx.x < 32)
+        st = mc_put_warp(ctx, 1, base + kOffData + dst_off, src, n, threadIdx.x);
       __syncthreads();
     } else {
       if (threadIdx.x == 0) st = mc_put_thread(ctx, 1, base + kOffData + dst_off, src, n);
@@ -102,7 +105,8 @@ __global__ void receiver(CommCtx ctx, size_t dst_off, size_t n, int iters, Resul
   char* base = static_cast<char*>(ctx.p2p.local_base);
   auto* flag = reinterpret_cast<uint64_t*>(base + kOffFlag);
   auto* ack_sym = reinterpret_cast<uint64_t*>(base + kOffAck);
-  const volatile uint8_t* data = reinterpret_cast<const volatile uint8_t*>(base + kOffData + dst_off);
+  const volatile uint8_t* data =
+      reinterpret_cast<const volatile uint8_t*>(base + kOffData + dst_off);
   __shared__ int stop;
   __shared__ unsigned long long bad;
   for (int seq = 1; seq <= iters; ++seq) {
@@ -266,37 +270,50 @@ class DeviceOps : public ::testing::Test {
     }
   }
 
-  void putSignal(Granularity g, size_t n, size_t dst_off, int iters, bool relaxed, unsigned threads) {
+  void putSignal(Granularity g, size_t n, size_t dst_off, int iters, bool relaxed,
+                 unsigned threads) {
     ASSERT_LE(n + dst_off, 16ull << 20);
     CUDA_OK(cudaSetDevice(0));
     fillSrc<<<264, 256>>>(ranks_[0].sym + kOffSrc + (16ull << 20), (16ull << 20), 1);  // odd seqs
-    fillSrc<<<264, 256>>>(ranks_[0].sym + kOffSrc, (16ull << 20), 2);                   // even seqs
+    fillSrc<<<264, 256>>>(ranks_[0].sym + kOffSrc, (16ull << 20), 2);                  // even seqs
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaSetDevice(1));
     receiver<<<1, 512, 0, ranks_[1].stream>>>(ranks_[1].ctx, dst_off, n, iters, ranks_[1].result);
     CUDA_OK(cudaSetDevice(0));
     // A failed sender launch must not leave the receiver waiting: check it
     // before anything else.
-    sender<<<1, threads, 0, ranks_[0].stream>>>(ranks_[0].ctx, dst_off, n, iters, g, relaxed, ranks_[0].result);
+    sender<<<1, threads, 0, ranks_[0].stream>>>(ranks_[0].ctx, dst_off, n, iters, g, relaxed,
+                                                ranks_[0].result);
     syncBoth();
     Result s = result(0), r = result(1);
     EXPECT_EQ(s.timeouts + r.timeouts, 0u);
     EXPECT_EQ(s.errors, 0u) << "put returned an error status";
-    EXPECT_EQ(r.errors, 0u) << "receiver saw wrong bytes after the signal; first bad offset " << r.first_bad;
+    EXPECT_EQ(r.errors, 0u) << "receiver saw wrong bytes after the signal; first bad offset "
+                            << r.first_bad;
   }
 
   static inline Rank ranks_[2];
   static inline bool ready_ = false;
 };
 
-TEST_F(DeviceOps, PutBlockSignalSmallOdd) { putSignal(Granularity::kBlock, 4097, 3, 200, false, 512); }
-TEST_F(DeviceOps, PutBlockSignal1MiB) { putSignal(Granularity::kBlock, (1u << 20) + 5, 1, 100, false, 1024); }
-TEST_F(DeviceOps, PutBlockSignal16MiB) { putSignal(Granularity::kBlock, 16u << 20, 0, 10, false, 512); }
+TEST_F(DeviceOps, PutBlockSignalSmallOdd) {
+  putSignal(Granularity::kBlock, 4097, 3, 200, false, 512);
+}
+TEST_F(DeviceOps, PutBlockSignal1MiB) {
+  putSignal(Granularity::kBlock, (1u << 20) + 5, 1, 100, false, 1024);
+}
+TEST_F(DeviceOps, PutBlockSignal16MiB) {
+  putSignal(Granularity::kBlock, 16u << 20, 0, 10, false, 512);
+}
 TEST_F(DeviceOps, PutWarpSignal) { putSignal(Granularity::kWarp, 65536 + 13, 7, 200, false, 64); }
 TEST_F(DeviceOps, PutThreadSignal) { putSignal(Granularity::kThread, 1000, 5, 200, false, 32); }
 TEST_F(DeviceOps, PutThreadOneByte) { putSignal(Granularity::kThread, 1, 0, 500, false, 32); }
-TEST_F(DeviceOps, FenceThenRelaxedSignal) { putSignal(Granularity::kBlock, 256 * 1024 + 9, 2, 200, true, 512); }
-TEST_F(DeviceOps, FenceThenRelaxedSignalThread) { putSignal(Granularity::kThread, 777, 11, 300, true, 32); }
+TEST_F(DeviceOps, FenceThenRelaxedSignal) {
+  putSignal(Granularity::kBlock, 256 * 1024 + 9, 2, 200, true, 512);
+}
+TEST_F(DeviceOps, FenceThenRelaxedSignalThread) {
+  putSignal(Granularity::kThread, 777, 11, 300, true, 32);
+}
 
 TEST_F(DeviceOps, RedAddFromManyBlocksOfBothGpusLosesNothing) {
   const int blocks = 264, threads = 256, per = 16;

@@ -114,8 +114,8 @@ TEST_F(BadInput, LeaveReportExportImportWithBadArguments) {
   // Report readiness before the group formed.
   auto other = Client::Connect({.socket_path = daemon_->socket()});
   std::thread t([&] {
-    (void)(*other)->joinGroup({.group = "early", .rank = 0, .world_size = 2,
-                               .timeout = absl::Milliseconds(800)});
+    (void)(*other)->joinGroup(
+        {.group = "early", .rank = 0, .world_size = 2, .timeout = absl::Milliseconds(800)});
   });
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ((*other)->leaveGroup("early", 1).code(), absl::StatusCode::kNotFound);

@@ -52,7 +52,8 @@ Child Child::Spawn(const std::vector<std::string>& argv, int uid,
     ::dup2(in[0], 0);
     if (uid >= 0) {
       gid_t gid = static_cast<gid_t>(uid);
-      if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 || ::setuid(static_cast<uid_t>(uid)) != 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(gid) != 0 ||
+          ::setuid(static_cast<uid_t>(uid)) != 0) {
         ::_exit(126);
       }
     }
@@ -165,8 +166,9 @@ void Child::CloseStdin() {
 
 DaemonProcess::DaemonProcess(const std::string& dir, std::vector<std::string> extra_args)
     : socket_(dir + "/mooncaked.sock") {
-  std::vector<std::string> argv = {BinDir() + "/mooncaked", "--socket", socket_, "--node-id",
-                                   "testnode", "--log-level", "warning"};
+  std::vector<std::string> argv = {
+      BinDir() + "/mooncaked", "--socket", socket_, "--node-id", "testnode",
+      "--log-level",           "warning"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   child_ = Child::Spawn(argv);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -14,9 +14,17 @@ std::vector<Child> StartRanks(const std::string& socket, const std::string& grou
                               const std::vector<std::string>& extra = {}) {
   std::vector<Child> ranks;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {BinDir() + "/device_transport_example", "--platform", "host",
-                                     "--socket", socket, "--group", group, "--rank",
-                                     std::to_string(r), "--world-size", std::to_string(n)};
+    std::vector<std::string> argv = {BinDir() + "/device_transport_example",
+                                     "--platform",
+                                     "host",
+                                     "--socket",
+                                     socket,
+                                     "--group",
+                                     group,
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--world-size",
+                                     std::to_string(n)};
     argv.insert(argv.end(), extra.begin(), extra.end());
     ranks.push_back(Child::Spawn(argv));
   }
@@ -62,7 +70,8 @@ TEST(DeviceTransportExample, MissingPeerTimesOutWithClearMessage) {
 TEST(DeviceTransportExample, WatchReportsASigkilledPeer) {
   TempDir dir;
   DaemonProcess daemon(dir.path());
-  auto ranks = StartRanks(daemon.socket(), "watch", 2, {"--mode", "watch", "--timeout-ms", "20000"});
+  auto ranks =
+      StartRanks(daemon.socket(), "watch", 2, {"--mode", "watch", "--timeout-ms", "20000"});
   ASSERT_FALSE(ranks[0].WaitForLine("READY", 20000).empty()) << ranks[0].output();
   ASSERT_FALSE(ranks[1].WaitForLine("READY", 20000).empty()) << ranks[1].output();
   ranks[1].Kill(SIGKILL);

@@ -40,11 +40,14 @@ TEST_F(GroupRendezvous, FourRanksExchangeHandlesAndFds) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       int fd = MemfdWith("payload-" + std::to_string(r));
-      views[r] = clients[r]->joinGroup({.group = "four", .rank = static_cast<uint32_t>(r),
-                                        .world_size = kRanks, .timeout = absl::Seconds(10),
+      views[r] = clients[r]->joinGroup({.group = "four",
+                                        .rank = static_cast<uint32_t>(r),
+                                        .world_size = kRanks,
+                                        .timeout = absl::Seconds(10),
                                         .handle_kind = "memfd",
                                         .handle_data = "handle-" + std::to_string(r),
-                                        .handle_size = 9, .fds = {fd}});
+                                        .handle_size = 9,
+                                        .fds = {fd}});
       ::close(fd);  // the daemon holds its own duplicate
     });
   }
@@ -129,8 +132,8 @@ TEST_F(GroupRendezvous, InvalidJoinsGetPreciseErrors) {
   // Duplicate rank and world-size mismatch while rank 0 waits.
   auto holder = Connect();
   std::thread hold([&] {
-    auto v = holder->joinGroup({.group = "held", .rank = 0, .world_size = 2,
-                                .timeout = absl::Seconds(3)});
+    auto v = holder->joinGroup(
+        {.group = "held", .rank = 0, .world_size = 2, .timeout = absl::Seconds(3)});
     EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
   });
   for (int i = 0; i < 100 && ListGroups(daemon_->socket()).groups_size() == 0; ++i) {
@@ -155,9 +158,8 @@ TEST_F(GroupRendezvous, InvalidJoinsGetPreciseErrors) {
 TEST_F(GroupRendezvous, FormedGroupIsNotReentered) {
   auto a = Connect();
   auto b = Connect();
-  std::thread t([&] {
-    EXPECT_TRUE(b->joinGroup({.group = "f", .rank = 1, .world_size = 2}).ok());
-  });
+  std::thread t(
+      [&] { EXPECT_TRUE(b->joinGroup({.group = "f", .rank = 1, .world_size = 2}).ok()); });
   ASSERT_TRUE(a->joinGroup({.group = "f", .rank = 0, .world_size = 2}).ok());
   t.join();
   ASSERT_TRUE(b->leaveGroup("f", 1).ok());
@@ -172,7 +174,8 @@ TEST_F(GroupRendezvous, FormedGroupIsNotReentered) {
   ASSERT_TRUE(a->leaveGroup("f", 0).ok());
   EXPECT_EQ(ListGroups(daemon_->socket()).groups_size(), 0);
   // The name is free again.
-  std::thread t2([&] { EXPECT_TRUE(b->joinGroup({.group = "f", .rank = 1, .world_size = 2}).ok()); });
+  std::thread t2(
+      [&] { EXPECT_TRUE(b->joinGroup({.group = "f", .rank = 1, .world_size = 2}).ok()); });
   EXPECT_TRUE(c->joinGroup({.group = "f", .rank = 0, .world_size = 2}).ok());
   t2.join();
 }

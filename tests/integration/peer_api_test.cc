@@ -23,7 +23,8 @@ TEST(PeerApi, HelloAndTopologyOverTcpAndNoLocalApiThere) {
   for (int attempt = 0; attempt < 5 && !daemon; ++attempt) {
     addr = "127.0.0.1:" + std::to_string(40000 + rng() % 20000);
     try {
-      daemon = std::make_unique<DaemonProcess>(dir.path(), std::vector<std::string>{"--peer-listen", addr});
+      daemon = std::make_unique<DaemonProcess>(dir.path(),
+                                               std::vector<std::string>{"--peer-listen", addr});
     } catch (const std::exception&) {
       daemon.reset();
     }
@@ -52,7 +53,8 @@ TEST(PeerApi, HelloAndTopologyOverTcpAndNoLocalApiThere) {
     v1::PeerHelloRequest req;
     req.set_protocol_version(7);
     v1::PeerHelloResponse resp;
-    EXPECT_EQ(peer->PeerHello(&ctx, req, &resp).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(peer->PeerHello(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
     grpc::ClientContext ctx;

@@ -30,11 +30,15 @@ TEST(Permission, OtherUidGetsPermissionDenied) {
   auto d = Client::Connect({.socket_path = daemon.socket()});
   ASSERT_TRUE(d.ok()) << d.status();
   std::thread holder([&] {
-    EXPECT_TRUE((*c)->joinGroup({.group = "shared", .rank = 0, .world_size = 2,
-                                 .timeout = absl::Seconds(5), .fds = {fd}}).ok());
+    EXPECT_TRUE((*c)->joinGroup({.group = "shared",
+                                 .rank = 0,
+                                 .world_size = 2,
+                                 .timeout = absl::Seconds(5),
+                                 .fds = {fd}})
+                    .ok());
   });
-  auto view = (*d)->joinGroup({.group = "shared", .rank = 1, .world_size = 2,
-                               .timeout = absl::Seconds(5)});
+  auto view =
+      (*d)->joinGroup({.group = "shared", .rank = 1, .world_size = 2, .timeout = absl::Seconds(5)});
   holder.join();
   ASSERT_TRUE(view.ok()) << view.status();
   const std::string ticket = view->members[0].fd_ticket;
@@ -49,8 +53,10 @@ TEST(Permission, OtherUidGetsPermissionDenied) {
   EXPECT_NE(out.find("IMPORT code=" + denied), std::string::npos) << out;
   EXPECT_NE(out.find("FETCH code=" + denied), std::string::npos) << out;
   // The intruder's join of "shared" lands in its own namespace and never forms.
-  EXPECT_NE(out.find("JOIN code=" + std::to_string(static_cast<int>(absl::StatusCode::kDeadlineExceeded))),
-            std::string::npos) << out;
+  EXPECT_NE(out.find("JOIN code=" +
+                     std::to_string(static_cast<int>(absl::StatusCode::kDeadlineExceeded))),
+            std::string::npos)
+      << out;
   // It sees none of root's groups.
   EXPECT_NE(out.find("GROUPS ok=1 n=0"), std::string::npos) << out;
   EXPECT_EQ(intruder.Wait(5000), 0);
@@ -70,9 +76,9 @@ TEST(Permission, DefaultSocketModeKeepsOtherUsersOut) {
   ASSERT_NE(nobody, nullptr);
   TempDir dir;
   DaemonProcess daemon(dir.path());
-  Child intruder = Child::Spawn({BinDir() + "/mc_test_client", "denied", daemon.socket(), "1",
-                                 "00", "00"},
-                                static_cast<int>(nobody->pw_uid));
+  Child intruder =
+      Child::Spawn({BinDir() + "/mc_test_client", "denied", daemon.socket(), "1", "00", "00"},
+                   static_cast<int>(nobody->pw_uid));
   ASSERT_FALSE(intruder.WaitForLine("CONNECT code=", 10000).empty()) << intruder.output();
   EXPECT_EQ(intruder.Wait(5000), 0);
 }

@@ -1,18 +1,17 @@
 // A real mooncaked process and real client processes: sessions, SIGKILL of a
 // member, daemon shutdown and restart as clients see them.
+#include <grpcpp/generic/generic_stub.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
-#include <grpcpp/generic/generic_stub.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "daemon_process.h"
@@ -67,12 +66,12 @@ TEST(SessionLifecycle, UnreachableDaemonFailsFastWithActionableMessage) {
 TEST(SessionLifecycle, SigkilledMemberIsReportedLostAndReleased) {
   TempDir dir;
   DaemonProcess daemon(dir.path());
-  Child member = Child::Spawn({BinDir() + "/mc_test_client", "member", daemon.socket(), "g", "1",
-                               "2", "--fd"});
+  Child member = Child::Spawn(
+      {BinDir() + "/mc_test_client", "member", daemon.socket(), "g", "1", "2", "--fd"});
   auto c = Client::Connect({.socket_path = daemon.socket()});
   ASSERT_TRUE(c.ok()) << c.status();
-  auto view = (*c)->joinGroup({.group = "g", .rank = 0, .world_size = 2,
-                               .timeout = absl::Seconds(20)});
+  auto view =
+      (*c)->joinGroup({.group = "g", .rank = 0, .world_size = 2, .timeout = absl::Seconds(20)});
   ASSERT_TRUE(view.ok()) << view.status();
   ASSERT_FALSE(member.WaitForLine("JOINED", 10000).empty()) << member.output();
   EXPECT_EQ(GetStatus(daemon.socket()).sessions(), 2u);
@@ -112,13 +111,16 @@ TEST(SessionLifecycle, SigkilledMemberIsReportedLostAndReleased) {
 TEST(SessionLifecycle, ClientProcessExitReleasesGroupAndTellsOthers) {
   TempDir dir;
   DaemonProcess daemon(dir.path());
-  Child member = Child::Spawn({BinDir() + "/mc_test_client", "member", daemon.socket(), "g2", "0", "2"});
-  Child other = Child::Spawn({BinDir() + "/mc_test_client", "member", daemon.socket(), "g2", "1", "2"});
+  Child member =
+      Child::Spawn({BinDir() + "/mc_test_client", "member", daemon.socket(), "g2", "0", "2"});
+  Child other =
+      Child::Spawn({BinDir() + "/mc_test_client", "member", daemon.socket(), "g2", "1", "2"});
   ASSERT_FALSE(member.WaitForLine("JOINED", 10000).empty()) << member.output();
   ASSERT_FALSE(other.WaitForLine("JOINED", 10000).empty()) << other.output();
   member.CloseStdin();  // leaves explicitly, then exits
   EXPECT_EQ(member.Wait(5000), 0);
-  EXPECT_FALSE(other.WaitForLine("EVENT kind=left group=g2 rank=0", 3000).empty()) << other.output();
+  EXPECT_FALSE(other.WaitForLine("EVENT kind=left group=g2 rank=0", 3000).empty())
+      << other.output();
   other.Kill(SIGKILL);
   other.Wait(5000);
   for (int i = 0; i < 100 && ListGroups(daemon.socket()).groups_size() != 0; ++i) {
@@ -135,8 +137,8 @@ TEST(SessionLifecycle, DaemonSigtermGivesClientsAClearError) {
   ASSERT_TRUE(c.ok()) << c.status();
   // A rendezvous blocked in the daemon when it stops must not hang.
   std::thread joiner([&] {
-    auto v = (*c)->joinGroup({.group = "never", .rank = 0, .world_size = 2,
-                              .timeout = absl::Seconds(30)});
+    auto v = (*c)->joinGroup(
+        {.group = "never", .rank = 0, .world_size = 2, .timeout = absl::Seconds(30)});
     EXPECT_FALSE(v.ok());
     EXPECT_TRUE(v.status().code() == absl::StatusCode::kUnavailable) << v.status();
   });

@@ -6,6 +6,7 @@
 //       PEERFD lines, then prints EVENT lines until stdin closes.
 //   mc_test_client denied SOCKET EXPORT_ID SECRET_HEX TICKET
 //       tries to import another user's export and redeem their ticket.
+#include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <iostream>
 #include <string>
 #include <thread>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -35,13 +34,14 @@ int Member(int argc, char** argv) {
     std::cout << "ERROR connect " << client.status().message() << std::endl;
     return 2;
   }
-  mooncake::JoinOptions j{.group = group, .rank = rank, .world_size = world,
-                          .timeout = absl::Seconds(20)};
+  mooncake::JoinOptions j{
+      .group = group, .rank = rank, .world_size = world, .timeout = absl::Seconds(20)};
   int memfd = -1;
   if (with_fd) {
     memfd = ::memfd_create("mc-test", MFD_CLOEXEC);
     std::string text = "rank-" + std::to_string(rank);
-    if (memfd < 0 || ::write(memfd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    if (memfd < 0 ||
+        ::write(memfd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
       return 2;
     }
     j.fds = {memfd};

@@ -2,6 +2,8 @@
 // service with known data, on a temporary UNIX socket.
 #include "mooncake/mcctl/cli.h"
 
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,9 +21,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -221,11 +220,10 @@ TEST_F(McctlTest, StatusTable) {
   ASSERT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_TRUE(absl::StartsWith(r.out, "mooncaked 0.1.0-test (protocol 1)\n")) << r.out;
-  for (const char* want : {"  node         node-a\n", "  instance     inst-42\n",
-                           "  uptime       1h02m\n", "  peer listen  off\n",
-                           "  sessions     3\n", "  cuda driver  13.0\n",
-                           "NVIDIA H200", "GPU-00000001",
-                           "NICs:\nno RDMA NICs (no RDMA devices under /sys/class/infiniband)\n"}) {
+  for (const char* want :
+       {"  node         node-a\n", "  instance     inst-42\n", "  uptime       1h02m\n",
+        "  peer listen  off\n", "  sessions     3\n", "  cuda driver  13.0\n", "NVIDIA H200",
+        "GPU-00000001", "NICs:\nno RDMA NICs (no RDMA devices under /sys/class/infiniband)\n"}) {
     EXPECT_TRUE(absl::StrContains(r.out, want)) << "missing '" << want << "' in\n" << r.out;
   }
 }
@@ -254,7 +252,8 @@ TEST_F(McctlTest, StatusJsonContract) {
   EXPECT_FALSE(g1.at("dmabuf_supported").bool_value());
   ASSERT_EQ(f.at("nics").kind_case(), Value::kListValue);
   EXPECT_EQ(f.at("nics").list_value().values_size(), 0);
-  EXPECT_EQ(f.at("nic_discovery_note").string_value(), "no RDMA devices under /sys/class/infiniband");
+  EXPECT_EQ(f.at("nic_discovery_note").string_value(),
+            "no RDMA devices under /sys/class/infiniband");
 }
 
 TEST_F(McctlTest, GpusAndNics) {
@@ -262,7 +261,8 @@ TEST_F(McctlTest, GpusAndNics) {
   ASSERT_EQ(t.rc, kExitOk) << t.err;
   EXPECT_TRUE(absl::StartsWith(t.out, "IDX  NAME         PCI           NUMA     MEMORY  CC   SMS"))
       << t.out;
-  EXPECT_TRUE(absl::StrContains(t.out, "  1  NVIDIA H200  0000:11:00.0     0  150.0 GiB  9.0  132  yes"))
+  EXPECT_TRUE(
+      absl::StrContains(t.out, "  1  NVIDIA H200  0000:11:00.0     0  150.0 GiB  9.0  132  yes"))
       << t.out;
 
   Result j = Mcctl({"--socket", socket_, "--json", "gpus"});
@@ -299,10 +299,11 @@ TEST_F(McctlTest, GpusAndNics) {
 TEST_F(McctlTest, Topo) {
   Result t = Mcctl({"--socket", socket_, "topo"});
   ASSERT_EQ(t.rc, kExitOk) << t.err;
-  EXPECT_TRUE(absl::StrContains(t.out, "GPU to GPU:\n"
-                                       "      GPU0  GPU1  NUMA\n"
-                                       "GPU0  X     A0    0\n"
-                                       "GPU1  A0    X     0\n"))
+  EXPECT_TRUE(absl::StrContains(t.out,
+                                "GPU to GPU:\n"
+                                "      GPU0  GPU1  NUMA\n"
+                                "GPU0  X     A0    0\n"
+                                "GPU1  A0    X     0\n"))
       << t.out;
   EXPECT_TRUE(absl::StrContains(
       t.out, "GPU to NIC:\nno RDMA NICs (no RDMA devices under /sys/class/infiniband)\n"))
@@ -327,8 +328,9 @@ TEST_F(McctlTest, Topo) {
 TEST_F(McctlTest, Sessions) {
   Result t = Mcctl({"--socket", socket_, "sessions"});
   ASSERT_EQ(t.rc, kExitOk) << t.err;
-  EXPECT_TRUE(absl::StartsWith(t.out, "ID   UID  GID  PID  CLIENT    AGE  FDS  TICKETS  GROUPS\n"
-                                      "11  1000    0  500  worker-0   2s    0        0  moe/0\n"))
+  EXPECT_TRUE(absl::StartsWith(t.out,
+                               "ID   UID  GID  PID  CLIENT    AGE  FDS  TICKETS  GROUPS\n"
+                               "11  1000    0  500  worker-0   2s    0        0  moe/0\n"))
       << t.out;
   EXPECT_EQ(CountLines(t.out), 4);
 
@@ -345,13 +347,15 @@ TEST_F(McctlTest, Sessions) {
 TEST_F(McctlTest, Groups) {
   Result t = Mcctl({"--socket", socket_, "groups"});
   ASSERT_EQ(t.rc, kExitOk) << t.err;
-  EXPECT_TRUE(absl::StartsWith(t.out, "NAME   UID  SIZE  JOINED  STATE    EPOCH  AGE\n"
-                                      "moe   1000     3       2  forming      4  0ms\n"))
+  EXPECT_TRUE(absl::StartsWith(t.out,
+                               "NAME   UID  SIZE  JOINED  STATE    EPOCH  AGE\n"
+                               "moe   1000     3       2  forming      4  0ms\n"))
       << t.out;
-  EXPECT_TRUE(absl::StrContains(t.out, "members of moe:\n"
-                                       "  RANK  STATE   PID  GPU  HANDLE          SIZE  SESSION\n"
-                                       "     2  ready   502    2  cuda-vmm-fd  1.0 GiB       13\n"
-                                       "     0  joined  500    0  cuda-vmm-fd"))
+  EXPECT_TRUE(absl::StrContains(t.out,
+                                "members of moe:\n"
+                                "  RANK  STATE   PID  GPU  HANDLE          SIZE  SESSION\n"
+                                "     2  ready   502    2  cuda-vmm-fd  1.0 GiB       13\n"
+                                "     0  joined  500    0  cuda-vmm-fd"))
       << t.out;
 
   Result j = Mcctl({"--socket", socket_, "--json", "groups"});
@@ -366,8 +370,9 @@ TEST_F(McctlTest, Groups) {
   EXPECT_EQ(joined.values(0).number_value(), 0);
   EXPECT_EQ(joined.values(1).number_value(), 2);
   ASSERT_EQ(g.at("members").list_value().values_size(), 3);
-  EXPECT_EQ(g.at("members").list_value().values(1).struct_value().fields().at("state").string_value(),
-            "joined");
+  EXPECT_EQ(
+      g.at("members").list_value().values(1).struct_value().fields().at("state").string_value(),
+      "joined");
 }
 
 TEST_F(McctlTest, EmptyListsAreEmptyArrays) {
@@ -395,7 +400,8 @@ TEST_F(McctlTest, StaleSocketFileIsConnectionRefused) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::strncpy(addr.sun_path, stale.c_str(), sizeof(addr.sun_path) - 1);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << std::strerror(errno);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << std::strerror(errno);
   ::close(fd);
   Result r = Mcctl({"--socket", stale, "groups"});
   EXPECT_EQ(r.rc, kExitUnreachable);
@@ -452,10 +458,14 @@ TEST_F(McctlTest, SocketPrecedence) {
 }
 
 TEST_F(McctlTest, UsageHelpAndVersion) {
-  for (std::vector<std::string> bad :
-       {std::vector<std::string>{}, {"frobnicate"}, {"--bogus", "status"}, {"status", "extra"},
-        {"--socket"}, {"--socket", ""}, {"--timeout-ms", "0", "status"},
-        {"--timeout-ms", "soon", "status"}}) {
+  for (std::vector<std::string> bad : {std::vector<std::string>{},
+                                       {"frobnicate"},
+                                       {"--bogus", "status"},
+                                       {"status", "extra"},
+                                       {"--socket"},
+                                       {"--socket", ""},
+                                       {"--timeout-ms", "0", "status"},
+                                       {"--timeout-ms", "soon", "status"}}) {
     Result r = Mcctl(bad);
     EXPECT_EQ(r.rc, kExitUsage) << absl::StrJoin(bad, " ");
     EXPECT_TRUE(absl::StartsWith(r.err, "mcctl: ")) << r.err;

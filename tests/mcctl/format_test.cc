@@ -72,7 +72,8 @@ TEST(FormatTopologyTest, EmptyListsExplainWhy) {
   v1::Topology t;
   t.set_gpu_discovery_note("libcuda.so.1 not found: no NVIDIA driver on this node");
   t.set_nic_discovery_note("no RDMA devices under /sys/class/infiniband");
-  EXPECT_EQ(FormatGpuMatrix(t), "no GPUs (libcuda.so.1 not found: no NVIDIA driver on this node)\n");
+  EXPECT_EQ(FormatGpuMatrix(t),
+            "no GPUs (libcuda.so.1 not found: no NVIDIA driver on this node)\n");
   EXPECT_EQ(FormatGpuNicMatrix(t), "no RDMA NICs (no RDMA devices under /sys/class/infiniband)\n");
   EXPECT_EQ(FormatGpus(t), "no GPUs (libcuda.so.1 not found: no NVIDIA driver on this node)\n");
   EXPECT_EQ(FormatNics(t), "no RDMA NICs (no RDMA devices under /sys/class/infiniband)\n");
@@ -108,7 +109,8 @@ TEST(FormatTest, NicPortsOneRowEach) {
   q->set_state("DOWN");
   t.add_nics()->set_name("mlx5_1");  // no ports
   const std::string s = FormatNics(t);
-  EXPECT_TRUE(absl::StrContains(s, "mlx5_0     1  ACTIVE  -     InfiniBand  -       7     1  0000:18:00.0     -"))
+  EXPECT_TRUE(absl::StrContains(
+      s, "mlx5_0     1  ACTIVE  -     InfiniBand  -       7     1  0000:18:00.0     -"))
       << s;
   EXPECT_TRUE(absl::StrContains(s, "mlx5_0     2  DOWN")) << s;
   EXPECT_TRUE(absl::StrContains(s, "mlx5_1     -  -")) << s;
@@ -153,10 +155,11 @@ TEST(FormatTest, GroupsListMembers) {
                                "NAME         UID  SIZE  JOINED  STATE  EPOCH  AGE\n"
                                "quickstart  1000     2       2  ready      1  0ms\n"))
       << s;
-  EXPECT_TRUE(absl::StrContains(s, "members of quickstart:\n"
-                                   "  RANK  STATE  PID   GPU  HANDLE     SIZE  SESSION\n"
-                                   "     0  ready  100  host  memfd   1.0 MiB        9\n"
-                                   "     1  ready  101     3  memfd   1.0 MiB        9\n"))
+  EXPECT_TRUE(absl::StrContains(s,
+                                "members of quickstart:\n"
+                                "  RANK  STATE  PID   GPU  HANDLE     SIZE  SESSION\n"
+                                "     0  ready  100  host  memfd   1.0 MiB        9\n"
+                                "     1  ready  101     3  memfd   1.0 MiB        9\n"))
       << s;
   EXPECT_EQ(FormatGroups(v1::ListGroupsResponse()), "no groups\n");
   EXPECT_EQ(FormatSessions(v1::ListSessionsResponse()), "no sessions\n");

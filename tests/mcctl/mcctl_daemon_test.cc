@@ -1,6 +1,7 @@
 // mcctl against a real mooncaked started from the build tree with the
 // shipped example config (deploy/mooncaked.conf.example), so this also
 // checks that every documented key parses.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"

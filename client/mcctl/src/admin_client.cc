@@ -1,5 +1,6 @@
 #include "mooncake/mcctl/admin_client.h"
 
+#include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -7,8 +8,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"

@@ -15,7 +15,7 @@
 namespace mooncake::mcctl {
 namespace {
 
-constexpr std::array<std::string_view, 7> kCommands = {"status", "gpus",   "nics", "topo",
+constexpr std::array<std::string_view, 7> kCommands = {"status",   "gpus",   "nics", "topo",
                                                        "sessions", "groups", "help"};
 constexpr int kMaxTimeoutMs = 3600 * 1000;
 
@@ -133,8 +133,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     if (*matched) {
       int ms = 0;
       if (!absl::SimpleAtoi(value, &ms) || ms <= 0 || ms > kMaxTimeoutMs) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--timeout-ms wants milliseconds between 1 and ", kMaxTimeoutMs, ", got '", value, "'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--timeout-ms wants milliseconds between 1 and ", kMaxTimeoutMs, ", got '",
+                         value, "'"));
       }
       opt.timeout_ms = ms;
       continue;

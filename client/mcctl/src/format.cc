@@ -26,7 +26,9 @@ std::string Because(const std::string& note) {
   return note.empty() ? "discovery found none" : note;
 }
 
-std::string NoGpusLine(const std::string& note) { return absl::StrCat("no GPUs (", Because(note), ")\n"); }
+std::string NoGpusLine(const std::string& note) {
+  return absl::StrCat("no GPUs (", Because(note), ")\n");
+}
 std::string NoNicsLine(const std::string& note) {
   return absl::StrCat("no RDMA NICs (", Because(note), ")\n");
 }
@@ -137,20 +139,21 @@ std::string FormatGpuMatrix(const Topology& topology) {
       } else if (!it->second->access_supported()) {
         row.push_back("-");
       } else {
-        row.push_back(absl::StrCat(it->second->native_atomics() ? "A" : "P",
-                                   it->second->performance_rank()));
+        row.push_back(
+            absl::StrCat(it->second->native_atomics() ? "A" : "P", it->second->performance_rank()));
       }
     }
     row.push_back(NumaText(src.numa_node()));
     t.AddRow(std::move(row));
   }
-  return absl::StrCat(t.Render(),
-                      "\nLegend:\n"
-                      "  X     = self\n"
-                      "  A<r>  = P2P access with native atomics, performance rank r (lower is better)\n"
-                      "  P<r>  = P2P access without native atomics, performance rank r\n"
-                      "  -     = no P2P access\n"
-                      "  ?     = not reported by the daemon\n");
+  return absl::StrCat(
+      t.Render(),
+      "\nLegend:\n"
+      "  X     = self\n"
+      "  A<r>  = P2P access with native atomics, performance rank r (lower is better)\n"
+      "  P<r>  = P2P access without native atomics, performance rank r\n"
+      "  -     = no P2P access\n"
+      "  ?     = not reported by the daemon\n");
 }
 
 std::string FormatGpuNicMatrix(const Topology& topology) {
@@ -173,8 +176,8 @@ std::string FormatGpuNicMatrix(const Topology& topology) {
         continue;
       }
       const auto& a = *it->second;
-      row.push_back(absl::StrCat(a.distance().empty() ? "UNKNOWN" : a.distance(),
-                                 a.closest() ? "*" : ""));
+      row.push_back(
+          absl::StrCat(a.distance().empty() ? "UNKNOWN" : a.distance(), a.closest() ? "*" : ""));
       if (a.closest()) closest.push_back(n.name());
     }
     row.push_back(closest.empty() ? "-" : absl::StrJoin(closest, ","));
@@ -197,27 +200,29 @@ std::string FormatTopology(const Topology& topology) {
 }
 
 std::string FormatStatus(const v1::DaemonStatus& s, const Topology& topology) {
-  const std::string gpu_note =
-      topology.gpu_discovery_note().empty() ? s.gpu_discovery_note() : topology.gpu_discovery_note();
-  const std::string nic_note =
-      topology.nic_discovery_note().empty() ? s.nic_discovery_note() : topology.nic_discovery_note();
-  std::string out = absl::StrCat("mooncaked ", OrDash(s.version()), " (protocol ",
-                                 s.protocol_version(), ")\n");
-  absl::StrAppend(
-      &out, KeyValues({{"node", OrDash(s.node_id())},
-                       {"hostname", OrDash(s.hostname())},
-                       {"instance", OrDash(s.instance_id())},
-                       {"pid", absl::StrCat(s.pid())},
-                       {"uptime", FormatDurationMs(s.uptime_ms())},
-                       {"socket", OrDash(s.socket_path())},
-                       {"fd socket", OrDash(s.fd_socket_path())},
-                       {"peer listen", s.peer_listen().empty() ? "off" : s.peer_listen()},
-                       {"sessions", absl::StrCat(s.sessions())},
-                       {"groups", absl::StrCat(s.groups())},
-                       {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
-                       {"gpus", absl::StrCat(s.gpu_count())},
-                       {"nics", absl::StrCat(s.nic_count())}},
-                      "  "));
+  const std::string gpu_note = topology.gpu_discovery_note().empty()
+                                   ? s.gpu_discovery_note()
+                                   : topology.gpu_discovery_note();
+  const std::string nic_note = topology.nic_discovery_note().empty()
+                                   ? s.nic_discovery_note()
+                                   : topology.nic_discovery_note();
+  std::string out =
+      absl::StrCat("mooncaked ", OrDash(s.version()), " (protocol ", s.protocol_version(), ")\n");
+  absl::StrAppend(&out,
+                  KeyValues({{"node", OrDash(s.node_id())},
+                             {"hostname", OrDash(s.hostname())},
+                             {"instance", OrDash(s.instance_id())},
+                             {"pid", absl::StrCat(s.pid())},
+                             {"uptime", FormatDurationMs(s.uptime_ms())},
+                             {"socket", OrDash(s.socket_path())},
+                             {"fd socket", OrDash(s.fd_socket_path())},
+                             {"peer listen", s.peer_listen().empty() ? "off" : s.peer_listen()},
+                             {"sessions", absl::StrCat(s.sessions())},
+                             {"groups", absl::StrCat(s.groups())},
+                             {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
+                             {"gpus", absl::StrCat(s.gpu_count())},
+                             {"nics", absl::StrCat(s.nic_count())}},
+                            "  "));
   // Show the discovery notes from the status too when the topology carried
   // none, so a user sees why a list is empty.
   Topology annotated = topology;

@@ -44,8 +44,8 @@ absl::StatusOr<std::string> MessageToCompactJson(const google::protobuf::Message
   std::string out;
   auto st = google::protobuf::util::MessageToJsonString(message, &out, options);
   if (!st.ok()) {
-    return absl::InternalError(absl::StrCat("cannot print ", message.GetTypeName(),
-                                            " as JSON: ", st.ToString()));
+    return absl::InternalError(
+        absl::StrCat("cannot print ", message.GetTypeName(), " as JSON: ", st.ToString()));
   }
   if (out.size() < 2 || out.front() != '{' || out.back() != '}') {
     return absl::InternalError(absl::StrCat("protobuf printed ", message.GetTypeName(),
@@ -146,16 +146,12 @@ std::string PrettyJson(std::string_view in) {
         out += c;
         newline();
         break;
-      case ':':
-        out += ": ";
-        break;
+      case ':': out += ": "; break;
       case ' ':
       case '\n':
       case '\t':
-      case '\r':
-        break;
-      default:
-        out += c;
+      case '\r': break;
+      default: out += c;
     }
   }
   return out;

@@ -38,8 +38,8 @@
 namespace mooncake {
 
 struct ClientOptions {
-  std::string socket_path;                        // "" = $MOONCAKE_SOCKET or default
-  std::string client_name;                        // shown by `mcctl sessions`
+  std::string socket_path;  // "" = $MOONCAKE_SOCKET or default
+  std::string client_name;  // shown by `mcctl sessions`
   absl::Duration call_timeout = absl::Seconds(10);
 };
 
@@ -58,7 +58,7 @@ struct NodeInfo {
   std::string instance_id;
   std::vector<GpuInfo> gpus;
   std::vector<std::string> nics;
-  std::string gpu_note;    // why there are no GPUs, when there are none
+  std::string gpu_note;  // why there are no GPUs, when there are none
   std::string nic_note;
 };
 
@@ -70,8 +70,8 @@ struct JoinOptions {
   std::string handle_kind;                        // e.g. "memfd", "cuda-ipc"
   std::string handle_data;                        // opaque bytes, <= 4 KiB
   uint64_t handle_size = 0;
-  std::vector<int> fds;                           // borrowed; sent on the fd channel
-  std::string gpu_uuid;                           // empty: host platform
+  std::vector<int> fds;  // borrowed; sent on the fd channel
+  std::string gpu_uuid;  // empty: host platform
   std::string gpu_pci_bus_id;
 };
 
@@ -85,7 +85,7 @@ struct GroupMember {
   std::string handle_kind;
   std::string handle_data;
   uint64_t handle_size = 0;
-  std::string fd_ticket;   // fetchFds() this once for the member's fds
+  std::string fd_ticket;  // fetchFds() this once for the member's fds
   uint32_t fd_count = 0;
   bool same_node = false;
   bool p2p_reachable = false;

@@ -49,17 +49,17 @@ absl::StatusOr<Platform> ParsePlatform(const std::string& name);
 enum class HandleRoute { kJoin, kExportImport };
 
 struct CommunicatorOptions {
-  std::string socket_path;            // "" = $MOONCAKE_SOCKET or default
+  std::string socket_path;  // "" = $MOONCAKE_SOCKET or default
   std::string group;
   uint32_t rank = 0;
   uint32_t world_size = 0;
-  size_t buffer_bytes = 1 << 20;      // symmetric: the same on every rank
+  size_t buffer_bytes = 1 << 20;  // symmetric: the same on every rank
   Platform platform = Platform::kHost;
   device::CudaHandleKind cuda_handle = device::CudaHandleKind::kAuto;
-  std::string gpu_uuid;               // CUDA: "GPU-..."; empty = the current device
+  std::string gpu_uuid;                        // CUDA: "GPU-..."; empty = the current device
   absl::Duration timeout = absl::Seconds(30);  // rendezvous and ready wait
   bool wait_all_ready = true;
-  std::string client_name;            // for mcctl sessions
+  std::string client_name;  // for mcctl sessions
   HandleRoute handle_route = HandleRoute::kJoin;
 };
 

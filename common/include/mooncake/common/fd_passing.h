@@ -6,12 +6,12 @@
 // reads/writes and EINTR; received fds are CLOEXEC.
 #pragma once
 
-#include "absl/strings/string_view.h"
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "mooncake/common/unique_fd.h"
 

@@ -18,8 +18,8 @@ void LogLine(LogLevel level, absl::string_view message);
 
 }  // namespace mooncake
 
-#define MC_LOG(level, ...)                                                    \
-  do {                                                                        \
-    if (::mooncake::LogLevel::level >= ::mooncake::GetLogLevel())             \
+#define MC_LOG(level, ...)                                                           \
+  do {                                                                               \
+    if (::mooncake::LogLevel::level >= ::mooncake::GetLogLevel())                    \
       ::mooncake::LogLine(::mooncake::LogLevel::level, ::absl::StrCat(__VA_ARGS__)); \
   } while (0)

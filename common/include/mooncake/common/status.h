@@ -5,18 +5,18 @@
 // once, at the boundary, with a message naming the call.
 #pragma once
 
-#include "absl/strings/string_view.h"
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 // Returns from the enclosing function when `expr` is not OK.
-#define MC_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::absl::Status mc_status_ = (expr);          \
-    if (!mc_status_.ok()) return mc_status_;     \
+#define MC_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status mc_status_ = (expr);      \
+    if (!mc_status_.ok()) return mc_status_; \
   } while (0)
 
 #define MC_CONCAT_INNER_(a, b) a##b

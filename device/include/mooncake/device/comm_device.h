@@ -88,7 +88,6 @@ MC_DEVICE T* mc_route_put(const CommCtx& ctx, int dst, T* ptr) {
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) + offset);
 }
 
-
 // ---- resolved peers ---------------------------------------------------------
 // A route worked out once. Every call below also has a form taking a McPeer
 // instead of (ctx, dst): kernels that signal or put to the same peer in a

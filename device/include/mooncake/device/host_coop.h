@@ -51,8 +51,8 @@ void runBlock(unsigned threads, F&& fn) {
   pool.reserve(threads);
   for (unsigned t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      host_detail::tls_coop = host_detail::CoopState{&warp_groups[t / kMcCudaWarpSize],
-                                                    t % kMcCudaWarpSize, &block, t};
+      host_detail::tls_coop =
+          host_detail::CoopState{&warp_groups[t / kMcCudaWarpSize], t % kMcCudaWarpSize, &block, t};
       fn(t);
       host_detail::tls_coop = host_detail::CoopState{};
     });

@@ -30,8 +30,8 @@ inline constexpr unsigned kMcCudaWarpSize = 32;
 
 namespace cuda_detail {
 template <class T>
-inline constexpr bool kIsWord = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
-                                (sizeof(T) == 4 || sizeof(T) == 8);
+inline constexpr bool kIsWord =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && (sizeof(T) == 4 || sizeof(T) == 8);
 }  // namespace cuda_detail
 
 // ---- loads and stores with ordering (system scope) ------------------------
@@ -98,17 +98,23 @@ MC_DEVICE T mc_atomic_add_release(T* p, T v) {
   if constexpr (sizeof(T) == 4 && std::is_signed_v<T>) {
     int32_t old;
     asm volatile("atom.release.sys.global.add.s32 %0, [%1], %2;"
-                 : "=r"(old) : "l"(p), "r"(static_cast<int32_t>(v)) : "memory");
+                 : "=r"(old)
+                 : "l"(p), "r"(static_cast<int32_t>(v))
+                 : "memory");
     return static_cast<T>(old);
   } else if constexpr (sizeof(T) == 4) {
     uint32_t old;
     asm volatile("atom.release.sys.global.add.u32 %0, [%1], %2;"
-                 : "=r"(old) : "l"(p), "r"(static_cast<uint32_t>(v)) : "memory");
+                 : "=r"(old)
+                 : "l"(p), "r"(static_cast<uint32_t>(v))
+                 : "memory");
     return static_cast<T>(old);
   } else {
     uint64_t old;
     asm volatile("atom.release.sys.global.add.u64 %0, [%1], %2;"
-                 : "=l"(old) : "l"(p), "l"(static_cast<uint64_t>(v)) : "memory");
+                 : "=l"(old)
+                 : "l"(p), "l"(static_cast<uint64_t>(v))
+                 : "memory");
     return static_cast<T>(old);
   }
 }
@@ -119,12 +125,16 @@ MC_DEVICE T mc_atomic_add_relaxed(T* p, T v) {
   if constexpr (sizeof(T) == 4) {
     uint32_t old;
     asm volatile("atom.relaxed.sys.global.add.u32 %0, [%1], %2;"
-                 : "=r"(old) : "l"(p), "r"(static_cast<uint32_t>(v)) : "memory");
+                 : "=r"(old)
+                 : "l"(p), "r"(static_cast<uint32_t>(v))
+                 : "memory");
     return static_cast<T>(old);
   } else {
     uint64_t old;
     asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;"
-                 : "=l"(old) : "l"(p), "l"(static_cast<uint64_t>(v)) : "memory");
+                 : "=l"(old)
+                 : "l"(p), "l"(static_cast<uint64_t>(v))
+                 : "memory");
     return static_cast<T>(old);
   }
 }
@@ -135,12 +145,10 @@ template <class T>
 MC_DEVICE void mc_red_add_release(T* p, T v) {
   static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
   if constexpr (sizeof(T) == 4) {
-    asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p),
-                 "r"(static_cast<uint32_t>(v))
+    asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(v))
                  : "memory");
   } else {
-    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p),
-                 "l"(static_cast<uint64_t>(v))
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(static_cast<uint64_t>(v))
                  : "memory");
   }
 }
@@ -150,7 +158,8 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
 MC_DEVICE McVec16 mc_ld_v4(const void* p) {
   McVec16 v;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 
@@ -160,13 +169,14 @@ MC_DEVICE McVec16 mc_ld_v4(const void* p) {
 MC_DEVICE McVec16 mc_ld_nc_v4(const void* p) {
   McVec16 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
   return v;
 }
 
 MC_DEVICE void mc_st_v4(void* p, McVec16 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z),
+               "r"(v.w)
                : "memory");
 }
 
@@ -183,12 +193,13 @@ MC_DEVICE void mc_st_na_v4(void* p, McVec16 v) {
 // model treats a vector access as per-element accesses of unspecified order,
 // which is exactly what McLLSlot is built to tolerate).
 MC_DEVICE void mc_st_relaxed_v2u64(void* p, uint64_t a, uint64_t b) {
-  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b)
-               : "memory");
+  asm volatile("st.relaxed.sys.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
 }
 MC_DEVICE void mc_ld_relaxed_v2u64(const void* p, uint64_t* a, uint64_t* b) {
   uint64_t x, y;
-  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];" : "=l"(x), "=l"(y) : "l"(p)
+  asm volatile("ld.relaxed.sys.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(x), "=l"(y)
+               : "l"(p)
                : "memory");
   *a = x;
   *b = y;

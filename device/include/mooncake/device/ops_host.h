@@ -62,8 +62,8 @@ struct CoopState {
 inline thread_local CoopState tls_coop{};
 
 template <class T>
-inline constexpr bool kIsWord = std::is_integral_v<T> && !std::is_same_v<T, bool> &&
-                                (sizeof(T) == 4 || sizeof(T) == 8);
+inline constexpr bool kIsWord =
+    std::is_integral_v<T> && !std::is_same_v<T, bool> && (sizeof(T) == 4 || sizeof(T) == 8);
 
 // The GPU traps on a misaligned atomic or vector access; x86 would quietly
 // allow it. Failing the same way here lets CI catch layout bugs that would

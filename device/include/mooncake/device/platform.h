@@ -26,10 +26,10 @@
 #error "Mooncake Device API: MUSA ops are not written yet (add ops_musa.cuh)"
 #elif defined(__CUDACC__) && !defined(MOONCAKE_DEVICE_FORCE_HOST)
 #define MC_PLATFORM_CUDA 1
-#include "mooncake/device/ops_cuda.cuh"
 #include "mooncake/device/detail/cuda_copy.cuh"
+#include "mooncake/device/ops_cuda.cuh"
 #else
 #define MC_PLATFORM_HOST 1
-#include "mooncake/device/ops_host.h"
 #include "mooncake/device/detail/host_copy.h"
+#include "mooncake/device/ops_host.h"
 #endif

@@ -57,11 +57,11 @@ namespace mooncake::drivers {
 
 // --- Driver ABI types (cuda.h: CUresult, CUdevice, CUdeviceptr, ...) -------
 
-using CuResult = int;                      // CUresult
-using CuDevice = int;                      // CUdevice
-using CuDevicePtr = unsigned long long;    // CUdeviceptr (64-bit builds)
-using CuMemHandle = unsigned long long;    // CUmemGenericAllocationHandle
-struct CuUuid {                            // CUuuid
+using CuResult = int;                    // CUresult
+using CuDevice = int;                    // CUdevice
+using CuDevicePtr = unsigned long long;  // CUdeviceptr (64-bit builds)
+using CuMemHandle = unsigned long long;  // CUmemGenericAllocationHandle
+struct CuUuid {                          // CUuuid
   unsigned char bytes[16];
 };
 
@@ -171,12 +171,10 @@ class CudaDriver {
   virtual CuResult deviceGetPCIBusId(char* bus_id, int len, CuDevice dev) = 0;
   virtual CuResult deviceTotalMem(size_t* bytes, CuDevice dev) = 0;
   virtual CuResult deviceGetAttribute(int* value, int attrib, CuDevice dev) = 0;
-  virtual CuResult deviceGetP2PAttribute(int* value, int attrib, CuDevice src,
-                                         CuDevice dst) = 0;
+  virtual CuResult deviceGetP2PAttribute(int* value, int attrib, CuDevice src, CuDevice dst) = 0;
 
   // Virtual memory management (cuMem*): allocations exportable as POSIX fds.
-  virtual CuResult memGetAllocationGranularity(size_t* granularity,
-                                               const CuMemAllocationProp* prop,
+  virtual CuResult memGetAllocationGranularity(size_t* granularity, const CuMemAllocationProp* prop,
                                                int option) = 0;
   virtual CuResult memCreate(CuMemHandle* handle, size_t size, const CuMemAllocationProp* prop,
                              unsigned long long flags) = 0;
@@ -192,8 +190,8 @@ class CudaDriver {
   // For kCuMemHandleTypePosixFileDescriptor `shareable` points to an int that
   // receives a new fd (the caller closes it), and `os_handle` is the fd cast
   // to a pointer (`reinterpret_cast<void*>(static_cast<uintptr_t>(fd))`).
-  virtual CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle,
-                                              int handle_type, unsigned long long flags) = 0;
+  virtual CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle, int handle_type,
+                                              unsigned long long flags) = 0;
   virtual CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
                                                 int handle_type) = 0;
 

@@ -141,11 +141,13 @@ __device__ __forceinline__ void mc_detail_copy_v4_aligned(int4* d, const int4* s
   for (size_t base = rank; base < full; base += step) {
     int4 v[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) v[u] = mc_detail_ld_src_v4<kNonCoherent>(s + base + (size_t)u * size);
+    for (int u = 0; u < kUnroll; ++u)
+      v[u] = mc_detail_ld_src_v4<kNonCoherent>(s + base + (size_t)u * size);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) mc_detail_st_na_v4(d + base + (size_t)u * size, v[u]);
   }
-  for (size_t i = full + rank; i < nvec; i += size) mc_detail_st_na_v4(d + i, mc_detail_ld_src_v4<kNonCoherent>(s + i));
+  for (size_t i = full + rank; i < nvec; i += size)
+    mc_detail_st_na_v4(d + i, mc_detail_ld_src_v4<kNonCoherent>(s + i));
 }
 
 // Body for a 16-byte aligned dst whose source is not 16-byte aligned:
@@ -155,8 +157,8 @@ __device__ __forceinline__ void mc_detail_copy_v4_aligned(int4* d, const int4* s
 // words of every such unit lie inside the source range.
 template <int kUnroll, bool kNonCoherent, int kWord>
 __device__ __forceinline__ void mc_detail_copy_v4_shifted(int4* d, const int4* w, size_t first,
-                                                          size_t last, unsigned shift, unsigned rank,
-                                                          unsigned size) {
+                                                          size_t last, unsigned shift,
+                                                          unsigned rank, unsigned size) {
   const size_t step = (size_t)size * kUnroll;
   const size_t count = last - first;
   const size_t full = first + (count - count % step);
@@ -169,7 +171,8 @@ __device__ __forceinline__ void mc_detail_copy_v4_shifted(int4* d, const int4* w
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      mc_detail_st_na_v4(d + base + (size_t)u * size, mc_detail_shift_v4<kWord>(lo[u], hi[u], shift));
+      mc_detail_st_na_v4(d + base + (size_t)u * size,
+                         mc_detail_shift_v4<kWord>(lo[u], hi[u], shift));
   }
   for (size_t i = full + rank; i < last; i += size) {
     int4 lo = mc_detail_ld_src_v4<kNonCoherent>(w + i);
@@ -183,8 +186,8 @@ __device__ __forceinline__ void mc_detail_copy_v4_shifted(int4* d, const int4* w
 // together copy n bytes. The three public variants below are this with
 // (rank, size) = (0, 1), (lane, 32) and (threadIdx, blockDim).
 template <int kUnroll = MC_DETAIL_COPY_UNROLL, bool kNonCoherent = true>
-__device__ __forceinline__ void mc_detail_copy_group(void* dst, const void* src, size_t n, unsigned rank,
-                                                     unsigned size) {
+__device__ __forceinline__ void mc_detail_copy_group(void* dst, const void* src, size_t n,
+                                                     unsigned rank, unsigned size) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   // Bytes until dst is 16-byte aligned.
@@ -197,8 +200,8 @@ __device__ __forceinline__ void mc_detail_copy_group(void* dst, const void* src,
   const size_t nvec = n / 16;
   const unsigned off = (unsigned)((uintptr_t)s & 15);
   if (off == 0) {
-    mc_detail_copy_v4_aligned<kUnroll, kNonCoherent>(reinterpret_cast<int4*>(d), reinterpret_cast<const int4*>(s),
-                                                     nvec, rank, size);
+    mc_detail_copy_v4_aligned<kUnroll, kNonCoherent>(
+        reinterpret_cast<int4*>(d), reinterpret_cast<const int4*>(s), nvec, rank, size);
     mc_detail_copy_bytes(d + nvec * 16, s + nvec * 16, n - nvec * 16, rank, size);
     return;
   }
@@ -214,10 +217,18 @@ __device__ __forceinline__ void mc_detail_copy_group(void* dst, const void* src,
   auto* dv = reinterpret_cast<int4*>(d);
   const unsigned shift = 8 * (off & 3);
   switch (off >> 2) {
-    case 0: mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 0>(dv, w, 1, nvec - 1, shift, rank, size); break;
-    case 1: mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 1>(dv, w, 1, nvec - 1, shift, rank, size); break;
-    case 2: mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 2>(dv, w, 1, nvec - 1, shift, rank, size); break;
-    default: mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 3>(dv, w, 1, nvec - 1, shift, rank, size); break;
+    case 0:
+      mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 0>(dv, w, 1, nvec - 1, shift, rank, size);
+      break;
+    case 1:
+      mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 1>(dv, w, 1, nvec - 1, shift, rank, size);
+      break;
+    case 2:
+      mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 2>(dv, w, 1, nvec - 1, shift, rank, size);
+      break;
+    default:
+      mc_detail_copy_v4_shifted<kUnroll, kNonCoherent, 3>(dv, w, 1, nvec - 1, shift, rank, size);
+      break;
   }
   // Head unit 0, last full unit and the byte tail: at most 16 + 16 + 15 bytes.
   mc_detail_copy_bytes(d, s, 16, rank, size);
@@ -231,7 +242,8 @@ __device__ __forceinline__ void mc_detail_copy_thread(void* dst, const void* src
 
 // The 32 lanes of a warp copy n bytes together; every lane calls with the
 // same dst/src/n and its own lane id. No __syncwarp on entry or exit.
-__device__ __forceinline__ void mc_detail_copy_warp(void* dst, const void* src, size_t n, unsigned lane) {
+__device__ __forceinline__ void mc_detail_copy_warp(void* dst, const void* src, size_t n,
+                                                    unsigned lane) {
   mc_detail_copy_group(dst, src, n, lane & 31u, 32u);
 }
 
@@ -249,8 +261,9 @@ __device__ __forceinline__ void mc_detail_copy_block(void* dst, const void* src,
 // keeps dst's alignment). Every thread of each participating block calls it
 // with the same arguments. Use it instead of one contiguous slice per block
 // for large multi-block puts (see MC_DETAIL_COPY_TILE_BYTES).
-__device__ __forceinline__ void mc_detail_copy_tiles(void* dst, const void* src, size_t n, unsigned block,
-                                                     unsigned blocks, size_t tile = MC_DETAIL_COPY_TILE_BYTES) {
+__device__ __forceinline__ void mc_detail_copy_tiles(void* dst, const void* src, size_t n,
+                                                     unsigned block, unsigned blocks,
+                                                     size_t tile = MC_DETAIL_COPY_TILE_BYTES) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
   const unsigned rank = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

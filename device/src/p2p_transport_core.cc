@@ -114,16 +114,20 @@ P2pTransportCore::Buffer* P2pTransportCore::FindBuffer(const void* ptr) {
   return nullptr;
 }
 
-absl::StatusOr<ExportedBuffer> P2pTransportCore::ExportLocal(void* ptr) {
+absl::Status P2pTransportCore::Describe(void* ptr, BufferHandle* h, std::vector<UniqueFd>* fds) {
   Buffer* b = FindBuffer(ptr);
   if (b == nullptr) return absl::InvalidArgumentError(NotOurs("export", ptr));
+  h->kind = kind_;
+  h->map_bytes = b->map_bytes;
+  h->buffer_id = b->id;
+  h->node_key = node_key_;
+  return ExportMemory(*b, fds, &h->payload);
+}
+
+absl::StatusOr<ExportedBuffer> P2pTransportCore::ExportLocal(void* ptr) {
   BufferHandle h;
-  h.kind = kind_;
-  h.map_bytes = b->map_bytes;
-  h.buffer_id = b->id;
-  h.node_key = node_key_;
   ExportedBuffer out;
-  MC_RETURN_IF_ERROR(ExportMemory(*b, &out.fds, &h.payload));
+  MC_RETURN_IF_ERROR(Describe(ptr, &h, &out.fds));
   MC_ASSIGN_OR_RETURN(out.handle, EncodeHandle(h));
   return out;
 }
@@ -138,8 +142,10 @@ absl::StatusOr<ExportedBuffer> P2pTransportCore::exportLocal(void* ptr) {
 std::vector<int32_t> P2pTransportCore::exportIpcHandle(void* ptr) {
   auto on = EnterPlatform();
   absl::StatusOr<std::vector<int32_t>> r = [&]() -> absl::StatusOr<std::vector<int32_t>> {
-    MC_ASSIGN_OR_RETURN(ExportedBuffer e, ExportLocal(ptr));
-    if (e.fds.empty()) return std::move(e.handle);  // the handle says it all (legacy IPC)
+    BufferHandle h;
+    std::vector<UniqueFd> fds;
+    MC_RETURN_IF_ERROR(Describe(ptr, &h, &fds));
+    if (fds.empty()) return EncodeHandle(h);  // the handle says it all (legacy IPC)
     if (exchange_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "exportIpcHandle: ", handleKind(),
@@ -147,8 +153,7 @@ std::vector<int32_t> P2pTransportCore::exportIpcHandle(void* ptr) {
           "publish them (create it with one, or use exportLocal and send the fds yourself)"));
     }
     std::vector<int> raw;
-    for (const UniqueFd& fd : e.fds) raw.push_back(fd.get());
-    MC_ASSIGN_OR_RETURN(BufferHandle h, DecodeHandle(e.handle));
+    for (const UniqueFd& fd : fds) raw.push_back(fd.get());
     MC_ASSIGN_OR_RETURN(h.payload, exchange_->exportFds(raw, handleKind(), h.map_bytes));
     if (h.payload.size() > HandleExchange::kMaxExportedBytes) {
       return absl::InternalError(absl::StrCat(

@@ -143,6 +143,8 @@ class P2pTransportCore : public P2pTransport {
  private:
   absl::StatusOr<void*> Allocate(size_t bytes);
   Buffer* FindBuffer(const void* ptr);
+  // The handle fields and the fds that share `ptr`'s buffer (no encoding).
+  absl::Status Describe(void* ptr, BufferHandle* h, std::vector<UniqueFd>* fds);
   absl::StatusOr<ExportedBuffer> ExportLocal(void* ptr);
   // Drops every peer mapping and resets the tables.
   void UnmapPeers();

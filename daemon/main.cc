@@ -4,10 +4,27 @@
 #include <iostream>
 
 #include "absl/synchronization/mutex.h"
+#include "admission/rate_limited_log.h"
 #include "config/daemon_config.h"
+#include "google/protobuf/stubs/logging.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
 #include "server/daemon.h"
+
+namespace {
+
+// protobuf logs each unparsable string field (invalid UTF-8) to stderr as
+// it rejects the request; a client sending them in a loop would flood the
+// journal. The request itself is answered INVALID_ARGUMENT (RpcInterceptor).
+void LogProtobufRateLimited(google::protobuf::LogLevel level, const char*, int,
+                            const std::string& message) {
+  static mooncake::daemon::RateLimitedLog limited(absl::Seconds(10));
+  limited.Log(level >= google::protobuf::LOGLEVEL_ERROR ? mooncake::LogLevel::kWarning
+                                                        : mooncake::LogLevel::kDebug,
+              absl::StrCat("protobuf: ", message));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace mooncake::daemon;
@@ -27,6 +44,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   mooncake::SetLogLevel(config->log_level);
+  google::protobuf::SetLogHandler(&LogProtobufRateLimited);
   // Debian's Abseil checks lock order on every mutex operation (gRPC's
   // too); the daemon's locks are simple and covered by tests, so skip it.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

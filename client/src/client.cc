@@ -290,8 +290,14 @@ class Client::Impl {
       }
       grpc::Status st = reader->Finish();
       if (first) {
-        opened->set_value(absl::UnavailableError(absl::StrCat(
-            "cannot open a session with mooncaked at ", path_, ": ", st.error_message())));
+        // A refusal (bad client_name, too many sessions) keeps its code; a
+        // stream that broke or ended without a word means the daemon is gone.
+        const absl::StatusCode code = st.ok() || st.error_code() == grpc::StatusCode::UNAVAILABLE
+                                          ? absl::StatusCode::kUnavailable
+                                          : static_cast<absl::StatusCode>(st.error_code());
+        opened->set_value(
+            absl::Status(code, absl::StrCat("cannot open a session with mooncaked at ", path_, ": ",
+                                            st.error_message())));
         return;
       }
       // A session abandoned during setup (timeout) was never live: no event.

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "mooncake/common/socket_access.h"
 #include "mooncake/common/status.h"
 
 namespace mooncake {
@@ -126,6 +127,8 @@ absl::StatusOr<Frame> RecvFrame(int sock, absl::Duration timeout) {
       }
       return ErrnoStatus(errno, "fd channel: recvmsg");
     }
+    // Every fd received is owned (and so closed on any error return) before
+    // anything is checked.
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
         size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -133,8 +136,11 @@ absl::StatusOr<Frame> RecvFrame(int sock, absl::Duration timeout) {
         for (size_t i = 0; i < count; ++i) frame.fds.emplace_back(in[i]);
       }
     }
-    if (msg.msg_flags & MSG_CTRUNC) {
-      return absl::InvalidArgumentError("fd channel: too many fds in one frame");
+    // The limit is per frame, not per recvmsg: a sender can spread fds over
+    // the bytes of one frame, one sendmsg per byte.
+    if ((msg.msg_flags & MSG_CTRUNC) || frame.fds.size() > kMaxFdsPerFrame) {
+      return absl::InvalidArgumentError(absl::StrCat("fd channel: more than ", kMaxFdsPerFrame,
+                                                     " fds in one frame; connection dropped"));
     }
     if (n == 0) {
       return absl::UnavailableError("fd channel: peer closed the connection");
@@ -168,6 +174,8 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
     if (errno == EINTR) continue;
     int err = errno;
+    // The daemon may well be running: say who may connect and how to join.
+    if (err == EACCES || err == EPERM) return SocketAccessDenied(path);
     return absl::UnavailableError(absl::StrCat("cannot reach mooncaked at ", path, " (",
                                                std::strerror(err), "): is the service running?"));
   }

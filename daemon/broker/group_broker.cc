@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "admission/admission_counter.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 
@@ -73,6 +74,11 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
   if (r.handle().kind().size() > 64) {
     return absl::InvalidArgumentError("handle kind longer than 64 characters");
   }
+  if (r.timeout_ms() > limits_.max_timeout_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "group '", r.group(), "': timeout_ms ", r.timeout_ms(), " exceeds the limit of ",
+        limits_.max_timeout_ms, " ms (max_join_timeout_ms in mooncaked.conf)"));
+  }
   ValidatedJoin j;
   absl::StatusOr<int> gpu = ResolveGpu(r.device(), &j.gpu_uuid_, &j.gpu_pci_);
   if (!gpu.ok()) return gpu.status();
@@ -126,16 +132,31 @@ bool GroupBroker::Reachable(int from, int to, bool* native_atomics) const {
   return false;
 }
 
-void GroupBroker::BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank,
-                            v1::JoinGroupResponse* resp) const {
-  resp->set_group(g.name);
-  resp->set_rank(rank);
-  resp->set_world_size(g.world_size);
-  resp->set_epoch(g.epoch);
-  resp->mutable_members()->Reserve(static_cast<int>(g.members.size()));
-  const Member& me = g.members.at(rank);
+absl::StatusOr<v1::JoinGroupResponse> EncodedView::Decode() const {
+  v1::JoinGroupResponse view;
+  std::string bytes = shared ? *shared : std::string();
+  bytes += own;
+  if (!view.ParseFromString(bytes)) return absl::InternalError("group view does not parse");
+  return view;
+}
+
+uint64_t GroupBroker::EntryBytes(const Member& m) const {
+  // The member's MemberView as encoded (strings plus tags and varints),
+  // and its ticket.
+  return m.handle.data().size() + m.handle.kind().size() + m.gpu_uuid.size() + m.gpu_pci.size() +
+         node_id_.size() + 96;
+}
+
+std::shared_ptr<const std::string> GroupBroker::EncodeShared(
+    const Group& g, int receiver_gpu, const std::vector<std::string>& tickets) const {
+  v1::JoinGroupResponse resp;
+  resp.set_group(g.name);
+  resp.set_world_size(g.world_size);
+  resp.set_epoch(g.epoch);
+  resp.mutable_members()->Reserve(static_cast<int>(g.members.size()));
+  size_t i = 0;
   for (const auto& [r, m] : g.members) {
-    v1::MemberView* v = resp->add_members();
+    v1::MemberView* v = resp.add_members();
     v->set_rank(r);
     v->set_node_id(node_id_);
     v->set_pid(m.cred.pid);
@@ -147,18 +168,17 @@ void GroupBroker::BuildView(const Group& g, const SessionInfo& receiver, uint32_
     v->set_handle_size(m.handle.size());
     v->set_same_node(true);
     bool atomics = false;
-    v->set_p2p_reachable(Reachable(me.gpu_index, m.gpu_index, &atomics));
+    v->set_p2p_reachable(Reachable(receiver_gpu, m.gpu_index, &atomics));
     v->set_native_atomics(atomics);
-    if (m.fds && r != rank) {
-      // Fails only when either session just ended: the view goes to a dead
-      // RPC, or the owner is about to be reported lost.
-      absl::StatusOr<std::string> ticket = fd_tickets_->IssueOutgoing(m.session, receiver, m.fds);
-      if (ticket.ok()) {
-        v->set_fd_ticket(*std::move(ticket));
-        v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
-      }
+    if (!tickets[i].empty()) {
+      v->set_fd_ticket(tickets[i]);
+      v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
     }
+    ++i;
   }
+  auto bytes = std::make_shared<std::string>();
+  resp.SerializeToString(bytes.get());
+  return bytes;
 }
 
 void GroupBroker::Complete(std::vector<Completion>* completions) {
@@ -167,36 +187,133 @@ void GroupBroker::Complete(std::vector<Completion>* completions) {
 }
 
 void GroupBroker::CompleteFormation(Formation f) const {
-  // Views are built outside the lock, each from the same snapshot.
-  for (auto& [rank, w] : f.waiters) {
-    if (w.out != nullptr) {
-      BuildView(*f.group, w.caller, rank, w.out);
-      w.done(v1::JoinGroupResponse());
-    } else {
-      v1::JoinGroupResponse view;
-      BuildView(*f.group, w.caller, rank, &view);
-      w.done(std::move(view));
+  const Group& g = *f.group;
+  // Outside the lock, from one snapshot: one ticket per member's fds for
+  // the whole group, then one encoding per receiving GPU.
+  auto audience = std::make_shared<std::vector<uint64_t>>();
+  for (const auto& [r, m] : g.members) audience->push_back(m.session);
+  std::sort(audience->begin(), audience->end());
+  audience->erase(std::unique(audience->begin(), audience->end()), audience->end());
+  std::vector<std::string> tickets;
+  tickets.reserve(g.members.size());
+  for (const auto& [r, m] : g.members) {
+    std::string t;
+    if (m.fds && g.world_size > 1) {
+      // Fails only when the owner's session just ended: it is about to be
+      // reported lost, and its peers get no ticket for it.
+      absl::StatusOr<std::string> issued =
+          fd_tickets_->IssueForGroup(m.session, g.uid, m.fds, audience, g.world_size - 1);
+      if (issued.ok()) t = *std::move(issued);
     }
+    tickets.push_back(std::move(t));
+  }
+  std::map<int, std::shared_ptr<const std::string>> by_gpu;
+  for (auto& [rank, w] : f.waiters) {
+    int gpu = g.members.at(rank).gpu_index;
+    std::shared_ptr<const std::string>& shared = by_gpu[gpu];
+    if (!shared) shared = EncodeShared(g, gpu, tickets);
+    EncodedView view;
+    view.shared = shared;
+    v1::JoinGroupResponse own;
+    own.set_rank(rank);
+    own.SerializeToString(&view.own);
+    w.done(std::move(view));
   }
 }
 
-absl::Status GroupBroker::DeadlineError(const Group& g, uint32_t rank, uint32_t timeout_ms) const {
-  std::vector<uint32_t> missing;
-  size_t missing_total = 0;
-  for (uint32_t r = 0; r < g.world_size; ++r) {
-    if (g.members.contains(r) || r == rank) continue;
-    ++missing_total;
-    if (missing.size() < 16) missing.push_back(r);
+absl::Status GroupBroker::CheckBudget(uint32_t uid, uint64_t view_bytes, bool waits) const {
+  if (AdmissionCounter::Privileged(uid)) return absl::OkStatus();
+  auto it = usage_.find(uid);
+  Usage u = it == usage_.end() ? Usage{} : it->second;
+  auto exhausted = [uid](absl::string_view what, uint64_t held, uint64_t limit,
+                         absl::string_view key) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", uid, " holds ", held, " ", what, " in groups on this node; the limit is ", limit,
+        " (", key, " in mooncaked.conf): leave or end groups that are done"));
+  };
+  if (u.ranks + 1 > limits_.max_ranks_per_uid) {
+    return exhausted("ranks", u.ranks, limits_.max_ranks_per_uid, "max_ranks_per_uid");
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "group '", g.name, "': ", g.world_size - missing_total, " of ", g.world_size,
-      " ranks joined within ", timeout_ms, " ms (missing ranks: ", absl::StrJoin(missing, ","),
-      missing_total > missing.size() ? ",..." : "",
-      "); is every rank started with the same group name, world size and user?"));
+  if (waits && u.waiting + 1 > limits_.max_waiting_joins_per_uid) {
+    return exhausted("waiting joins", u.waiting, limits_.max_waiting_joins_per_uid,
+                     "max_waiting_joins_per_uid");
+  }
+  if (u.view_bytes + view_bytes > limits_.max_view_bytes_per_uid) {
+    return exhausted("bytes of group views", u.view_bytes, limits_.max_view_bytes_per_uid,
+                     "max_view_bytes_per_uid");
+  }
+  return absl::OkStatus();
 }
+
+void GroupBroker::AddMemberLocked(Group& g, Member m) {
+  EraseMemberLocked(g, m.rank);  // none there in practice; keeps usage exact
+  Usage& u = usage_[g.uid];
+  u.ranks += 1;
+  u.view_bytes += m.view_bytes;
+  by_session_[m.session].insert(MemberRef{&g, m.rank});
+  uint32_t rank = m.rank;
+  g.members.insert_or_assign(rank, std::move(m));
+}
+
+void GroupBroker::EraseMemberLocked(Group& g, uint32_t rank) {
+  auto it = g.members.find(rank);
+  if (it == g.members.end()) return;
+  if (auto u = usage_.find(g.uid); u != usage_.end()) {
+    u->second.ranks -= std::min<uint64_t>(1, u->second.ranks);
+    u->second.view_bytes -= std::min(it->second.view_bytes, u->second.view_bytes);
+    if (u->second.ranks == 0 && u->second.waiting == 0) usage_.erase(u);
+  }
+  if (auto s = by_session_.find(it->second.session); s != by_session_.end()) {
+    s->second.erase(MemberRef{&g, rank});
+    if (s->second.empty()) by_session_.erase(s);
+  }
+  g.members.erase(it);
+}
+
+void GroupBroker::AddWaiterLocked(Group& g, uint32_t rank, const SessionInfo& caller, JoinDone done,
+                                  uint32_t timeout_ms) {
+  usage_[g.uid].waiting += 1;
+  auto deadline =
+      deadlines_.emplace(absl::Now() + absl::Milliseconds(timeout_ms), DeadlineRef{&g, rank});
+  g.waiters.emplace(rank, Waiter{caller, std::move(done), timeout_ms, deadline});
+}
+
+GroupBroker::JoinDone GroupBroker::TakeWaiterLocked(Group& g,
+                                                    std::map<uint32_t, Waiter>::iterator it) {
+  if (auto u = usage_.find(g.uid); u != usage_.end()) {
+    u->second.waiting -= std::min<uint64_t>(1, u->second.waiting);
+    if (u->second.ranks == 0 && u->second.waiting == 0) usage_.erase(u);
+  }
+  deadlines_.erase(it->second.deadline);
+  JoinDone done = std::move(it->second.done);
+  g.waiters.erase(it);
+  return done;
+}
+
+namespace {
+
+// "k of n ranks joined ... (missing ranks: a,b,...)" without walking all n:
+// the gaps among the first members, at most 16 of them.
+template <typename MemberMap>
+std::string MissingRanks(const MemberMap& members, uint32_t world_size, size_t* missing_total) {
+  *missing_total = world_size - members.size();
+  std::vector<uint32_t> missing;
+  uint32_t expect = 0;
+  for (auto it = members.begin(); missing.size() < 16 && expect < world_size;) {
+    if (it != members.end() && it->first == expect) {
+      ++it;
+    } else {
+      missing.push_back(expect);
+    }
+    ++expect;
+  }
+  return absl::StrCat(absl::StrJoin(missing, ","), *missing_total > missing.size() ? ",..." : "");
+}
+
+}  // namespace
 
 void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBundlePtr fds,
-                            JoinDone done, v1::JoinGroupResponse* out) {
+                            JoinDone done) {
   Member m;
   m.rank = req.rank();
   m.session = caller.id;
@@ -206,6 +323,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
   m.gpu_pci = std::move(req.gpu_pci_);
   m.handle = std::move(req.handle_);
   m.fds = std::move(fds);
+  m.view_bytes = EntryBytes(m);
 
   const uint32_t timeout_ms = req.timeout_ms_;
   const GroupKey key{caller.cred.uid, req.group()};
@@ -223,63 +341,75 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
                                                         " ended while joining group '", req.group(),
                                                         "'; reconnect and rejoin"));
     }
-    std::shared_ptr<Group>& slot = groups_[key];
-    if (!slot) {
-      slot = std::make_shared<Group>();
-      slot->name = req.group();
-      slot->uid = caller.cred.uid;
-      slot->world_size = req.world_size();
-      slot->created = absl::Now();
+    auto found = groups_.find(key);
+    Group* g = found == groups_.end() ? nullptr : found->second.get();
+    if (g != nullptr) {
+      if (g->world_size != req.world_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "group '", g->name, "' has world size ", g->world_size, " but rank ", req.rank(),
+            " asked for ", req.world_size(), ": start every rank with the same world size"));
+      }
+      if (auto it = g->members.find(req.rank()); it != g->members.end() &&
+                                                 it->second.state != MemberState::kLeft &&
+                                                 it->second.state != MemberState::kLost) {
+        return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g->name,
+                                                     "' is already taken by pid ",
+                                                     it->second.cred.pid));
+      }
+      if (g->formed) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "group '", g->name, "' already formed (epoch ", g->epoch, ") and rank ", req.rank(),
+            " left it; a formed group is not re-entered: wait until every member has left, "
+            "or use a new group name"));
+      }
     }
-    Group& g = *slot;
-    absl::Status error;
-    if (g.world_size != req.world_size()) {
-      error = absl::InvalidArgumentError(absl::StrCat(
-          "group '", g.name, "' has world size ", g.world_size, " but rank ", req.rank(),
-          " asked for ", req.world_size(), ": start every rank with the same world size"));
-    } else if (auto it = g.members.find(req.rank()); it != g.members.end() &&
-                                                     it->second.state != MemberState::kLeft &&
-                                                     it->second.state != MemberState::kLost) {
-      error =
-          absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g.name,
-                                                "' is already taken by pid ", it->second.cred.pid));
-    } else if (g.formed) {
-      error = absl::FailedPreconditionError(absl::StrCat(
-          "group '", g.name, "' already formed (epoch ", g.epoch, ") and rank ", req.rank(),
-          " left it; a formed group is not re-entered: wait until every member has left, "
-          "or use a new group name"));
+    const size_t joined = g == nullptr ? 0 : g->members.size();
+    const bool completes = joined + 1 == req.world_size();
+    if (absl::Status s = CheckBudget(caller.cred.uid, m.view_bytes, !completes); !s.ok()) {
+      return s;
     }
-    if (!error.ok()) {
-      EraseIfEmpty(key);
-      return error;
+    if (g == nullptr) {
+      auto fresh = std::make_shared<Group>();
+      fresh->name = req.group();
+      fresh->uid = caller.cred.uid;
+      fresh->world_size = req.world_size();
+      fresh->created = absl::Now();
+      g = fresh.get();
+      groups_.emplace(key, std::move(fresh));
     }
     const uint32_t rank = req.rank();
-    g.members.emplace(rank, std::move(m));
-    g.waiters.emplace(rank, Waiter{caller, std::move(done),
-                                   absl::Now() + absl::Milliseconds(timeout_ms), timeout_ms, out});
-    if (g.members.size() == g.world_size) {
-      g.formed = true;
-      g.epoch += 1;
-      MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") formed with ", g.world_size,
-             " ranks, epoch ", g.epoch);
-      Formation f;
-      auto snapshot = std::make_shared<Group>();
-      snapshot->name = g.name;
-      snapshot->uid = g.uid;
-      snapshot->world_size = g.world_size;
-      snapshot->formed = true;
-      snapshot->epoch = g.epoch;
-      snapshot->members = g.members;
-      f.group = std::move(snapshot);
-      f.waiters.assign(std::make_move_iterator(g.waiters.begin()),
-                       std::make_move_iterator(g.waiters.end()));
-      g.waiters.clear();
-      formation = std::move(f);
-    } else if (absl::Time d = g.waiters.at(rank).deadline; d < timer_next_) {
-      // Only an earlier deadline needs the timer thread awake now.
-      timer_next_ = d;
-      timer_kick_ = true;
+    AddMemberLocked(*g, std::move(m));
+    if (!completes) {
+      AddWaiterLocked(*g, rank, caller, std::move(done), timeout_ms);
+      if (absl::Time d = g->waiters.at(rank).deadline->first; d < timer_next_) {
+        // Only an earlier deadline needs the timer thread awake now.
+        timer_next_ = d;
+        timer_kick_ = true;
+      }
+      return absl::OkStatus();
     }
+    g->formed = true;
+    g->epoch += 1;
+    MC_LOG(kInfo, "group '", g->name, "' (uid ", g->uid, ") formed with ", g->world_size,
+           " ranks, epoch ", g->epoch);
+    Formation f;
+    auto snapshot = std::make_shared<Group>();
+    snapshot->name = g->name;
+    snapshot->uid = g->uid;
+    snapshot->world_size = g->world_size;
+    snapshot->formed = true;
+    snapshot->epoch = g->epoch;
+    snapshot->members = g->members;
+    for (auto it = g->waiters.begin(); it != g->waiters.end();) {
+      uint32_t r = it->first;
+      SessionInfo who = it->second.caller;
+      uint32_t t = it->second.timeout_ms;
+      JoinDone d = TakeWaiterLocked(*g, it++);
+      f.waiters.emplace_back(r, Waiter{std::move(who), std::move(d), t, {}});
+    }
+    f.waiters.emplace_back(rank, Waiter{caller, std::move(done), timeout_ms, {}});
+    f.group = std::move(snapshot);
+    formation = std::move(f);
     return absl::OkStatus();
   }();
   if (!error.ok()) return done(error);
@@ -297,9 +427,8 @@ void GroupBroker::CancelJoin(const SessionInfo& caller, const std::string& group
     auto w = g.waiters.find(rank);
     if (w == g.waiters.end() || w->second.caller.id != caller.id) return;
     completions.push_back(
-        {std::move(w->second.done), absl::CancelledError("JoinGroup cancelled by the client")});
-    g.waiters.erase(w);
-    g.members.erase(rank);
+        {TakeWaiterLocked(g, w), absl::CancelledError("JoinGroup cancelled by the client")});
+    EraseMemberLocked(g, rank);
     EraseIfEmpty(key);
   }
   Complete(&completions);
@@ -309,30 +438,43 @@ void GroupBroker::TimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!shut_down_) {
     absl::Time now = absl::Now();
-    absl::Time next = absl::InfiniteFuture();
     std::vector<Completion> expired;
-    std::vector<GroupKey> emptied;
-    for (auto& [key, g] : groups_) {
-      for (auto w = g->waiters.begin(); w != g->waiters.end();) {
-        if (w->second.deadline <= now) {
-          expired.push_back(
-              {std::move(w->second.done), DeadlineError(*g, w->first, w->second.timeout_ms)});
-          g->members.erase(w->first);
-          w = g->waiters.erase(w);
-          emptied.push_back(key);
-        } else {
-          next = std::min(next, w->second.deadline);
-          ++w;
-        }
+    // Each group's missing ranks are worked out once per pass, however
+    // many of its joins expire in it.
+    std::map<Group*, std::pair<std::string, size_t>> missing;
+    std::vector<GroupKey> touched;
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      DeadlineRef ref = deadlines_.begin()->second;
+      Group& g = *ref.group;
+      auto m = missing.find(&g);
+      if (m == missing.end()) {
+        size_t total = 0;
+        std::string list = MissingRanks(g.members, g.world_size, &total);
+        m = missing.emplace(&g, std::make_pair(std::move(list), total)).first;
+        touched.emplace_back(g.uid, g.name);
       }
+      auto w = g.waiters.find(ref.rank);
+      uint32_t timeout_ms = w->second.timeout_ms;
+      JoinDone done = TakeWaiterLocked(g, w);
+      const auto& [list, total] = m->second;
+      expired.push_back(
+          {std::move(done),
+           absl::DeadlineExceededError(absl::StrCat(
+               "group '", g.name, "': ", g.world_size - total, " of ", g.world_size,
+               " ranks joined within ", timeout_ms, " ms (missing ranks: ", list,
+               "); is every rank started with the same group name, world size and user?"))});
+      EraseMemberLocked(g, ref.rank);
     }
-    for (const GroupKey& k : emptied) EraseIfEmpty(k);
+    for (const GroupKey& k : touched) EraseIfEmpty(k);
     if (!expired.empty()) {
       mu_.Unlock();
       Complete(&expired);
       mu_.Lock();
-      continue;  // the map may have changed while unlocked
     }
+    // Passes are at least 5 ms apart, so joins whose deadlines are close
+    // expire together and a group's missing ranks are not recounted each time.
+    absl::Time next = deadlines_.empty() ? absl::InfiniteFuture() : deadlines_.begin()->first;
+    if (!expired.empty()) next = std::max(next, now + absl::Milliseconds(5));
     timer_kick_ = false;
     timer_next_ = next;
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return shut_down_ || timer_kick_; };
@@ -346,16 +488,15 @@ absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& calle
                                                         const std::function<bool()>& cancelled) {
   struct Result {
     absl::Mutex mu;
-    std::optional<absl::StatusOr<v1::JoinGroupResponse>> value ABSL_GUARDED_BY(mu);
+    std::optional<absl::StatusOr<EncodedView>> value ABSL_GUARDED_BY(mu);
   };
   absl::StatusOr<ValidatedJoin> join = ValidateJoin(req);
   if (!join.ok()) return join.status();
   auto result = std::make_shared<Result>();
-  JoinAsync(caller, *std::move(join), std::move(fds),
-            [result](absl::StatusOr<v1::JoinGroupResponse> r) {
-              absl::MutexLock lock(&result->mu);
-              result->value = std::move(r);
-            });
+  JoinAsync(caller, *std::move(join), std::move(fds), [result](absl::StatusOr<EncodedView> r) {
+    absl::MutexLock lock(&result->mu);
+    result->value = std::move(r);
+  });
   bool cancel_sent = false;
   absl::MutexLock lock(&result->mu);
   auto has = [&result]()
@@ -369,7 +510,8 @@ absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& calle
       result->mu.Lock();
     }
   }
-  return std::move(*result->value);
+  if (!result->value->ok()) return result->value->status();
+  return (*result->value)->Decode();
 }
 
 void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
@@ -396,9 +538,9 @@ void GroupBroker::EraseIfEmpty(const GroupKey& key) {
         return kv.second.state != MemberState::kLeft && kv.second.state != MemberState::kLost;
       });
   if (!any_alive) {
-    if (it->second->formed) {
-      MC_LOG(kInfo, "group '", it->second->name, "' (uid ", key.first, ") released");
-    }
+    Group& g = *it->second;
+    if (g.formed) MC_LOG(kInfo, "group '", g.name, "' (uid ", key.first, ") released");
+    while (!g.members.empty()) EraseMemberLocked(g, g.members.begin()->first);
     groups_.erase(it);
   }
 }
@@ -420,12 +562,11 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
   }
   std::vector<Completion> completions;
   if (!g.formed) {
-    g.members.erase(m);
+    EraseMemberLocked(g, rank);
     if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
-      completions.push_back({std::move(w->second.done),
+      completions.push_back({TakeWaiterLocked(g, w),
                              absl::CancelledError(absl::StrCat("rank ", rank, " of group '", group,
                                                                "' left while waiting"))});
-      g.waiters.erase(w);
     }
   } else {
     m->second.state = MemberState::kLeft;
@@ -485,32 +626,31 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
 void GroupBroker::SessionEnded(uint64_t session_id) {
   std::vector<Completion> completions;
   absl::MutexLock lock(&mu_);
+  auto index = by_session_.find(session_id);
+  if (index == by_session_.end()) return;
+  // Copied: erasing members edits the index.
+  std::vector<MemberRef> refs(index->second.begin(), index->second.end());
   std::vector<GroupKey> touched;
-  for (auto& [key, g] : groups_) {
-    for (auto it = g->members.begin(); it != g->members.end();) {
-      Member& m = it->second;
-      if (m.session != session_id || m.state == MemberState::kLeft ||
-          m.state == MemberState::kLost) {
-        ++it;
-        continue;
+  for (const auto& [gp, rank] : refs) {
+    Group& g = *gp;
+    auto it = g.members.find(rank);
+    if (it == g.members.end() || it->second.session != session_id) continue;
+    Member& m = it->second;
+    if (m.state == MemberState::kLeft || m.state == MemberState::kLost) continue;
+    touched.emplace_back(g.uid, g.name);
+    if (!g.formed) {
+      if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
+        completions.push_back(
+            {TakeWaiterLocked(g, w), absl::CancelledError("the session ended while waiting")});
       }
-      touched.push_back(key);
-      if (!g->formed) {
-        if (auto w = g->waiters.find(m.rank); w != g->waiters.end()) {
-          completions.push_back(
-              {std::move(w->second.done), absl::CancelledError("the session ended while waiting")});
-          g->waiters.erase(w);
-        }
-        it = g->members.erase(it);
-        continue;
-      }
-      m.state = MemberState::kLost;
-      m.fds.reset();
-      NotifyOthers(*g, m.rank, v1::MemberEvent::LOST,
-                   absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));
-      MC_LOG(kInfo, "group '", g->name, "': rank ", m.rank, " (pid ", m.cred.pid, ") lost");
-      ++it;
+      EraseMemberLocked(g, rank);
+      continue;
     }
+    m.state = MemberState::kLost;
+    m.fds.reset();
+    NotifyOthers(g, rank, v1::MemberEvent::LOST,
+                 absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));
+    MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " (pid ", m.cred.pid, ") lost");
   }
   for (const GroupKey& k : touched) EraseIfEmpty(k);
   mu_.Unlock();
@@ -524,11 +664,10 @@ void GroupBroker::Shutdown() {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
     for (auto& [key, g] : groups_) {
-      for (auto& [rank, w] : g->waiters) {
-        completions.push_back(
-            {std::move(w.done), absl::UnavailableError("mooncaked is shutting down")});
+      while (!g->waiters.empty()) {
+        completions.push_back({TakeWaiterLocked(*g, g->waiters.begin()),
+                               absl::UnavailableError("mooncaked is shutting down")});
       }
-      g->waiters.clear();
     }
   }
   Complete(&completions);
@@ -581,15 +720,23 @@ size_t GroupBroker::CountVisible(uint32_t uid, bool all) const {
 std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
-  for (const auto& [key, g] : groups_) {
-    for (const auto& [r, m] : g->members) {
-      if (m.session == session_id && m.state != MemberState::kLeft &&
-          m.state != MemberState::kLost) {
-        out.push_back(absl::StrCat(g->name, "/", r));
-      }
+  auto index = by_session_.find(session_id);
+  if (index == by_session_.end()) return out;
+  for (const auto& [g, rank] : index->second) {
+    auto m = g->members.find(rank);
+    if (m != g->members.end() && m->second.state != MemberState::kLeft &&
+        m->second.state != MemberState::kLost) {
+      out.push_back(absl::StrCat(g->name, "/", rank));
     }
   }
+  std::sort(out.begin(), out.end());
   return out;
+}
+
+GroupBroker::Usage GroupBroker::UsageOf(uint32_t uid) const {
+  absl::MutexLock lock(&mu_);
+  auto it = usage_.find(uid);
+  return it == usage_.end() ? Usage{} : it->second;
 }
 
 }  // namespace mooncake::daemon

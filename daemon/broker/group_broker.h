@@ -10,7 +10,15 @@
 // unrelated groups, and no caller can see or join another user's group.
 // Thread-safe. JoinAsync never blocks: the daemon's RPC threads are not
 // held while a rendezvous waits (a 256-rank join would otherwise park 256
-// threads); deadlines are enforced by one timer thread.
+// threads); deadlines are enforced by one timer thread from an index
+// ordered by deadline, so expiring k joins costs O(k log n).
+//
+// Memory is O(n) per group of n ranks: the view is encoded once per group
+// and receiving GPU and shared by every rank's reply (EncodedView), and each
+// member's fds get one ticket for the whole group. What one uid may make
+// the broker hold is bounded (BrokerLimits: ranks, waiting joins, view
+// bytes, join timeout); a join past a limit fails with ResourceExhausted
+// naming the config key. Root and the daemon's own uid are not limited.
 //
 // A join is validated once, by ValidateJoin, which yields the ValidatedJoin
 // that JoinAsync requires. The broker sees the rest of the daemon through
@@ -23,6 +31,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,12 +52,29 @@ namespace mooncake::daemon {
 struct BrokerLimits {
   uint32_t max_world_size = 65536;
   uint32_t default_timeout_ms = 30000;
+  uint32_t max_timeout_ms = 600000;  // max_join_timeout_ms
   size_t max_handle_bytes = 4096;
+  // Per unprivileged uid, over all its groups on this node.
+  uint64_t max_ranks_per_uid = 8192;
+  uint64_t max_waiting_joins_per_uid = 4096;
+  uint64_t max_view_bytes_per_uid = 256u << 20;
+};
+
+// One rank's view of a formed group: `shared` (the members, encoded once
+// for every receiver on the same GPU) followed by `own` (the receiver's
+// rank) is a serialized v1::JoinGroupResponse — protobuf merges
+// concatenated messages, so the RPC layer sends the two as slices and the
+// client parses one message.
+struct EncodedView {
+  std::shared_ptr<const std::string> shared;
+  std::string own;
+  size_t size() const { return (shared ? shared->size() : 0) + own.size(); }
+  absl::StatusOr<v1::JoinGroupResponse> Decode() const;
 };
 
 class GroupBroker {
  public:
-  using JoinDone = std::function<void(absl::StatusOr<v1::JoinGroupResponse>)>;
+  using JoinDone = std::function<void(absl::StatusOr<EncodedView>)>;
 
   GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
               SessionRegistry* sessions, FdTicketIssuer* fd_tickets);
@@ -65,19 +91,14 @@ class GroupBroker {
   // (with the caller's view), when the deadline passes, on CancelJoin,
   // when the caller's session ends, or on Shutdown. On any error the
   // caller's rank is not left behind in the group.
-  // When `out` is given (it must outlive the call to `done`), a successful
-  // view is written straight into it and `done` receives an empty message:
-  // the RPC layer passes its arena-allocated response this way, which saves
-  // a malloc per string at large world sizes.
-  void JoinAsync(const SessionInfo& caller, ValidatedJoin join, FdBundlePtr fds, JoinDone done,
-                 v1::JoinGroupResponse* out = nullptr);
+  void JoinAsync(const SessionInfo& caller, ValidatedJoin join, FdBundlePtr fds, JoinDone done);
   // The caller's RPC went away: drops a still-waiting rank (done gets
   // Cancelled). No-op when the join already completed.
   void CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank);
 
   // Blocking form of ValidateJoin + JoinAsync (tests, tools): waits for
   // `done`, polling `cancelled` every 100 ms and cancelling the join when
-  // it returns true.
+  // it returns true. Returns the decoded view.
   absl::StatusOr<v1::JoinGroupResponse> Join(const SessionInfo& caller,
                                              const v1::JoinGroupRequest& request, FdBundlePtr fds,
                                              const std::function<bool()>& cancelled);
@@ -95,7 +116,16 @@ class GroupBroker {
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
   size_t CountVisible(uint32_t uid, bool all) const;
 
+  // What `uid` holds against its limits (tests, diagnostics).
+  struct Usage {
+    uint64_t ranks = 0;
+    uint64_t waiting = 0;
+    uint64_t view_bytes = 0;
+  };
+  Usage UsageOf(uint32_t uid) const;
+
  private:
+  struct Group;
   struct Member {
     uint32_t rank = 0;
     uint64_t session = 0;
@@ -105,13 +135,19 @@ class GroupBroker {
     v1::MemberHandle handle;  // fd_ticket cleared
     FdBundlePtr fds;
     MemberState state = MemberState::kJoined;
+    uint64_t view_bytes = 0;  // its entry in the view, charged to the uid
   };
+  // A waiting join's place in the deadline index.
+  struct DeadlineRef {
+    Group* group;
+    uint32_t rank;
+  };
+  using DeadlineIndex = std::multimap<absl::Time, DeadlineRef>;
   struct Waiter {
     SessionInfo caller;
     JoinDone done;
-    absl::Time deadline;
     uint32_t timeout_ms = 0;
-    v1::JoinGroupResponse* out = nullptr;
+    DeadlineIndex::iterator deadline;
   };
   struct Group {
     std::string name;
@@ -126,27 +162,39 @@ class GroupBroker {
   // A completion to run once the lock is released.
   struct Completion {
     JoinDone done;
-    absl::StatusOr<v1::JoinGroupResponse> result;
+    absl::StatusOr<EncodedView> result;
   };
   // What every member's view is built from, once per formation.
   struct Formation {
-    std::shared_ptr<const Group> group;  // immutable snapshot
+    std::shared_ptr<const Group> group;  // immutable snapshot (no waiters)
     std::vector<std::pair<uint32_t, Waiter>> waiters;
   };
   using GroupKey = std::pair<uint32_t, std::string>;
+  using MemberRef = std::pair<Group*, uint32_t>;
 
   absl::StatusOr<int> ResolveGpu(const v1::DeviceSelector& device, std::string* uuid,
                                  std::string* pci) const;
   bool Reachable(int from_gpu, int to_gpu, bool* native_atomics) const;
+  uint64_t EntryBytes(const Member& m) const;
+  // The members' part of the view for receivers on `receiver_gpu`.
   // Thread-safe without mu_: reads an immutable snapshot.
-  void BuildView(const Group& g, const SessionInfo& receiver, uint32_t rank,
-                 v1::JoinGroupResponse* resp) const;
+  std::shared_ptr<const std::string> EncodeShared(const Group& g, int receiver_gpu,
+                                                  const std::vector<std::string>& tickets) const;
   static void Complete(std::vector<Completion>* completions);
   void CompleteFormation(Formation f) const;
-  absl::Status DeadlineError(const Group& g, uint32_t rank, uint32_t timeout_ms) const;
+  absl::Status CheckBudget(uint32_t uid, uint64_t view_bytes, bool waits) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
   void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
                     const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every change to members and waiters goes through these, which keep the
+  // per-uid usage, the session index and the deadline index in step.
+  void AddMemberLocked(Group& g, Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseMemberLocked(Group& g, uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddWaiterLocked(Group& g, uint32_t rank, const SessionInfo& caller, JoinDone done,
+                       uint32_t timeout_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JoinDone TakeWaiterLocked(Group& g, std::map<uint32_t, Waiter>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseIfEmpty(const GroupKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static GroupState StateOf(const Group& g);
 
@@ -161,6 +209,9 @@ class GroupBroker {
   bool timer_kick_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time timer_next_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
+  DeadlineIndex deadlines_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, std::set<MemberRef>> by_session_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, Usage> usage_ ABSL_GUARDED_BY(mu_);
   std::thread timer_;
 };
 

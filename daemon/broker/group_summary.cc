@@ -2,6 +2,14 @@
 
 namespace mooncake::daemon {
 
+bool IsJoinedNow(MemberState s) { return s != MemberState::kLeft && s != MemberState::kLost; }
+
+uint32_t JoinedCount(const GroupSummary& g) {
+  uint32_t n = 0;
+  for (const GroupMemberSummary& m : g.members) n += IsJoinedNow(m.state) ? 1 : 0;
+  return n;
+}
+
 const char* MemberStateName(MemberState s) {
   switch (s) {
     case MemberState::kJoined: return "joined";

@@ -33,12 +33,22 @@ struct GroupSummary {
   std::string name;
   uint32_t uid = 0;
   uint32_t world_size = 0;
-  uint32_t joined = 0;  // members known (including left and lost ones)
+  // Members known, including left and lost ones (the broker's count while a
+  // group forms). Listings report JoinedCount() instead.
+  uint32_t joined = 0;
   GroupState state = GroupState::kForming;
   uint64_t epoch = 0;
   absl::Duration age;
   std::vector<GroupMemberSummary> members;  // by rank
 };
+
+// Whether a member in state `s` counts as joined now: every state but left
+// and lost. The one rule behind GroupInfo.joined and mcctl's "joined_ranks".
+bool IsJoinedNow(MemberState s);
+
+// The number of members of `g` that are joined now (IsJoinedNow), what a
+// listing reports as "joined": a degraded group of 2 with rank 1 lost says 1.
+uint32_t JoinedCount(const GroupSummary& g);
 
 // Lower-case names as listings show them ("joined", "degraded", ...).
 const char* MemberStateName(MemberState s);

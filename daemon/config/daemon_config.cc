@@ -1,5 +1,9 @@
 #include "config/daemon_config.h"
 
+#include <arpa/inet.h>
+#include <sys/stat.h>
+
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -44,6 +48,60 @@ absl::Status ParseMode(absl::string_view value, uint32_t* out) {
   return absl::OkStatus();
 }
 
+// HOST:PORT or [IPv6]:PORT, checked here so that gRPC, which logs its own
+// error lines for an address it cannot use, never sees a malformed one.
+// Whether a host name resolves is left to the daemon's start.
+absl::Status ParsePeerListen(absl::string_view value, std::string* out) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer_listen = '", value, "': ", why,
+                     "; expected HOST:PORT or [IPv6]:PORT with PORT in 1..65535, e.g. "
+                     "0.0.0.0:7450 or [::]:7450"));
+  };
+  if (value.empty()) {  // off
+    out->clear();
+    return absl::OkStatus();
+  }
+  absl::string_view rest = value, host, port;
+  if (absl::ConsumePrefix(&rest, "[")) {
+    const size_t close = rest.find("]:");
+    if (close == absl::string_view::npos) return bad("no ']:' after the IPv6 address");
+    host = rest.substr(0, close);
+    port = rest.substr(close + 2);
+    in6_addr addr;
+    if (::inet_pton(AF_INET6, std::string(host).c_str(), &addr) != 1) {
+      return bad(absl::StrCat("'", host, "' is not an IPv6 address"));
+    }
+  } else {
+    const size_t colon = rest.rfind(':');
+    if (colon == absl::string_view::npos) return bad("no port");
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+    if (host.empty()) return bad("no host");
+    if (host.find(':') != absl::string_view::npos) return bad("an IPv6 address needs brackets");
+    const bool dotted = std::all_of(host.begin(), host.end(),
+                                    [](char ch) { return absl::ascii_isdigit(ch) || ch == '.'; });
+    in_addr addr;
+    if (dotted && ::inet_pton(AF_INET, std::string(host).c_str(), &addr) != 1) {
+      return bad(absl::StrCat("'", host, "' is not an IPv4 address"));
+    }
+    const bool name_chars = std::all_of(host.begin(), host.end(), [](char ch) {
+      return absl::ascii_isalnum(ch) || ch == '-' || ch == '.';
+    });
+    if (!name_chars || host.size() > 253) {
+      return bad(absl::StrCat("'", host, "' is neither an IPv4 address nor a host name"));
+    }
+  }
+  uint32_t number = 0;
+  if (port.empty() ||
+      !std::all_of(port.begin(), port.end(), [](char ch) { return absl::ascii_isdigit(ch); }) ||
+      !absl::SimpleAtoi(port, &number) || number < 1 || number > 65535) {
+    return bad(absl::StrCat("port '", port, "' is not a number in 1..65535"));
+  }
+  *out = std::string(value);
+  return absl::OkStatus();
+}
+
 absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig* c) {
   if (key == "socket") {
     if (value.empty()) return absl::InvalidArgumentError("socket: empty path");
@@ -60,7 +118,7 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
           absl::StrCat("log_level = '", value, "': expected debug, info, warning or error"));
     }
   } else if (key == "peer_listen") {
-    c->peer_listen = std::string(value);
+    return ParsePeerListen(value, &c->peer_listen);
   } else if (key == "sysfs_root") {
     c->sysfs_root = std::string(value);
   } else if (key == "cuda_library") {
@@ -73,6 +131,28 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     return ParseU32(key, value, 100, 3600 * 1000, &c->ticket_ttl_ms);
   } else if (key == "max_sessions_per_uid") {
     return ParseU32(key, value, 1, 1 << 20, &c->max_sessions_per_uid);
+  } else if (key == "handshake_timeout_ms") {
+    return ParseU32(key, value, 100, 60000, &c->handshake_timeout_ms);
+  } else if (key == "max_connections_per_uid") {
+    return ParseU32(key, value, 1, 1 << 20, &c->max_connections_per_uid);
+  } else if (key == "max_connections") {
+    return ParseU32(key, value, 1, 1 << 20, &c->max_connections);
+  } else if (key == "fd_channel_connections_per_uid") {
+    return ParseU32(key, value, 1, 4096, &c->fd_channel_connections_per_uid);
+  } else if (key == "fd_channel_connections") {
+    return ParseU32(key, value, 1, 4096, &c->fd_channel_connections);
+  } else if (key == "max_fds_per_uid") {
+    return ParseU32(key, value, 1, 1 << 24, &c->max_fds_per_uid);
+  } else if (key == "max_fds") {
+    return ParseU32(key, value, 1, 1 << 24, &c->max_fds);
+  } else if (key == "max_ranks_per_uid") {
+    return ParseU32(key, value, 1, 1 << 24, &c->max_ranks_per_uid);
+  } else if (key == "max_waiting_joins_per_uid") {
+    return ParseU32(key, value, 1, 1 << 24, &c->max_waiting_joins_per_uid);
+  } else if (key == "max_view_bytes_per_uid") {
+    return ParseU32(key, value, 4096, 0xffffffffu, &c->max_view_bytes_per_uid);
+  } else if (key == "max_join_timeout_ms") {
+    return ParseU32(key, value, 1000, 24 * 3600 * 1000, &c->max_join_timeout_ms);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
   }
@@ -104,6 +184,14 @@ absl::Status ParseConfigText(absl::string_view text, absl::string_view origin,
 }
 
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
+  // An ifstream opens a directory without complaint and reads nothing, which
+  // would start the daemon on its defaults.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, " is a directory; --config wants a file such as ",
+                     "/etc/mooncake/mooncaked.conf"));
+  }
   std::ifstream in(path);
   if (!in) return ErrnoStatus(errno, absl::StrCat("cannot read config file ", path));
   std::stringstream ss;

@@ -25,6 +25,20 @@ struct DaemonConfig {
   uint32_t max_world_size = 65536;
   uint32_t ticket_ttl_ms = 30000;
   uint32_t max_sessions_per_uid = 4096;
+
+  // What one user may make the daemon hold (see docs/limits.md). Root and
+  // the daemon's own uid are never refused by these.
+  uint32_t handshake_timeout_ms = 5000;  // no RPC within this of accept: closed
+  uint32_t max_connections_per_uid = 256;
+  uint32_t max_connections = 4096;  // main socket, all unprivileged users
+  uint32_t fd_channel_connections_per_uid = 32;
+  uint32_t fd_channel_connections = 256;
+  uint32_t max_fds_per_uid = 4096;  // fds held for a user's sessions
+  uint32_t max_fds = 8192;          // ... for all unprivileged users
+  uint32_t max_ranks_per_uid = 8192;
+  uint32_t max_waiting_joins_per_uid = 4096;
+  uint32_t max_view_bytes_per_uid = 256u << 20;
+  uint32_t max_join_timeout_ms = 600000;
 };
 
 // Parses the text of a config file into `config` (keys not present keep

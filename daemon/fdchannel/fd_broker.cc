@@ -6,8 +6,11 @@
 
 namespace mooncake::daemon {
 
-FdBroker::FdBroker(absl::Duration ticket_ttl, const SessionRegistry* sessions)
-    : sessions_(sessions), tickets_(ticket_ttl) {}
+FdBroker::FdBroker(absl::Duration ticket_ttl, const SessionRegistry* sessions, FdLimits limits)
+    : sessions_(sessions),
+      fd_budget_(AdmissionLimits{"fds in mooncaked", limits.per_uid, "max_fds_per_uid",
+                                 limits.total, "max_fds"}),
+      tickets_(ticket_ttl) {}
 
 absl::Status FdBroker::CheckOpen(uint64_t session) const {
   if (sessions_->Find(session)) return absl::OkStatus();
@@ -24,7 +27,10 @@ absl::StatusOr<std::string> FdBroker::AddIncoming(const SessionInfo& session,
         absl::StrCat("fd channel: session holds ", kMaxIncomingPerSession,
                      " unused fd tickets; name them in an RPC or let them expire"));
   }
-  return tickets_.AddIncoming(session.id, session.cred.uid, std::move(fds));
+  absl::StatusOr<std::shared_ptr<AdmissionCounter::Charge>> charge =
+      fd_budget_.TryCharge(session.cred.uid, fds.size());
+  if (!charge.ok()) return charge.status();  // the fds close with `fds`
+  return tickets_.AddIncoming(session.id, session.cred.uid, std::move(fds), *std::move(charge));
 }
 
 absl::StatusOr<FdBundlePtr> FdBroker::TakeIncoming(uint64_t session, const std::string& ticket) {
@@ -39,6 +45,14 @@ absl::StatusOr<std::string> FdBroker::IssueOutgoing(uint64_t owner_session,
   if (absl::Status s = CheckOpen(owner_session); !s.ok()) return s;
   if (absl::Status s = CheckOpen(recipient.id); !s.ok()) return s;
   return tickets_.IssueOutgoing(owner_session, recipient.id, recipient.cred.uid, std::move(bundle));
+}
+
+absl::StatusOr<std::string> FdBroker::IssueForGroup(
+    uint64_t owner_session, uint32_t uid, FdBundlePtr bundle,
+    std::shared_ptr<const std::vector<uint64_t>> audience, uint32_t uses) {
+  absl::ReaderMutexLock lock(&end_mu_);
+  if (absl::Status s = CheckOpen(owner_session); !s.ok()) return s;
+  return tickets_.IssueShared(owner_session, uid, std::move(bundle), std::move(audience), uses);
 }
 
 absl::StatusOr<FdBundlePtr> FdBroker::Redeem(const std::string& ticket, uint64_t session,

@@ -5,7 +5,7 @@
 // operation the services need as one call, so no service coordinates the
 // two stores itself:
 //   fd channel   AddIncoming (PUT), Redeem (GET)
-//   JoinGroup    TakeIncoming; the broker IssueOutgoing's to each member
+//   JoinGroup    TakeIncoming; the broker IssueForGroup's each member's fds
 //   ExportFds    Export = TakeIncoming + publish
 //   ImportFds    Import = look up + IssueOutgoing
 //   session end  DropSession
@@ -19,8 +19,13 @@
 // DropSession: then an addition either runs before DropSession, which frees
 // it, or after it, and sees the session closed.
 //
+// Every fd it holds is charged to the uid that sent it, once per bundle
+// however many tickets, exports and group members share the bundle, until
+// the bundle is freed (FdLimits; see AdmissionCounter).
+//
 // Errors: FailedPrecondition for a session that ended, InvalidArgument for a
-// bad kind, ResourceExhausted past kMaxIncomingPerSession, and the
+// bad kind, ResourceExhausted past kMaxIncomingPerSession or the fd limits
+// (naming the config key), and the
 // TicketStore / ExportRegistry errors (NotFound, PermissionDenied).
 // Thread-safe.
 #pragma once
@@ -33,6 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "admission/admission_counter.h"
 #include "fdchannel/export_registry.h"
 #include "fdchannel/fd_ticket_issuer.h"
 #include "fdchannel/ticket_store.h"
@@ -40,6 +46,11 @@
 #include "session/session_registry.h"
 
 namespace mooncake::daemon {
+
+struct FdLimits {
+  uint64_t per_uid = 4096;  // max_fds_per_uid
+  uint64_t total = 8192;    // max_fds, all unprivileged uids
+};
 
 class FdBroker final : public FdTicketIssuer {
  public:
@@ -49,7 +60,7 @@ class FdBroker final : public FdTicketIssuer {
 
   // `sessions` is not owned and must outlive this; it answers "is this
   // session still open?".
-  FdBroker(absl::Duration ticket_ttl, const SessionRegistry* sessions);
+  FdBroker(absl::Duration ticket_ttl, const SessionRegistry* sessions, FdLimits limits = {});
   FdBroker(const FdBroker&) = delete;
   FdBroker& operator=(const FdBroker&) = delete;
 
@@ -59,9 +70,15 @@ class FdBroker final : public FdTicketIssuer {
   // Consumes an incoming ticket `session` PUT earlier.
   absl::StatusOr<FdBundlePtr> TakeIncoming(uint64_t session, const std::string& ticket);
 
+  // A single-use ticket with which `recipient` GETs `bundle` (owned by
+  // `owner_session`). FailedPrecondition when either session has ended.
   absl::StatusOr<std::string> IssueOutgoing(uint64_t owner_session, const SessionInfo& recipient,
-                                            FdBundlePtr bundle) override;
-  // fd channel GET: consumes an outgoing ticket issued to (session, uid).
+                                            FdBundlePtr bundle);
+  absl::StatusOr<std::string> IssueForGroup(uint64_t owner_session, uint32_t uid,
+                                            FdBundlePtr bundle,
+                                            std::shared_ptr<const std::vector<uint64_t>> audience,
+                                            uint32_t uses) override;
+  // fd channel GET: uses an outgoing or group ticket issued to (session, uid).
   absl::StatusOr<FdBundlePtr> Redeem(const std::string& ticket, uint64_t session, uint32_t uid);
 
   // Publishes the fds of `session`'s incoming `ticket` until the session
@@ -84,11 +101,16 @@ class FdBroker final : public FdTicketIssuer {
   size_t ExportsOf(uint64_t session) const;
   size_t PendingTicketsFor(uint64_t session) const;
   size_t TicketCount() const;
+  // fds held for `uid`, and for all unprivileged uids.
+  uint64_t FdsHeldBy(uint32_t uid) const { return fd_budget_.HeldBy(uid); }
+  uint64_t FdsHeld() const { return fd_budget_.HeldByUnprivileged(); }
 
  private:
   absl::Status CheckOpen(uint64_t session) const ABSL_SHARED_LOCKS_REQUIRED(end_mu_);
 
   const SessionRegistry* const sessions_;
+  // Declared before the stores: bundles give their charge back on the way out.
+  AdmissionCounter fd_budget_;
   TicketStore tickets_;
   ExportRegistry exports_;
   // Shared by additions, exclusive for DropSession (see the header comment);

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/log.h"
 #include "mooncake/v1/fd_channel.pb.h"
@@ -32,10 +33,30 @@ void ReplyError(int sock, const absl::Status& s) {
   Reply(sock, r);
 }
 
+// Waits until `sock` has bytes (true) or `timeout` passes / it fails (false).
+bool WaitReadable(int sock, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return false;
+    pollfd p{sock, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (rc > 0) return (p.revents & POLLIN) != 0;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+}
+
 }  // namespace
 
-FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds)
-    : listen_fd_(std::move(listen_fd)), sessions_(sessions), fds_(fds) {
+FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds,
+                                 FdChannelLimits limits)
+    : listen_fd_(std::move(listen_fd)),
+      sessions_(sessions),
+      fds_(fds),
+      limits_(limits),
+      admission_(AdmissionLimits{"fd-channel connections", limits.connections_per_uid,
+                                 "fd_channel_connections_per_uid", limits.connections,
+                                 "fd_channel_connections"}) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0) {
     wake_read_.reset(p[0]);
@@ -57,83 +78,168 @@ void FdChannelServer::Stop() {
   // makes a blocked read return at once; then wait for every one to end.
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
-    for (int fd : conns_) ::shutdown(fd, SHUT_RDWR);
+    for (const auto& [fd, c] : conns_) ::shutdown(fd, SHUT_RDWR);
   }
   while (active_.load() > 0) ::usleep(1000);
 }
 
+size_t FdChannelServer::connections() const {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  return conns_.size();
+}
+
 void FdChannelServer::AcceptLoop() {
+  absl::Time backoff_until = absl::InfinitePast();
   while (!stopping_.load()) {
-    pollfd p[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    int rc = ::poll(p, 2, -1);
+    bool backing_off = absl::Now() < backoff_until;
+    pollfd p[2] = {{wake_read_.get(), POLLIN, 0}, {listen_fd_.get(), POLLIN, 0}};
+    int rc = ::poll(p, backing_off ? 1 : 2, backing_off ? 100 : -1);
     if (rc < 0) {
       if (errno == EINTR) continue;
       MC_LOG(kError, "fd channel: poll: ", std::strerror(errno));
       return;
     }
-    if (p[1].revents != 0) return;
+    if (p[0].revents != 0) return;
+    if (backing_off || p[1].revents == 0) continue;
     int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (c < 0) {
       // Out of fds: back off instead of spinning on a readable listener.
-      if (errno == EMFILE || errno == ENFILE) ::usleep(100000);
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        refused_log_.Log(LogLevel::kWarning,
+                         absl::StrCat("fd channel: accept: ", std::strerror(errno),
+                                      "; not accepting for 100 ms"));
+        backoff_until = absl::Now() + absl::Milliseconds(100);
+      }
       continue;
     }
-    // Each connection gets a thread; cap them so idle connections cannot
-    // exhaust the daemon's threads (thread creation failing would abort it).
-    if (active_.load() >= kMaxConnections) {
-      MC_LOG(kWarning, "fd channel: ", kMaxConnections, " connections busy; refusing one");
-      ::close(c);
-      continue;
-    }
-    active_.fetch_add(1);
-    {
-      std::lock_guard<std::mutex> lock(conns_mu_);
-      conns_.insert(c);
-    }
-    auto serve = [this, c] {
-      {
-        UniqueFd conn(c);
-        Serve(conn.get());
-        // Forget the number before closing it, so a new connection that
-        // reuses it is never dropped from the set.
-        std::lock_guard<std::mutex> lock(conns_mu_);
-        conns_.erase(c);
-      }
-      active_.fetch_sub(1);
-    };
-    try {
-      std::thread(serve).detach();
-    } catch (const std::system_error& e) {
-      {
-        std::lock_guard<std::mutex> lock(conns_mu_);
-        conns_.erase(c);
-      }
-      ::close(c);
-      active_.fetch_sub(1);
-      MC_LOG(kWarning, "fd channel: cannot start a connection thread: ", e.what());
-    }
+    UniqueFd conn(c);
+    absl::StatusOr<PeerCred> cred = GetPeerCred(c);
+    if (!cred.ok()) continue;
+    Admit(std::move(conn), cred->uid);
   }
 }
 
-void FdChannelServer::Serve(int sock) {
-  absl::StatusOr<PeerCred> cred = GetPeerCred(sock);
-  if (!cred.ok()) return;
+bool FdChannelServer::EvictIdleFor(uint32_t uid, bool per_uid_full) {
+  // The victim's uid: the newcomer's own when its cap is full, otherwise
+  // the unprivileged uid holding the most idle connections.
+  std::map<uint32_t, int> idle_by_uid;
+  for (const auto& [fd, c] : conns_) {
+    if (!c.busy && !c.evicted && !AdmissionCounter::Privileged(c.uid)) ++idle_by_uid[c.uid];
+  }
+  uint32_t victim_uid = uid;
+  if (!per_uid_full) {
+    int most = 0;
+    for (const auto& [u, n] : idle_by_uid) {
+      if (n > most) most = n, victim_uid = u;
+    }
+    if (most == 0) return false;
+  } else if (!idle_by_uid.contains(uid)) {
+    return false;
+  }
+  int victim = -1;
+  absl::Time oldest = absl::InfiniteFuture();
+  for (const auto& [fd, c] : conns_) {
+    if (c.uid == victim_uid && !c.busy && !c.evicted && c.since < oldest) {
+      oldest = c.since;
+      victim = fd;
+    }
+  }
+  if (victim < 0) return false;
+  Conn& v = conns_.at(victim);
+  v.evicted = true;
+  admission_.Give(v.uid);
+  // Its thread wakes from its wait, sees the connection shut and exits.
+  ::shutdown(victim, SHUT_RDWR);
+  return true;
+}
+
+void FdChannelServer::Admit(UniqueFd conn, uint32_t uid) {
+  const int c = conn.get();
+  {
+    std::lock_guard<std::mutex> lock(conns_mu_);
+    if (conns_.size() >= limits_.connections + limits_.privileged_extra) {
+      refused_log_.Log(LogLevel::kWarning,
+                       absl::StrCat("fd channel: ", conns_.size(),
+                                    " connections open; refusing one from uid ", uid));
+      return;
+    }
+    absl::Status admitted = admission_.TryTake(uid);
+    // Idle connections make room first: the uid's own when its cap is
+    // full, then (for the total) the heaviest holder's.
+    for (int attempt = 0; attempt < 2 && !admitted.ok(); ++attempt) {
+      bool per_uid_full = admission_.HeldBy(uid) >= limits_.connections_per_uid;
+      if (!EvictIdleFor(uid, per_uid_full)) break;
+      admitted = admission_.TryTake(uid);
+    }
+    if (!admitted.ok()) {
+      refused_log_.Log(LogLevel::kWarning,
+                       absl::StrCat("fd channel: refused a connection: ", admitted.message()));
+      return;
+    }
+    conns_.emplace(c, Conn{uid, absl::Now(), false, false});
+    active_.fetch_add(1);
+  }
+  conn.release();
+  auto serve = [this, c, uid] {
+    {
+      UniqueFd owned(c);
+      Serve(owned.get(), uid);
+      // Forget the number before closing it, so a new connection that
+      // reuses it is never dropped from the map.
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      auto it = conns_.find(c);
+      if (it != conns_.end()) {
+        if (!it->second.evicted) admission_.Give(uid);
+        conns_.erase(it);
+      }
+    }
+    active_.fetch_sub(1);
+  };
+  try {
+    std::thread(serve).detach();
+  } catch (const std::system_error& e) {
+    {
+      std::lock_guard<std::mutex> lock(conns_mu_);
+      auto it = conns_.find(c);
+      if (it != conns_.end()) {
+        if (!it->second.evicted) admission_.Give(uid);
+        conns_.erase(it);
+      }
+    }
+    ::close(c);
+    active_.fetch_sub(1);
+    MC_LOG(kWarning, "fd channel: cannot start a connection thread: ", e.what());
+  }
+}
+
+void FdChannelServer::SetBusy(int sock, bool busy) {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  auto it = conns_.find(sock);
+  if (it == conns_.end()) return;
+  it->second.busy = busy;
+  if (!busy) it->second.since = absl::Now();
+}
+
+void FdChannelServer::Serve(int sock, uint32_t uid) {
   // A client sends a request right after connecting; an idle connection is
   // closed so it cannot pin a thread.
   bool first = true;
   while (!stopping_.load()) {
-    absl::StatusOr<Frame> frame = RecvFrame(sock, first ? absl::Seconds(2) : absl::Seconds(10));
+    if (!WaitReadable(sock, first ? limits_.first_request : limits_.between_requests)) return;
     first = false;
-    if (!frame.ok()) return;
+    SetBusy(sock, true);
+    absl::StatusOr<Frame> frame = RecvFrame(sock, limits_.request_transfer);
+    if (!frame.ok()) return;  // fds of a bad frame are closed with it
     mooncake::v1::FdRequest req;
     if (!req.ParseFromString(frame->payload)) {
       ReplyError(sock, absl::InvalidArgumentError("fd channel: malformed request"));
       return;
     }
     absl::StatusOr<SessionInfo> session =
-        sessions_->Authenticate(req.session_id(), req.session_token(), cred->uid);
+        sessions_->Authenticate(req.session_id(), req.session_token(), uid);
     if (!session.ok()) {
       ReplyError(sock, session.status());
+      SetBusy(sock, false);
       continue;
     }
     switch (req.op()) {
@@ -142,12 +248,12 @@ void FdChannelServer::Serve(int sock) {
           ReplyError(sock, absl::InvalidArgumentError(
                                absl::StrCat("fd channel: PUT announced ", req.fd_count(),
                                             " fds but carried ", frame->fds.size())));
-          continue;
+          break;
         }
         absl::StatusOr<std::string> ticket = fds_->AddIncoming(*session, std::move(frame->fds));
         if (!ticket.ok()) {
           ReplyError(sock, ticket.status());
-          continue;
+          break;
         }
         mooncake::v1::FdReply r;
         r.set_ok(true);
@@ -156,10 +262,10 @@ void FdChannelServer::Serve(int sock) {
         break;
       }
       case mooncake::v1::FdRequest::GET: {
-        absl::StatusOr<FdBundlePtr> bundle = fds_->Redeem(req.ticket(), session->id, cred->uid);
+        absl::StatusOr<FdBundlePtr> bundle = fds_->Redeem(req.ticket(), session->id, uid);
         if (!bundle.ok()) {
           ReplyError(sock, bundle.status());
-          continue;
+          break;
         }
         std::vector<int> fds;
         for (const UniqueFd& fd : (*bundle)->fds) fds.push_back(fd.get());
@@ -171,6 +277,7 @@ void FdChannelServer::Serve(int sock) {
       }
       default: ReplyError(sock, absl::InvalidArgumentError("fd channel: unknown op"));
     }
+    SetBusy(sock, false);
   }
 }
 

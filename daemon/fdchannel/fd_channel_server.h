@@ -4,7 +4,15 @@
 // returns a ticket, GET returns the fds of a ticket. The caller is
 // authenticated by its session id + token AND by the uid read with
 // SO_PEERCRED on this connection, so a leaked token alone is not enough.
-// One short-lived thread per connection; requests time out.
+//
+// One thread per connection, so connections are admitted under caps: per
+// uid and in total (AdmissionCounter; root and the daemon's uid are never
+// refused). A connection is idle while it waits for its next request; when
+// a cap is reached, the oldest idle connection (of the same uid for the
+// per-uid cap, of the uid holding most for the total) is closed to make
+// room before a newcomer is refused. A connection idle past the first-frame
+// deadline (2 s) or between requests (10 s) is closed, and a request must
+// arrive whole within 5 s.
 //
 // It sees the core through two narrow pieces: the SessionRegistry to
 // authenticate (read only) and the FdBroker to store and hand out fds. Both
@@ -12,42 +20,71 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <thread>
 
+#include "absl/time/time.h"
+#include "admission/admission_counter.h"
+#include "admission/rate_limited_log.h"
 #include "fdchannel/fd_broker.h"
 #include "mooncake/common/unique_fd.h"
 #include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
+struct FdChannelLimits {
+  uint32_t connections_per_uid = 32;
+  uint32_t connections = 256;
+  // Connections of privileged uids beyond `connections`: threads are finite.
+  uint32_t privileged_extra = 64;
+  absl::Duration first_request = absl::Seconds(2);
+  absl::Duration between_requests = absl::Seconds(10);
+  absl::Duration request_transfer = absl::Seconds(5);
+};
+
 class FdChannelServer {
  public:
-  static constexpr int kMaxConnections = 256;
-
   // Takes a bound, listening socket.
-  FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds);
+  FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds,
+                  FdChannelLimits limits = {});
   ~FdChannelServer();
 
   void Start();
   void Stop();
 
+  size_t connections() const;
+
  private:
+  struct Conn {
+    uint32_t uid = 0;
+    absl::Time since;   // accepted, or last request finished
+    bool busy = false;  // a request is being read or answered
+    bool evicted = false;
+  };
   void AcceptLoop();
-  void Serve(int sock);
+  void Admit(UniqueFd conn, uint32_t uid);
+  // Makes room for `uid` by closing an idle connection; false when none
+  // may be closed. Caller holds conns_mu_.
+  bool EvictIdleFor(uint32_t uid, bool per_uid_full);
+  void Serve(int sock, uint32_t uid);
+  void SetBusy(int sock, bool busy);
 
   UniqueFd listen_fd_;
   UniqueFd wake_read_, wake_write_;
   const SessionRegistry* sessions_;
   FdBroker* fds_;
+  const FdChannelLimits limits_;
+  AdmissionCounter admission_;
   std::thread thread_;
   std::atomic<int> active_{0};
   std::atomic<bool> stopping_{false};
-  // Connections being served, so Stop() can wake their blocked reads.
-  std::mutex conns_mu_;
-  std::set<int> conns_;
+  // Connections being served, so Stop() and eviction can wake their reads.
+  mutable std::mutex conns_mu_;
+  std::map<int, Conn> conns_;
+  RateLimitedLog refused_log_;
 };
 
 }  // namespace mooncake::daemon

@@ -12,11 +12,19 @@ void TicketStore::ExpireLocked(absl::Time now) {
   next_sweep_ = now + std::min(absl::Seconds(1), ttl_ / 4);
   for (auto it = tickets_.begin(); it != tickets_.end();) {
     if (it->second.expires <= now) {
-      it = tickets_.erase(it);
+      EraseLocked(it++);
     } else {
       ++it;
     }
   }
+}
+
+void TicketStore::EraseLocked(std::map<std::string, Ticket>::iterator it) {
+  if (it->second.incoming) {
+    auto n = incoming_.find(it->second.owner);
+    if (n != incoming_.end() && --n->second == 0) incoming_.erase(n);
+  }
+  tickets_.erase(it);
 }
 
 std::string TicketStore::NewTicketLocked() {
@@ -26,14 +34,17 @@ std::string TicketStore::NewTicketLocked() {
   }
 }
 
-std::string TicketStore::AddIncoming(uint64_t session, uint32_t uid, std::vector<UniqueFd> fds) {
+std::string TicketStore::AddIncoming(uint64_t session, uint32_t uid, std::vector<UniqueFd> fds,
+                                     std::shared_ptr<const void> charge) {
   auto bundle = std::make_shared<FdBundle>();
   bundle->fds = std::move(fds);
+  bundle->charge = std::move(charge);
   absl::MutexLock lock(&mu_);
   absl::Time now = absl::Now();
   ExpireLocked(now);
   std::string t = NewTicketLocked();
-  tickets_[t] = Ticket{true, session, session, uid, now + ttl_, std::move(bundle)};
+  tickets_[t] = Ticket{true, session, session, uid, now + ttl_, std::move(bundle), nullptr, 1};
+  ++incoming_[session];
   return t;
 }
 
@@ -49,7 +60,7 @@ absl::StatusOr<FdBundlePtr> TicketStore::TakeIncoming(const std::string& ticket,
     return absl::PermissionDeniedError("fd ticket belongs to another session");
   }
   FdBundlePtr b = std::move(it->second.bundle);
-  tickets_.erase(it);
+  EraseLocked(it);
   return b;
 }
 
@@ -59,8 +70,26 @@ std::string TicketStore::IssueOutgoing(uint64_t owner_session, uint64_t recipien
   absl::Time now = absl::Now();
   ExpireLocked(now);
   std::string t = NewTicketLocked();
-  tickets_[t] =
-      Ticket{false, owner_session, recipient_session, recipient_uid, now + ttl_, std::move(bundle)};
+  tickets_[t] = Ticket{false,      owner_session,     recipient_session, recipient_uid,
+                       now + ttl_, std::move(bundle), nullptr,           1};
+  return t;
+}
+
+std::string TicketStore::IssueShared(uint64_t owner_session, uint32_t uid, FdBundlePtr bundle,
+                                     std::shared_ptr<const std::vector<uint64_t>> audience,
+                                     uint32_t uses) {
+  absl::MutexLock lock(&mu_);
+  absl::Time now = absl::Now();
+  ExpireLocked(now);
+  std::string t = NewTicketLocked();
+  tickets_[t] = Ticket{false,
+                       owner_session,
+                       0,
+                       uid,
+                       now + ttl_,
+                       std::move(bundle),
+                       std::move(audience),
+                       std::max<uint32_t>(uses, 1)};
   return t;
 }
 
@@ -74,19 +103,24 @@ absl::StatusOr<FdBundlePtr> TicketStore::Redeem(const std::string& ticket, uint6
         "fd ticket is unknown, used or expired (tickets live "
         "ticket_ttl_ms and are redeemable once)");
   }
-  if (it->second.uid != uid || it->second.recipient != session) {
+  const Ticket& k = it->second;
+  bool allowed = k.uid == uid &&
+                 (k.audience ? std::binary_search(k.audience->begin(), k.audience->end(), session)
+                             : k.recipient == session);
+  if (!allowed) {
     return absl::PermissionDeniedError("fd ticket was issued to another session or user");
   }
+  if (--it->second.uses_left > 0) return it->second.bundle;
   FdBundlePtr b = std::move(it->second.bundle);
-  tickets_.erase(it);
+  EraseLocked(it);
   return b;
 }
 
 void TicketStore::DropSession(uint64_t session) {
   absl::MutexLock lock(&mu_);
   for (auto it = tickets_.begin(); it != tickets_.end();) {
-    if (it->second.owner == session || it->second.recipient == session) {
-      it = tickets_.erase(it);
+    if (it->second.owner == session || (!it->second.audience && it->second.recipient == session)) {
+      EraseLocked(it++);
     } else {
       ++it;
     }
@@ -102,9 +136,8 @@ size_t TicketStore::PendingFor(uint64_t session) const {
 
 size_t TicketStore::IncomingFor(uint64_t session) const {
   absl::MutexLock lock(&mu_);
-  size_t n = 0;
-  for (const auto& [t, k] : tickets_) n += (k.incoming && k.owner == session);
-  return n;
+  auto it = incoming_.find(session);
+  return it == incoming_.end() ? 0 : it->second;
 }
 
 size_t TicketStore::size() const {

@@ -13,7 +13,7 @@ v1::GroupInfo ToGroupInfo(const GroupSummary& g) {
   info.set_name(g.name);
   info.set_uid(g.uid);
   info.set_world_size(g.world_size);
-  info.set_joined(g.joined);
+  info.set_joined(JoinedCount(g));
   info.set_state(GroupStateName(g.state));
   info.set_epoch(g.epoch);
   info.set_age_ms(static_cast<uint64_t>(absl::ToInt64Milliseconds(g.age)));

@@ -1,22 +1,81 @@
 #include "server/connection_table.h"
 
 #include <grpcpp/server_context.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 
 namespace mooncake::daemon {
+namespace {
 
-void ConnectionTable::Set(int fd, const PeerCred& cred) {
+bool SameFile(int fd, dev_t dev, ino_t ino) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == dev && st.st_ino == ino;
+}
+
+}  // namespace
+
+void ConnectionTable::Add(int fd, const PeerCred& cred, absl::Time accepted) {
+  Record r;
+  r.cred = cred;
+  r.accepted = accepted;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0) {
+    r.dev = st.st_dev;
+    r.ino = st.st_ino;
+  }
   absl::MutexLock lock(&mu_);
-  creds_[fd] = cred;
+  // The number was free for accept, so whatever was recorded under it ended.
+  if (auto it = records_.find(fd); it != records_.end()) DropLocked(it);
+  records_.emplace(fd, r);
+}
+
+void ConnectionTable::MarkUsed(int fd) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = records_.find(fd); it != records_.end()) it->second.used = true;
 }
 
 std::optional<PeerCred> ConnectionTable::Get(int fd) const {
   absl::MutexLock lock(&mu_);
-  auto it = creds_.find(fd);
-  if (it == creds_.end()) return std::nullopt;
-  return it->second;
+  auto it = records_.find(fd);
+  if (it == records_.end()) return std::nullopt;
+  return it->second.cred;
+}
+
+void ConnectionTable::DropLocked(std::map<int, Record>::iterator it) {
+  if (admission_ != nullptr) admission_->Give(it->second.cred.uid);
+  records_.erase(it);
+}
+
+ConnectionTable::SweepResult ConnectionTable::Sweep(absl::Time now, absl::Duration handshake) {
+  SweepResult result;
+  absl::MutexLock lock(&mu_);
+  for (auto it = records_.begin(); it != records_.end();) {
+    Record& r = it->second;
+    if (!SameFile(it->first, r.dev, r.ino)) {
+      DropLocked(it++);
+      ++result.ended;
+      continue;
+    }
+    if (!r.used && !r.shut && now - r.accepted >= handshake) {
+      // The fd was this connection just above. The one race left: gRPC
+      // closes it and another thread's accept reuses the number in the few
+      // instructions between; that socket would see one connection end.
+      // gRPC sees the shutdown as the peer going away and closes the fd.
+      ::shutdown(it->first, SHUT_RDWR);
+      r.shut = true;
+      ++result.shut_down;
+    }
+    ++it;
+  }
+  return result;
+}
+
+size_t ConnectionTable::size() const {
+  absl::MutexLock lock(&mu_);
+  return records_.size();
 }
 
 absl::StatusOr<Caller> ConnectionTable::CallerOf(const grpc::ServerContextBase* ctx) const {

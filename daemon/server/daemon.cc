@@ -14,11 +14,13 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "admission/fd_capacity.h"
 #include "discovery/discovery.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/version.h"
+#include "server/rpc_interceptor.h"
 #include "server/unix_listener.h"
 
 namespace mooncake::daemon {
@@ -34,6 +36,12 @@ std::string Hostname() {
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   std::unique_ptr<Daemon> d(new Daemon());
+  if (config.join_timeout_ms > config.max_join_timeout_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("join_timeout_ms = ", config.join_timeout_ms,
+                     " exceeds max_join_timeout_ms = ", config.max_join_timeout_ms));
+  }
+  FdCapacity fd_capacity = FitToFdLimit(RaiseFdLimit(), &config);
   d->config_ = std::move(config);
   const DaemonConfig& cfg = d->config_;
   NodeIdentity& node = d->node_;
@@ -55,12 +63,27 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     MC_LOG(kInfo, "NICs: ", node.topology.nic_discovery_note());
   }
 
+  MC_LOG(kInfo, "fd limit ", fd_capacity.limit, " (", fd_capacity.reserved,
+         " reserved for root); per user: ", cfg.max_connections_per_uid, " connections, ",
+         cfg.fd_channel_connections_per_uid, " fd-channel connections, ", cfg.max_fds_per_uid,
+         " fds, ", cfg.max_ranks_per_uid, " ranks, ", cfg.max_waiting_joins_per_uid,
+         " waiting joins");
+
   // Wiring, in dependency order; the services are made in Start().
+  d->connection_admission_ = std::make_unique<AdmissionCounter>(
+      AdmissionLimits{"connections to mooncaked", cfg.max_connections_per_uid,
+                      "max_connections_per_uid", cfg.max_connections, "max_connections"});
+  d->connections_ = std::make_unique<ConnectionTable>(d->connection_admission_.get());
   d->sessions_ = std::make_unique<SessionRegistry>(cfg.max_sessions_per_uid);
-  d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get());
+  d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get(),
+                                       FdLimits{cfg.max_fds_per_uid, cfg.max_fds});
   BrokerLimits limits;
   limits.max_world_size = cfg.max_world_size;
   limits.default_timeout_ms = cfg.join_timeout_ms;
+  limits.max_timeout_ms = cfg.max_join_timeout_ms;
+  limits.max_ranks_per_uid = cfg.max_ranks_per_uid;
+  limits.max_waiting_joins_per_uid = cfg.max_waiting_joins_per_uid;
+  limits.max_view_bytes_per_uid = cfg.max_view_bytes_per_uid;
   d->broker_ = std::make_unique<GroupBroker>(node.node_id, node.topology, limits,
                                              d->sessions_.get(), d->fds_.get());
   d->lifecycle_ =
@@ -68,18 +91,19 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
 
   auto listen = ListenUnix(cfg.socket, cfg.socket_mode, cfg.socket_group);
   if (!listen.ok()) return listen.status();
-  d->listen_fd_ = std::move(*listen);
+  d->acceptor_ = std::make_unique<GrpcAcceptor>(std::move(*listen), d->connections_.get(),
+                                                d->connection_admission_.get(),
+                                                absl::Milliseconds(cfg.handshake_timeout_ms));
   auto fd_listen = ListenUnix(FdSocketPath(cfg.socket), cfg.socket_mode, cfg.socket_group);
   if (!fd_listen.ok()) {
     ::unlink(cfg.socket.c_str());
     return fd_listen.status();
   }
-  d->fd_channel_ =
-      std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(), d->fds_.get());
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus(errno, "pipe2");
-  d->wake_read_.reset(p[0]);
-  d->wake_write_.reset(p[1]);
+  FdChannelLimits fd_limits;
+  fd_limits.connections_per_uid = cfg.fd_channel_connections_per_uid;
+  fd_limits.connections = cfg.fd_channel_connections;
+  d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(),
+                                                     d->fds_.get(), fd_limits);
   d->created_ = true;
   return d;
 }
@@ -87,10 +111,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
 Daemon::~Daemon() { Shutdown("daemon destroyed"); }
 
 absl::Status Daemon::Start() {
-  local_service_ = std::make_unique<LocalService>(&node_, &connections_, sessions_.get(),
+  local_service_ = std::make_unique<LocalService>(&node_, connections_.get(), sessions_.get(),
                                                   lifecycle_.get(), broker_.get(), fds_.get());
   admin_service_ = std::make_unique<AdminService>(
-      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen}, &connections_,
+      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen}, connections_.get(),
       sessions_.get(), broker_.get(), fds_.get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -99,6 +123,11 @@ absl::Status Daemon::Start() {
   // then handed over with AddInsecureChannelFromFd.
   builder.RegisterService(local_service_.get());
   builder.RegisterService(admin_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<RpcInterceptorFactory>(
+      connections_.get(),
+      std::vector<std::string>{v1::Local::service_full_name(), v1::Admin::service_full_name()}));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_) return absl::InternalError("gRPC server failed to start");
 
@@ -108,6 +137,10 @@ absl::Status Daemon::Start() {
     int port = 0;
     pb.AddListeningPort(config_.peer_listen, grpc::InsecureServerCredentials(), &port);
     pb.RegisterService(peer_service_.get());
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> peer_icpt;
+    peer_icpt.push_back(std::make_unique<RpcInterceptorFactory>(
+        nullptr, std::vector<std::string>{v1::Peer::service_full_name()}));
+    pb.experimental().SetInterceptorCreators(std::move(peer_icpt));
     peer_server_ = pb.BuildAndStart();
     if (!peer_server_ || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", config_.peer_listen,
@@ -117,41 +150,11 @@ absl::Status Daemon::Start() {
   }
 
   fd_channel_->Start();
-  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  acceptor_->Start(server_.get());
   MC_LOG(kInfo, "mooncaked ", kMooncakeVersion, " serving ", config_.socket, " (node ",
          node_.node_id, ", instance ", node_.instance_id, ")");
   NotifySystemd("READY=1\nSTATUS=serving " + config_.socket);
   return absl::OkStatus();
-}
-
-void Daemon::AcceptLoop() {
-  while (!shut_down_.load()) {
-    pollfd p[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    int rc = ::poll(p, 2, -1);
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      MC_LOG(kError, "accept loop: poll: ", std::strerror(errno));
-      return;
-    }
-    if (p[1].revents != 0) return;
-    // gRPC needs the fd non-blocking, or every call ends in DEADLINE_EXCEEDED.
-    int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) {
-      if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
-        MC_LOG(kWarning, "accept: ", std::strerror(errno));
-        if (errno == EMFILE || errno == ENFILE) ::usleep(100000);
-      }
-      continue;
-    }
-    absl::StatusOr<PeerCred> cred = GetPeerCred(c);
-    if (!cred.ok()) {
-      ::close(c);
-      continue;
-    }
-    connections_.Set(c, *cred);
-    MC_LOG(kDebug, "connection fd ", c, " from pid ", cred->pid, " uid ", cred->uid);
-    grpc::AddInsecureChannelFromFd(server_.get(), c);
-  }
 }
 
 void Daemon::Shutdown(const std::string& reason) {
@@ -161,8 +164,7 @@ void Daemon::Shutdown(const std::string& reason) {
   // Remove the socket names first: new clients fail fast instead of hanging.
   ::unlink(config_.socket.c_str());
   ::unlink(FdSocketPath(config_.socket).c_str());
-  if (wake_write_) (void)!::write(wake_write_.get(), "x", 1);
-  if (accept_thread_.joinable()) accept_thread_.join();
+  if (acceptor_) acceptor_->Stop();
   broker_->Shutdown();
   sessions_->Shutdown(reason);
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

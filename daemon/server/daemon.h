@@ -7,7 +7,9 @@
 //
 // Ownership map (all members; destroyed in reverse order, servers first):
 //   NodeIdentity      → LocalService, AdminService, PeerService (const)
-//   ConnectionTable   → LocalService, AdminService (const: caller lookup)
+//   AdmissionCounter  → ConnectionTable (gives back), GrpcAcceptor (takes)
+//   ConnectionTable   → GrpcAcceptor (adds, sweeps), RpcInterceptor (marks
+//                       calls), LocalService, AdminService (const: caller)
 //   SessionRegistry   → LocalService, FdChannelServer (const), AdminService
 //                       (const), FdBroker (const), GroupBroker
 //   FdBroker          → LocalService, FdChannelServer, AdminService (const),
@@ -24,12 +26,14 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "admission/admission_counter.h"
 #include "broker/group_broker.h"
 #include "config/daemon_config.h"
 #include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
 #include "server/admin_service.h"
 #include "server/connection_table.h"
+#include "server/grpc_acceptor.h"
 #include "server/local_service.h"
 #include "server/node_identity.h"
 #include "server/peer_service.h"
@@ -54,25 +58,23 @@ class Daemon {
 
  private:
   Daemon() = default;
-  void AcceptLoop();
 
   DaemonConfig config_;
   NodeIdentity node_;
-  ConnectionTable connections_;
+  std::unique_ptr<AdmissionCounter> connection_admission_;  // main socket
+  std::unique_ptr<ConnectionTable> connections_;
   std::unique_ptr<SessionRegistry> sessions_;
   std::unique_ptr<FdBroker> fds_;
   std::unique_ptr<GroupBroker> broker_;
   std::unique_ptr<SessionLifecycle> lifecycle_;
 
-  UniqueFd listen_fd_;
-  UniqueFd wake_read_, wake_write_;
+  std::unique_ptr<GrpcAcceptor> acceptor_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<LocalService> local_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> peer_server_;
-  std::thread accept_thread_;
   std::atomic<bool> shut_down_{false};
   // Set once Create succeeded: a daemon that failed to start (its socket
   // may be another daemon's) must not unlink the sockets on destruction.

@@ -223,14 +223,42 @@ grpc::ServerUnaryReactor* LocalService::GetNodeInfo(grpc::CallbackServerContext*
   return Done(ctx, absl::OkStatus());
 }
 
+namespace {
+
+// A slice that shares the view's bytes: gRPC releases the reference when
+// the reply has been written.
+grpc::Slice SharedSlice(std::shared_ptr<const std::string> bytes) {
+  auto* keep = new std::shared_ptr<const std::string>(std::move(bytes));
+  return grpc::Slice(
+      const_cast<char*>((*keep)->data()), (*keep)->size(),
+      [](void* p) { delete static_cast<std::shared_ptr<const std::string>*>(p); }, keep);
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* ctx,
-                                                  const v1::JoinGroupRequest* req,
-                                                  v1::JoinGroupResponse* resp) {
+                                                  const grpc::ByteBuffer* raw,
+                                                  grpc::ByteBuffer* resp) {
+  v1::JoinGroupRequest req;
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (raw->Dump(&slices).ok()) {
+      for (const grpc::Slice& sl : slices) {
+        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      }
+    }
+    if (!req.ParseFromString(bytes)) {
+      return Done(ctx, absl::InvalidArgumentError(
+                           "the request to /mooncake.v1.Local/JoinGroup could not be parsed: "
+                           "malformed protobuf, or invalid UTF-8 in a string field"));
+    }
+  }
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
   // Validated once, before the fd ticket is consumed: a malformed request
   // must not burn it.
-  absl::StatusOr<ValidatedJoin> join = broker_->ValidateJoin(*req);
+  absl::StatusOr<ValidatedJoin> join = broker_->ValidateJoin(req);
   if (!join.ok()) return Done(ctx, join.status());
   FdBundlePtr fds;
   if (!join->fd_ticket().empty()) {
@@ -240,15 +268,17 @@ grpc::ServerUnaryReactor* LocalService::JoinGroup(grpc::CallbackServerContext* c
   }
   auto* reactor = new JoinReactor(broker_, *session, join->group(), join->rank());
   // `done` may run before JoinAsync returns (a conflict with the group, or
-  // this rank completes it); Finish is allowed then.
-  // The view is built straight into `resp` (arena-allocated, see
-  // arena_allocator.h); `done` only carries the status.
+  // this rank completes it); Finish is allowed then. `resp` lives until the
+  // reactor is done.
   broker_->JoinAsync(
       *session, *std::move(join), std::move(fds),
-      [reactor](absl::StatusOr<v1::JoinGroupResponse> view) {
+      [reactor, resp](absl::StatusOr<EncodedView> view) {
+        if (view.ok()) {
+          grpc::Slice parts[2] = {SharedSlice(std::move(view->shared)), grpc::Slice(view->own)};
+          *resp = grpc::ByteBuffer(parts, 2);
+        }
         reactor->Finish(ToGrpc(view.status()));
-      },
-      resp);
+      });
   return reactor;
 }
 

@@ -14,7 +14,6 @@
 #include "broker/group_broker.h"
 #include "fdchannel/fd_broker.h"
 #include "mooncake/v1/local.grpc.pb.h"
-#include "server/arena_allocator.h"
 #include "server/connection_table.h"
 #include "server/node_identity.h"
 #include "server/session_lifecycle.h"
@@ -22,7 +21,12 @@
 
 namespace mooncake::daemon {
 
-class LocalService final : public v1::Local::CallbackService {
+// JoinGroup is a raw method: its request is parsed here (a malformed one
+// answers INVALID_ARGUMENT), and its reply is the broker's EncodedView sent
+// as two slices, the shared one without a copy, so n replies of an n-rank
+// group cost O(n) memory between them instead of O(n^2).
+class LocalService final
+    : public v1::Local::WithRawCallbackMethod_JoinGroup<v1::Local::CallbackService> {
  public:
   LocalService(const NodeIdentity* node, const ConnectionTable* connections,
                SessionRegistry* sessions, SessionLifecycle* lifecycle, GroupBroker* broker,
@@ -32,9 +36,7 @@ class LocalService final : public v1::Local::CallbackService {
         sessions_(sessions),
         lifecycle_(lifecycle),
         broker_(broker),
-        fds_(fds) {
-    SetMessageAllocatorFor_JoinGroup(&join_allocator_);
-  }
+        fds_(fds) {}
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx, const v1::HelloRequest* req,
                                   v1::HelloResponse* resp) override;
@@ -43,9 +45,8 @@ class LocalService final : public v1::Local::CallbackService {
   grpc::ServerUnaryReactor* GetNodeInfo(grpc::CallbackServerContext* ctx,
                                         const v1::GetNodeInfoRequest* req,
                                         v1::NodeInfo* resp) override;
-  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* ctx,
-                                      const v1::JoinGroupRequest* req,
-                                      v1::JoinGroupResponse* resp) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* LeaveGroup(grpc::CallbackServerContext* ctx,
                                        const v1::LeaveGroupRequest* req,
                                        v1::LeaveGroupResponse* resp) override;
@@ -69,7 +70,6 @@ class LocalService final : public v1::Local::CallbackService {
   SessionLifecycle* const lifecycle_;
   GroupBroker* const broker_;
   FdBroker* const fds_;
-  ArenaMessageAllocator<v1::JoinGroupRequest, v1::JoinGroupResponse> join_allocator_;
 };
 
 }  // namespace mooncake::daemon

@@ -1,6 +1,7 @@
 #include "server/peer_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
 
@@ -13,7 +14,8 @@ grpc::Status PeerService::PeerHello(grpc::ServerContext* ctx, const v1::PeerHell
                         absl::StrCat("peer ", req->node_id(), " speaks protocol ",
                                      req->protocol_version(), ", this daemon ", kProtocolVersion));
   }
-  MC_LOG(kDebug, "peer hello from node ", req->node_id(), " at ", ctx->peer());
+  MC_LOG(kDebug, "peer hello from node ", EscapeForDisplay(req->node_id(), 256), " at ",
+         ctx->peer());
   resp->set_protocol_version(kProtocolVersion);
   resp->set_node_id(node_->node_id);
   resp->set_instance_id(node_->instance_id);

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 
 namespace mooncake::daemon {
@@ -11,8 +12,11 @@ absl::StatusOr<SessionInfo> SessionLifecycle::Open(const PeerCred& cred, int con
                                                    std::string client_name) {
   absl::StatusOr<SessionInfo> session = sessions_->Open(cred, conn_fd, std::move(client_name));
   if (session.ok()) {
+    // The name is the client's choice: escaped so it cannot forge log lines
+    // (4x: room for every byte of an accepted name as \xNN).
     MC_LOG(kInfo, "session ", session->id, " opened by pid ", session->cred.pid, " uid ",
-           session->cred.uid, " (", session->client_name, ")");
+           session->cred.uid, " (", EscapeForDisplay(session->client_name, 4 * kMaxClientNameBytes),
+           ")");
   }
   return session;
 }

@@ -30,6 +30,11 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
                                                   std::string client_name) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
+  if (client_name.size() > kMaxClientNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_name is ", client_name.size(), " bytes; the limit is ",
+                     kMaxClientNameBytes, ": choose a shorter ClientOptions::client_name"));
+  }
   uint32_t same_uid = 0;
   for (const auto& [id, e] : sessions_) {
     if (e.info.connection_fd == conn_fd) {
@@ -42,7 +47,6 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
     return absl::ResourceExhaustedError(absl::StrCat("uid ", cred.uid, " already has ", same_uid,
                                                      " sessions (max_sessions_per_uid)"));
   }
-  TruncateUtf8(&client_name, 256);
   Entry e;
   e.info.id = next_id_++;
   e.info.cred = cred;

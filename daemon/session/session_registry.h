@@ -25,12 +25,15 @@
 
 namespace mooncake::daemon {
 
+// The longest client_name OpenSession accepts, in bytes.
+inline constexpr size_t kMaxClientNameBytes = 256;
+
 struct SessionInfo {
   uint64_t id = 0;
   PeerCred cred;
-  std::string token;  // 16 random bytes; binds fd-channel requests
-  std::string client_name;
-  int connection_fd = -1;  // the gRPC connection it lives on
+  std::string token;        // 16 random bytes; binds fd-channel requests
+  std::string client_name;  // as the client sent it: escape before showing
+  int connection_fd = -1;   // the gRPC connection it lives on
   absl::Time opened;
 };
 
@@ -39,7 +42,8 @@ class SessionRegistry {
   explicit SessionRegistry(uint32_t max_sessions_per_uid) : max_per_uid_(max_sessions_per_uid) {}
 
   // Opens a session on connection `conn_fd`. AlreadyExists when that
-  // connection has one; ResourceExhausted past the per-uid limit.
+  // connection has one; ResourceExhausted past the per-uid limit;
+  // InvalidArgument for a client_name over kMaxClientNameBytes.
   absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name);
   // Removes the session; returns false when it was already gone.
   bool Close(uint64_t id);

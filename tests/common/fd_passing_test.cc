@@ -2,13 +2,17 @@
 // a bound socket in a temporary directory for ConnectUnix.
 #include "mooncake/common/fd_passing.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -121,6 +125,59 @@ TEST(FdPassingTest, TooManyFdsRejectedBySender) {
   absl::Status s = SendFrame(p.a.get(), "x", fds);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find(std::to_string(kMaxFdsPerFrame + 1)), absl::string_view::npos) << s;
+}
+
+size_t OpenFdCount() {
+  size_t n = 0;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    while (::readdir(d) != nullptr) ++n;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// The review's attack: one frame whose fds ride on many of its bytes, one
+// sendmsg per byte with kMaxFdsPerFrame fds each. The receiver must count
+// per frame, fail, and keep none of them.
+TEST(FdPassingTest, FdsSpreadOverOneFramesBytesAreCountedPerFrame) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const int memfd = ::memfd_create("spread", MFD_CLOEXEC);
+  ASSERT_GE(memfd, 0);
+  constexpr uint32_t kBytes = 8;
+  std::string frame(4, '\0');
+  frame[0] = static_cast<char>(kBytes);
+  frame.append(kBytes, 'x');
+  const size_t before = OpenFdCount();
+  std::thread sender([&] {
+    for (size_t i = 0; i < frame.size(); ++i) {
+      iovec iov{&frame[i], 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerFrame)] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * kMaxFdsPerFrame);
+      int* fds = reinterpret_cast<int*>(CMSG_DATA(c));
+      for (size_t k = 0; k < kMaxFdsPerFrame; ++k) fds[k] = memfd;
+      if (::sendmsg(sv[0], &msg, MSG_NOSIGNAL) != 1) break;
+    }
+  });
+  absl::StatusOr<Frame> f = RecvFrame(sv[1], absl::Seconds(5));
+  sender.join();
+  ASSERT_FALSE(f.ok());
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument) << f.status();
+  EXPECT_NE(f.status().message().find("fds in one frame"), absl::string_view::npos);
+  // At most the second chunk's fds arrived, and all were closed: the count
+  // is back where it was (the unread chunks die with the socket).
+  ::close(sv[0]);
+  ::close(sv[1]);
+  ::close(memfd);
+  EXPECT_EQ(OpenFdCount(), before - 3);
 }
 
 TEST(FdPassingTest, OversizedPayloadRejectedBySender) {
@@ -341,6 +398,61 @@ TEST(ConnectUnixTest, TooLongPathIsInvalidArgument) {
   absl::StatusOr<UniqueFd> fd = ConnectUnix(path);
   EXPECT_EQ(fd.status().code(), absl::StatusCode::kInvalidArgument) << fd.status();
   EXPECT_NE(fd.status().message().find("too long"), absl::string_view::npos) << fd.status();
+}
+
+// EACCES on connect(): PermissionDenied that names the socket's mode and
+// group, not "is the service running?". Root bypasses file permissions, so
+// as root the connecting child drops to nobody (65534) first.
+TEST(ConnectUnixTest, NoPermissionIsPermissionDeniedWithModeAndGroup) {
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0755), 0);
+  const std::string path = dir.path() + "/closed.sock";
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener.get(), 4), 0);
+  const bool root = ::getuid() == 0;
+  const mode_t mode = root ? 0600 : 0;  // the owner itself is refused only by 0
+  ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    if (root && (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+      ::_exit(126);
+    }
+    absl::StatusOr<UniqueFd> fd = ConnectUnix(path);
+    const std::string report = std::to_string(static_cast<int>(fd.status().code())) + " " +
+                               std::string(fd.status().message());
+    (void)!::write(pipe_fds[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char buf[1024];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0) report.append(buf, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_EQ(report.substr(0, report.find(' ')),
+            std::to_string(static_cast<int>(absl::StatusCode::kPermissionDenied)))
+      << report;
+  char mode_text[8];
+  std::snprintf(mode_text, sizeof(mode_text), "%04o", mode);
+  EXPECT_NE(report.find("permission denied on mooncaked's socket " + path + " (mode " + mode_text +
+                        ", owner "),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find(", group '"), std::string::npos) << report;
+  EXPECT_NE(report.find("ask an administrator"), std::string::npos) << report;
+  EXPECT_EQ(report.find("is the service running"), std::string::npos) << report;
 }
 
 TEST(ConnectUnixTest, ConnectsToListenerAndCarriesFrames) {

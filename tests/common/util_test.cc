@@ -1,5 +1,6 @@
 // Small shared utilities: errno mapping and status macros, socket path
-// resolution, log levels, UniqueFd.
+// resolution, log levels, UniqueFd, escaping untrusted text for display, and
+// the advice for a socket this user may not open.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -10,8 +11,10 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/paths.h"
+#include "mooncake/common/socket_access.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/unique_fd.h"
 
@@ -207,6 +210,121 @@ TEST(UniqueFdTest, MoveTransfersOwnershipAndReleaseGivesItUp) {
   EXPECT_FALSE(c.valid());
   EXPECT_TRUE(IsOpen(raw));
   ::close(raw);
+}
+
+TEST(EscapeForDisplayTest, PrintableTextIsUntouched) {
+  EXPECT_EQ(EscapeForDisplay("worker-0 (rank 3/8)", std::string::npos), "worker-0 (rank 3/8)");
+  EXPECT_EQ(EscapeForDisplay("caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80", std::string::npos),
+            "caf\xc3\xa9 \xe6\x97\xa5\xf0\x9f\x98\x80");  // é, 日, 😀
+  EXPECT_EQ(EscapeForDisplay("", 10), "");
+}
+
+// The forgeries from the review: a whole table row or log line after "\n",
+// a colour change and a bell for root's terminal.
+TEST(EscapeForDisplayTest, ControlsBecomeVisibleEscapes) {
+  EXPECT_EQ(EscapeForDisplay("x\n12  0  0  1  root-job", std::string::npos),
+            "x\\n12  0  0  1  root-job");
+  EXPECT_EQ(EscapeForDisplay("\x1b[31mred\x07", std::string::npos), "\\x1b[31mred\\x07");
+  EXPECT_EQ(EscapeForDisplay("a\rb\tc", std::string::npos), "a\\rb\\tc");
+  EXPECT_EQ(EscapeForDisplay(absl::string_view("nul\0del\x7f", 8), std::string::npos),
+            "nul\\x00del\\x7f");
+  // A literal backslash is doubled, so "\\n" in a name never reads as a newline.
+  EXPECT_EQ(EscapeForDisplay("a\\nb", std::string::npos), "a\\\\nb");
+  // C1 controls (CSI U+009B), line separator, bidi override.
+  EXPECT_EQ(EscapeForDisplay("\xc2\x9b[31m|\xe2\x80\xa8|\xe2\x80\xae", std::string::npos),
+            "\\u009b[31m|\\u2028|\\u202e");
+}
+
+TEST(EscapeForDisplayTest, InvalidUtf8BytesAreEscapedOneByOne) {
+  EXPECT_EQ(EscapeForDisplay("a\xff-z", std::string::npos), "a\\xff-z");
+  EXPECT_EQ(EscapeForDisplay("\xc3", std::string::npos), "\\xc3");           // truncated sequence
+  EXPECT_EQ(EscapeForDisplay("\xc0\xaf", std::string::npos), "\\xc0\\xaf");  // overlong '/'
+  EXPECT_EQ(EscapeForDisplay("\xed\xa0\x80", std::string::npos),
+            "\\xed\\xa0\\x80");  // a surrogate
+  EXPECT_EQ(EscapeForDisplay("\xf4\x90\x80\x80", std::string::npos),
+            "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+}
+
+TEST(EscapeForDisplayTest, LongTextIsCutAtABoundaryWithAnEllipsis) {
+  EXPECT_EQ(EscapeForDisplay("abcdef", 6), "abcdef");
+  EXPECT_EQ(EscapeForDisplay("abcdefg", 6), "abc...");
+  // Never half an escape or half a character.
+  EXPECT_EQ(EscapeForDisplay("ab\ncdefgh", 7), "ab\\n...");
+  EXPECT_EQ(EscapeForDisplay("a\x1b[cdefgh", 7), "a...");
+  EXPECT_EQ(EscapeForDisplay("a\xc3\xa9\xc3\xa9\xc3\xa9", 7), "a\xc3\xa9\xc3\xa9\xc3\xa9");
+  EXPECT_EQ(EscapeForDisplay("a\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9", 7), "a\xc3\xa9...");
+  EXPECT_EQ(EscapeForDisplay("abcdef", 0), "...");  // below the marker: the marker
+  const std::string cut = EscapeForDisplay(std::string(5000, '\n'), 100);
+  std::string want;
+  for (int i = 0; i < 48; ++i) want += "\\n";
+  EXPECT_EQ(cut, want + "...");  // 99 bytes: one more "\\n" would not fit
+}
+
+TEST(EscapeForJsonTest, QuotesAndEscapesControlsSoTheTextRoundTrips) {
+  EXPECT_EQ(EscapeForJson("plain"), "\"plain\"");
+  EXPECT_EQ(EscapeForJson("q\"b\\s/"), "\"q\\\"b\\\\s/\"");
+  EXPECT_EQ(EscapeForJson("a\nb\tc\x1b[31m\x07\x7f"), "\"a\\nb\\tc\\u001b[31m\\u0007\\u007f\"");
+  EXPECT_EQ(EscapeForJson("\xc2\x9b\xe2\x80\xa8\xc3\xa9"), "\"\\u009b\\u2028\xc3\xa9\"");
+  EXPECT_EQ(EscapeForJson("bad\xff"), "\"bad\\ufffd\"");
+}
+
+SocketAccessFacts Facts(uint32_t mode, const std::string& group, uint32_t gid) {
+  SocketAccessFacts f;
+  f.blocked_path = "/run/mooncake/mooncaked.sock";
+  f.stat_ok = true;
+  f.mode = mode;
+  f.owner = "root";
+  f.group = group;
+  f.gid = gid;
+  f.uid = 1001;
+  f.user = "alice";
+  return f;
+}
+
+TEST(SocketAccessTest, NotInTheGroupSaysWhichGroupAndHowToJoin) {
+  EXPECT_EQ(SocketAccessDeniedMessage("/run/mooncake/mooncaked.sock", Facts(0660, "mooncake", 990)),
+            "permission denied on mooncaked's socket /run/mooncake/mooncaked.sock (mode 0660, "
+            "owner root, group 'mooncake'): uid 1001 (alice) is not in group 'mooncake'; ask an "
+            "administrator to add you to group 'mooncake' (usermod -aG mooncake $USER), then log "
+            "in again");
+}
+
+TEST(SocketAccessTest, OtherCases) {
+  const std::string sock = "/run/mooncake/mooncaked.sock";
+  SocketAccessFacts f = Facts(0660, "mooncake", 990);
+  f.in_group_after_login = true;
+  EXPECT_NE(SocketAccessDeniedMessage(sock, f).find(
+                "was added to group 'mooncake' after this login session started; log in "
+                "again (or run 'newgrp mooncake')"),
+            std::string::npos);
+  // Never advise joining group root.
+  const std::string root = SocketAccessDeniedMessage(sock, Facts(0660, "root", 0));
+  EXPECT_EQ(root.find("usermod -aG root"), std::string::npos) << root;
+  EXPECT_NE(root.find("set socket_group in /etc/mooncake/mooncaked.conf"), std::string::npos)
+      << root;
+  // Joining cannot help when the group may not write.
+  const std::string owner_only = SocketAccessDeniedMessage(sock, Facts(0600, "mooncake", 990));
+  EXPECT_NE(owner_only.find("(mode 0600, owner root, group 'mooncake'): group 'mooncake' has no "
+                            "write permission"),
+            std::string::npos)
+      << owner_only;
+  EXPECT_NE(owner_only.find("socket_mode = 0660"), std::string::npos) << owner_only;
+  // A directory on the path that may not be searched.
+  f = Facts(0750, "mooncake", 990);
+  f.blocked_path = "/run/mooncake";
+  f.blocked_is_directory = true;
+  const std::string dir = SocketAccessDeniedMessage(sock, f);
+  EXPECT_NE(dir.find("mooncaked.sock: directory /run/mooncake (mode 0750, owner root, group "
+                     "'mooncake') may not be searched: uid 1001 (alice) is not in group "
+                     "'mooncake'"),
+            std::string::npos)
+      << dir;
+  // Nothing known beyond the refusal.
+  SocketAccessFacts none;
+  none.uid = 1001;
+  EXPECT_EQ(SocketAccessDeniedMessage(sock, none),
+            "permission denied on mooncaked's socket /run/mooncake/mooncaked.sock: ask an "
+            "administrator to let uid 1001 in");
 }
 
 }  // namespace

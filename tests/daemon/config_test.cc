@@ -218,6 +218,75 @@ TEST(LoadConfigFileTest, MissingFileIsNotFound) {
   EXPECT_TRUE(Contains(s.message(), "/nonexistent/dir/mooncaked.conf")) << s;
 }
 
+// `--config DIR` once started the daemon on its defaults: an ifstream opens
+// a directory and reads nothing.
+TEST(LoadConfigFileTest, DirectoryIsRefusedNamingIt) {
+  char tmpl[] = "/tmp/mooncaked_conf_dir_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  DaemonConfig c;
+  absl::Status s = LoadConfigFile(dir, &c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), "config file " + dir +
+                             " is a directory; --config wants a file such as "
+                             "/etc/mooncake/mooncaked.conf");
+  const char* args[] = {"mooncaked", "--config", tmpl, nullptr};
+  bool help = false, version = false;
+  absl::StatusOr<DaemonConfig> parsed =
+      ParseCommandLine(3, const_cast<char**>(args), &help, &version);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+  EXPECT_TRUE(Contains(parsed.status().message(), dir)) << parsed.status();
+  ::rmdir(tmpl);
+}
+
+// peer_listen is checked before gRPC sees it (gRPC would log its own error
+// lines first): HOST:PORT or [IPv6]:PORT, PORT in 1..65535.
+TEST(ParseConfigTextTest, PeerListenForms) {
+  for (const char* good : {"0.0.0.0:7450", "127.0.0.1:1", "[::]:7450", "[fe80::1]:65535",
+                           "node-a.example.com:7450", "localhost:9"}) {
+    DaemonConfig c;
+    absl::Status s = ParseConfigText(absl::StrCat("peer_listen = ", good), "f.conf", &c);
+    EXPECT_TRUE(s.ok()) << good << ": " << s;
+    EXPECT_EQ(c.peer_listen, good);
+  }
+  DaemonConfig off;
+  off.peer_listen = "0.0.0.0:1";
+  ASSERT_TRUE(ParseConfigText("peer_listen =", "f.conf", &off).ok());
+  EXPECT_EQ(off.peer_listen, "") << "empty turns the peer API off";
+
+  struct Bad {
+    const char* value;
+    const char* why;
+  };
+  const Bad cases[] = {
+      {"7450", "no port"},
+      {":7450", "no host"},
+      {"0.0.0.0", "no port"},
+      {"0.0.0.0:", "port '' is not a number in 1..65535"},
+      {"0.0.0.0:0", "port '0' is not a number in 1..65535"},
+      {"0.0.0.0:65536", "port '65536' is not a number in 1..65535"},
+      {"0.0.0.0:99999", "port '99999'"},
+      {"0.0.0.0:+80", "port '+80'"},
+      {"0.0.0.0:http", "port 'http'"},
+      {"300.1.2.3:7450", "'300.1.2.3' is not an IPv4 address"},
+      {"::1:7450", "an IPv6 address needs brackets"},
+      {"[::1]", "no ']:' after the IPv6 address"},
+      {"[nope]:7450", "'nope' is not an IPv6 address"},
+      {"bad_host:7450", "'bad_host' is neither an IPv4 address nor a host name"},
+      {"unix:/tmp/x", "port '/tmp/x'"},
+  };
+  for (const Bad& b : cases) {
+    DaemonConfig c;
+    absl::Status s = ParseConfigText(absl::StrCat("peer_listen = ", b.value), "f.conf", &c);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b.value;
+    EXPECT_TRUE(Contains(s.message(), absl::StrCat("f.conf:1: peer_listen = '", b.value, "': ")))
+        << s;
+    EXPECT_TRUE(Contains(s.message(), b.why)) << b.value << " -> " << s;
+    EXPECT_TRUE(Contains(s.message(), "expected HOST:PORT or [IPv6]:PORT")) << s;
+    EXPECT_EQ(c.peer_listen, "");
+  }
+}
+
 // Builds a mutable argv for ParseCommandLine.
 class Argv {
  public:

@@ -638,8 +638,9 @@ FdBundlePtr MemfdBundle(ino_t* inode) {
   return b;
 }
 
-TEST_F(GroupBrokerTest, FdBundlesGetPerReceiverTickets) {
+TEST_F(GroupBrokerTest, FdBundlesGetOneTicketForTheWholeGroup) {
   SessionInfo s[3] = {Open(), Open(), Open()};
+  SessionInfo outsider = Open();  // same uid, not a member
   ino_t ino0 = 0, ino1 = 0;
   FdBundlePtr b0 = MemfdBundle(&ino0), b1 = MemfdBundle(&ino1);
   auto f0 = JoinAsync(s[0], Req("fds", 0, 3), b0);
@@ -648,35 +649,39 @@ TEST_F(GroupBrokerTest, FdBundlesGetPerReceiverTickets) {
   JoinResult r[3] = {f0.get(), f1.get(), f2.get()};
   for (const JoinResult& x : r) ASSERT_TRUE(x.ok()) << x.status();
 
-  // Nobody gets a ticket for its own fds or for a member without fds.
-  EXPECT_TRUE(r[0]->members(0).fd_ticket().empty());
-  EXPECT_TRUE(r[1]->members(1).fd_ticket().empty());
-  for (int recv = 0; recv < 3; ++recv) EXPECT_TRUE(r[recv]->members(2).fd_ticket().empty());
-  EXPECT_EQ(r[2]->members(0).fd_count(), 1u);
-  EXPECT_EQ(r[2]->members(1).fd_count(), 1u);
-  // The request's own fd_ticket never leaks into the view.
+  // A member without fds has no ticket; one with fds has the same ticket in
+  // every view, and the request's own fd_ticket never leaks into the view.
   for (int recv = 0; recv < 3; ++recv) {
+    EXPECT_EQ(r[recv]->rank(), static_cast<uint32_t>(recv));
+    EXPECT_TRUE(r[recv]->members(2).fd_ticket().empty());
+    EXPECT_EQ(r[recv]->members(0).fd_ticket(), r[0]->members(0).fd_ticket());
+    EXPECT_EQ(r[recv]->members(1).fd_ticket(), r[0]->members(1).fd_ticket());
+    EXPECT_EQ(r[recv]->members(0).fd_count(), 1u);
     for (int m = 0; m < 3; ++m) EXPECT_NE(r[recv]->members(m).fd_ticket(), "must-be-cleared");
   }
-  EXPECT_EQ(fds_.PendingTicketsFor(s[0].id), 1u);  // rank 1's fds
-  EXPECT_EQ(fds_.PendingTicketsFor(s[1].id), 1u);  // rank 0's fds
-  EXPECT_EQ(fds_.PendingTicketsFor(s[2].id), 2u);
+  EXPECT_FALSE(r[0]->members(0).fd_ticket().empty());
+  // O(n) tickets: one per member with fds, not one per (member, receiver).
+  EXPECT_EQ(fds_.TicketCount(), 2u);
 
-  const std::string t20 = r[2]->members(0).fd_ticket();
-  const std::string t01 = r[0]->members(1).fd_ticket();
-  EXPECT_NE(t20, r[1]->members(0).fd_ticket()) << "each receiver gets its own ticket";
-  // Only the receiver may redeem it, once.
-  EXPECT_EQ(fds_.Redeem(t20, s[1].id, 1000).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(fds_.Redeem(t01, s[2].id, 1000).status().code(), absl::StatusCode::kPermissionDenied);
-  absl::StatusOr<FdBundlePtr> got = fds_.Redeem(t20, s[2].id, 1000);
-  ASSERT_TRUE(got.ok()) << got.status();
+  const std::string t0 = r[0]->members(0).fd_ticket();
+  const std::string t1 = r[0]->members(1).fd_ticket();
+  // Only sessions of the group (and its uid) may redeem.
+  EXPECT_EQ(fds_.Redeem(t0, outsider.id, 1000).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(fds_.Redeem(t0, s[1].id, 2000).status().code(), absl::StatusCode::kPermissionDenied);
+  // world_size - 1 uses in all, then the ticket is gone.
+  for (int use = 0; use < 2; ++use) {
+    absl::StatusOr<FdBundlePtr> got = fds_.Redeem(t0, s[1 + use].id, 1000);
+    ASSERT_TRUE(got.ok()) << got.status();
+    struct stat st {};
+    ASSERT_EQ(::fstat((*got)->fds[0].get(), &st), 0);
+    EXPECT_EQ(st.st_ino, ino0);
+  }
+  EXPECT_EQ(fds_.Redeem(t0, s[2].id, 1000).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<FdBundlePtr> got1 = fds_.Redeem(t1, s[0].id, 1000);
+  ASSERT_TRUE(got1.ok());
   struct stat st {};
-  ASSERT_EQ(::fstat((*got)->fds[0].get(), &st), 0);
-  EXPECT_EQ(st.st_ino, ino0);
-  EXPECT_EQ(fds_.Redeem(t20, s[2].id, 1000).status().code(), absl::StatusCode::kNotFound);
-  absl::StatusOr<FdBundlePtr> got01 = fds_.Redeem(t01, s[0].id, 1000);
-  ASSERT_TRUE(got01.ok());
-  ASSERT_EQ(::fstat((*got01)->fds[0].get(), &st), 0);
+  ASSERT_EQ(::fstat((*got1)->fds[0].get(), &st), 0);
   EXPECT_EQ(st.st_ino, ino1);
 }
 
@@ -741,10 +746,10 @@ TEST_F(GroupBrokerTest, ShutdownWakesAWaitingJoin) {
 class DoneRecorder {
  public:
   GroupBroker::JoinDone Callback() {
-    return [this](JoinResult r) {
+    return [this](absl::StatusOr<EncodedView> r) {
       absl::MutexLock lock(&mu_);
       ++calls_;
-      result_ = std::move(r);
+      result_ = r.ok() ? r->Decode() : JoinResult(r.status());
     };
   }
   // Waits up to `timeout` for the first completion.
@@ -821,7 +826,7 @@ TEST_F(GroupBrokerTest, JoinAsyncCompletionRunsOutsideTheBrokerLock) {
   SessionInfo a = Open(), b = Open();
   std::atomic<bool> locked{false};
   std::atomic<int> calls{0};
-  auto probing_done = [&](JoinResult) {
+  auto probing_done = [&](absl::StatusOr<EncodedView>) {
     ++calls;
     auto probe = std::async(std::launch::async, [&] { return broker_->CountVisible(0, true); });
     if (probe.wait_for(std::chrono::seconds(2)) != std::future_status::ready) locked = true;
@@ -923,6 +928,125 @@ TEST_F(GroupBrokerTest, JoinFromAnEndedSessionIsRefused) {
   JoinResult other = Join(alive, Req("late", 1, 2, 200));
   EXPECT_EQ(other.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(broker_->List(0, true).empty());
+}
+
+}  // namespace
+}  // namespace mooncake::daemon
+
+namespace mooncake::daemon {
+namespace {
+
+class GroupBrokerBudgetTest : public GroupBrokerTest {
+ protected:
+  GroupBrokerBudgetTest() {
+    BrokerLimits limits;
+    limits.max_world_size = 64;
+    limits.max_timeout_ms = 60000;
+    limits.max_ranks_per_uid = 4;
+    limits.max_waiting_joins_per_uid = 2;
+    limits.max_view_bytes_per_uid = 4096;
+    MakeBroker(limits);
+  }
+};
+
+TEST_F(GroupBrokerBudgetTest, WaitingJoinsPerUidAreCappedAndNamed) {
+  SessionInfo a = Open(), b = Open(), c = Open();
+  auto f0 = JoinAsync(a, Req("w1", 0, 3, 10000));
+  auto f1 = JoinAsync(b, Req("w2", 0, 3, 10000));
+  WaitJoined(1000, "w1", 1);
+  WaitJoined(1000, "w2", 1);
+  JoinResult third = Join(c, Req("w3", 0, 3, 10000));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_NE(third.status().message().find("max_waiting_joins_per_uid"), std::string::npos);
+  // Another uid is not affected.
+  SessionInfo other = Open(2000);
+  EXPECT_TRUE(Join(other, Req("solo", 0, 1)).ok());
+  broker_->Shutdown();
+  f0.get();
+  f1.get();
+}
+
+TEST_F(GroupBrokerBudgetTest, AJoinThatCompletesItsGroupIsNotAWaitingJoin) {
+  SessionInfo a = Open(), b = Open(), c = Open();
+  auto f0 = JoinAsync(a, Req("x", 0, 2, 10000));
+  auto f1 = JoinAsync(b, Req("y", 0, 2, 10000));
+  WaitJoined(1000, "x", 1);
+  WaitJoined(1000, "y", 1);
+  EXPECT_TRUE(Join(c, Req("x", 1, 2)).ok()) << "completes 'x' at the waiting cap";
+  EXPECT_TRUE(f0.get().ok());
+  broker_->Shutdown();
+  f1.get();
+}
+
+TEST_F(GroupBrokerBudgetTest, RanksPerUidAreCappedAndGivenBackWhenGroupsEnd) {
+  SessionInfo s = Open();
+  // One session holding every rank of a group: the review's 2048-rank case
+  // in miniature.
+  std::vector<std::future<JoinResult>> f;
+  f.push_back(JoinAsync(s, Req("many", 0, 4)));
+  f.push_back(JoinAsync(s, Req("many", 1, 4)));
+  WaitJoined(1000, "many", 2);
+  EXPECT_EQ(broker_->UsageOf(1000).waiting, 2u);
+  ASSERT_TRUE(Join(s, Req("many", 2, 4)).status().code() == absl::StatusCode::kResourceExhausted)
+      << "a third waiting join is over max_waiting_joins_per_uid";
+  f.push_back(JoinAsync(s, Req("many", 3, 4)));  // would complete? no: 2 of 4 joined
+  // Rank 3 is refused too (3 joined would still wait); cancel the group.
+  JoinResult r3 = f.back().get();
+  EXPECT_EQ(r3.status().code(), absl::StatusCode::kResourceExhausted);
+  f.pop_back();
+  sessions_.Close(s.id);
+  broker_->SessionEnded(s.id);
+  for (auto& x : f) EXPECT_FALSE(x.get().ok());
+  GroupBroker::Usage u = broker_->UsageOf(1000);
+  EXPECT_EQ(u.ranks, 0u);
+  EXPECT_EQ(u.waiting, 0u);
+  EXPECT_EQ(u.view_bytes, 0u);
+
+  // A formed group holds its ranks until it is released.
+  SessionInfo t = Open();
+  f.clear();
+  for (uint32_t r = 0; r < 2; ++r) f.push_back(JoinAsync(t, Req("pair", r, 2)));
+  for (auto& x : f) ASSERT_TRUE(x.get().ok());
+  SessionInfo v = Open();
+  f.clear();
+  for (uint32_t r = 0; r < 2; ++r) f.push_back(JoinAsync(v, Req("pair2", r, 2)));
+  for (auto& x : f) ASSERT_TRUE(x.get().ok());
+  EXPECT_EQ(broker_->UsageOf(1000).ranks, 4u);
+  JoinResult over = Join(Open(), Req("solo", 0, 1));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("max_ranks_per_uid"), std::string::npos) << over.status();
+  ASSERT_TRUE(broker_->Leave(t, "pair", 0).ok());
+  ASSERT_TRUE(broker_->Leave(t, "pair", 1).ok());
+  EXPECT_EQ(broker_->UsageOf(1000).ranks, 2u);
+  EXPECT_TRUE(Join(Open(), Req("solo", 0, 1)).ok());
+}
+
+TEST_F(GroupBrokerBudgetTest, ViewBytesPerUidAreCapped) {
+  SessionInfo s = Open();
+  v1::JoinGroupRequest big = Req("big", 0, 2);
+  big.mutable_handle()->set_data(std::string(3000, 'h'));
+  auto f = JoinAsync(s, big);
+  WaitJoined(1000, "big", 1);
+  v1::JoinGroupRequest big1 = Req("big", 1, 2);
+  big1.mutable_handle()->set_data(std::string(3000, 'h'));
+  JoinResult r = Join(Open(), big1);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  EXPECT_NE(r.status().message().find("max_view_bytes_per_uid"), std::string::npos);
+  broker_->Shutdown();
+  f.get();
+}
+
+TEST_F(GroupBrokerBudgetTest, TimeoutAboveTheCapIsRefused) {
+  JoinResult r = Join(Open(), Req("slow", 0, 2, 60001));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("max_join_timeout_ms"), std::string::npos) << r.status();
+}
+
+TEST_F(GroupBrokerBudgetTest, RootIsNotLimited) {
+  SessionInfo s = Open(0);
+  std::vector<std::future<JoinResult>> f;
+  for (uint32_t r = 0; r < 8; ++r) f.push_back(JoinAsync(s, Req("root", r, 8)));
+  for (auto& x : f) EXPECT_TRUE(x.get().ok());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <string>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "mooncake/common/log.h"
+#include "server/admin_service.h"
 
 namespace mooncake::daemon {
 namespace {
@@ -110,6 +113,47 @@ TEST_F(SessionLifecycleTest, ExportRacingEndNeverLeaks) {
     ASSERT_EQ(fds_.ExportsOf(s.id), 0u) << "iteration " << i;
     ASSERT_EQ(fds_.TicketCount(), 0u) << "iteration " << i;
   }
+}
+
+// The client picks its name; the log line must stay one line with no
+// terminal controls in it.
+TEST_F(SessionLifecycleTest, OpenLogsTheClientNameEscaped) {
+  const LogLevel saved = GetLogLevel();
+  SetLogLevel(LogLevel::kInfo);
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<SessionInfo> s = lifecycle_.Open(
+      PeerCred{42, 1000, 1000}, 9, "x)\n00:00:00.000 INFO mooncake[1] forged\x1b[31m\a");
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  SetLogLevel(saved);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+  EXPECT_EQ(log.find('\x1b'), std::string::npos) << log;
+  EXPECT_EQ(log.find('\a'), std::string::npos) << log;
+  EXPECT_NE(log.find("(x)\\n00:00:00.000 INFO mooncake[1] forged\\x1b[31m\\x07)"),
+            std::string::npos)
+      << log;
+}
+
+// GroupInfo.joined counts the ranks still in, as mcctl's joined_ranks does:
+// a group of 2 whose rank 0 is lost says 1, not 2.
+TEST_F(SessionLifecycleTest, LostRankIsNotCountedAsJoined) {
+  SessionInfo a = Open(), b = Open();
+  auto never = [] { return false; };
+  auto fa = std::async(std::launch::async,
+                       [&] { return broker_.Join(a, Req("dg", 0, 2), nullptr, never); });
+  ASSERT_TRUE(broker_.Join(b, Req("dg", 1, 2), nullptr, never).ok());
+  ASSERT_TRUE(fa.get().ok());
+  lifecycle_.End(a.id);
+  std::vector<GroupSummary> groups = broker_.List(1000, false);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].state, GroupState::kDegraded);
+  EXPECT_EQ(JoinedCount(groups[0]), 1u);
+  v1::GroupInfo info = ToGroupInfo(groups[0]);
+  EXPECT_EQ(info.state(), "degraded");
+  EXPECT_EQ(info.joined(), 1u);
+  ASSERT_EQ(info.members_size(), 2);
+  EXPECT_EQ(info.members(0).state(), "lost");
+  EXPECT_EQ(info.members(1).state(), "joined");
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "mooncake/v1/admin.pb.h"
 
 namespace mooncake::daemon {
 namespace {
@@ -64,32 +63,20 @@ TEST(SessionRegistryTest, IdsAndTokensAreUnique) {
   EXPECT_EQ(reg.List().size(), 2u);
 }
 
-TEST(SessionRegistryTest, LongClientNameIsTruncated) {
+// A longer client_name is refused, not cut (a cut could split a UTF-8
+// character, which protobuf then refuses to carry to `mcctl sessions`).
+TEST(SessionRegistryTest, LongClientNameIsRejected) {
   SessionRegistry reg(16);
-  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, std::string(1000, 'n'));
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->client_name.size(), 256u);
-}
-
-// BUG (reported to the lead): Open() cuts client_name at 256 bytes without
-// regard to UTF-8, so a name like 255 x 'a' + "\u00e9" keeps half of the
-// two-byte character. The name is a proto3 `string` in admin.SessionInfo;
-// protobuf refuses to parse invalid UTF-8 there, so one such client breaks
-// `mcctl sessions` for everybody. Fix: back off to a character boundary.
-TEST(SessionRegistryTest, LongClientNameIsTruncatedOnACharacterBoundary) {
-  SessionRegistry reg(16);
-  const std::string name = std::string(255, 'a') + "\xc3\xa9" + "tail";  // "...a\u00e9tail"
-  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, name);
-  ASSERT_TRUE(s.ok());
-  EXPECT_LE(s->client_name.size(), 256u);
-  // What the admin service does with it: must survive a wire round trip.
-  v1::SessionInfo wire;
-  wire.set_client_name(s->client_name);
-  std::string bytes;
-  wire.SerializeToString(&bytes);
-  v1::SessionInfo back;
-  EXPECT_TRUE(back.ParseFromString(bytes)) << "client_name is not valid UTF-8 after truncation";
-  EXPECT_EQ(s->client_name, std::string(255, 'a'));
+  absl::StatusOr<SessionInfo> max = reg.Open(Cred(1000), 10, std::string(256, 'n'));
+  ASSERT_TRUE(max.ok()) << max.status();
+  EXPECT_EQ(max->client_name, std::string(256, 'n'));
+  const std::string name = std::string(255, 'a') + "\xc3\xa9" + "tail";  // 261 bytes
+  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 11, name);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_EQ(s.status().message(),
+            "client_name is 261 bytes; the limit is 256: choose a shorter "
+            "ClientOptions::client_name");
+  EXPECT_EQ(reg.List().size(), 1u) << "a refused name opens no session";
 }
 
 TEST(SessionRegistryTest, OneSessionPerConnection) {

@@ -192,19 +192,60 @@ TEST(ConnectionTableTest, FdFromPeer) {
   EXPECT_EQ(ConnectionTable::FdFromPeer(""), -1);
 }
 
-TEST(ConnectionTableTest, SetGetOverwrite) {
-  ConnectionTable t;
-  EXPECT_FALSE(t.Get(7).has_value());
-  t.Set(7, PeerCred{100, 1000, 1000});
-  t.Set(8, PeerCred{200, 2000, 2000});
-  ASSERT_TRUE(t.Get(7).has_value());
-  EXPECT_EQ(t.Get(7)->pid, 100);
-  EXPECT_EQ(t.Get(8)->uid, 2000u);
-  // A reused fd number is overwritten by the next accept.
-  t.Set(7, PeerCred{300, 3000, 3001});
-  EXPECT_EQ(t.Get(7)->pid, 300);
-  EXPECT_EQ(t.Get(7)->uid, 3000u);
-  EXPECT_EQ(t.Get(7)->gid, 3001u);
+TEST(ConnectionTableTest, AddGetAndAReusedNumberReplacesTheRecord) {
+  AdmissionCounter admission(AdmissionLimits{"connections", 10, "per", 100, "total"});
+  ConnectionTable t(&admission);
+  int a[2], b[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
+  EXPECT_FALSE(t.Get(a[0]).has_value());
+  ASSERT_TRUE(admission.TryTake(1000).ok());
+  t.Add(a[0], PeerCred{100, 1000, 1000}, absl::Now());
+  ASSERT_TRUE(admission.TryTake(2000).ok());
+  t.Add(b[0], PeerCred{200, 2000, 2000}, absl::Now());
+  EXPECT_EQ(t.Get(a[0])->pid, 100);
+  EXPECT_EQ(t.Get(b[0])->uid, 2000u);
+  // A number accepted again replaces the old record and gives its uid back.
+  ASSERT_TRUE(admission.TryTake(3000).ok());
+  t.Add(a[0], PeerCred{300, 3000, 3001}, absl::Now());
+  EXPECT_EQ(t.Get(a[0])->pid, 300);
+  EXPECT_EQ(admission.HeldBy(1000), 0u);
+  EXPECT_EQ(admission.HeldBy(3000), 1u);
+  for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
+}
+
+TEST(ConnectionTableTest, SweepDropsEndedConnectionsAndShutsSilentOnes) {
+  AdmissionCounter admission(AdmissionLimits{"connections", 10, "per", 100, "total"});
+  ConnectionTable t(&admission);
+  int used[2], silent[2], ended[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, used), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, silent), 0);
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ended), 0);
+  absl::Time t0 = absl::Now();
+  for (int fd : {used[0], silent[0], ended[0]}) {
+    ASSERT_TRUE(admission.TryTake(1000).ok());
+    t.Add(fd, PeerCred{1, 1000, 1000}, t0);
+  }
+  t.MarkUsed(used[0]);
+  ::close(ended[0]);  // what gRPC does when a connection ends
+  // Before the deadline only the ended one goes.
+  ConnectionTable::SweepResult r = t.Sweep(t0 + absl::Seconds(1), absl::Seconds(5));
+  EXPECT_EQ(r.ended, 1u);
+  EXPECT_EQ(r.shut_down, 0u);
+  EXPECT_EQ(admission.HeldBy(1000), 2u);
+  // Past it, the connection that started no RPC is shut down (its peer
+  // sees EOF); the used one is left alone.
+  r = t.Sweep(t0 + absl::Seconds(6), absl::Seconds(5));
+  EXPECT_EQ(r.shut_down, 1u);
+  char c;
+  EXPECT_EQ(::recv(silent[1], &c, 1, MSG_DONTWAIT), 0) << "peer of the silent one sees EOF";
+  EXPECT_EQ(::recv(used[1], &c, 1, MSG_DONTWAIT), -1) << "the used one stays open";
+  ::close(silent[0]);
+  r = t.Sweep(t0 + absl::Seconds(7), absl::Seconds(5));
+  EXPECT_EQ(r.ended, 1u);
+  EXPECT_EQ(t.size(), 1u);
+  EXPECT_EQ(admission.HeldBy(1000), 1u);
+  for (int fd : {used[0], used[1], silent[1], ended[1]}) ::close(fd);
 }
 
 }  // namespace

@@ -1,7 +1,13 @@
 // Every RPC and the fd channel with bad input: a precise error each time,
 // and the daemon keeps serving everyone else.
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "daemon_process.h"
@@ -88,6 +94,56 @@ TEST_F(BadInput, SecondSessionOnOneConnection) {
   EXPECT_EQ(r2->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
   c1.TryCancel();
   r1->Finish();
+}
+
+// client_name is capped at 256 bytes: refused with a precise message, and
+// the client library hands the daemon's code on unchanged.
+TEST_F(BadInput, OverlongClientNameIsRefused) {
+  auto stub = v1::Local::NewStub(UnixChannel(daemon_->socket()));
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::OpenSessionRequest req;
+  req.set_client_name(std::string(257, 'n'));
+  auto reader = stub->OpenSession(&ctx, req);
+  v1::SessionEvent ev;
+  EXPECT_FALSE(reader->Read(&ev));
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(),
+            "client_name is 257 bytes; the limit is 256: choose a shorter "
+            "ClientOptions::client_name");
+
+  auto c =
+      Client::Connect({.socket_path = daemon_->socket(), .client_name = std::string(300, 'c')});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+  EXPECT_NE(c.status().message().find("client_name is 300 bytes; the limit is 256"),
+            std::string::npos)
+      << c.status();
+  EXPECT_TRUE(
+      Client::Connect({.socket_path = daemon_->socket(), .client_name = std::string(256, 'c')})
+          .ok());
+}
+
+// What the review did: a name that forges a `mcctl sessions` row and sends
+// colour codes and a bell to whoever lists sessions (root sees all).
+TEST_F(BadInput, HostileClientNameIsEscapedInMcctlSessions) {
+  const std::string forged = "w\n99  0  0  1  root-job  1s  0  0  -\x1b[31m\a";
+  auto evil = Client::Connect({.socket_path = daemon_->socket(), .client_name = forged});
+  ASSERT_TRUE(evil.ok()) << evil.status();
+  const std::string cmd = BinDir() + "/mcctl --socket " + daemon_->socket() + " sessions 2>&1";
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  EXPECT_EQ(::pclose(p), 0) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3) << out;  // header, good_, evil
+  EXPECT_EQ(out.find('\x1b'), std::string::npos) << out;
+  EXPECT_EQ(out.find('\a'), std::string::npos) << out;
+  // Escaped, and cut at 48 bytes.
+  EXPECT_NE(out.find("  w\\n99  0  0  1  root-job  1s  0  0  -\\x1b[31m...  "), std::string::npos)
+      << out;
 }
 
 TEST_F(BadInput, LeaveReportExportImportWithBadArguments) {
@@ -230,6 +286,32 @@ TEST_F(BadInput, UnusedFdTicketsPerSessionAreCapped) {
   EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
 }
 
+// Bytes no client built from our .proto files would send: every method
+// answers INVALID_ARGUMENT with a message naming the method, whatever its
+// service, and never gRPC's bare INTERNAL.
+TEST_F(BadInput, UnparsableRequestsAreInvalidArgumentWithAMessage) {
+  const std::string truncated("\x0a\xff\x01", 3);     // field 1: length past the end
+  const std::string bad_utf8("\x0a\x02\xff\xfe", 4);  // field 1 (a string): not UTF-8
+  auto channel = UnixChannel(daemon_->socket());
+  for (const char* method : {"/mooncake.v1.Local/Hello", "/mooncake.v1.Local/GetNodeInfo",
+                             "/mooncake.v1.Local/JoinGroup", "/mooncake.v1.Local/LeaveGroup",
+                             "/mooncake.v1.Local/ReportReady", "/mooncake.v1.Local/ExportFds",
+                             "/mooncake.v1.Local/ImportFds", "/mooncake.v1.Admin/GetStatus",
+                             "/mooncake.v1.Admin/GetTopology", "/mooncake.v1.Admin/ListSessions",
+                             "/mooncake.v1.Admin/ListGroups"}) {
+    grpc::Status s = RawUnaryCall(channel, method, truncated);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(method), std::string::npos) << s.error_message();
+  }
+  for (const char* method : {"/mooncake.v1.Local/JoinGroup", "/mooncake.v1.Local/LeaveGroup",
+                             "/mooncake.v1.Local/ReportReady"}) {
+    grpc::Status s = RawUnaryCall(channel, method, bad_utf8);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << s.error_message();
+  }
+}
+
 TEST_F(BadInput, IdleFdChannelConnectionsCannotExhaustTheDaemon) {
   // Far more idle connections than the daemon serves at once: the excess is
   // refused, idle ones time out, and the daemon never runs out of threads.
@@ -246,6 +328,44 @@ TEST_F(BadInput, IdleFdChannelConnectionsCannotExhaustTheDaemon) {
   ::close(fd);
   EXPECT_TRUE(t.ok()) << t.status();
   EXPECT_TRUE(daemon_->running());
+}
+
+// Runs a shell command line for at most 10 s (a daemon that wrongly starts
+// is stopped: exit 124), returning its exit code and its stdout+stderr.
+std::pair<int, std::string> RunShell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(("timeout 10 " + cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, out};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// A malformed peer_listen is refused by mooncaked's own config check, in
+// one line: gRPC never sees it, so none of its "E... chttp2_server.cc"
+// lines come first.
+TEST(BadDaemonConfig, MalformedPeerListenIsOneClearLine) {
+  TempDir dir;
+  for (const std::string addr : {"0.0.0.0:99999", "::1:7450", "localhost"}) {
+    auto [rc, out] = RunShell(BinDir() + "/mooncaked --socket " + dir.path() +
+                              "/m.sock --peer-listen '" + addr + "'");
+    EXPECT_EQ(rc, 64) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    EXPECT_EQ(out.rfind("mooncaked: flag: peer_listen = '" + addr + "': ", 0), 0u) << out;
+  }
+}
+
+// `--config DIR` fails naming the path, instead of starting on defaults.
+TEST(BadDaemonConfig, ConfigThatIsADirectoryFails) {
+  TempDir dir;
+  auto [rc, out] = RunShell(BinDir() + "/mooncaked --config " + dir.path() + " --socket " +
+                            dir.path() + "/m.sock");
+  EXPECT_EQ(rc, 64) << out;
+  EXPECT_EQ(out, "mooncaked: config file " + dir.path() +
+                     " is a directory; --config wants a file such as "
+                     "/etc/mooncake/mooncaked.conf\n");
 }
 
 }  // namespace

@@ -48,6 +48,13 @@ TEST(PeerApi, HelloAndTopologyOverTcpAndNoLocalApiThere) {
     EXPECT_EQ(GetStatus(daemon->socket()).peer_listen(), addr);
   }
   {
+    // Unparsable bytes: INVALID_ARGUMENT with a message, not a bare INTERNAL.
+    grpc::Status s =
+        RawUnaryCall(channel, "/mooncake.v1.Peer/PeerHello", std::string("\x12\x02\xff\xfe", 4));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find("PeerHello"), std::string::npos) << s.error_message();
+  }
+  {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::PeerHelloRequest req;

@@ -1,8 +1,12 @@
 // Another uid cannot import this user's exports, redeem its tickets, or see
 // or join its groups. Tests run as root; the intruder child drops to nobody.
+#include <grp.h>
 #include <pwd.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <string>
 
 #include "absl/strings/escaping.h"
 #include "daemon_process.h"
@@ -79,8 +83,54 @@ TEST(Permission, DefaultSocketModeKeepsOtherUsersOut) {
   Child intruder =
       Child::Spawn({BinDir() + "/mc_test_client", "denied", daemon.socket(), "1", "00", "00"},
                    static_cast<int>(nobody->pw_uid));
-  ASSERT_FALSE(intruder.WaitForLine("CONNECT code=", 10000).empty()) << intruder.output();
+  const std::string line = intruder.WaitForLine("CONNECT code=", 10000);
+  ASSERT_FALSE(line.empty()) << intruder.output();
   EXPECT_EQ(intruder.Wait(5000), 0);
+  // Not "is the service running?": the daemon is there; say who may connect.
+  const std::string denied = std::to_string(static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(line.rfind("CONNECT code=" + denied + " permission denied on mooncaked's socket " +
+                           daemon.socket() + " (mode 0660, owner root, group 'root'): uid " +
+                           std::to_string(nobody->pw_uid),
+                       0),
+            0u)
+      << line;
+  EXPECT_NE(line.find("set socket_group in /etc/mooncake/mooncaked.conf"), std::string::npos)
+      << line;
+  EXPECT_EQ(line.find("is the service running"), std::string::npos) << line;
+
+  // mcctl says the same, in one line.
+  Child mcctl = Child::Spawn(
+      {"/bin/sh", "-c", BinDir() + "/mcctl --socket " + daemon.socket() + " status 2>&1"},
+      static_cast<int>(nobody->pw_uid));
+  EXPECT_EQ(mcctl.Wait(10000), 2);
+  EXPECT_EQ(mcctl.output(), "mcctl: " + line.substr(line.find("permission denied")) + "\n");
+}
+
+// With socket_group set, the advice names that group and how to join it.
+TEST(Permission, SocketGroupAdviceNamesTheGroup) {
+  if (::getuid() != 0) GTEST_SKIP() << "needs root to start a process as another uid";
+  passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  group* daemon_group = ::getgrnam("daemon");
+  if (daemon_group == nullptr) GTEST_SKIP() << "no group 'daemon' on this machine";
+  TempDir dir;
+  const std::string conf = dir.path() + "/mooncaked.conf";
+  std::FILE* f = std::fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("socket_group = daemon\n", f);
+  std::fclose(f);
+  DaemonProcess daemon(dir.path(), {"--config", conf});
+  Child intruder =
+      Child::Spawn({BinDir() + "/mc_test_client", "denied", daemon.socket(), "1", "00", "00"},
+                   static_cast<int>(nobody->pw_uid));
+  const std::string line = intruder.WaitForLine("CONNECT code=", 10000);
+  EXPECT_EQ(intruder.Wait(5000), 0);
+  EXPECT_NE(
+      line.find("(mode 0660, owner root, group 'daemon'): uid " + std::to_string(nobody->pw_uid) +
+                " (nobody) is not in group 'daemon'; ask an administrator to add you to "
+                "group 'daemon' (usermod -aG daemon $USER), then log in again"),
+      std::string::npos)
+      << line;
 }
 
 }  // namespace

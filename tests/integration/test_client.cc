@@ -99,7 +99,8 @@ int Denied(int argc, char** argv) {
   std::string ticket = argv[5];
   auto client = mooncake::Client::Connect({.socket_path = socket, .client_name = "intruder"});
   if (!client.ok()) {
-    std::cout << "CONNECT code=" << static_cast<int>(client.status().code()) << std::endl;
+    std::cout << "CONNECT code=" << static_cast<int>(client.status().code()) << " "
+              << client.status().message() << std::endl;
     return 0;
   }
   auto hello = (*client)->hello();

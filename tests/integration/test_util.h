@@ -1,6 +1,7 @@
 // Helpers for integration tests: raw stubs over the daemon's socket.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -36,6 +37,31 @@ inline v1::DaemonStatus GetStatus(const std::string& socket) {
   v1::DaemonStatus r;
   stub->GetStatus(&ctx, {}, &r);
   return r;
+}
+
+// Sends `bytes` as the request of unary `method` ("/pkg.Service/Method")
+// without any schema, as a fuzzer or a stale client would.
+inline grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
+                                 const std::string& method, const std::string& bytes) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> call =
+      stub.PrepareUnaryCall(&ctx, method, request, &cq);
+  call->StartCall();
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag = nullptr;
+  bool ok = false;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
 }
 
 }  // namespace mooncake::testing

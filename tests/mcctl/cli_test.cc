@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -242,7 +243,9 @@ TEST_F(McctlTest, StatusJsonContract) {
   // Zero-valued fields are printed too, so scripts can rely on the keys.
   EXPECT_EQ(f.at("nic_count").number_value(), 0);
   EXPECT_EQ(f.at("peer_listen").string_value(), "");
-  EXPECT_EQ(f.at("uptime_ms").string_value(), "3723000");  // proto3 JSON: uint64 as string
+  // 64-bit integers are JSON numbers too (proto3 JSON would quote them).
+  ASSERT_EQ(f.at("uptime_ms").kind_case(), Value::kNumberValue) << r.out;
+  EXPECT_EQ(f.at("uptime_ms").number_value(), 3723000);
   ASSERT_EQ(f.at("gpus").kind_case(), Value::kListValue);
   ASSERT_EQ(f.at("gpus").list_value().values_size(), 2);
   const auto& g1 = f.at("gpus").list_value().values(1).struct_value().fields();
@@ -270,8 +273,8 @@ TEST_F(McctlTest, GpusAndNics) {
   ListValue gpus = ParseArray(j.out);
   ASSERT_EQ(gpus.values_size(), 2);
   EXPECT_EQ(gpus.values(0).struct_value().fields().at("uuid").string_value(), "GPU-00000000");
-  EXPECT_EQ(gpus.values(0).struct_value().fields().at("total_memory_bytes").string_value(),
-            absl::StrCat(150ull << 30));
+  EXPECT_EQ(gpus.values(0).struct_value().fields().at("total_memory_bytes").number_value(),
+            static_cast<double>(150ull << 30));
 
   Result n = Mcctl({"--socket", socket_, "nics"});
   ASSERT_EQ(n.rc, kExitOk) << n.err;
@@ -339,7 +342,9 @@ TEST_F(McctlTest, Sessions) {
   ListValue list = ParseArray(j.out);
   ASSERT_EQ(list.values_size(), 3);
   const auto& s2 = list.values(2).struct_value().fields();
-  EXPECT_EQ(s2.at("session_id").string_value(), "13");
+  ASSERT_EQ(s2.at("session_id").kind_case(), Value::kNumberValue) << j.out;
+  EXPECT_EQ(s2.at("session_id").number_value(), 13);
+  EXPECT_EQ(s2.at("age_ms").number_value(), 2000);
   EXPECT_EQ(s2.at("client_name").string_value(), "worker-2");
   EXPECT_EQ(s2.at("groups").list_value().values_size(), 0);
 }
@@ -373,6 +378,83 @@ TEST_F(McctlTest, Groups) {
   EXPECT_EQ(
       g.at("members").list_value().values(1).struct_value().fields().at("state").string_value(),
       "joined");
+}
+
+// Every 64-bit field, at its largest, is a bare JSON number with all digits
+// (a double would round it): the text is checked, not a parsed value.
+TEST_F(McctlTest, SixtyFourBitFieldsAreExactJsonNumbers) {
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  fake_.sessions_.mutable_sessions(0)->set_session_id(kMax);
+  fake_.sessions_.mutable_sessions(0)->set_age_ms(kMax - 1);
+  auto* g = fake_.groups_.mutable_groups(0);
+  g->set_epoch(kMax);
+  g->set_age_ms(9007199254740993ull);  // 2^53 + 1
+  g->mutable_members(0)->set_session_id(kMax);
+  g->mutable_members(0)->set_handle_size(kMax);
+  fake_.status_.set_uptime_ms(kMax);
+  fake_.topo_.mutable_gpus(0)->set_total_memory_bytes(kMax);
+
+  const std::string sessions = Mcctl({"--socket", socket_, "--json", "sessions"}).out;
+  EXPECT_TRUE(absl::StrContains(sessions, "\"session_id\": 18446744073709551615,")) << sessions;
+  EXPECT_TRUE(absl::StrContains(sessions, "\"age_ms\": 18446744073709551614,")) << sessions;
+  const std::string groups = Mcctl({"--socket", socket_, "--json", "groups"}).out;
+  for (const char* want : {"\"epoch\": 18446744073709551615,", "\"age_ms\": 9007199254740993,",
+                           "\"session_id\": 18446744073709551615",
+                           "\"handle_size\": "
+                           "18446744073709551615"}) {
+    EXPECT_TRUE(absl::StrContains(groups, want)) << want << " in\n" << groups;
+  }
+  const std::string status = Mcctl({"--socket", socket_, "--json", "status"}).out;
+  EXPECT_TRUE(absl::StrContains(status, "\"uptime_ms\": 18446744073709551615,")) << status;
+  EXPECT_TRUE(absl::StrContains(status, "\"total_memory_bytes\": 18446744073709551615,")) << status;
+  for (const std::string* out : {&sessions, &groups, &status}) {
+    EXPECT_FALSE(absl::StrContains(*out, "\"18446744073709551615\"")) << *out;
+  }
+}
+
+// A client chooses its name; `mcctl sessions` is often run by root. The
+// review forged a table row with "\n" and sent colour codes and a bell.
+TEST_F(McctlTest, HostileClientNameCannotForgeRowsOrReachTheTerminal) {
+  const std::string forged =
+      "w\n99  0  0  1  root-job  1s  0  0  -\x1b[31m\a\x1b]0;pwned\a\xc2\x9b[2J";
+  fake_.sessions_.mutable_sessions(0)->set_client_name(forged);
+  Result t = Mcctl({"--socket", socket_, "sessions"});
+  ASSERT_EQ(t.rc, kExitOk) << t.err;
+  EXPECT_EQ(CountLines(t.out), 4) << t.out;  // header + 3 sessions, no forged row
+  for (char c : t.out) {
+    const auto u = static_cast<unsigned char>(c);
+    EXPECT_TRUE(c == '\n' || (u >= 0x20 && u < 0x7f)) << "raw byte " << int{u} << " in\n" << t.out;
+  }
+  // Cut at 48 bytes once escaped, ending in "...".
+  EXPECT_TRUE(absl::StrContains(t.out, "  w\\n99  0  0  1  root-job  1s  0  0  -\\x1b[31m...  "))
+      << t.out;
+
+  // JSON stays valid and carries the exact name, escaped the JSON way.
+  Result j = Mcctl({"--socket", socket_, "--json", "sessions"});
+  ASSERT_EQ(j.rc, kExitOk) << j.err;
+  EXPECT_EQ(j.out.find('\x1b'), std::string::npos) << j.out;
+  EXPECT_EQ(j.out.find('\a'), std::string::npos) << j.out;
+  EXPECT_TRUE(
+      absl::StrContains(j.out, "\"w\\n99  0  0  1  root-job  1s  0  0  -\\u001b[31m\\u0007"))
+      << j.out;
+  ListValue list = ParseArray(j.out);
+  ASSERT_EQ(list.values_size(), 3);
+  EXPECT_EQ(list.values(0).struct_value().fields().at("client_name").string_value(), forged);
+}
+
+// A path too long for a UNIX socket: one line of mcctl's own and the usage
+// exit code, before any channel is made (the binary test checks that gRPC
+// prints nothing).
+TEST_F(McctlTest, SocketPathTooLongIsAUsageError) {
+  const std::string path = "/tmp/" + std::string(120, 'a') + ".sock";
+  Result r = Mcctl({"--socket", path, "status"});
+  EXPECT_EQ(r.rc, kExitUsage);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, absl::StrCat("mcctl: socket path is ", path.size(),
+                                " bytes, longer than the 107 a UNIX socket allows: ", path, "\n"));
+  setenv(kSocketEnvVar, path.c_str(), 1);
+  EXPECT_EQ(Mcctl({"groups"}).rc, kExitUsage);
+  EXPECT_EQ(fake_.calls_, 0);
 }
 
 TEST_F(McctlTest, EmptyListsAreEmptyArrays) {
@@ -529,6 +611,34 @@ TEST(McctlBinaryTest, UnreachableFromTheRealBinary) {
                               " (No such file or directory): is the service running?\n"));
   std::error_code ec;
   EXPECT_EQ(std::filesystem::file_size(dir + "/stdout", ec), 0u);
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The real binary with a socket path too long for sun_path: exactly one
+// line on stderr (no gRPC "parse_address.cc" lines) and the usage exit code.
+TEST(McctlBinaryTest, SocketPathTooLongIsOneLineFromTheRealBinary) {
+  const char* bin_dir = std::getenv("MOONCAKE_BIN_DIR");
+  ASSERT_NE(bin_dir, nullptr) << "run through ctest, which sets MOONCAKE_BIN_DIR";
+  char tmpl[] = "/tmp/mcctl_bin_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string path = "/tmp/" + std::string(120, 'a') + ".sock";
+  const std::string err_file = dir + "/stderr";
+  const std::string cmd =
+      absl::StrCat(bin_dir, "/mcctl --socket ", path, " status >", dir, "/stdout 2>", err_file);
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << cmd;
+  EXPECT_EQ(WEXITSTATUS(status), kExitUsage);
+  std::string err;
+  if (FILE* f = std::fopen(err_file.c_str(), "r")) {
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) err.append(buf, n);
+    std::fclose(f);
+  }
+  EXPECT_EQ(err, absl::StrCat("mcctl: socket path is ", path.size(),
+                              " bytes, longer than the 107 a UNIX socket allows: ", path, "\n"));
+  std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }
 

@@ -39,5 +39,21 @@ TEST(TextTableTest, ShortAndLongRowsAndIndent) {
             "  y  z  extra\n");
 }
 
+// A cell some client chose cannot start a new row or reach the terminal
+// as control codes; a width limit cuts it with "...".
+TEST(TextTableTest, CellsAreEscapedAndCanBeCapped) {
+  TextTable t({"ID", "CLIENT", "AGE"});
+  t.SetMaxWidth(1, 12);
+  t.SetMaxWidth(7, 1);  // ignored: no such column
+  t.AddRow({"1", "x\n2  root  0s", "1s"});
+  t.AddRow({"3", "\x1b[31mred\a", "2s"});
+  t.AddRow({"4", "ok", "3s"});
+  EXPECT_EQ(t.Render(),
+            "ID  CLIENT        AGE\n"
+            "1   x\\n2  roo...  1s\n"
+            "3   \\x1b[31mr...  2s\n"
+            "4   ok            3s\n");
+}
+
 }  // namespace
 }  // namespace mooncake::mcctl

@@ -16,7 +16,9 @@ namespace mooncake::mcctl {
 namespace {
 
 template <typename Request, typename Response, typename Method>
-absl::StatusOr<Response> Call(v1::Admin::Stub* stub, int timeout_ms, Method method) {
+absl::StatusOr<Response> Call(v1::Admin::Stub* stub, const absl::Status& path_status,
+                              int timeout_ms, Method method) {
+  if (!path_status.ok()) return path_status;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   // A missing daemon must fail at once, not after the deadline.
@@ -37,30 +39,43 @@ std::string OneLine(std::string text) {
 
 }  // namespace
 
+absl::Status AdminClient::CheckSocketPath(const std::string& socket_path) {
+  constexpr size_t kMaxPath = sizeof(sockaddr_un::sun_path) - 1;
+  if (socket_path.size() > kMaxPath) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path is ", socket_path.size(),
+                                                   " bytes, longer than the ", kMaxPath,
+                                                   " a UNIX socket allows: ", socket_path));
+  }
+  return absl::OkStatus();
+}
+
 AdminClient::AdminClient(std::string socket_path, int timeout_ms)
     : socket_path_(std::move(socket_path)), timeout_ms_(timeout_ms) {
+  // gRPC logs its own error lines for a path it cannot parse; never give it one.
+  path_status_ = CheckSocketPath(socket_path_);
+  if (!path_status_.ok()) return;
   auto channel =
       grpc::CreateChannel(absl::StrCat("unix:", socket_path_), grpc::InsecureChannelCredentials());
   stub_ = v1::Admin::NewStub(channel);
 }
 
 absl::StatusOr<v1::DaemonStatus> AdminClient::GetStatus() {
-  return Call<v1::GetStatusRequest, v1::DaemonStatus>(stub_.get(), timeout_ms_,
+  return Call<v1::GetStatusRequest, v1::DaemonStatus>(stub_.get(), path_status_, timeout_ms_,
                                                       &v1::Admin::Stub::GetStatus);
 }
 
 absl::StatusOr<v1::Topology> AdminClient::GetTopology() {
-  return Call<v1::GetTopologyRequest, v1::Topology>(stub_.get(), timeout_ms_,
+  return Call<v1::GetTopologyRequest, v1::Topology>(stub_.get(), path_status_, timeout_ms_,
                                                     &v1::Admin::Stub::GetTopology);
 }
 
 absl::StatusOr<v1::ListSessionsResponse> AdminClient::ListSessions() {
-  return Call<v1::ListSessionsRequest, v1::ListSessionsResponse>(stub_.get(), timeout_ms_,
-                                                                 &v1::Admin::Stub::ListSessions);
+  return Call<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+      stub_.get(), path_status_, timeout_ms_, &v1::Admin::Stub::ListSessions);
 }
 
 absl::StatusOr<v1::ListGroupsResponse> AdminClient::ListGroups() {
-  return Call<v1::ListGroupsRequest, v1::ListGroupsResponse>(stub_.get(), timeout_ms_,
+  return Call<v1::ListGroupsRequest, v1::ListGroupsResponse>(stub_.get(), path_status_, timeout_ms_,
                                                              &v1::Admin::Stub::ListGroups);
 }
 

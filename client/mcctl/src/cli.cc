@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/fd_passing.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/version.h"
 #include "mooncake/mcctl/admin_client.h"
@@ -27,6 +28,12 @@ struct Failure {
 
 Failure FailureFrom(const AdminClient& client, absl::string_view rpc, const absl::Status& st) {
   if (AdminClient::IsUnreachable(st)) {
+    // gRPC reports a socket this user may not open as UNAVAILABLE; the
+    // daemon is likely running, so say how to be let in instead.
+    absl::Status access = ConnectUnix(client.socket_path()).status();
+    if (absl::IsPermissionDenied(access)) {
+      return {kExitUnreachable, absl::StrCat("mcctl: ", access.message())};
+    }
     return {kExitUnreachable,
             absl::StrCat("mcctl: cannot reach mooncaked at ", client.socket_path(), " (",
                          client.UnreachableReason(st), "): is the service running?")};
@@ -98,7 +105,8 @@ std::string UsageText() {
       "  --json            print JSON instead of tables\n"
       "  --version         print the version and exit\n"
       "\n"
-      "exit status: 0 ok, 1 error reported by the daemon, 2 daemon unreachable, 64 usage\n");
+      "exit status: 0 ok, 1 error reported by the daemon, 2 daemon unreachable (not running,\n"
+      "             or no permission on its socket), 64 usage (also a socket path too long)\n");
 }
 
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
@@ -183,7 +191,13 @@ int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return kExitOk;
   }
 
-  AdminClient client(ResolveSocketPath(opt.socket), opt.timeout_ms);
+  const std::string socket = ResolveSocketPath(opt.socket);
+  // Before any channel exists: one line of ours, not gRPC's parse errors.
+  if (absl::Status path = AdminClient::CheckSocketPath(socket); !path.ok()) {
+    err << "mcctl: " << path.message() << "\n";
+    return kExitUsage;
+  }
+  AdminClient client(socket, opt.timeout_ms);
   Failure failure{kExitError, ""};
   absl::StatusOr<std::string> text = Render(opt, client, &failure);
   if (!text.ok()) {

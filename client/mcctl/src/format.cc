@@ -8,12 +8,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/mcctl/table.h"
 
 namespace mooncake::mcctl {
 namespace {
 
 using v1::Topology;
+
+// Widths of columns whose text a client chose, once escaped.
+constexpr std::size_t kMaxClientNameWidth = 48;
+constexpr std::size_t kMaxHandleKindWidth = 32;
 
 std::string YesNo(bool b) { return b ? "yes" : "no"; }
 
@@ -40,7 +45,8 @@ std::string KeyValues(const std::vector<std::pair<std::string, std::string>>& kv
   for (const auto& [k, v] : kv) w = std::max(w, k.size());
   std::string out;
   for (const auto& [k, v] : kv) {
-    absl::StrAppend(&out, indent, k, std::string(w - k.size() + 2, ' '), v, "\n");
+    absl::StrAppend(&out, indent, k, std::string(w - k.size() + 2, ' '),
+                    EscapeForDisplay(v, std::string::npos), "\n");
   }
   return out;
 }
@@ -236,6 +242,8 @@ std::string FormatSessions(const v1::ListSessionsResponse& r) {
   if (r.sessions().empty()) return "no sessions\n";
   TextTable t({"ID", "UID", "GID", "PID", "CLIENT", "AGE", "FDS", "TICKETS", "GROUPS"});
   for (std::size_t c : {0, 1, 2, 3, 5, 6, 7}) t.SetAlignment(c, TextTable::Align::kRight);
+  // Any client picks its name (up to 256 bytes); keep the table readable.
+  t.SetMaxWidth(4, kMaxClientNameWidth);
   for (const auto& s : r.sessions()) {
     t.AddRow({absl::StrCat(s.session_id()), absl::StrCat(s.uid()), absl::StrCat(s.gid()),
               absl::StrCat(s.pid()), OrDash(s.client_name()), FormatDurationMs(s.age_ms()),
@@ -256,7 +264,7 @@ std::string FormatGroups(const v1::ListGroupsResponse& r) {
   }
   std::string out = t.Render();
   for (const auto& g : r.groups()) {
-    absl::StrAppend(&out, "\nmembers of ", g.name(), ":\n");
+    absl::StrAppend(&out, "\nmembers of ", EscapeForDisplay(g.name(), std::string::npos), ":\n");
     if (g.members().empty()) {
       absl::StrAppend(&out, "  none\n");
       continue;
@@ -264,6 +272,7 @@ std::string FormatGroups(const v1::ListGroupsResponse& r) {
     TextTable m({"RANK", "STATE", "PID", "GPU", "HANDLE", "SIZE", "SESSION"});
     m.SetIndent("  ");
     for (std::size_t c : {0, 2, 3, 5, 6}) m.SetAlignment(c, TextTable::Align::kRight);
+    m.SetMaxWidth(4, kMaxHandleKindWidth);  // the joining client's words
     for (const auto& mem : g.members()) {
       // gpu_index -1 is the host platform (CPU threads over shared memory).
       m.AddRow({absl::StrCat(mem.rank()), OrDash(mem.state()), absl::StrCat(mem.pid()),

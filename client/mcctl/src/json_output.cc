@@ -1,10 +1,15 @@
 #include "mooncake/mcctl/json_output.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/status.h"
 
 namespace mooncake::mcctl {
@@ -23,6 +28,136 @@ std::string WithExtraKeys(const std::string& object,
   return out;
 }
 
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// proto3 JSON has no number type for NaN and the infinities.
+template <typename Float>
+std::string FloatJson(Float v, const char* format) {
+  if (std::isnan(v)) return "\"NaN\"";
+  if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  return absl::StrFormat(format, v);
+}
+
+absl::Status AppendMessage(const Message& m, std::string* out);
+
+// Element `index` of repeated field `f`, or the singular field when index < 0.
+absl::Status AppendValue(const Message& m, const FieldDescriptor* f, int index, std::string* out) {
+  const Reflection* r = m.GetReflection();
+  const bool rep = index >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      absl::StrAppend(out, rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      absl::StrAppend(out, rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      absl::StrAppend(out, rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      *out += FloatJson(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f), "%.17g");
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      *out += FloatJson(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f), "%.9g");
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      *out += (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false";
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const int number = rep ? r->GetRepeatedEnumValue(m, f, index) : r->GetEnumValue(m, f);
+      const auto* value = f->enum_type()->FindValueByNumber(number);
+      if (value != nullptr) {
+        *out += EscapeForJson(value->name());
+      } else {
+        absl::StrAppend(out, number);
+      }
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string scratch;
+      const std::string& v = rep ? r->GetRepeatedStringReference(m, f, index, &scratch)
+                                 : r->GetStringReference(m, f, &scratch);
+      *out += f->type() == FieldDescriptor::TYPE_BYTES
+                  ? absl::StrCat("\"", absl::Base64Escape(v), "\"")
+                  : EscapeForJson(v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return AppendMessage(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f), out);
+  }
+  return absl::OkStatus();
+}
+
+// A map entry's key as a JSON object key (proto3 JSON: always a string).
+absl::StatusOr<std::string> MapKey(const Message& entry) {
+  const FieldDescriptor* key = entry.GetDescriptor()->map_key();
+  if (key->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+    return EscapeForJson(entry.GetReflection()->GetString(entry, key));
+  }
+  std::string text;
+  MC_RETURN_IF_ERROR(AppendValue(entry, key, -1, &text));
+  return absl::StrCat("\"", text, "\"");
+}
+
+// Like protobuf's printer with proto field names and every primitive field
+// present, except that 64-bit integers are JSON numbers, not strings.
+absl::Status AppendMessage(const Message& m, std::string* out) {
+  const google::protobuf::Descriptor* d = m.GetDescriptor();
+  if (d->file()->package() == "google.protobuf") {
+    // Well-known types have special JSON forms; protobuf knows them.
+    google::protobuf::util::JsonPrintOptions options;
+    options.preserve_proto_field_names = true;
+    std::string text;
+    auto st = google::protobuf::util::MessageToJsonString(m, &text, options);
+    if (!st.ok()) {
+      return absl::InternalError(
+          absl::StrCat("cannot print ", m.GetTypeName(), " as JSON: ", st.ToString()));
+    }
+    *out += text;
+    return absl::OkStatus();
+  }
+  const Reflection* r = m.GetReflection();
+  *out += '{';
+  bool first = true;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    // Unset members of a oneof (proto3 `optional` too) and unset messages
+    // are left out, as protobuf's printer does.
+    if (!f->is_repeated() &&
+        (f->containing_oneof() != nullptr || f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) &&
+        !r->HasField(m, f)) {
+      continue;
+    }
+    absl::StrAppend(out, first ? "" : ",", EscapeForJson(f->name()), ":");
+    first = false;
+    if (!f->is_repeated()) {
+      MC_RETURN_IF_ERROR(AppendValue(m, f, -1, out));
+      continue;
+    }
+    const int n = r->FieldSize(m, f);
+    *out += f->is_map() ? '{' : '[';
+    for (int k = 0; k < n; ++k) {
+      if (k > 0) *out += ',';
+      if (f->is_map()) {
+        const Message& entry = r->GetRepeatedMessage(m, f, k);
+        MC_ASSIGN_OR_RETURN(std::string key, MapKey(entry));
+        absl::StrAppend(out, key, ":");
+        MC_RETURN_IF_ERROR(AppendValue(entry, entry.GetDescriptor()->map_value(), -1, out));
+      } else {
+        MC_RETURN_IF_ERROR(AppendValue(m, f, k, out));
+      }
+    }
+    *out += f->is_map() ? '}' : ']';
+  }
+  *out += '}';
+  return absl::OkStatus();
+}
+
 template <typename Repeated>
 absl::StatusOr<std::string> ArrayOf(const Repeated& items) {
   std::vector<std::string> parts;
@@ -37,18 +172,10 @@ absl::StatusOr<std::string> ArrayOf(const Repeated& items) {
 }  // namespace
 
 absl::StatusOr<std::string> MessageToCompactJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = false;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
   std::string out;
-  auto st = google::protobuf::util::MessageToJsonString(message, &out, options);
-  if (!st.ok()) {
-    return absl::InternalError(
-        absl::StrCat("cannot print ", message.GetTypeName(), " as JSON: ", st.ToString()));
-  }
+  MC_RETURN_IF_ERROR(AppendMessage(message, &out));
   if (out.size() < 2 || out.front() != '{' || out.back() != '}') {
-    return absl::InternalError(absl::StrCat("protobuf printed ", message.GetTypeName(),
+    return absl::InternalError(absl::StrCat("printed ", message.GetTypeName(),
                                             " as something other than a JSON object: ", out));
   }
   return out;
@@ -80,6 +207,8 @@ absl::StatusOr<std::string> SessionsJson(const v1::ListSessionsResponse& session
 
 std::vector<uint32_t> JoinedRanks(const v1::GroupInfo& group) {
   std::vector<uint32_t> ranks;
+  // The daemon's rule for GroupInfo.joined (IsJoinedNow in
+  // daemon/broker/group_summary.h), so the two always agree.
   for (const auto& m : group.members()) {
     if (m.state() != "left" && m.state() != "lost") ranks.push_back(m.rank());
   }

@@ -39,7 +39,7 @@ namespace mooncake {
 
 struct ClientOptions {
   std::string socket_path;  // "" = $MOONCAKE_SOCKET or default
-  std::string client_name;  // shown by `mcctl sessions`
+  std::string client_name;  // shown by `mcctl sessions`; at most 256 bytes
   absl::Duration call_timeout = absl::Seconds(10);
 };
 
@@ -128,7 +128,10 @@ struct FdExport {
 class Client {
  public:
   // Connects, checks the protocol version and opens a session. Unavailable
-  // with an actionable message when no daemon answers on the socket.
+  // with an actionable message when no daemon answers on the socket;
+  // PermissionDenied naming the socket's mode and group, and how to be let
+  // in, when this user may not connect; InvalidArgument for a client_name
+  // over 256 bytes.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options = {});
   ~Client();
   Client(const Client&) = delete;

@@ -2,7 +2,9 @@
 // (SCM_RIGHTS). Used by the daemon's fd channel and by the client.
 //
 // A frame is a 4-byte little-endian length followed by that many bytes; up
-// to kMaxFdsPerFrame fds ride on the first byte. Both functions handle short
+// to kMaxFdsPerFrame fds ride on the first byte. RecvFrame counts fds per
+// frame, however a sender spreads them over its bytes, and fails (closing
+// them all) past the limit. Both functions handle short
 // reads/writes and EINTR; received fds are CLOEXEC.
 #pragma once
 
@@ -42,8 +44,10 @@ struct PeerCred {
 };
 absl::StatusOr<PeerCred> GetPeerCred(int sock);
 
-// Connects a SOCK_STREAM UNIX socket to `path` (CLOEXEC). The error names the
-// path and says what to check.
+// Connects a SOCK_STREAM UNIX socket to `path` (CLOEXEC). Errors name the
+// path: PermissionDenied (EACCES/EPERM) with the socket's mode and group and
+// how to be let in (socket_access.h); InvalidArgument for a path too long
+// for sun_path; Unavailable otherwise (the daemon is probably not running).
 absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path);
 
 // Sets O_NONBLOCK (gRPC needs it on fds handed to it).

@@ -5,7 +5,9 @@
 // Errors: the gRPC status as an absl::Status (same canonical code). A daemon
 // that cannot be reached shows up as Unavailable (nothing listening, socket
 // missing, permission denied) or DeadlineExceeded (no reply in time); see
-// IsUnreachable() and UnreachableReason().
+// IsUnreachable() and UnreachableReason(). A socket path that cannot be a
+// UNIX socket address fails every call with CheckSocketPath()'s error, and
+// no gRPC channel is made for it.
 //
 // Thread-safety: the calls may be made from several threads (the gRPC stub is
 // thread-safe); the object must outlive them.
@@ -25,6 +27,10 @@ class AdminClient {
   // `socket_path` is a filesystem path (no "unix:" prefix). Creating the
   // client does not connect; the first call does.
   AdminClient(std::string socket_path, int timeout_ms);
+
+  // InvalidArgument, naming the path and the limit, when `socket_path` does
+  // not fit a sockaddr_un (107 bytes on Linux).
+  static absl::Status CheckSocketPath(const std::string& socket_path);
 
   absl::StatusOr<mooncake::v1::DaemonStatus> GetStatus();
   absl::StatusOr<mooncake::v1::Topology> GetTopology();
@@ -46,6 +52,7 @@ class AdminClient {
  private:
   std::string socket_path_;
   int timeout_ms_;
+  absl::Status path_status_;  // CheckSocketPath(socket_path_)
   std::unique_ptr<mooncake::v1::Admin::Stub> stub_;
 };
 

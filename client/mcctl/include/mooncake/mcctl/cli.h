@@ -12,7 +12,10 @@
 // Exit codes (kExit*): 0 success; 1 the daemon answered with an error or the
 // output could not be produced; 2 the daemon could not be reached (one line
 // on stderr: "mcctl: cannot reach mooncaked at PATH (<reason>): is the
-// service running?"); 64 usage error (the problem and the usage on stderr).
+// service running?", or, when this user may not open the socket, the
+// PermissionDenied message of ConnectUnix naming its mode and group and how
+// to be let in); 64 usage error (the problem and the usage on stderr; a
+// socket path longer than a UNIX socket allows is one line, no usage).
 //
 // Thread-safety: RunMcctl reads the environment; otherwise it shares no state
 // between calls.

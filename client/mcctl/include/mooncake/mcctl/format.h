@@ -1,6 +1,11 @@
 // Human-readable renderings of the Admin API replies, one function per mcctl
 // command. Pure functions of the messages (no I/O, no clock), so tests check
 // them directly. Every result ends in '\n'. Thread-safe.
+//
+// Strings from the daemon are shown through EscapeForDisplay
+// (mooncake/common/escape.h): control characters and invalid UTF-8 appear as
+// "\n", "\x1b", ..., never raw. A session's client name is cut at 48 bytes
+// and a member's handle kind at 32 (escaped), ending in "...".
 #pragma once
 
 #include <cstdint>

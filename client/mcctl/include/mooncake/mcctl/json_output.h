@@ -1,11 +1,16 @@
 // JSON renderings of the Admin API replies for `mcctl --json`, the contract
 // scripts and the acceptance checks rely on.
 //
-// Each message is printed by protobuf's JSON printer with proto field names
-// (snake_case) and every primitive field present, so a key never disappears
-// because its value is zero. proto3 JSON prints 64-bit integers as strings
-// ("uptime_ms": "1234"); 32-bit ones (counts such as `sessions`) are numbers.
-// Arrays and extra keys are composed around the printed messages.
+// Each message is printed as protobuf's JSON printer would with proto field
+// names (snake_case) and every primitive field present, so a key never
+// disappears because its value is zero, with one difference: every integer,
+// 64-bit ones included, is a JSON number ("uptime_ms": 1234), where proto3
+// JSON would print 64-bit integers as strings. (A reader that parses numbers
+// as doubles, such as JavaScript, is exact up to 2^53.) Strings are escaped
+// per EscapeForJson (mooncake/common/escape.h): control characters as
+// "\n" or "\u001b", so the output is safe on a terminal and parses back to
+// the daemon's text. Arrays and extra keys are composed around the printed
+// messages.
 //
 // Shapes:
 //   status    object: every DaemonStatus field + "gpus" [Gpu] + "nics" [Nic]
@@ -14,11 +19,12 @@
 //   topo      object: the Topology message
 //   sessions  array of SessionInfo
 //   groups    array of GroupInfo, each with "joined_ranks" [int] (ranks whose
-//             member is neither "left" nor "lost", ascending)
+//             member is neither "left" nor "lost", ascending; the daemon's
+//             "joined" counts the same ranks)
 //
 // Functions return compact JSON (no whitespace); PrettyJson() indents it.
-// Errors: Internal when protobuf refuses to print a message (not expected for
-// well-formed messages). Thread-safe.
+// Errors: Internal when protobuf refuses to print a well-known type (not
+// expected; none is used in the Admin API). Thread-safe.
 #pragma once
 
 #include <string>

@@ -7,8 +7,11 @@
 //   t.AddRow({"0", "NVIDIA H200"});
 //   std::cout << t.Render();
 //
-// Columns are separated by two spaces; lines carry no trailing blanks. Cells
-// are measured in bytes, so non-ASCII text may misalign (the daemon's strings
+// Columns are separated by two spaces; lines carry no trailing blanks. Every
+// cell is shown through EscapeForDisplay (mooncake/common/escape.h), so a
+// value chosen by some client (a session's name, a handle kind) cannot break
+// a row, forge one, or send control sequences to the terminal. Cells are
+// measured in bytes, so non-ASCII text may misalign (the daemon's strings
 // are ASCII). A value type: copyable, not thread-safe.
 #pragma once
 
@@ -26,6 +29,9 @@ class TextTable {
 
   // Right-aligns numbers, for instance. Out-of-range columns are ignored.
   void SetAlignment(std::size_t column, Align align);
+  // Cuts the column's cells to `bytes` once escaped, ending them in "...".
+  // Out-of-range columns are ignored.
+  void SetMaxWidth(std::size_t column, std::size_t bytes);
   // Prefix for every rendered line (e.g. two spaces for a nested table).
   void SetIndent(std::string indent) { indent_ = std::move(indent); }
 
@@ -41,6 +47,7 @@ class TextTable {
  private:
   std::vector<std::string> headers_;
   std::vector<Align> align_;
+  std::vector<std::size_t> max_width_;  // std::string::npos: no limit
   std::vector<std::vector<std::string>> rows_;
   std::string indent_;
 };

@@ -1,0 +1,58 @@
+// GrpcAcceptor: accepts connections on the main socket and hands them to
+// gRPC, under the daemon's admission rules.
+//
+// For each connection: SO_PEERCRED gives the uid, the per-uid and total
+// connection caps are checked (privileged uids are never refused, see
+// AdmissionCounter), the credentials are recorded in the ConnectionTable,
+// then gRPC gets the fd. Once a second the table is swept: ended
+// connections give their admission back, and connections that started no
+// RPC within the handshake deadline are shut down. When the process is out
+// of fds, accepting backs off instead of spinning, with one log line per
+// period. Refusals are logged the same way.
+#pragma once
+
+#include <atomic>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "admission/admission_counter.h"
+#include "admission/rate_limited_log.h"
+#include "mooncake/common/unique_fd.h"
+#include "server/connection_table.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace mooncake::daemon {
+
+class GrpcAcceptor {
+ public:
+  // `table`, `admission` not owned; they outlive this.
+  GrpcAcceptor(UniqueFd listen_fd, ConnectionTable* table, AdmissionCounter* admission,
+               absl::Duration handshake_timeout);
+  ~GrpcAcceptor();
+
+  // Starts the accept thread; `server` must outlive Stop().
+  void Start(grpc::Server* server);
+  // Stops accepting (connections already handed to gRPC are gRPC's).
+  void Stop();
+
+ private:
+  void Loop();
+
+  UniqueFd listen_fd_;
+  UniqueFd wake_read_, wake_write_;
+  ConnectionTable* const table_;
+  AdmissionCounter* const admission_;
+  const absl::Duration handshake_timeout_;
+  grpc::Server* server_ = nullptr;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  absl::Time last_refusal_sweep_ = absl::InfinitePast();
+  RateLimitedLog refused_log_;
+  RateLimitedLog accept_error_log_;
+  RateLimitedLog handshake_log_;
+};
+
+}  // namespace mooncake::daemon

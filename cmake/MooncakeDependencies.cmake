@@ -8,7 +8,6 @@ find_package(PkgConfig REQUIRED)
 if(MOONCAKE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
-pkg_check_modules(SYSTEMD IMPORTED_TARGET libsystemd)
 
 # rdma-core: optional; discovery falls back to sysfs alone without it.
 set(MOONCAKE_HAVE_VERBS OFF)
@@ -45,7 +44,8 @@ if(NOT MOONCAKE_WITH_CUDA STREQUAL "OFF")
     list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    # One shared cudart per process, whatever mix of libraries and kernels.
+    # One shared cudart per process for the CUDA executables (examples, GPU
+    # tests, benchmarks); libmooncake_client itself uses no CUDA runtime.
     set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     set(MOONCAKE_HAVE_CUDA ON)
   elseif(MOONCAKE_WITH_CUDA STREQUAL "ON")

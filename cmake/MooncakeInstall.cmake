@@ -1,8 +1,8 @@
 # Install layout, by component (cmake --install BUILD [--component C]):
 #   runtime      bin/mooncaked, bin/mcctl, bin/device_transport_example,
 #                lib/libmooncake_client.so.<version>
-#   development  include/mooncake/{client,device}/... and the one common header
-#                they include (mooncake/common/unique_fd.h), the
+#   development  include/mooncake/{client,device}/... and the two common headers
+#                they include (mooncake/common/unique_fd.h, export.h), the
 #                libmooncake_client.so link, lib/cmake/Mooncake/ (find_package)
 #                and lib/pkgconfig/mooncake.pc (pkg-config)
 #   tests        GPU tests and benchmarks, bin/rendezvous_bench and

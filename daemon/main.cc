@@ -1,7 +1,10 @@
 // mooncaked: the per-node broker for GPU-initiated communication.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "admission/rate_limited_log.h"
@@ -10,6 +13,7 @@
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
 #include "server/daemon.h"
+#include "server/systemd_watchdog.h"
 
 namespace {
 
@@ -58,6 +62,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  const std::string socket_path = config->socket;
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Create(*std::move(config));
   if (!daemon.ok()) {
     std::cerr << "mooncaked: " << daemon.status().message() << "\n";
@@ -68,12 +73,23 @@ int main(int argc, char** argv) {
     (*daemon)->Shutdown("start failed");
     return 1;
   }
+  // WatchdogSec= in the unit: ping systemd while a self-check through our
+  // own socket passes (server/systemd_watchdog.h).
+  std::unique_ptr<WatchdogPinger> watchdog;
+  if (absl::Duration interval = WatchdogInterval(); interval > absl::ZeroDuration()) {
+    auto check = std::make_shared<SelfCheck>(socket_path, (*daemon)->node().instance_id,
+                                             std::max(interval / 4, absl::Milliseconds(100)));
+    watchdog = std::make_unique<WatchdogPinger>(interval, [check] { return check->Run(); });
+    MC_LOG(kInfo, "systemd watchdog every ", absl::FormatDuration(interval),
+           ": self-check and ping every ", absl::FormatDuration(interval / 2));
+  }
   int sig = 0;
   for (;;) {
     sigwait(&stop, &sig);
     if (sig != SIGHUP) break;
     MC_LOG(kInfo, "SIGHUP ignored: restart the service to apply a new config");
   }
+  watchdog.reset();  // no self-check against a daemon that is shutting down
   (*daemon)->Shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");
   return 0;
 }

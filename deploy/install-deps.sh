@@ -11,9 +11,9 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libibverbs-dev ibverbs-providers
-  libsystemd-dev
   libgtest-dev libgmock-dev
   clang-format git
+  clang-14 libclang-rt-14-dev
 )
 
 check_only=0

@@ -73,7 +73,8 @@ struct Connection {
 
 }  // namespace
 
-class Client::Impl {
+// Internal, though nested in an exported class: not part of the ABI.
+class MOONCAKE_INTERNAL Client::Impl {
  public:
   explicit Impl(ClientOptions options)
       : options_(std::move(options)), path_(ResolveSocketPath(options_.socket_path)) {}

@@ -7,33 +7,30 @@
 #include "absl/strings/str_join.h"
 #include "mooncake/client/daemon_handle_exchange.h"
 #include "mooncake/common/status.h"
-
-#if MOONCAKE_CLIENT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
+#include "mooncake/drivers/cuda_driver.h"
 
 namespace mooncake {
 namespace {
 
-// The UUID ("GPU-...") of the current CUDA device, so the daemon places this
-// rank on its real GPU (P2P reachability comes from that, not from ranks).
+// The UUID ("GPU-...") of the current CUDA device, the one the transport
+// works on, so the daemon places this rank on its real GPU (P2P
+// reachability comes from that, not from ranks).
 absl::StatusOr<std::string> CurrentGpuUuid() {
-#if MOONCAKE_CLIENT_HAVE_CUDA
-  int dev = -1;
-  cudaError_t e = cudaGetDevice(&dev);
-  cudaDeviceProp prop{};
-  if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, dev);
-  if (e != cudaSuccess) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("finding the current CUDA device: ", cudaGetErrorString(e)));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
+  absl::StatusOr<int> ordinal = drivers::CurrentDeviceOrdinal(*drv);
+  if (!ordinal.ok()) {
+    return absl::Status(ordinal.status().code(), absl::StrCat("finding the current CUDA device: ",
+                                                              ordinal.status().message()));
   }
-  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  drivers::CuDevice dev = 0;
+  drivers::CuUuid uuid{};
+  MC_RETURN_IF_ERROR(drivers::CuStatus(*drv, drv->deviceGet(&dev, *ordinal), "cuDeviceGet"));
+  MC_RETURN_IF_ERROR(
+      drivers::CuStatus(*drv, drv->deviceGetUuid(&uuid, dev), "cuDeviceGetUuid (current GPU)"));
+  const unsigned char* b = uuid.bytes;
   return absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
                          b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
                          b[12], b[13], b[14], b[15]);
-#else
-  return absl::FailedPreconditionError("libmooncake_client was built without CUDA");
-#endif
 }
 
 }  // namespace

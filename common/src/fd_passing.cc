@@ -159,7 +159,7 @@ absl::StatusOr<PeerCred> GetPeerCred(int sock) {
   return PeerCred{cred.pid, cred.uid, cred.gid};
 }
 
-absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
+absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path, absl::Duration timeout) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat("socket path too long (", path.size(),
@@ -170,10 +170,21 @@ absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path) {
   if (!fd) return ErrnoStatus(errno, "socket(AF_UNIX)");
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
+  // A full listen backlog (the daemon busy refusing a flood) makes a
+  // blocking connect wait its turn; SO_SNDTIMEO bounds the wait.
+  if (timeout != absl::InfiniteDuration()) {
+    timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
   for (;;) {
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
     if (errno == EINTR) continue;
     int err = errno;
+    if (err == EAGAIN || err == EINPROGRESS) {
+      return absl::UnavailableError(
+          absl::StrCat("mooncaked at ", path, " did not accept the connection within ",
+                       absl::FormatDuration(timeout), ": it is overloaded or not serving"));
+    }
     // The daemon may well be running: say who may connect and how to join.
     if (err == EACCES || err == EPERM) return SocketAccessDenied(path);
     return absl::UnavailableError(absl::StrCat("cannot reach mooncaked at ", path, " (",

@@ -193,8 +193,8 @@ NicDiscoveryResult DiscoverNics(const NicDiscoveryOptions& options) {
   if (!names.ok() || names->empty()) {
     problems.push_back(absl::StrCat(
         "no RDMA NIC: ", class_dir, names.ok() ? " is empty" : " does not exist",
-        " (no RDMA-capable NIC, or its kernel driver, e.g. mlx5_ib, is not loaded); RDMA "
-        "transports are unavailable, the software NIC can still be used"));
+        " (no RDMA-capable NIC, or its kernel driver, e.g. mlx5_ib, is not loaded); GPU "
+        "transfers within this node (NVLink or PCIe P2P) do not need one"));
   } else {
     for (const std::string& name : *names) {
       absl::StatusOr<v1::Nic> nic = ReadNic(options.sysfs_root, name);

@@ -17,22 +17,23 @@ ExportRecord ExportRegistry::Add(uint64_t session, uint32_t uid, int pid, std::s
 absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_view secret,
                                                     uint32_t uid) const {
   absl::MutexLock lock(&mu_);
+  // One answer for "no such export" and "not yours": a different one
+  // would tell another user which (sequential) ids are live.
+  auto unavailable = [id] {
+    return absl::NotFoundError(absl::StrCat(
+        "export ", id,
+        " is not available to this user: it does not exist (its owner exited or withdrew it), "
+        "its secret does not match, or it belongs to another uid (exports are importable only "
+        "by processes of the exporter's uid)"));
+  };
   auto it = exports_.find(id);
-  if (it == exports_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("export ", id, " does not exist: its owner process exited or withdrew it"));
-  }
+  if (it == exports_.end()) return unavailable();
   const ExportRecord& r = it->second;
   unsigned char diff = secret.size() == r.secret.size() ? 0 : 1;
   for (size_t i = 0; i < r.secret.size() && i < secret.size(); ++i) {
     diff |= static_cast<unsigned char>(r.secret[i] ^ secret[i]);
   }
-  if (diff != 0 || r.uid != uid) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("export ", id,
-                     " belongs to another user or the handle is corrupt; exports are "
-                     "importable only by processes of the exporter's uid"));
-  }
+  if (diff != 0 || r.uid != uid) return unavailable();
   return r;
 }
 

@@ -32,6 +32,8 @@ class ExportRegistry {
  public:
   ExportRecord Add(uint64_t session, uint32_t uid, int pid, std::string kind, uint64_t size,
                    FdBundlePtr bundle);
+  // The export when it exists, `secret` matches and `uid` owns it; one
+  // NotFound for every other case, so ids cannot be probed.
   absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid) const;
   void DropSession(uint64_t session);
   size_t CountFor(uint64_t session) const;

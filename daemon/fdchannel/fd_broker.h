@@ -26,7 +26,8 @@
 // Errors: FailedPrecondition for a session that ended, InvalidArgument for a
 // bad kind, ResourceExhausted past kMaxIncomingPerSession or the fd limits
 // (naming the config key), and the
-// TicketStore / ExportRegistry errors (NotFound, PermissionDenied).
+// TicketStore errors (NotFound, PermissionDenied) and ExportRegistry's
+// NotFound (also for another user's export: no oracle for probing ids).
 // Thread-safe.
 #pragma once
 

@@ -130,6 +130,11 @@ absl::Status Daemon::Start() {
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_) return absl::InternalError("gRPC server failed to start");
+  // grpc.health.v1.Health/Check answers SERVING for "" (the server) and for
+  // each service by name; Shutdown() turns them all NOT_SERVING.
+  for (const std::string& name : {v1::Local::service_full_name(), v1::Admin::service_full_name()}) {
+    server_->GetHealthCheckService()->SetServingStatus(name, true);
+  }
 
   if (!config_.peer_listen.empty()) {
     peer_service_ = std::make_unique<PeerService>(&node_);
@@ -167,6 +172,7 @@ void Daemon::Shutdown(const std::string& reason) {
   if (acceptor_) acceptor_->Stop();
   broker_->Shutdown();
   sessions_->Shutdown(reason);
+  if (server_) server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING, watchers told
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (peer_server_)
     peer_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

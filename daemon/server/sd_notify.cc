@@ -1,3 +1,9 @@
+// sd_notify(3) as the documented datagram protocol ("Notification socket"
+// in sd_notify(3), stable since systemd 209), not through libsystemd: the
+// daemon sends READY=1, STATUS=, WATCHDOG=1 and STOPPING=1 and reads
+// $WATCHDOG_USEC (systemd_watchdog.cc); the library would add a build and
+// run-time dependency for those few lines. Abstract socket addresses ("@")
+// are handled; the vsock: addresses of systemd 254+ (used for VMs) are not.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>

@@ -1,19 +1,22 @@
 // CUDA P2pTransport: buffers in GPU memory shared with the other ranks'
 // processes either as cuMem VMM allocations whose POSIX fds travel with the
-// join (or through the HandleExchange), or as legacy cudaIpcMemHandles (64
-// bytes inside the handle). Tables live in device memory; verification runs
-// a kernel that touches every peer through its mapping. Everything else is
+// join (or through the HandleExchange), or as legacy IPC handles (64 bytes
+// inside the handle). Tables live in device memory; verification runs a
+// kernel that touches every peer through its mapping. Everything else is
 // the shared core (p2p_transport_core.h).
 //
-// Driver-API calls go through the one CUDA driver wrapper
-// (mooncake/drivers/cuda_driver.h); runtime calls (tables, copies, legacy
-// IPC, the verification kernel) through the shared cudart.
+// Every CUDA call goes through the one CUDA driver wrapper
+// (mooncake/drivers/cuda_driver.h), resolved at run time: the library links
+// neither libcuda nor the CUDA runtime, so it loads on nodes without either
+// and never brings a second runtime into a process (PyTorch's, the
+// application's). The transport works in the primary context of the
+// caller's current device, the context the CUDA runtime uses, so buffers
+// and tables are the application's device memory. The verification kernel
+// is an embedded fatbin launched with cuLaunchKernel (cuda_verify_kernel.h).
 //
-// Host C++ (g++): only the verification kernel is CUDA code
-// (cuda_verify_kernel.cu).
+// Host C++ (g++, no CUDA headers).
 
-#include <cuda_runtime_api.h>
-
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <utility>
@@ -30,63 +33,62 @@ namespace mooncake {
 namespace device {
 namespace {
 
+using drivers::CuContext;
 using drivers::CudaDriver;
+using drivers::CuDevice;
+using drivers::CuDevicePtr;
+using drivers::CuFunction;
+using drivers::CuModule;
 using drivers::CuStatus;
 using internal::BufferHandle;
 using internal::HandleKind;
 
-absl::StatusCode CodeFor(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return absl::StatusCode::kResourceExhausted;
-    case cudaErrorInvalidValue:
-    case cudaErrorInvalidDevicePointer:
-    case cudaErrorInvalidResourceHandle: return absl::StatusCode::kInvalidArgument;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorPeerAccessUnsupported:
-    case cudaErrorNotSupported: return absl::StatusCode::kFailedPrecondition;
-    default: return absl::StatusCode::kInternal;
-  }
-}
-
-absl::Status CudaStatus(cudaError_t e, absl::string_view what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::Status(
-      CodeFor(e), absl::StrCat(what, ": ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")"));
-}
-
-// Makes `device` current and restores the caller's device when destroyed.
-std::shared_ptr<void> SwitchDevice(int device) {
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess || previous == device) return nullptr;
-  cudaSetDevice(device);
-  return std::shared_ptr<void>(nullptr, [previous](void*) { cudaSetDevice(previous); });
+// Device pointers are 64-bit addresses in the process's unified address
+// space; the core and the device tables hold them as void*.
+void* HostPtr(CuDevicePtr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
+CuDevicePtr DevPtr(const void* p) {
+  return static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
 }
 
 class CudaP2pTransport final : public internal::P2pTransportCore {
  public:
+  // Takes over one reference to the primary context `ctx` of `cu_device`
+  // (released in the destructor).
   CudaP2pTransport(int num_ranks, std::shared_ptr<HandleExchange> exchange,
-                   std::shared_ptr<CudaDriver> driver, int device, HandleKind kind, bool gdr_vmm)
+                   std::shared_ptr<CudaDriver> driver, int device, CuDevice cu_device,
+                   CuContext ctx, HandleKind kind, bool gdr_vmm)
       : P2pTransportCore(num_ranks, std::move(exchange), kind, absl::StrCat("GPU ", device)),
         drv_(std::move(driver)),
         device_(device),
+        cu_device_(cu_device),
+        ctx_(ctx),
         gdr_vmm_(gdr_vmm) {}
 
   ~CudaP2pTransport() override {
-    auto on = EnterPlatform();
-    ReleaseAll();
-    if (d_available_ != nullptr) cudaFree(d_available_);
-    if (d_peer_ptrs_ != nullptr) cudaFree(d_peer_ptrs_);
+    {
+      auto on = EnterPlatform();
+      ReleaseAll();
+      if (d_available_ != 0) drv_->memFree(d_available_);
+      if (d_peer_ptrs_ != 0) drv_->memFree(d_peer_ptrs_);
+      if (module_ != nullptr) drv_->moduleUnload(module_);
+    }
+    drv_->devicePrimaryCtxRelease(cu_device_);
   }
 
   absl::Status Init() {
     auto on = EnterPlatform();
-    MC_RETURN_IF_ERROR(CudaStatus(
-        cudaMalloc(reinterpret_cast<void**>(&d_available_), sizeof(int32_t) * numRanks()),
-        "cudaMalloc(available table)"));
+    MC_RETURN_IF_ERROR(CuStatus(
+        *drv_, drv_->moduleLoadData(&module_, internal::kVerifyKernelImage),
+        absl::StrCat("cuModuleLoadData(verification kernel) on GPU ", device_,
+                     " (the library's kernels were built for another GPU architecture, or for a "
+                     "newer CUDA than this driver supports)")));
     MC_RETURN_IF_ERROR(
-        CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d_peer_ptrs_), sizeof(void*) * numRanks()),
-                   "cudaMalloc(peer pointer table)"));
+        CuStatus(*drv_, drv_->moduleGetFunction(&verify_, module_, internal::kVerifyKernelName),
+                 absl::StrCat("cuModuleGetFunction(", internal::kVerifyKernelName, ")")));
+    MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memAlloc(&d_available_, sizeof(int32_t) * numRanks()),
+                                "cuMemAlloc(available table)"));
+    MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memAlloc(&d_peer_ptrs_, sizeof(void*) * numRanks()),
+                                "cuMemAlloc(peer pointer table)"));
     MC_RETURN_IF_ERROR(PublishTables());
     if (!vmm()) return absl::OkStatus();
     drivers::CuMemAllocationProp prop = AllocationProp();
@@ -98,10 +100,16 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     // Every GPU that can reach this one gets access, so a process driving
     // several GPUs can use the buffer from any of them.
     int count = 0;
-    MC_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceCount(&count), "cudaGetDeviceCount"));
+    MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->deviceGetCount(&count), "cuDeviceGetCount"));
     for (int d = 0; d < count; ++d) {
       int can = d == device_ ? 1 : 0;
-      if (d != device_ && cudaDeviceCanAccessPeer(&can, d, device_) != cudaSuccess) can = 0;
+      CuDevice other = 0;
+      if (d != device_ &&
+          (drv_->deviceGet(&other, d) != drivers::kCudaSuccess ||
+           drv_->deviceGetP2PAttribute(&can, drivers::kCuP2pAttrAccessSupported, other,
+                                       cu_device_) != drivers::kCudaSuccess)) {
+        can = 0;
+      }
       if (can) access_devices_.push_back(d);
     }
     return absl::OkStatus();
@@ -124,7 +132,7 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
   // Reserves address space and maps `handle` read-write for `devices`.
   absl::StatusOr<void*> MapHandle(drivers::CuMemHandle handle, size_t bytes,
                                   const std::vector<int>& devices, absl::string_view who) {
-    drivers::CuDevicePtr va = 0;
+    CuDevicePtr va = 0;
     MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memAddressReserve(&va, bytes, granularity_, 0, 0),
                                 absl::StrCat(who, ": cuMemAddressReserve(", bytes, ")")));
     absl::Status s =
@@ -145,17 +153,24 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       drv_->memAddressFree(va, bytes);
       return s;
     }
-    return reinterpret_cast<void*>(static_cast<uintptr_t>(va));
+    return HostPtr(va);
   }
 
   void UnmapHandle(void* base, size_t bytes) {
-    const auto va = static_cast<drivers::CuDevicePtr>(reinterpret_cast<uintptr_t>(base));
-    drv_->memUnmap(va, bytes);
-    drv_->memAddressFree(va, bytes);
+    drv_->memUnmap(DevPtr(base), bytes);
+    drv_->memAddressFree(DevPtr(base), bytes);
   }
 
   // ---- core hooks ------------------------------------------------------
-  std::shared_ptr<void> EnterPlatform() override { return SwitchDevice(device_); }
+  // Makes this transport's context current for the call and restores the
+  // caller's afterwards (the application may be on another device).
+  std::shared_ptr<void> EnterPlatform() override {
+    CuContext previous = nullptr;
+    if (drv_->ctxGetCurrent(&previous) != drivers::kCudaSuccess || previous == ctx_) return nullptr;
+    drv_->ctxSetCurrent(ctx_);
+    return std::shared_ptr<void>(nullptr,
+                                 [drv = drv_, previous](void*) { drv->ctxSetCurrent(previous); });
+  }
 
   size_t Granularity() const override { return granularity_; }
 
@@ -174,11 +189,17 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       b->base = *base;
       b->alloc_handle = handle;
     } else {
+      CuDevicePtr ptr = 0;
       MC_RETURN_IF_ERROR(
-          CudaStatus(cudaMalloc(&b->base, map_bytes),
-                     absl::StrCat("allocateBuffer: cudaMalloc(", map_bytes, " bytes)")));
+          CuStatus(*drv_, drv_->memAlloc(&ptr, map_bytes),
+                   absl::StrCat("allocateBuffer: cuMemAlloc(", map_bytes, " bytes)")));
+      b->base = HostPtr(ptr);
     }
-    absl::Status s = CudaStatus(cudaMemset(b->base, 0, map_bytes), "allocateBuffer: cudaMemset");
+    // cuMemsetD8 may return before the fill is done: wait, so no peer can
+    // see the old contents after the buffer is handed out.
+    absl::Status s = CuStatus(*drv_, drv_->memsetD8(DevPtr(b->base), 0, map_bytes),
+                              "allocateBuffer: cuMemsetD8");
+    if (s.ok()) s = CuStatus(*drv_, drv_->ctxSynchronize(), "allocateBuffer: cuCtxSynchronize");
     if (!s.ok()) ReleaseMemory(*b);
     return s;
   }
@@ -188,13 +209,12 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       UnmapHandle(b.base, b.map_bytes);
       drv_->memRelease(b.alloc_handle);
     } else {
-      cudaFree(b.base);
+      drv_->memFree(DevPtr(b.base));
     }
   }
 
   absl::Status WriteLocalWord(void* addr, uint64_t value) override {
-    return CudaStatus(cudaMemcpy(addr, &value, sizeof(value), cudaMemcpyHostToDevice),
-                      "cudaMemcpy");
+    return CuStatus(*drv_, drv_->memcpyHtoD(DevPtr(addr), &value, sizeof(value)), "cuMemcpyHtoD");
   }
 
   absl::Status ExportMemory(Buffer& b, std::vector<UniqueFd>* fds, std::string* payload) override {
@@ -208,10 +228,10 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       fds->emplace_back(fd);
       return absl::OkStatus();
     }
-    cudaIpcMemHandle_t ipc{};
+    drivers::CuIpcMemHandle ipc{};
     MC_RETURN_IF_ERROR(
-        CudaStatus(cudaIpcGetMemHandle(&ipc, b.base), "export: cudaIpcGetMemHandle"));
-    payload->assign(reinterpret_cast<const char*>(&ipc), sizeof(ipc));
+        CuStatus(*drv_, drv_->ipcGetMemHandle(&ipc, DevPtr(b.base)), "export: cuIpcGetMemHandle"));
+    payload->assign(ipc.reserved, sizeof(ipc.reserved));
     return absl::OkStatus();
   }
 
@@ -231,26 +251,28 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       drv_->memRelease(handle);
       return base;
     }
-    if (h.payload.size() != sizeof(cudaIpcMemHandle_t)) {
+    // The same 64 bytes cudaIpcGetMemHandle gives: peers built against the
+    // CUDA runtime interoperate.
+    drivers::CuIpcMemHandle ipc{};
+    if (h.payload.size() != sizeof(ipc.reserved)) {
       return absl::InvalidArgumentError(absl::StrCat("legacy IPC payload of ", h.payload.size(),
-                                                     " bytes, expected ",
-                                                     sizeof(cudaIpcMemHandle_t)));
+                                                     " bytes, expected ", sizeof(ipc.reserved)));
     }
-    cudaIpcMemHandle_t ipc{};
-    std::memcpy(&ipc, h.payload.data(), sizeof(ipc));
-    void* base = nullptr;
-    MC_RETURN_IF_ERROR(CudaStatus(
-        cudaIpcOpenMemHandle(&base, ipc, cudaIpcMemLazyEnablePeerAccess),
-        "cudaIpcOpenMemHandle (a process cannot open its own handle; peers must be other "
-        "processes)"));
-    return base;
+    std::memcpy(ipc.reserved, h.payload.data(), sizeof(ipc.reserved));
+    CuDevicePtr base = 0;
+    MC_RETURN_IF_ERROR(CuStatus(
+        *drv_, drv_->ipcOpenMemHandle(&base, ipc, drivers::kCuIpcMemLazyEnablePeerAccess),
+        absl::StrCat("rank ", r,
+                     ": cuIpcOpenMemHandle (a process cannot open its own handle; peers must be "
+                     "other processes)")));
+    return HostPtr(base);
   }
 
   void UnmapMemory(const PeerMapping& p) override {
     if (vmm()) {
       UnmapHandle(p.base, p.map_bytes);
     } else {
-      cudaIpcCloseMemHandle(p.base);
+      drv_->ipcCloseMemHandle(DevPtr(p.base));
     }
   }
 
@@ -263,17 +285,27 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
       v[i].expected_id = targets[i].expected_id;
       v[i].probe_value = targets[i].probe_value;
     }
-    internal::VerifyTarget* d = nullptr;
+    if (v.empty()) return absl::OkStatus();
+    CuDevicePtr d = 0;
     const size_t bytes = sizeof(internal::VerifyTarget) * v.size();
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(&d), bytes), "cudaMalloc"));
-    std::unique_ptr<void, void (*)(void*)> free_d(d, [](void* p) { cudaFree(p); });
+    MC_RETURN_IF_ERROR(CuStatus(*drv_, drv_->memAlloc(&d, bytes), "probe: cuMemAlloc"));
+    std::shared_ptr<void> free_d(nullptr, [drv = drv_, d](void*) { drv->memFree(d); });
     MC_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpy(d, v.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy"));
-    MC_RETURN_IF_ERROR(CudaStatus(
-        static_cast<cudaError_t>(internal::RunVerifyKernel(d, static_cast<int>(v.size()))),
-        "probe kernel"));
+        CuStatus(*drv_, drv_->memcpyHtoD(d, v.data(), bytes), "probe: cuMemcpyHtoD"));
+    int count = static_cast<int>(v.size());
+    void* args[] = {&d, &count};
+    const unsigned blocks = (static_cast<unsigned>(count) + internal::kVerifyKernelThreads - 1) /
+                            internal::kVerifyKernelThreads;
     MC_RETURN_IF_ERROR(
-        CudaStatus(cudaMemcpy(v.data(), d, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy back"));
+        CuStatus(*drv_,
+                 drv_->launchKernel(verify_, blocks, 1, 1, internal::kVerifyKernelThreads, 1, 1, 0,
+                                    nullptr, args, nullptr),
+                 "probe: cuLaunchKernel(verification kernel)"));
+    // A fault while touching a peer's memory surfaces here.
+    MC_RETURN_IF_ERROR(
+        CuStatus(*drv_, drv_->ctxSynchronize(), "probe: cuCtxSynchronize (verification kernel)"));
+    MC_RETURN_IF_ERROR(
+        CuStatus(*drv_, drv_->memcpyDtoH(v.data(), d, bytes), "probe: cuMemcpyDtoH"));
     for (const internal::VerifyTarget& t : v) {
       ProbeResult r;
       r.id_ok = t.result != internal::kVerifyIdMismatch;
@@ -285,25 +317,29 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
     return absl::OkStatus();
   }
 
-  int32_t* TableAvailable() override { return d_available_; }
-  void** TablePeerPtrs() override { return d_peer_ptrs_; }
+  int32_t* TableAvailable() override { return static_cast<int32_t*>(HostPtr(d_available_)); }
+  void** TablePeerPtrs() override { return static_cast<void**>(HostPtr(d_peer_ptrs_)); }
 
   absl::Status PublishTables() override {
-    MC_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(d_available_, hostAvailable().data(),
-                                             sizeof(int32_t) * numRanks(), cudaMemcpyHostToDevice),
-                                  "cudaMemcpy(available table)"));
-    return CudaStatus(cudaMemcpy(d_peer_ptrs_, hostPeerPtrs(), sizeof(void*) * numRanks(),
-                                 cudaMemcpyHostToDevice),
-                      "cudaMemcpy(peer pointer table)");
+    MC_RETURN_IF_ERROR(CuStatus(
+        *drv_, drv_->memcpyHtoD(d_available_, hostAvailable().data(), sizeof(int32_t) * numRanks()),
+        "cuMemcpyHtoD(available table)"));
+    return CuStatus(*drv_,
+                    drv_->memcpyHtoD(d_peer_ptrs_, hostPeerPtrs(), sizeof(void*) * numRanks()),
+                    "cuMemcpyHtoD(peer pointer table)");
   }
 
   const std::shared_ptr<CudaDriver> drv_;
   const int device_;
+  const CuDevice cu_device_;
+  const CuContext ctx_;
   const bool gdr_vmm_;
   size_t granularity_ = 64;
   std::vector<int> access_devices_;
-  int32_t* d_available_ = nullptr;
-  void** d_peer_ptrs_ = nullptr;
+  CuModule module_ = nullptr;
+  CuFunction verify_ = nullptr;
+  CuDevicePtr d_available_ = 0;
+  CuDevicePtr d_peer_ptrs_ = 0;
 };
 
 // Picks the handle kind for `requested` on `device` (see CudaHandleKind).
@@ -332,7 +368,7 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKin
     case CudaHandleKind::kAuto: break;
   }
   if (vmm_ok && have_exchange) return HandleKind::kCudaVmmFd;
-  MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": using legacy cudaIpc handles (",
+  MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": using legacy IPC handles (",
          have_exchange ? "the GPU lacks VMM POSIX-fd handles" : "no HandleExchange given", ")");
   return HandleKind::kCudaIpc;
 }
@@ -345,17 +381,29 @@ absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
     return absl::InvalidArgumentError(
         absl::StrCat("createCudaP2pTransport: num_ranks ", num_ranks, " (must be >= 1)"));
   }
-  int device = -1;
-  MC_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device),
-                                "createCudaP2pTransport: cudaGetDevice (is a GPU visible?)"));
-  // Creates the primary context the driver-API calls work in.
-  MC_RETURN_IF_ERROR(CudaStatus(cudaFree(nullptr), "createCudaP2pTransport: CUDA init"));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<CudaDriver> drv, drivers::LoadCudaDriver());
+  absl::StatusOr<int> device = drivers::CurrentDeviceOrdinal(*drv);
+  if (!device.ok()) {
+    return absl::Status(device.status().code(),
+                        absl::StrCat("createCudaP2pTransport: finding the current GPU: ",
+                                     device.status().message()));
+  }
+  CuDevice cu = 0;
+  MC_RETURN_IF_ERROR(CuStatus(*drv, drv->deviceGet(&cu, *device), "cuDeviceGet"));
+  // The runtime's context on this device (created here if no one has yet,
+  // as the runtime's first call on it would).
+  CuContext ctx = nullptr;
+  MC_RETURN_IF_ERROR(CuStatus(*drv, drv->devicePrimaryCtxRetain(&ctx, cu),
+                              absl::StrCat("cuDevicePrimaryCtxRetain(GPU ", *device, ")")));
   bool gdr_vmm = false;
-  MC_ASSIGN_OR_RETURN(HandleKind chosen,
-                      ChooseKind(*drv, device, kind, exchange != nullptr, &gdr_vmm));
+  absl::StatusOr<HandleKind> chosen =
+      ChooseKind(*drv, *device, kind, exchange != nullptr, &gdr_vmm);
+  if (!chosen.ok()) {
+    drv->devicePrimaryCtxRelease(cu);
+    return chosen.status();
+  }
   auto t = std::make_unique<CudaP2pTransport>(num_ranks, std::move(exchange), std::move(drv),
-                                              device, chosen, gdr_vmm);
+                                              *device, cu, ctx, *chosen, gdr_vmm);
   MC_RETURN_IF_ERROR(t->Init());
   return std::unique_ptr<P2pTransport>(std::move(t));
 }

@@ -1,17 +1,18 @@
 // The GPU side of CudaP2pTransport::verifyPeerAccess: this device's threads
 // read and write each peer's buffer through the very mapping kernels will
 // use, so a peer that passes is reachable by mc_put/mc_signal.
-#include <cuda_runtime.h>
-
+//
+// Built into a fatbin that the library embeds and launches through the
+// driver API (cuda_verify_kernel.h), hence extern "C": the name is looked up
+// with cuModuleGetFunction.
 #include "cuda_verify_kernel.h"
 #include "mooncake/device/platform.h"
 
 namespace mooncake {
 namespace device {
 namespace internal {
-namespace {
 
-__global__ void verifyPeers(VerifyTarget* targets, int count) {
+extern "C" __global__ void mc_verify_peers(VerifyTarget* targets, int count) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= count) return;
   VerifyTarget& t = targets[i];
@@ -28,17 +29,6 @@ __global__ void verifyPeers(VerifyTarget* targets, int count) {
   const uint64_t back = mc_ld_acquire(t.probe_slot);
   t.observed_probe = back;
   t.result = back == t.probe_value ? kVerifyOk : kVerifyProbeMismatch;
-}
-
-}  // namespace
-
-int RunVerifyKernel(VerifyTarget* device_targets, int count) {
-  if (count <= 0) return cudaSuccess;
-  constexpr int kThreads = 128;
-  verifyPeers<<<(count + kThreads - 1) / kThreads, kThreads>>>(device_targets, count);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return e;
-  return cudaDeviceSynchronize();
 }
 
 }  // namespace internal

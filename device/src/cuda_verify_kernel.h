@@ -1,7 +1,11 @@
-// Internal: the peer-verification kernel of the CUDA P2pTransport, behind a
-// plain C++ launcher so the transport itself compiles with g++.
+// Internal: the peer-verification kernel of the CUDA P2pTransport. It is
+// compiled by nvcc into a fatbin (SASS for MOONCAKE_CUDA_ARCHITECTURES plus
+// PTX of the newest, for later GPUs) that is embedded in the library and
+// loaded with the driver API (cuModuleLoadData, cuLaunchKernel): the
+// library needs no CUDA runtime at all. See device/CMakeLists.txt.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace mooncake {
@@ -23,10 +27,14 @@ struct VerifyTarget {
 
 enum VerifyResult : int32_t { kVerifyOk = 0, kVerifyIdMismatch = 1, kVerifyProbeMismatch = 2 };
 
-// Runs the probe on the current device for `count` targets that live in
-// device memory, and waits for it. Returns the cudaError_t (as int) of the
-// launch or of the synchronisation.
-int RunVerifyKernel(VerifyTarget* device_targets, int count);
+// The kernel's (unmangled) name and parameters:
+//   mc_verify_peers(VerifyTarget* targets, int count), one thread per target.
+inline constexpr const char* kVerifyKernelName = "mc_verify_peers";
+inline constexpr unsigned kVerifyKernelThreads = 128;
+
+// The embedded fatbin (generated at build time: cuda_verify_kernel_image.cc).
+extern const unsigned char kVerifyKernelImage[];
+extern const size_t kVerifyKernelImageSize;
 
 }  // namespace internal
 }  // namespace device

@@ -35,7 +35,33 @@ constexpr std::string_view kMethods[] = {"init",
                                          "memAddressFree",
                                          "memRelease",
                                          "memExportToShareableHandle",
-                                         "memImportFromShareableHandle"};
+                                         "memImportFromShareableHandle",
+                                         "ctxGetCurrent",
+                                         "ctxSetCurrent",
+                                         "ctxGetDevice",
+                                         "ctxSynchronize",
+                                         "devicePrimaryCtxRetain",
+                                         "devicePrimaryCtxRelease",
+                                         "memAlloc",
+                                         "memFree",
+                                         "memcpyHtoD",
+                                         "memcpyDtoH",
+                                         "memsetD8",
+                                         "ipcGetMemHandle",
+                                         "ipcOpenMemHandle",
+                                         "ipcCloseMemHandle",
+                                         "moduleLoadData",
+                                         "moduleGetFunction",
+                                         "moduleUnload",
+                                         "launchKernel"};
+
+// One byte per possible GPU: the address of byte i is GPU i's primary
+// context. Never read or written.
+constexpr int kMaxFakeGpus = 256;
+char g_context_tokens[kMaxFakeGpus];
+
+// The calling thread's current context, as the driver keeps it.
+thread_local CuContext t_current_context = nullptr;
 
 void CheckMethod(std::string_view method) {
   if (std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods)) return;
@@ -169,7 +195,36 @@ size_t FakeCudaDriver::liveMappings() const {
   return n;
 }
 
+size_t FakeCudaDriver::liveLinearAllocations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return linear_.size();
+}
+
+int FakeCudaDriver::primaryContextRefs(int ordinal) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = primary_refs_.find(ordinal);
+  return it == primary_refs_.end() ? 0 : it->second;
+}
+
 // --- Helpers (mu_ held) ----------------------------------------------------------
+
+CuContext FakeCudaDriver::primaryContext(int ordinal) const {
+  return reinterpret_cast<CuContext>(&g_context_tokens[ordinal]);
+}
+
+int FakeCudaDriver::ordinalOfContext(CuContext ctx) const {
+  const char* token = reinterpret_cast<const char*>(ctx);
+  if (token < g_context_tokens || token >= g_context_tokens + kMaxFakeGpus) return -1;
+  int ordinal = static_cast<int>(token - g_context_tokens);
+  return ordinal < static_cast<int>(gpus_.size()) ? ordinal : -1;
+}
+
+bool FakeCudaDriver::linearRange(CuDevicePtr ptr, size_t bytes) const {
+  auto it = linear_sizes_.upper_bound(ptr);
+  if (it == linear_sizes_.begin()) return false;
+  --it;
+  return ptr + bytes <= it->first + it->second;
+}
 
 CuResult FakeCudaDriver::enter(std::string_view method) {
   auto count = calls_.find(method);
@@ -540,6 +595,148 @@ CuResult FakeCudaDriver::memImportFromShareableHandle(CuMemHandle* handle, void*
   handles_[*handle] = std::make_shared<Allocation>(own, static_cast<size_t>(st.st_size),
                                                    kCuMemHandleTypePosixFileDescriptor);
   return kCudaSuccess;
+}
+
+// --- Contexts ------------------------------------------------------------------------
+
+CuResult FakeCudaDriver::ctxGetCurrent(CuContext* ctx) {
+  MC_FAKE_ENTER("ctxGetCurrent");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (ctx == nullptr) return kCudaErrorInvalidValue;
+  *ctx = t_current_context;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::ctxSetCurrent(CuContext ctx) {
+  MC_FAKE_ENTER("ctxSetCurrent");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (ctx != nullptr && ordinalOfContext(ctx) < 0) return kCudaErrorInvalidContext;
+  t_current_context = ctx;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::ctxGetDevice(CuDevice* device) {
+  MC_FAKE_ENTER("ctxGetDevice");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (device == nullptr) return kCudaErrorInvalidValue;
+  int ordinal = ordinalOfContext(t_current_context);
+  if (ordinal < 0) return kCudaErrorInvalidContext;
+  *device = kHandleBase + ordinal;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::ctxSynchronize() {
+  MC_FAKE_ENTER("ctxSynchronize");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  return ordinalOfContext(t_current_context) < 0 ? kCudaErrorInvalidContext : kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::devicePrimaryCtxRetain(CuContext* ctx, CuDevice dev) {
+  MC_FAKE_ENTER("devicePrimaryCtxRetain");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  if (ctx == nullptr || ordinalOf(dev) >= kMaxFakeGpus) return kCudaErrorInvalidValue;
+  ++primary_refs_[ordinalOf(dev)];
+  *ctx = primaryContext(ordinalOf(dev));
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::devicePrimaryCtxRelease(CuDevice dev) {
+  MC_FAKE_ENTER("devicePrimaryCtxRelease");
+  if (CuResult r = checkDevice(dev); r != kCudaSuccess) return r;
+  auto it = primary_refs_.find(ordinalOf(dev));
+  if (it == primary_refs_.end() || it->second == 0) return kCudaErrorInvalidContext;
+  if (--it->second == 0) primary_refs_.erase(it);
+  return kCudaSuccess;
+}
+
+// --- Linear memory ----------------------------------------------------------------------
+
+CuResult FakeCudaDriver::memAlloc(CuDevicePtr* ptr, size_t bytes) {
+  MC_FAKE_ENTER("memAlloc");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (ordinalOfContext(t_current_context) < 0) return kCudaErrorInvalidContext;
+  if (ptr == nullptr || bytes == 0) return kCudaErrorInvalidValue;
+  auto memory = std::make_unique<unsigned char[]>(bytes);
+  *ptr = reinterpret_cast<uintptr_t>(memory.get());
+  linear_sizes_[*ptr] = bytes;
+  linear_[*ptr] = std::move(memory);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memFree(CuDevicePtr ptr) {
+  MC_FAKE_ENTER("memFree");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (linear_.erase(ptr) != 1) return kCudaErrorInvalidValue;
+  linear_sizes_.erase(ptr);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) {
+  MC_FAKE_ENTER("memcpyHtoD");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (src == nullptr || (!linearRange(dst, bytes) && reservationFor(dst, bytes) == nullptr)) {
+    return kCudaErrorInvalidValue;
+  }
+  std::memcpy(AsPtr(dst), src, bytes);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) {
+  MC_FAKE_ENTER("memcpyDtoH");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (dst == nullptr || (!linearRange(src, bytes) && reservationFor(src, bytes) == nullptr)) {
+    return kCudaErrorInvalidValue;
+  }
+  std::memcpy(dst, AsPtr(src), bytes);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memsetD8(CuDevicePtr dst, unsigned char value, size_t count) {
+  MC_FAKE_ENTER("memsetD8");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!linearRange(dst, count) && reservationFor(dst, count) == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  std::memset(AsPtr(dst), value, count);
+  return kCudaSuccess;
+}
+
+// --- Legacy IPC, modules, launches: no device code on the host ----------------------------
+
+CuResult FakeCudaDriver::ipcGetMemHandle(CuIpcMemHandle*, CuDevicePtr) {
+  MC_FAKE_ENTER("ipcGetMemHandle");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::ipcOpenMemHandle(CuDevicePtr*, CuIpcMemHandle, unsigned) {
+  MC_FAKE_ENTER("ipcOpenMemHandle");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::ipcCloseMemHandle(CuDevicePtr) {
+  MC_FAKE_ENTER("ipcCloseMemHandle");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::moduleLoadData(CuModule*, const void*) {
+  MC_FAKE_ENTER("moduleLoadData");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::moduleGetFunction(CuFunction*, CuModule, const char*) {
+  MC_FAKE_ENTER("moduleGetFunction");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::moduleUnload(CuModule) {
+  MC_FAKE_ENTER("moduleUnload");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+}
+
+CuResult FakeCudaDriver::launchKernel(CuFunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      unsigned, unsigned, CuStream, void**, void**) {
+  MC_FAKE_ENTER("launchKernel");
+  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
 }
 
 #undef MC_FAKE_ENTER

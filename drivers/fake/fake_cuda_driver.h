@@ -30,7 +30,12 @@
 //                                  the reservation, PROT_NONE until
 //                                  memSetAccess grants read or read-write
 // so a "device pointer" is a host address the test can read and write, and
-// two processes (or two mappings) see each other's stores.
+// two processes (or two mappings) see each other's stores. memAlloc is host
+// memory too (memcpy*/memsetD8 copy and fill it). Contexts: each GPU has one
+// primary context (retain/release counted); the current context is per
+// thread, as with the driver, and shared by every fake in the process.
+// Legacy IPC, modules and kernel launches answer CUDA_ERROR_NOT_SUPPORTED:
+// nothing on the host can run device code.
 //
 // Ownership: the fake owns every allocation, fd and mapping it creates and
 // frees what is left in its destructor. Fds returned by export belong to
@@ -114,6 +119,10 @@ class FakeCudaDriver : public CudaDriver {
   size_t liveHandles() const;
   size_t liveReservations() const;
   size_t liveMappings() const;
+  // memAlloc allocations not yet freed, and primary context references
+  // (retains minus releases) of the GPU with `ordinal`.
+  size_t liveLinearAllocations() const;
+  int primaryContextRefs(int ordinal) const;
 
   // --- CudaDriver ------------------------------------------------------------
 
@@ -144,6 +153,27 @@ class FakeCudaDriver : public CudaDriver {
                                       unsigned long long flags) override;
   CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
                                         int handle_type) override;
+  CuResult ctxGetCurrent(CuContext* ctx) override;
+  CuResult ctxSetCurrent(CuContext ctx) override;
+  CuResult ctxGetDevice(CuDevice* device) override;
+  CuResult ctxSynchronize() override;
+  CuResult devicePrimaryCtxRetain(CuContext* ctx, CuDevice dev) override;
+  CuResult devicePrimaryCtxRelease(CuDevice dev) override;
+  CuResult memAlloc(CuDevicePtr* ptr, size_t bytes) override;
+  CuResult memFree(CuDevicePtr ptr) override;
+  CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) override;
+  CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) override;
+  CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override;
+  CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override;
+  CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) override;
+  CuResult ipcCloseMemHandle(CuDevicePtr ptr) override;
+  CuResult moduleLoadData(CuModule* module, const void* image) override;
+  CuResult moduleGetFunction(CuFunction* function, CuModule module, const char* name) override;
+  CuResult moduleUnload(CuModule module) override;
+  CuResult launchKernel(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                        unsigned block_x, unsigned block_y, unsigned block_z,
+                        unsigned shared_mem_bytes, CuStream stream, void** params,
+                        void** extra) override;
   std::string describe(CuResult r) override;
   std::string source() const override;
 
@@ -165,6 +195,12 @@ class FakeCudaDriver : public CudaDriver {
   CuResult checkDevice(CuDevice dev) const;
   CuResult checkProp(const CuMemAllocationProp* prop) const;
   Reservation* reservationFor(CuDevicePtr ptr, size_t size);
+  // The primary context of GPU `ordinal` (a stable address, never
+  // dereferenced), and the ordinal of a context, or -1.
+  CuContext primaryContext(int ordinal) const;
+  int ordinalOfContext(CuContext ctx) const;
+  // True when [ptr, ptr + bytes) lies inside one memAlloc allocation.
+  bool linearRange(CuDevicePtr ptr, size_t bytes) const;
 
   mutable std::mutex mu_;
   std::vector<FakeGpu> gpus_;
@@ -178,7 +214,10 @@ class FakeCudaDriver : public CudaDriver {
   std::map<std::string, int, std::less<>> calls_;
   CuMemHandle next_handle_ = 1;
   std::map<CuMemHandle, std::shared_ptr<Allocation>> handles_;
-  std::map<CuDevicePtr, Reservation> reservations_;  // by start address
+  std::map<CuDevicePtr, Reservation> reservations_;                 // by start address
+  std::map<int, int> primary_refs_;                                 // ordinal -> retains
+  std::map<CuDevicePtr, std::unique_ptr<unsigned char[]>> linear_;  // by address
+  std::map<CuDevicePtr, size_t> linear_sizes_;
 };
 
 }  // namespace mooncake::drivers

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cuda_entry_points.h"
+#include "mooncake/common/status.h"
 
 namespace mooncake::drivers {
 namespace {
@@ -86,6 +87,49 @@ class RealCudaDriver final : public CudaDriver {
   CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
                                         int handle_type) override {
     return fn_.memImportFromShareableHandle(handle, os_handle, handle_type);
+  }
+
+  CuResult ctxGetCurrent(CuContext* ctx) override { return fn_.ctxGetCurrent(ctx); }
+  CuResult ctxSetCurrent(CuContext ctx) override { return fn_.ctxSetCurrent(ctx); }
+  CuResult ctxGetDevice(CuDevice* device) override { return fn_.ctxGetDevice(device); }
+  CuResult ctxSynchronize() override { return fn_.ctxSynchronize(); }
+  CuResult devicePrimaryCtxRetain(CuContext* ctx, CuDevice dev) override {
+    return fn_.devicePrimaryCtxRetain(ctx, dev);
+  }
+  CuResult devicePrimaryCtxRelease(CuDevice dev) override {
+    return fn_.devicePrimaryCtxRelease(dev);
+  }
+  CuResult memAlloc(CuDevicePtr* ptr, size_t bytes) override { return fn_.memAlloc(ptr, bytes); }
+  CuResult memFree(CuDevicePtr ptr) override { return fn_.memFree(ptr); }
+  CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) override {
+    return fn_.memcpyHtoD(dst, src, bytes);
+  }
+  CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) override {
+    return fn_.memcpyDtoH(dst, src, bytes);
+  }
+  CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override {
+    return fn_.memsetD8(dst, value, count);
+  }
+  CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override {
+    return fn_.ipcGetMemHandle(handle, ptr);
+  }
+  CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) override {
+    return fn_.ipcOpenMemHandle(ptr, handle, flags);
+  }
+  CuResult ipcCloseMemHandle(CuDevicePtr ptr) override { return fn_.ipcCloseMemHandle(ptr); }
+  CuResult moduleLoadData(CuModule* module, const void* image) override {
+    return fn_.moduleLoadData(module, image);
+  }
+  CuResult moduleGetFunction(CuFunction* function, CuModule module, const char* name) override {
+    return fn_.moduleGetFunction(function, module, name);
+  }
+  CuResult moduleUnload(CuModule module) override { return fn_.moduleUnload(module); }
+  CuResult launchKernel(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                        unsigned block_x, unsigned block_y, unsigned block_z,
+                        unsigned shared_mem_bytes, CuStream stream, void** params,
+                        void** extra) override {
+    return fn_.launchKernel(f, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem_bytes,
+                            stream, params, extra);
   }
 
   std::string describe(CuResult r) override {
@@ -246,6 +290,27 @@ absl::StatusCode CuResultCode(CuResult r) {
     case kCudaErrorCompatNotSupportedOnDevice: return absl::StatusCode::kFailedPrecondition;
     default: return absl::StatusCode::kInternal;
   }
+}
+
+absl::StatusOr<int> CurrentDeviceOrdinal(CudaDriver& driver) {
+  MC_RETURN_IF_ERROR(CuStatus(driver, driver.init(0), "cuInit"));
+  CuContext ctx = nullptr;
+  MC_RETURN_IF_ERROR(CuStatus(driver, driver.ctxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  int count = 0;
+  MC_RETURN_IF_ERROR(CuStatus(driver, driver.deviceGetCount(&count), "cuDeviceGetCount"));
+  if (count == 0) {
+    return absl::FailedPreconditionError("no CUDA device is visible (CUDA_VISIBLE_DEVICES?)");
+  }
+  if (ctx == nullptr) return 0;
+  CuDevice current = 0;
+  MC_RETURN_IF_ERROR(CuStatus(driver, driver.ctxGetDevice(&current), "cuCtxGetDevice"));
+  // Handles equal ordinals on the real driver; look the ordinal up anyway.
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CuDevice dev = 0;
+    if (driver.deviceGet(&dev, ordinal) == kCudaSuccess && dev == current) return ordinal;
+  }
+  return absl::InternalError(
+      absl::StrCat("cuCtxGetDevice returned device ", current, ", which no ordinal names"));
 }
 
 absl::Status CuStatus(CudaDriver& driver, CuResult r, std::string_view what) {

@@ -76,6 +76,47 @@
   X(memImportFromShareableHandle, "cuMemImportFromShareableHandle",                                \
     cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle", nullptr, true,               \
     (::mooncake::drivers::CuMemHandle*, void*, int))                                               \
+  X(ctxGetCurrent, "cuCtxGetCurrent", cuCtxGetCurrent, "cuCtxGetCurrent", nullptr, true,           \
+    (::mooncake::drivers::CuContext*))                                                             \
+  X(ctxSetCurrent, "cuCtxSetCurrent", cuCtxSetCurrent, "cuCtxSetCurrent", nullptr, true,           \
+    (::mooncake::drivers::CuContext))                                                              \
+  X(ctxGetDevice, "cuCtxGetDevice", cuCtxGetDevice, "cuCtxGetDevice", nullptr, true,               \
+    (::mooncake::drivers::CuDevice*))                                                              \
+  X(ctxSynchronize, "cuCtxSynchronize", cuCtxSynchronize, "cuCtxSynchronize", nullptr, true, ())   \
+  X(devicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain,                  \
+    "cuDevicePrimaryCtxRetain", nullptr, true,                                                     \
+    (::mooncake::drivers::CuContext*, ::mooncake::drivers::CuDevice))                              \
+  /* _v2 since CUDA 11.0, same signature as the first version. */                                  \
+  X(devicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease,               \
+    "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease", true,                             \
+    (::mooncake::drivers::CuDevice))                                                               \
+  X(memAlloc, "cuMemAlloc", cuMemAlloc, "cuMemAlloc_v2", nullptr, true,                            \
+    (::mooncake::drivers::CuDevicePtr*, size_t))                                                   \
+  X(memFree, "cuMemFree", cuMemFree, "cuMemFree_v2", nullptr, true,                                \
+    (::mooncake::drivers::CuDevicePtr))                                                            \
+  X(memcpyHtoD, "cuMemcpyHtoD", cuMemcpyHtoD, "cuMemcpyHtoD_v2", nullptr, true,                    \
+    (::mooncake::drivers::CuDevicePtr, const void*, size_t))                                       \
+  X(memcpyDtoH, "cuMemcpyDtoH", cuMemcpyDtoH, "cuMemcpyDtoH_v2", nullptr, true,                    \
+    (void*, ::mooncake::drivers::CuDevicePtr, size_t))                                             \
+  X(memsetD8, "cuMemsetD8", cuMemsetD8, "cuMemsetD8_v2", nullptr, true,                            \
+    (::mooncake::drivers::CuDevicePtr, unsigned char, size_t))                                     \
+  X(ipcGetMemHandle, "cuIpcGetMemHandle", cuIpcGetMemHandle, "cuIpcGetMemHandle", nullptr, true,   \
+    (::mooncake::drivers::CuIpcMemHandle*, ::mooncake::drivers::CuDevicePtr))                      \
+  /* _v2 since CUDA 11.0, same signature as the first version. */                                  \
+  X(ipcOpenMemHandle, "cuIpcOpenMemHandle", cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2",           \
+    "cuIpcOpenMemHandle", true,                                                                    \
+    (::mooncake::drivers::CuDevicePtr*, ::mooncake::drivers::CuIpcMemHandle, unsigned int))        \
+  X(ipcCloseMemHandle, "cuIpcCloseMemHandle", cuIpcCloseMemHandle, "cuIpcCloseMemHandle", nullptr, \
+    true, (::mooncake::drivers::CuDevicePtr))                                                      \
+  X(moduleLoadData, "cuModuleLoadData", cuModuleLoadData, "cuModuleLoadData", nullptr, true,       \
+    (::mooncake::drivers::CuModule*, const void*))                                                 \
+  X(moduleGetFunction, "cuModuleGetFunction", cuModuleGetFunction, "cuModuleGetFunction", nullptr, \
+    true, (::mooncake::drivers::CuFunction*, ::mooncake::drivers::CuModule, const char*))          \
+  X(moduleUnload, "cuModuleUnload", cuModuleUnload, "cuModuleUnload", nullptr, true,               \
+    (::mooncake::drivers::CuModule))                                                               \
+  X(launchKernel, "cuLaunchKernel", cuLaunchKernel, "cuLaunchKernel", nullptr, true,               \
+    (::mooncake::drivers::CuFunction, unsigned int, unsigned int, unsigned int, unsigned int,      \
+     unsigned int, unsigned int, unsigned int, ::mooncake::drivers::CuStream, void**, void**))     \
   X(getErrorName, "cuGetErrorName", cuGetErrorName, "cuGetErrorName", nullptr, false,              \
     (::mooncake::drivers::CuResult, const char**))                                                 \
   X(getErrorString, "cuGetErrorString", cuGetErrorString, "cuGetErrorString", nullptr, false,      \

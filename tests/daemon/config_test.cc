@@ -67,6 +67,43 @@ TEST(ParseConfigTextTest, EveryKey) {
   EXPECT_EQ(c.max_sessions_per_uid, 3u);
 }
 
+TEST(ParseConfigTextTest, EveryLimitKeyAndItsRange) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("handshake_timeout_ms = 700\n"
+                              "max_connections_per_uid = 11\n"
+                              "max_connections = 12\n"
+                              "fd_channel_connections_per_uid = 13\n"
+                              "fd_channel_connections = 14\n"
+                              "max_fds_per_uid = 15\n"
+                              "max_fds = 16\n"
+                              "max_ranks_per_uid = 17\n"
+                              "max_waiting_joins_per_uid = 18\n"
+                              "max_view_bytes_per_uid = 8192\n"
+                              "max_join_timeout_ms = 2000\n",
+                              "t", &c)
+                  .ok());
+  EXPECT_EQ(c.handshake_timeout_ms, 700u);
+  EXPECT_EQ(c.max_connections_per_uid, 11u);
+  EXPECT_EQ(c.max_connections, 12u);
+  EXPECT_EQ(c.fd_channel_connections_per_uid, 13u);
+  EXPECT_EQ(c.fd_channel_connections, 14u);
+  EXPECT_EQ(c.max_fds_per_uid, 15u);
+  EXPECT_EQ(c.max_fds, 16u);
+  EXPECT_EQ(c.max_ranks_per_uid, 17u);
+  EXPECT_EQ(c.max_waiting_joins_per_uid, 18u);
+  EXPECT_EQ(c.max_view_bytes_per_uid, 8192u);
+  EXPECT_EQ(c.max_join_timeout_ms, 2000u);
+  // The handshake deadline is "a few seconds" at most by default, and can
+  // be neither 0 (every connection closed) nor unbounded.
+  EXPECT_LE(DaemonConfig{}.handshake_timeout_ms, 5000u);
+  for (const char* bad :
+       {"handshake_timeout_ms = 0", "handshake_timeout_ms = 60001", "max_connections = 0",
+        "max_join_timeout_ms = 999", "max_view_bytes_per_uid = 10"}) {
+    DaemonConfig d;
+    EXPECT_EQ(ParseConfigText(bad, "t", &d).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ParseConfigTextTest, CommentsBlankLinesAndWhitespace) {
   const char* text =
       "# a full-line comment\n"

@@ -42,7 +42,7 @@ TEST(ExportRegistryTest, IdsAndSecretsDiffer) {
   EXPECT_NE(a.id, b.id);
   EXPECT_NE(a.secret, b.secret);
   // One export's secret does not open another.
-  EXPECT_EQ(reg.Lookup(b.id, a.secret, 1000).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.Lookup(b.id, a.secret, 1000).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ExportRegistryTest, SecretMismatch) {
@@ -50,20 +50,33 @@ TEST(ExportRegistryTest, SecretMismatch) {
   ExportRecord r = reg.Add(1, 1000, 1, "memfd", 1, MakeBundle());
   std::string flipped = r.secret;
   flipped[15] = static_cast<char>(flipped[15] ^ 0x01);
-  EXPECT_EQ(reg.Lookup(r.id, flipped, 1000).status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(reg.Lookup(r.id, "", 1000).status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reg.Lookup(r.id, flipped, 1000).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Lookup(r.id, "", 1000).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(reg.Lookup(r.id, r.secret.substr(0, 8), 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(reg.Lookup(r.id, r.secret + "x", 1000).status().code(),
-            absl::StatusCode::kPermissionDenied);
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(reg.Lookup(r.id, r.secret + "x", 1000).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(ExportRegistryTest, WrongUidIsDeniedEvenWithTheSecret) {
   ExportRegistry reg;
   ExportRecord r = reg.Add(1, 1000, 1, "memfd", 1, MakeBundle());
   absl::StatusOr<ExportRecord> got = reg.Lookup(r.id, r.secret, 1001);
-  EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(got.status().message().find("uid"), absl::string_view::npos) << got.status();
+}
+
+// Probing ids must not tell a live export of another user from a missing
+// one: same code, same text (the id aside).
+TEST(ExportRegistryTest, AnotherUsersExportAndNoExportAnswerAlike) {
+  ExportRegistry reg;
+  ExportRecord r = reg.Add(1, 1000, 1, "memfd", 1, MakeBundle());
+  absl::Status theirs = reg.Lookup(r.id, r.secret, 1001).status();
+  absl::Status none = reg.Lookup(r.id + 1, r.secret, 1001).status();
+  EXPECT_EQ(theirs.code(), none.code());
+  std::string a(theirs.message()), b(none.message());
+  a.replace(a.find(std::to_string(r.id)), std::to_string(r.id).size(), "N");
+  b.replace(b.find(std::to_string(r.id + 1)), std::to_string(r.id + 1).size(), "N");
+  EXPECT_EQ(a, b);
 }
 
 TEST(ExportRegistryTest, UnknownIdIsNotFound) {

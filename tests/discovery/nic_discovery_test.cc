@@ -10,6 +10,7 @@ namespace {
 using test_support::FakeSysfs;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 TEST(NicParsingTest, PortState) {
   EXPECT_EQ(ParsePortState("4: ACTIVE"), "ACTIVE");
@@ -166,6 +167,10 @@ TEST_F(NicDiscoveryTest, NoInfinibandClassMeansNoNicsAndANote) {
   EXPECT_THAT(result.nics, IsEmpty());
   EXPECT_THAT(result.note, HasSubstr("no RDMA NIC"));
   EXPECT_THAT(result.note, HasSubstr("class/infiniband does not exist"));
+  // Says what the daemon does without a NIC today: there is no software
+  // NIC or RDMA transport to fall back to, only P2P within the node.
+  EXPECT_THAT(result.note, Not(HasSubstr("software NIC")));
+  EXPECT_THAT(result.note, HasSubstr("within this node (NVLink or PCIe P2P) do not need one"));
 }
 
 TEST_F(NicDiscoveryTest, EmptyInfinibandClassMeansNoNicsAndANote) {

@@ -31,6 +31,16 @@ static_assert(std::is_same_v<CuMemHandle, CUmemGenericAllocationHandle>);
 static_assert(sizeof(CuUuid) == sizeof(CUuuid) && alignof(CuUuid) == alignof(CUuuid));
 static_assert(offsetof(CuUuid, bytes) == offsetof(CUuuid, bytes));
 
+// Opaque driver objects: pointers to incomplete structs, as in cuda.h.
+static_assert(sizeof(CuContext) == sizeof(CUcontext));
+static_assert(sizeof(CuModule) == sizeof(CUmodule));
+static_assert(sizeof(CuFunction) == sizeof(CUfunction));
+static_assert(sizeof(CuStream) == sizeof(CUstream));
+// Passed by value to cuIpcOpenMemHandle: size and alignment decide the ABI.
+static_assert(sizeof(CuIpcMemHandle) == sizeof(CUipcMemHandle));
+static_assert(alignof(CuIpcMemHandle) == alignof(CUipcMemHandle));
+static_assert(sizeof(CuIpcMemHandle) == CU_IPC_HANDLE_SIZE);
+
 // --- Constants -------------------------------------------------------------------
 
 #define MC_SAME_RESULT(ours, theirs) static_assert((ours) == (theirs), #ours " != " #theirs);
@@ -93,6 +103,7 @@ MC_SAME(kCuMemAccessFlagsProtReadWrite, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 MC_SAME(kCuMemAllocGranularityMinimum, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 MC_SAME(kCuMemAllocGranularityRecommended, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 
+MC_SAME(kCuIpcMemLazyEnablePeerAccess, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 MC_SAME(internal::kGetProcAddressDefault, CU_GET_PROC_ADDRESS_DEFAULT);
 MC_SAME(internal::kGetProcAddressSuccess, CU_GET_PROC_ADDRESS_SUCCESS);
 static_assert(internal::kRequestedCudaAbi <= CUDA_VERSION);
@@ -131,11 +142,24 @@ MC_SAME_FIELD(CuMemAccessDesc, CUmemAccessDesc, flags);
 
 // --- Entry points ---------------------------------------------------------------------
 
+// The opaque handles and the by-value IPC handle are ours, not cuda.h's
+// types: each maps to its one counterpart (sizes checked above).
+template <typename Ours, typename Theirs>
+constexpr bool SameOpaqueType() {
+  return (std::is_same_v<Ours, CuContext> && std::is_same_v<Theirs, CUcontext>) ||
+         (std::is_same_v<Ours, CuModule> && std::is_same_v<Theirs, CUmodule>) ||
+         (std::is_same_v<Ours, CuFunction> && std::is_same_v<Theirs, CUfunction>) ||
+         (std::is_same_v<Ours, CuStream> && std::is_same_v<Theirs, CUstream>) ||
+         (std::is_same_v<Ours, CuIpcMemHandle> && std::is_same_v<Theirs, CUipcMemHandle>);
+}
+
 // One parameter (or return) type: the same type; an int where cuda.h has an
 // enum; pointers to types of one size and constness.
 template <typename Ours, typename Theirs>
 constexpr bool SameAbiType() {
-  if constexpr (std::is_pointer_v<Ours> != std::is_pointer_v<Theirs>) {
+  if constexpr (SameOpaqueType<Ours, Theirs>()) {
+    return true;
+  } else if constexpr (std::is_pointer_v<Ours> != std::is_pointer_v<Theirs>) {
     return false;
   } else if constexpr (std::is_pointer_v<Ours>) {
     using O = std::remove_pointer_t<Ours>;

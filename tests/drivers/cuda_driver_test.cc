@@ -183,5 +183,35 @@ TEST(CuStatusTest, MessageNamesTheCallAndTheResult) {
   EXPECT_EQ(CuStatus(cu, 4242, "cuInit").message(), "cuInit: CUDA error 4242 (unknown error code)");
 }
 
+// The device the CUDA runtime would use: the current context's, else 0.
+TEST(CurrentDeviceOrdinalTest, FollowsTheCurrentContextElseDeviceZero) {
+  FakeCudaDriver cu;
+  cu.addGpu(FakeGpu::Hopper(0));
+  cu.addGpu(FakeGpu::Hopper(1));
+  absl::StatusOr<int> none = CurrentDeviceOrdinal(cu);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0) << "no current context: the runtime's default device";
+
+  CuDevice dev1 = 0;
+  ASSERT_EQ(cu.deviceGet(&dev1, 1), kCudaSuccess);
+  CuContext ctx = nullptr;
+  ASSERT_EQ(cu.devicePrimaryCtxRetain(&ctx, dev1), kCudaSuccess);
+  ASSERT_EQ(cu.ctxSetCurrent(ctx), kCudaSuccess);  // as cudaSetDevice(1) does
+  absl::StatusOr<int> one = CurrentDeviceOrdinal(cu);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(*one, 1) << "an ordinal, not the fake's device handle";
+  ASSERT_EQ(cu.ctxSetCurrent(nullptr), kCudaSuccess);
+  ASSERT_EQ(cu.devicePrimaryCtxRelease(dev1), kCudaSuccess);
+  EXPECT_EQ(cu.primaryContextRefs(1), 0);
+}
+
+TEST(CurrentDeviceOrdinalTest, NoGpuIsFailedPrecondition) {
+  FakeCudaDriver cu;
+  absl::StatusOr<int> ordinal = CurrentDeviceOrdinal(cu);
+  EXPECT_EQ(ordinal.status().code(), absl::StatusCode::kFailedPrecondition);
+  cu.setInitResult(kCudaErrorNoDevice);
+  EXPECT_THAT(CurrentDeviceOrdinal(cu).status().message(), HasSubstr("cuInit"));
+}
+
 }  // namespace
 }  // namespace mooncake::drivers

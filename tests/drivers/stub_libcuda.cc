@@ -99,6 +99,35 @@ int cuMemExportToShareableHandle(void*, unsigned long long, int, unsigned long l
   return kNotSupported;
 }
 int cuMemImportFromShareableHandle(unsigned long long*, void*, int) { return kNotSupported; }
+// Contexts, linear memory, legacy IPC, modules and launches: present (the
+// loader requires them) but unsupported, like a driver without a GPU.
+int cuCtxGetCurrent(void** ctx) {
+  *ctx = nullptr;
+  return kSuccess;
+}
+int cuCtxSetCurrent(void*) { return kNotSupported; }
+int cuCtxGetDevice(int*) { return kNotSupported; }
+int cuCtxSynchronize() { return kNotSupported; }
+int cuDevicePrimaryCtxRetain(void**, int) { return kNotSupported; }
+int cuDevicePrimaryCtxRelease_v2(int) { return kNotSupported; }
+int cuMemAlloc_v2(unsigned long long*, size_t) { return kNotSupported; }
+int cuMemFree_v2(unsigned long long) { return kNotSupported; }
+int cuMemcpyHtoD_v2(unsigned long long, const void*, size_t) { return kNotSupported; }
+int cuMemcpyDtoH_v2(void*, unsigned long long, size_t) { return kNotSupported; }
+int cuMemsetD8_v2(unsigned long long, unsigned char, size_t) { return kNotSupported; }
+struct IpcHandle {
+  char reserved[64];
+};
+int cuIpcGetMemHandle(IpcHandle*, unsigned long long) { return kNotSupported; }
+int cuIpcOpenMemHandle_v2(unsigned long long*, IpcHandle, unsigned int) { return kNotSupported; }
+int cuIpcCloseMemHandle(unsigned long long) { return kNotSupported; }
+int cuModuleLoadData(void**, const void*) { return kNotSupported; }
+int cuModuleGetFunction(void**, void*, const char*) { return kNotSupported; }
+int cuModuleUnload(void*) { return kNotSupported; }
+int cuLaunchKernel(void*, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                   unsigned int, unsigned int, void*, void**, void**) {
+  return kNotSupported;
+}
 int cuGetErrorName(int error, const char** name) {
   if (error != kNotSupported) return kInvalidValue;  // as the driver does for unknown codes
   *name = "CUDA_ERROR_NOT_SUPPORTED";

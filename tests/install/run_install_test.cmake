@@ -32,7 +32,7 @@ endfunction()
 
 set(runtime_bin "^bin/(mooncaked|mcctl|device_transport_example)$")
 set(runtime_lib "^${LIBDIR}/libmooncake_client\\.so\\.[0-9.]+$")
-set(dev_files "^(include/mooncake/(client|device)/.*|include/mooncake/common/unique_fd\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
+set(dev_files "^(include/mooncake/(client|device)/.*|include/mooncake/common/(unique_fd|export)\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
 
 # 1. The whole install, as `cmake --install build` does it.
 install_tree(${prefix} all)
@@ -41,10 +41,10 @@ require(${prefix} bin/mooncaked bin/mcctl bin/device_transport_example ${LIBDIR}
   ${LIBDIR}/pkgconfig/mooncake.pc
   include/mooncake/client/client.h include/mooncake/client/communicator.h
   include/mooncake/device/comm_device.h include/mooncake/device/device_transport.h
-  include/mooncake/common/unique_fd.h)
+  include/mooncake/common/unique_fd.h include/mooncake/common/export.h)
 # common/'s internal headers (status helpers, logging, gRPC status mapping,
 # fd passing, paths, the generated version): the public headers include
-# unique_fd.h only.
+# unique_fd.h and export.h only.
 foreach(h status.h log.h grpc_status.h fd_passing.h paths.h version.h)
   if(EXISTS ${prefix}/include/mooncake/common/${h})
     fail("internal header include/mooncake/common/${h} is installed")
@@ -53,8 +53,8 @@ endforeach()
 foreach(f IN LISTS all)
   if(f MATCHES "\\.a$")
     fail("static library ${f} is installed")
-  elseif(f MATCHES "^include/mooncake/common/" AND NOT f STREQUAL "include/mooncake/common/unique_fd.h")
-    fail("internal header ${f} is installed (of common/, only unique_fd.h is public)")
+  elseif(f MATCHES "^include/mooncake/common/" AND NOT f MATCHES "^include/mooncake/common/(unique_fd|export)\\.h$")
+    fail("internal header ${f} is installed (of common/, only unique_fd.h and export.h are public)")
   elseif(NOT INSTALL_TESTS AND (f MATCHES "^bin/" AND NOT f MATCHES "${runtime_bin}" OR f MATCHES "^share/mooncake/gpu/"))
     fail("${f} (a test or benchmark) is installed without MOONCAKE_INSTALL_TESTS")
   endif()

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <grpcpp/grpcpp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "mooncake/common/fd_passing.h"
+#include "mooncake/v1/local.grpc.pb.h"
 
 namespace mooncake::testing {
 
@@ -38,8 +40,72 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Child Child::Spawn(const std::vector<std::string>& argv, int uid,
-                   const std::vector<std::string>& env) {
+namespace {
+
+// Binaries another uid runs, copied where that uid can reach them: the
+// checkout may sit under a directory only its owner can traverse (a clone
+// in a `mktemp -d` folder). The build's shared libraries come along, found
+// through LD_LIBRARY_PATH when the binary's RPATH is unreachable. Removed
+// when the test process exits.
+class StagingDir {
+ public:
+  StagingDir() {
+    char tmpl[] = "/tmp/mcstage-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+    ::chmod(path_.c_str(), 0755);
+    std::error_code ec;
+    std::filesystem::path lib = std::filesystem::path(BinDir()).parent_path() / "lib";
+    std::filesystem::create_directory(path_ + "/lib", ec);
+    ::chmod((path_ + "/lib").c_str(), 0755);
+    if (std::filesystem::is_directory(lib, ec)) {
+      for (const auto& e : std::filesystem::directory_iterator(lib, ec)) {
+        if (e.path().filename().string().find(".so") == std::string::npos) continue;
+        std::filesystem::copy(e.path(), path_ + "/lib/" + e.path().filename().string(),
+                              std::filesystem::copy_options::copy_symlinks |
+                                  std::filesystem::copy_options::overwrite_existing,
+                              ec);
+      }
+    }
+  }
+  ~StagingDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  // The staged copy of `binary` (made once), world-executable.
+  std::string Stage(const std::string& binary) {
+    std::string dst = path_ + "/" + std::filesystem::path(binary).filename().string();
+    std::error_code ec;
+    if (!std::filesystem::exists(dst, ec)) {
+      std::filesystem::copy_file(binary, dst, ec);
+      ::chmod(dst.c_str(), 0755);
+    }
+    return dst;
+  }
+  std::string lib() const { return path_ + "/lib"; }
+
+ private:
+  std::string path_;
+};
+
+StagingDir& Staging() {
+  static StagingDir dir;
+  return dir;
+}
+
+}  // namespace
+
+std::string StagedForOtherUids(const std::string& binary) { return Staging().Stage(binary); }
+
+Child Child::Spawn(const std::vector<std::string>& original_argv, int uid,
+                   const std::vector<std::string>& original_env) {
+  std::vector<std::string> argv = original_argv;
+  std::vector<std::string> env = original_env;
+  if (uid >= 0 && !argv.empty()) {
+    // Only the build's own binaries; system ones (/bin/sh) are reachable.
+    if (argv[0].rfind(BinDir() + "/", 0) == 0) argv[0] = Staging().Stage(argv[0]);
+    env.push_back("LD_LIBRARY_PATH=" + Staging().lib());
+  }
   int out[2], in[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(in, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe2 failed");
@@ -173,7 +239,16 @@ DaemonProcess::DaemonProcess(const std::string& dir, std::vector<std::string> ex
   child_ = Child::Spawn(argv);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
-    if (ConnectUnix(socket_).ok()) return;
+    // The socket is bound before the daemon serves (and before its peer
+    // port opens): wait for an answered RPC, not a connect.
+    if (ConnectUnix(socket_).ok()) {
+      auto stub = v1::Local::NewStub(
+          grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      v1::HelloResponse resp;
+      if (stub->Hello(&ctx, v1::HelloRequest(), &resp).ok()) return;
+    }
     if (child_.Wait(0) >= 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

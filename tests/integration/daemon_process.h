@@ -14,6 +14,11 @@ namespace mooncake::testing {
 // Folder with the built binaries (mooncaked, mcctl, test helpers).
 std::string BinDir();
 
+// A copy of `binary` (one of the build's) that any uid can execute, for
+// command lines another uid runs through a shell. Child::Spawn stages
+// argv[0] by itself.
+std::string StagedForOtherUids(const std::string& binary);
+
 class TempDir {
  public:
   TempDir();
@@ -28,7 +33,9 @@ class TempDir {
 class Child {
  public:
   Child() = default;
-  // argv[0] is a path. `uid` >= 0: drop to that uid/gid before exec.
+  // argv[0] is a path. `uid` >= 0: drop to that uid/gid before exec, and
+  // run a copy of argv[0] staged where any uid can reach it (so the test
+  // passes wherever the tree is cloned).
   static Child Spawn(const std::vector<std::string>& argv, int uid = -1,
                      const std::vector<std::string>& env = {});
   Child(Child&& o) noexcept;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "mooncake/v1/admin.grpc.pb.h"
 #include "mooncake/v1/local.grpc.pb.h"
@@ -40,9 +41,11 @@ inline v1::DaemonStatus GetStatus(const std::string& socket) {
 }
 
 // Sends `bytes` as the request of unary `method` ("/pkg.Service/Method")
-// without any schema, as a fuzzer or a stale client would.
+// without any schema, as a fuzzer or a stale client would; the response's
+// bytes go to `response` when given.
 inline grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
-                                 const std::string& method, const std::string& bytes) {
+                                 const std::string& method, const std::string& bytes,
+                                 std::string* response_bytes = nullptr) {
   grpc::GenericStub stub(channel);
   grpc::CompletionQueue cq;
   grpc::ClientContext ctx;
@@ -60,6 +63,15 @@ inline grpc::Status RawUnaryCall(const std::shared_ptr<grpc::Channel>& channel,
   cq.Next(&tag, &ok);
   cq.Shutdown();
   while (cq.Next(&tag, &ok)) {
+  }
+  if (response_bytes != nullptr) {
+    response_bytes->clear();
+    std::vector<grpc::Slice> slices;
+    if (status.ok() && response.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) {
+        response_bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
+      }
+    }
   }
   return status;
 }

@@ -1,5 +1,6 @@
 #include "mooncake/mcctl/admin_client.h"
 
+#include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/fd_passing.h"
 #include "mooncake/common/grpc_status.h"
 
 namespace mooncake::mcctl {
@@ -54,8 +56,20 @@ AdminClient::AdminClient(std::string socket_path, int timeout_ms)
   // gRPC logs its own error lines for a path it cannot parse; never give it one.
   path_status_ = CheckSocketPath(socket_path_);
   if (!path_status_.ok()) return;
-  auto channel =
-      grpc::CreateChannel(absl::StrCat("unix:", socket_path_), grpc::InsecureChannelCredentials());
+  // Connected here, not by gRPC: a blocking connect waits its turn in the
+  // listen backlog while another user floods the socket (gRPC's
+  // non-blocking connect fails at once with EAGAIN then), and a refusal
+  // gets ConnectUnix's precise message (permissions, mode, group).
+  absl::StatusOr<UniqueFd> fd = ConnectUnix(socket_path_, absl::Milliseconds(timeout_ms_));
+  if (!fd.ok()) {
+    path_status_ = fd.status();
+    return;
+  }
+  if (absl::Status s = SetNonBlocking(fd->get()); !s.ok()) {
+    path_status_ = s;
+    return;
+  }
+  auto channel = grpc::CreateInsecureChannelFromFd("mooncaked", fd->release());
   stub_ = v1::Admin::NewStub(channel);
 }
 

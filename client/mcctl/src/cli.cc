@@ -27,6 +27,9 @@ struct Failure {
 };
 
 Failure FailureFrom(const AdminClient& client, absl::string_view rpc, const absl::Status& st) {
+  if (absl::IsPermissionDenied(client.connect_status())) {
+    return {kExitUnreachable, absl::StrCat("mcctl: ", client.connect_status().message())};
+  }
   if (AdminClient::IsUnreachable(st)) {
     // gRPC reports a socket this user may not open as UNAVAILABLE; the
     // daemon is likely running, so say how to be let in instead.

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "mooncake/common/export.h"
 #include "mooncake/common/unique_fd.h"
 
 namespace mooncake {
@@ -108,7 +109,7 @@ struct SessionEvent {
   int pid = 0;
   std::string detail;
 };
-const char* SessionEventKindName(SessionEvent::Kind kind);
+MOONCAKE_API const char* SessionEventKindName(SessionEvent::Kind kind);
 
 struct HelloInfo {
   uint32_t protocol_version = 0;
@@ -125,7 +126,7 @@ struct FdExport {
   std::string secret;  // 16 bytes; whoever holds it (same uid) may import
 };
 
-class Client {
+class MOONCAKE_API Client {
  public:
   // Connects, checks the protocol version and opens a session. Unavailable
   // with an actionable message when no daemon answers on the socket;

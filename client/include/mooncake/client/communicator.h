@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "mooncake/client/client.h"
+#include "mooncake/common/export.h"
 #include "mooncake/device/contexts_device.h"
 #include "mooncake/device/device_transport.h"
 
@@ -40,7 +41,7 @@ namespace mooncake {
 
 enum class Platform { kHost, kCuda };
 // "host" / "cuda" -> Platform; InvalidArgument otherwise.
-absl::StatusOr<Platform> ParsePlatform(const std::string& name);
+MOONCAKE_API absl::StatusOr<Platform> ParsePlatform(const std::string& name);
 
 // How buffer handles travel (see device_transport.h). kJoin is the product
 // route; kExportImport is the upstream exportIpcHandle/importPeerHandles
@@ -63,7 +64,7 @@ struct CommunicatorOptions {
   HandleRoute handle_route = HandleRoute::kJoin;
 };
 
-class Communicator {
+class MOONCAKE_API Communicator {
  public:
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(CommunicatorOptions options);
   ~Communicator();

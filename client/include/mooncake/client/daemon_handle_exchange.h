@@ -14,11 +14,12 @@
 #include <memory>
 
 #include "mooncake/client/client.h"
+#include "mooncake/common/export.h"
 #include "mooncake/device/device_transport.h"
 
 namespace mooncake {
 
-class DaemonHandleExchange final : public device::HandleExchange {
+class MOONCAKE_API DaemonHandleExchange final : public device::HandleExchange {
  public:
   // `client` must outlive this object.
   explicit DaemonHandleExchange(Client* client) : client_(client) {}

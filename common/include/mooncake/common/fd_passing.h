@@ -48,7 +48,9 @@ absl::StatusOr<PeerCred> GetPeerCred(int sock);
 // path: PermissionDenied (EACCES/EPERM) with the socket's mode and group and
 // how to be let in (socket_access.h); InvalidArgument for a path too long
 // for sun_path; Unavailable otherwise (the daemon is probably not running).
-absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path);
+// `timeout` bounds the wait for a full listen backlog (Unavailable after it).
+absl::StatusOr<UniqueFd> ConnectUnix(const std::string& path,
+                                     absl::Duration timeout = absl::InfiniteDuration());
 
 // Sets O_NONBLOCK (gRPC needs it on fds handed to it).
 absl::Status SetNonBlocking(int fd);

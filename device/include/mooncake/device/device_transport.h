@@ -45,6 +45,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "mooncake/common/export.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/device/contexts_device.h"
 
@@ -62,7 +63,7 @@ namespace device {
 // Thread-safety: implementations must allow concurrent calls (several
 // transports may share one exchange).
 // ---------------------------------------------------------------------------
-class HandleExchange {
+class MOONCAKE_API HandleExchange {
  public:
   // Largest export name exportFds may return: what fits in a P2P handle.
   static constexpr size_t kMaxExportedBytes = 40;
@@ -123,7 +124,7 @@ struct PeerBuffer {
 // read the tables concurrently with anything except importPeerHandles,
 // verifyPeerAccess and destruction.
 // ---------------------------------------------------------------------------
-class P2pTransport {
+class MOONCAKE_API P2pTransport {
  public:
   virtual ~P2pTransport() = default;
 
@@ -141,7 +142,8 @@ class P2pTransport {
   // The handle peers need to map `ptr` (a pointer allocateBuffer returned):
   // 128 bytes (32 int32) for every kind: {magic, version, kind, size, buffer
   // id, node key, payload}; the payload names the fds published through the
-  // HandleExchange, or holds the 64-byte cudaIpcMemHandle. Empty on failure.
+  // HandleExchange, or holds the 64-byte legacy IPC handle
+  // (cuIpcGetMemHandle). Empty on failure.
   virtual std::vector<int32_t> exportIpcHandle(void* ptr) = 0;
 
   // Maps every active peer's buffer and fills the tables. `local_ptr` is this
@@ -218,7 +220,7 @@ struct RdmaLocalMetadata {
   std::vector<int32_t> lids;
 };
 
-class RdmaTransport {
+class MOONCAKE_API RdmaTransport {
  public:
   virtual ~RdmaTransport() = default;
 
@@ -257,7 +259,7 @@ class RdmaTransport {
 // group join (exportLocal / mapPeers), or through `exchange` for the
 // upstream exportIpcHandle / importPeerHandles pair (without an exchange
 // those two fail with FailedPrecondition). InvalidArgument for num_ranks < 1.
-absl::StatusOr<std::unique_ptr<P2pTransport>> createHostP2pTransport(
+MOONCAKE_API absl::StatusOr<std::unique_ptr<P2pTransport>> createHostP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange);
 
 // Which CUDA sharing mechanism createCudaP2pTransport uses.
@@ -277,7 +279,7 @@ enum class CudaHandleKind {
 // Tables live in device memory. FailedPrecondition when the build has no
 // CUDA, no GPU is visible, or the requested kind is unsupported;
 // InvalidArgument for num_ranks < 1 or kVmmPosixFd without an exchange.
-absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
+MOONCAKE_API absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange,
     CudaHandleKind kind = CudaHandleKind::kAuto);
 

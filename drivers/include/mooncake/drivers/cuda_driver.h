@@ -1,12 +1,11 @@
 // The CUDA driver API behind one interface, loaded at run time.
 //
-// Every part of Mooncake that talks to the CUDA driver (GPU discovery in
-// mooncaked, the VMM buffers of the CUDA P2pTransport) does it through a
-// `CudaDriver`: the real one resolves libcuda.so.1 once per process with
-// dlopen, so nothing links libcuda and every binary still starts (and says
-// "no NVIDIA driver") on a machine without one; tests hand code a
-// `FakeCudaDriver` (drivers/fake/) instead, so discovery and VMM buffer
-// handling run in CI without a GPU.
+// Every part of Mooncake that talks to CUDA (GPU discovery in mooncaked,
+// everything the CUDA P2pTransport does: contexts, buffers, legacy IPC
+// handles, the verification kernel) does it through a `CudaDriver`: the real one resolves
+// libcuda.so.1 once per process with dlopen, so nothing links libcuda and every binary still starts
+// (and says "no NVIDIA driver") on a machine without one; tests hand code a `FakeCudaDriver`
+// (drivers/fake/) instead, so discovery and VMM buffer handling run in CI without a GPU.
 //
 //   absl::StatusOr<std::shared_ptr<mooncake::drivers::CudaDriver>> driver =
 //       mooncake::drivers::LoadCudaDriver();
@@ -63,6 +62,21 @@ using CuDevicePtr = unsigned long long;  // CUdeviceptr (64-bit builds)
 using CuMemHandle = unsigned long long;  // CUmemGenericAllocationHandle
 struct CuUuid {                          // CUuuid
   unsigned char bytes[16];
+};
+// Opaque driver objects (CUcontext, CUmodule, CUfunction, CUstream): cuda.h
+// declares each as a pointer to an incomplete struct; so do we.
+struct CuContextOpaque;
+struct CuModuleOpaque;
+struct CuFunctionOpaque;
+struct CuStreamOpaque;
+using CuContext = CuContextOpaque*;
+using CuModule = CuModuleOpaque*;
+using CuFunction = CuFunctionOpaque*;
+using CuStream = CuStreamOpaque*;  // nullptr: the context's default stream
+// CUipcMemHandle: 64 opaque bytes naming a cuMemAlloc allocation to another
+// process (legacy IPC; passed by value as the driver takes it).
+struct CuIpcMemHandle {
+  char reserved[64];
 };
 
 // CUresult values.
@@ -121,6 +135,8 @@ inline constexpr int kCuMemAccessFlagsProtRead = 1;
 inline constexpr int kCuMemAccessFlagsProtReadWrite = 3;
 inline constexpr int kCuMemAllocGranularityMinimum = 0;
 inline constexpr int kCuMemAllocGranularityRecommended = 1;
+// CUipcMem_flags: cuIpcOpenMemHandle enables peer access on demand.
+inline constexpr unsigned kCuIpcMemLazyEnablePeerAccess = 1;
 
 // CUmemLocation: where memory lives (`type` kCuMemLocationTypeDevice, `id`
 // the device ordinal).
@@ -195,6 +211,38 @@ class CudaDriver {
   virtual CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,
                                                 int handle_type) = 0;
 
+  // Contexts. The CUDA runtime works in each device's primary context and
+  // makes it current on cudaSetDevice(); code that shares a process with
+  // runtime users (PyTorch, the application's kernels) retains the primary
+  // context too, so both see the same memory.
+  virtual CuResult ctxGetCurrent(CuContext* ctx) = 0;
+  virtual CuResult ctxSetCurrent(CuContext ctx) = 0;
+  virtual CuResult ctxGetDevice(CuDevice* device) = 0;
+  virtual CuResult ctxSynchronize() = 0;
+  virtual CuResult devicePrimaryCtxRetain(CuContext* ctx, CuDevice dev) = 0;
+  virtual CuResult devicePrimaryCtxRelease(CuDevice dev) = 0;
+
+  // Linear device memory in the current context and synchronous copies.
+  virtual CuResult memAlloc(CuDevicePtr* ptr, size_t bytes) = 0;
+  virtual CuResult memFree(CuDevicePtr ptr) = 0;
+  virtual CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) = 0;
+  virtual CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) = 0;
+  virtual CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) = 0;
+
+  // Legacy IPC: a memAlloc allocation named to other processes by 64 bytes.
+  virtual CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) = 0;
+  virtual CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) = 0;
+  virtual CuResult ipcCloseMemHandle(CuDevicePtr ptr) = 0;
+
+  // Modules and kernel launch (`image`: a cubin, fatbin or PTX in memory).
+  virtual CuResult moduleLoadData(CuModule* module, const void* image) = 0;
+  virtual CuResult moduleGetFunction(CuFunction* function, CuModule module, const char* name) = 0;
+  virtual CuResult moduleUnload(CuModule module) = 0;
+  virtual CuResult launchKernel(CuFunction f, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                                unsigned block_x, unsigned block_y, unsigned block_z,
+                                unsigned shared_mem_bytes, CuStream stream, void** params,
+                                void** extra) = 0;
+
   // "CUDA_ERROR_INVALID_VALUE (invalid argument)"; works for unknown codes
   // too ("CUDA error 12345 (unknown error code)").
   virtual std::string describe(CuResult r) = 0;
@@ -235,6 +283,13 @@ absl::Status CuStatus(CudaDriver& driver, CuResult r, std::string_view what);
 
 // The canonical code CuStatus uses for `r` (kOk for kCudaSuccess).
 absl::StatusCode CuResultCode(CuResult r);
+
+// The device the calling thread works on, as the CUDA runtime sees it: the
+// device of the current context, or ordinal 0 (the runtime's default) when
+// no context is current. Since CUDA 12.0 cudaSetDevice() makes the device's
+// primary context current at once, so this follows the application's
+// cudaSetDevice / torch.cuda.set_device. Calls init(0) first.
+absl::StatusOr<int> CurrentDeviceOrdinal(CudaDriver& driver);
 
 // "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)" from a table
 // of the results declared above, without asking a driver; for unknown codes

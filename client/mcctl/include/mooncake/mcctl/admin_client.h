@@ -38,6 +38,8 @@ class AdminClient {
   absl::StatusOr<mooncake::v1::ListGroupsResponse> ListGroups();
 
   const std::string& socket_path() const { return socket_path_; }
+  // Why no RPC could be sent (bad path, refused connect); OK when connected.
+  const absl::Status& connect_status() const { return path_status_; }
   int timeout_ms() const { return timeout_ms_; }
 
   // Whether `status` (from one of the calls above) means the daemon was not
@@ -52,7 +54,7 @@ class AdminClient {
  private:
   std::string socket_path_;
   int timeout_ms_;
-  absl::Status path_status_;  // CheckSocketPath(socket_path_)
+  absl::Status path_status_;  // CheckSocketPath, then the connect
   std::unique_ptr<mooncake::v1::Admin::Stub> stub_;
 };
 

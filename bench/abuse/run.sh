@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Abuse benchmark: the outside review's attacks at their scale, against one
+# mooncaked build, measured from /proc the same way for every build.
+#
+#   bench/abuse/run.sh BIN_DIR [LABEL]
+#
+# BIN_DIR holds mooncaked, mcctl, mc_abuse (tests/integration) and mc_test_client (for a build
+# before the fix, copy its bin/ and lib/ aside first; mc_abuse may come from
+# the new build: it only speaks the wire protocol). Needs root: the attacker
+# runs as nobody (65534), the victims as root and uid 1, as on a shared node.
+# Prints one "name value" line per figure; bench/results/*-abuse.md holds
+# the before/after table.
+set -euo pipefail
+BIN=$(cd "$1" && pwd)
+LABEL=${2:-run}
+ABUSE=${MC_ABUSE:-$BIN/mc_abuse}
+[[ $(id -u) == 0 ]] || { echo "run.sh: needs root (attacks run as nobody)" >&2; exit 64; }
+WORK=$(mktemp -d /tmp/mc_abuse_bench.XXXXXX)
+chmod 0755 "$WORK"
+# Stage what other uids run where they can reach it.
+mkdir -p "$WORK/bin"
+cp "$ABUSE" "$WORK/bin/mc_abuse"
+cp "$BIN/mc_test_client" "$WORK/bin/" 2>/dev/null || true
+[[ -d "$BIN/../lib" ]] && cp -a "$BIN/../lib" "$WORK/lib"
+chmod -R a+rX "$WORK"
+SOCK=$WORK/run/mooncaked.sock
+DAEMON_PID=
+cleanup() {
+  [[ -n "$DAEMON_PID" ]] && kill "$DAEMON_PID" 2>/dev/null && wait "$DAEMON_PID" 2>/dev/null
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+as_nobody() { timeout 180 setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+rss_kb() { awk '/^VmRSS/ {print $2}' /proc/$DAEMON_PID/status; }
+fds() { ls /proc/$DAEMON_PID/fd | wc -l; }
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' /proc/$DAEMON_PID/stat; }
+# Peak RSS and fd count while a command runs (sampled every 50 ms).
+sample_start() {
+  : >"$WORK/samples"
+  ( while kill -0 "$DAEMON_PID" 2>/dev/null; do
+      echo "$(rss_kb) $(fds)" >>"$WORK/samples"; sleep 0.05
+    done ) &
+  SAMPLER=$!
+}
+sample_stop() {
+  kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null || true
+  PEAK_RSS=$(awk 'BEGIN{m=0} $1>m{m=$1} END{print m}' "$WORK/samples")
+  PEAK_FDS=$(awk 'BEGIN{m=0} $2>m{m=$2} END{print m}' "$WORK/samples")
+}
+start_daemon() {
+  "$BIN/mooncaked" --socket "$SOCK" --socket-mode 0666 --node-id bench "$@" \
+    >"$WORK/daemon.log" 2>&1 &
+  DAEMON_PID=$!
+  for _ in $(seq 100); do [[ -S "$SOCK" ]] && break; sleep 0.05; done
+  sleep 0.3
+}
+stop_daemon() { kill "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null || true; DAEMON_PID=; }
+fig() { printf '%s %s %s\n' "$LABEL" "$1" "$2"; }
+
+# A1: 6400 fds in one fd-channel frame (100 bytes x 64 fds), on 2
+# connections at once, each frame held incomplete for 1.5 s.
+start_daemon
+fig idle_rss_kb "$(rss_kb)"
+fig idle_fds "$(fds)"
+base=$(fds)
+sample_start
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" fd-frame 101 2 1500 | { grep result || true; } | sed "s/^/$LABEL a1 /"
+sample_stop
+sleep 0.5
+fig a1_fds_peak_over_idle $((PEAK_FDS - base))
+fig a1_fds_after_over_idle $(($(fds) - base))
+stop_daemon
+
+# A2: 19000 idle connections on the main socket; root's mcctl status during.
+start_daemon
+base=$(fds)
+sample_start
+# Two attacker processes: more connections than the daemon's fd limit.
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" idle main 12000 12000 >"$WORK/a2.out" &
+A=$!
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" idle main 12000 12000 >"$WORK/a2b.out" &
+B=$!
+for _ in $(seq 600); do
+  grep -q connected "$WORK/a2.out" 2>/dev/null && grep -q connected "$WORK/a2b.out" 2>/dev/null && break
+  sleep 0.05
+done
+t0=$(date +%s%N)
+if timeout 5 "$BIN/mcctl" --socket "$SOCK" status >/dev/null 2>&1; then ok=1; else ok=0; fi
+fig a2_root_status_ok $ok
+fig a2_root_status_ms $((($(date +%s%N) - t0) / 1000000))
+wait $A $B || true
+cat "$WORK/a2.out" "$WORK/a2b.out" | { grep result || true; } | sed "s/^/$LABEL a2 /"
+sample_stop
+fig a2_fds_peak_over_idle $((PEAK_FDS - base))
+sleep 1
+fig a2_fds_after_over_idle $(($(fds) - base))
+fig a2_emfile_log_lines "$(grep -c 'Too many open files' "$WORK/daemon.log" || true)"
+stop_daemon
+
+# A3: 2000 idle fd-channel connections; another uid's member must still
+# pass its fds.
+start_daemon
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" idle fd 2000 6000 >"$WORK/a3.out" &
+A=$!
+for _ in $(seq 400); do grep -q connected "$WORK/a3.out" 2>/dev/null && break; sleep 0.05; done
+t0=$(date +%s%N)
+if echo | timeout 20 setpriv --reuid=1 --regid=1 --clear-groups \
+    "$WORK/bin/mc_test_client" member "$SOCK" victim 0 1 --fd >"$WORK/a3v.out" 2>&1 &&
+   grep -q JOINED "$WORK/a3v.out"; then ok=1; else ok=0; fi
+fig a3_victim_ok $ok
+fig a3_victim_ms $((($(date +%s%N) - t0) / 1000000))
+wait $A
+sed "s/^/$LABEL a3 /" "$WORK/a3.out" | { grep result || true; }
+stop_daemon
+
+# A4: one session joins all 2048 ranks of a group, each with a memfd.
+start_daemon
+base_rss=$(rss_kb)
+base=$(fds)
+sample_start
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" join-all 2048 --fds | sed "s/^/$LABEL a4 /"
+sleep 2
+sample_stop
+fig a4_rss_peak_kb "$PEAK_RSS"
+fig a4_rss_after_2s_kb "$(rss_kb)"
+fig a4_fds_after_2s_over_idle $(($(fds) - base))
+sleep 31  # past ticket_ttl_ms: what is still held then is held for good
+fig a4_rss_after_33s_kb "$(rss_kb)"
+fig a4_rss_idle_kb "$base_rss"
+# A4b: a join asking for 49 days.
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" join-timeout 4233600000 | sed "s/^/$LABEL a4b /"
+stop_daemon
+
+# A5: expiring 5k and 10k waiting joins (root: no per-uid cap), daemon CPU
+# from the first join to the last expiry.
+for n in 5000 10000; do
+  start_daemon
+  c0=$(cpu_ms)
+  "$WORK/bin/mc_abuse" "$SOCK" waiting-joins $n 3000 | sed "s/^/$LABEL a5 /"
+  fig a5_cpu_ms_$n $(($(cpu_ms) - c0))
+  stop_daemon
+done

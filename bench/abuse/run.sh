@@ -31,7 +31,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-as_nobody() { timeout 180 setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# An attack that outlives its time (a daemon too slow to answer) is cut
+# there; its figures then show the missing result line.
+as_nobody() { timeout "${ATTACK_TIMEOUT:-600}" setpriv --reuid=65534 --regid=65534 --clear-groups "$@" || true; }
+PHASES=" ${PHASES:-a1 a2 a3 a4 a5} "
+phase() { [[ "$PHASES" == *" $1 "* ]]; }
 rss_kb() { awk '/^VmRSS/ {print $2}' /proc/$DAEMON_PID/status; }
 fds() { ls /proc/$DAEMON_PID/fd | wc -l; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' /proc/$DAEMON_PID/stat; }
@@ -60,6 +64,7 @@ fig() { printf '%s %s %s\n' "$LABEL" "$1" "$2"; }
 
 # A1: 6400 fds in one fd-channel frame (100 bytes x 64 fds), on 2
 # connections at once, each frame held incomplete for 1.5 s.
+if phase a1; then
 start_daemon
 fig idle_rss_kb "$(rss_kb)"
 fig idle_fds "$(fds)"
@@ -71,8 +76,10 @@ sleep 0.5
 fig a1_fds_peak_over_idle $((PEAK_FDS - base))
 fig a1_fds_after_over_idle $(($(fds) - base))
 stop_daemon
+fi
 
-# A2: 19000 idle connections on the main socket; root's mcctl status during.
+# A2: 24000 idle connections on the main socket; root's mcctl status during.
+if phase a2; then
 start_daemon
 base=$(fds)
 sample_start
@@ -97,9 +104,11 @@ sleep 1
 fig a2_fds_after_over_idle $(($(fds) - base))
 fig a2_emfile_log_lines "$(grep -c 'Too many open files' "$WORK/daemon.log" || true)"
 stop_daemon
+fi
 
 # A3: 2000 idle fd-channel connections; another uid's member must still
 # pass its fds.
+if phase a3; then
 start_daemon
 as_nobody "$WORK/bin/mc_abuse" "$SOCK" idle fd 2000 6000 >"$WORK/a3.out" &
 A=$!
@@ -113,8 +122,10 @@ fig a3_victim_ms $((($(date +%s%N) - t0) / 1000000))
 wait $A
 sed "s/^/$LABEL a3 /" "$WORK/a3.out" | { grep result || true; }
 stop_daemon
+fi
 
 # A4: one session joins all 2048 ranks of a group, each with a memfd.
+if phase a4; then
 start_daemon
 base_rss=$(rss_kb)
 base=$(fds)
@@ -131,10 +142,12 @@ fig a4_rss_idle_kb "$base_rss"
 # A4b: a join asking for 49 days.
 as_nobody "$WORK/bin/mc_abuse" "$SOCK" join-timeout 4233600000 | sed "s/^/$LABEL a4b /"
 stop_daemon
+fi
 
 # A5: expiring 5k and 10k waiting joins (root: no per-uid cap), daemon CPU
 # from the first join to the last expiry.
 for n in 5000 10000; do
+  phase a5 || break
   start_daemon
   c0=$(cpu_ms)
   "$WORK/bin/mc_abuse" "$SOCK" waiting-joins $n 3000 | sed "s/^/$LABEL a5 /"

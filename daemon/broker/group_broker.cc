@@ -1,7 +1,5 @@
 #include "broker/group_broker.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -469,11 +467,9 @@ void GroupBroker::TimerLoop() {
       EraseMemberLocked(g, ref.rank);
     }
     for (const GroupKey& k : touched) EraseIfEmpty(k);
-    if (!expired.empty() || trim_requested_) {
-      bool trim = std::exchange(trim_requested_, false);
+    if (!expired.empty()) {
       mu_.Unlock();
       Complete(&expired);
-      if (trim) ::malloc_trim(0);
       mu_.Lock();
     }
     // Passes are at least 5 ms apart, so joins whose deadlines are close
@@ -545,12 +541,6 @@ void GroupBroker::EraseIfEmpty(const GroupKey& key) {
   if (!any_alive) {
     Group& g = *it->second;
     if (g.formed) MC_LOG(kInfo, "group '", g.name, "' (uid ", key.first, ") released");
-    if (g.members.size() >= kTrimAfterRanks) {
-      // A large group's views and replies were freed across many threads'
-      // malloc arenas; without a trim the daemon keeps that RSS for good.
-      trim_requested_ = true;
-      timer_kick_ = true;
-    }
     while (!g.members.empty()) EraseMemberLocked(g, g.members.begin()->first);
     groups_.erase(it);
   }

@@ -207,10 +207,6 @@ class GroupBroker {
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_kick_ ABSL_GUARDED_BY(mu_) = false;
-  // Set when a group of kTrimAfterRanks or more is released: the timer
-  // thread returns freed heap to the kernel (malloc_trim) outside the lock.
-  static constexpr size_t kTrimAfterRanks = 64;
-  bool trim_requested_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time timer_next_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   DeadlineIndex deadlines_ ABSL_GUARDED_BY(mu_);

@@ -156,6 +156,7 @@ absl::Status Daemon::Start() {
 
   fd_channel_->Start();
   acceptor_->Start(server_.get());
+  heap_trimmer_ = std::make_unique<HeapTrimmer>();
   MC_LOG(kInfo, "mooncaked ", kMooncakeVersion, " serving ", config_.socket, " (node ",
          node_.node_id, ", instance ", node_.instance_id, ")");
   NotifySystemd("READY=1\nSTATUS=serving " + config_.socket);

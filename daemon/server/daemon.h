@@ -34,6 +34,7 @@
 #include "server/admin_service.h"
 #include "server/connection_table.h"
 #include "server/grpc_acceptor.h"
+#include "server/heap_trimmer.h"
 #include "server/local_service.h"
 #include "server/node_identity.h"
 #include "server/peer_service.h"
@@ -68,6 +69,7 @@ class Daemon {
   std::unique_ptr<GroupBroker> broker_;
   std::unique_ptr<SessionLifecycle> lifecycle_;
 
+  std::unique_ptr<HeapTrimmer> heap_trimmer_;
   std::unique_ptr<GrpcAcceptor> acceptor_;
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<LocalService> local_service_;

@@ -20,7 +20,7 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa
+#                     env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa,nvlink
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   MC_STEP_TIMEOUT   seconds one step may run (default 900)
@@ -41,7 +41,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa,nvlink},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -306,6 +306,20 @@ if want nccl_lsa; then
       bad 1 "nccl_lsa_bench build"
     fi
     rm -rf "$work"
+  fi
+fi
+
+# NVLink counters against payload for the copy engine and SM stores (issue
+# 12 item 3). A study, not a test: only a missing or failing nvlink_study
+# (its copies are checked) counts; counter sources that refuse are printed.
+if want nvlink; then
+  section "nvlink_counters"
+  if [[ $ngpu -lt 2 ]]; then
+    skip 1 "nvlink_counters (GPU0 -> GPU1 NVLink counter study): $needs_two"
+  elif [[ -x "$bin/nvlink_study" && -x "$bin/nvlink_counters.sh" ]]; then
+    run_step "nvlink_counters" "$bin/nvlink_counters.sh" "$bin"
+  else
+    bad 1 "nvlink_study or nvlink_counters.sh missing from $bin"
   fi
 fi
 

@@ -855,8 +855,10 @@ struct Options {
   // caches, about 8 MiB; a per-session leak would be ~36 KiB x sessions.
   double rss_margin_mib = 10.0;
   int fd_margin = 2;
-  int settle_ms = 2000;  // before the idle, with-sessions and closed readings
-  int rounds = 1;        // of open S / hold / close; the first one carries the load and kills
+  // Before the idle, with-sessions and closed readings; the daemon trims its
+  // heap about 3 s after it shrank and went quiet (HeapTrimmer).
+  int settle_ms = 4000;
+  int rounds = 1;  // of open S / hold / close; the first one carries the load and kills
   bool deadlock_detection = false;
 };
 

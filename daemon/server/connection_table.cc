@@ -32,7 +32,7 @@ void ConnectionTable::Add(int fd, const PeerCred& cred, absl::Time accepted) {
   records_.emplace(fd, r);
 }
 
-void ConnectionTable::MarkUsed(int fd) {
+void ConnectionTable::MarkUsed(int fd) const {
   absl::MutexLock lock(&mu_);
   if (auto it = records_.find(fd); it != records_.end()) it->second.used = true;
 }
@@ -80,7 +80,14 @@ size_t ConnectionTable::size() const {
 
 absl::StatusOr<Caller> ConnectionTable::CallerOf(const grpc::ServerContextBase* ctx) const {
   int fd = FdFromPeer(ctx->peer());
-  std::optional<PeerCred> cred = fd >= 0 ? Get(fd) : std::nullopt;
+  std::optional<PeerCred> cred;
+  if (fd >= 0) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = records_.find(fd); it != records_.end()) {
+      it->second.used = true;
+      cred = it->second.cred;
+    }
+  }
   if (!cred) {
     return absl::PermissionDeniedError(
         "the local API is served only on mooncaked's UNIX socket (caller identity unknown)");

@@ -48,8 +48,9 @@ class ConnectionTable {
 
   // Records connection `fd` (already admitted for cred.uid).
   void Add(int fd, const PeerCred& cred, absl::Time accepted);
-  // An RPC started on `fd`.
-  void MarkUsed(int fd);
+  // An RPC started on `fd`. CallerOf marks too (the services call it at
+  // the start of every RPC), so it is const.
+  void MarkUsed(int fd) const;
   std::optional<PeerCred> Get(int fd) const;
 
   // The caller of an RPC; PermissionDenied when the call did not come
@@ -83,7 +84,8 @@ class ConnectionTable {
 
   AdmissionCounter* const admission_;
   mutable absl::Mutex mu_;
-  std::map<int, Record> records_ ABSL_GUARDED_BY(mu_);
+  // Mutable for MarkUsed: a call's start is not a change of the table.
+  mutable std::map<int, Record> records_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mooncake::daemon

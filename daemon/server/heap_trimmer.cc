@@ -9,11 +9,11 @@
 
 namespace mooncake::daemon {
 
-HeapTrimmer::HeapTrimmer(size_t threshold, absl::Duration min_gap)
-    : threshold_(threshold),
-      min_gap_(min_gap),
-      baseline_(FreeHeapBytes()),
-      thread_([this] { Loop(); }) {}
+HeapTrimmer::HeapTrimmer(size_t threshold, int quiet_ticks, absl::Duration period)
+    : threshold_(threshold), quiet_ticks_(quiet_ticks) {
+  peak_ = last_ = InUseHeapBytes();
+  if (period > absl::ZeroDuration()) thread_ = std::thread([this, period] { Loop(period); });
+}
 
 HeapTrimmer::~HeapTrimmer() {
   {
@@ -23,29 +23,33 @@ HeapTrimmer::~HeapTrimmer() {
   if (thread_.joinable()) thread_.join();
 }
 
-size_t HeapTrimmer::FreeHeapBytes() {
+size_t HeapTrimmer::InUseHeapBytes() {
   struct mallinfo2 mi = ::mallinfo2();
-  return mi.fordblks;
+  return mi.uordblks;
 }
 
-bool HeapTrimmer::MaybeTrim() {
-  absl::Time now = absl::Now();
-  size_t free_bytes = FreeHeapBytes();
-  baseline_ = std::min(baseline_, free_bytes);
-  if (now - last_trim_ < min_gap_ || free_bytes - baseline_ <= threshold_) return false;
-  last_trim_ = now;
+bool HeapTrimmer::Tick() {
+  size_t in_use = InUseHeapBytes();
+  peak_ = std::max(peak_, in_use);
+  size_t step = in_use > last_ ? in_use - last_ : last_ - in_use;
+  last_ = in_use;
+  bool shrunk = peak_ - in_use > threshold_;
+  quiet_ = (shrunk && step <= threshold_ / 4) ? quiet_ + 1 : 0;
+  if (quiet_ < quiet_ticks_) return false;
   ::malloc_trim(0);
-  baseline_ = FreeHeapBytes();
-  MC_LOG(kDebug, "returned freed heap to the kernel (", free_bytes >> 20, " MiB were free)");
+  MC_LOG(kDebug, "returned freed heap to the kernel (in use ", in_use >> 20, " MiB, peak ",
+         peak_ >> 20, " MiB)");
+  peak_ = in_use;
+  quiet_ = 0;
   return true;
 }
 
-void HeapTrimmer::Loop() {
+void HeapTrimmer::Loop(absl::Duration period) {
   absl::MutexLock lock(&mu_);
   auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Seconds(1))) {
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), period)) {
     mu_.Unlock();
-    MaybeTrim();
+    Tick();
     mu_.Lock();
   }
 }

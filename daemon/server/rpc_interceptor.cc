@@ -70,6 +70,13 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
 
 grpc::experimental::Interceptor* RpcInterceptorFactory::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
+  // Unary calls only: a call with no interceptor skips gRPC's interception
+  // machinery, which would otherwise run on every message of the session
+  // streams (n^2 membership events when a large group leaves). Streams need
+  // neither job: a request that does not parse is a unary one here, and a
+  // connection's first call is a unary Hello (OpenSession also marks it,
+  // through ConnectionTable::CallerOf).
+  if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) return nullptr;
   return new RpcInterceptor(info, connections_, &services_);
 }
 

@@ -1,0 +1,149 @@
+// mooncaked's configuration parsing (daemon/config/daemon_config.h).
+//
+// Input: the text of a config file for ParseConfigText; or, when it starts
+// with "--", a command line (words split at whitespace) for
+// ParseCommandLine, leaving out --config, which would read a file.
+// Invariants: a configuration that parses has every key within the range
+// deploy/mooncaked.conf.example documents, and one from a file, written
+// back as a file, parses to the same configuration.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "config/daemon_config.h"
+#include "fuzz_support.h"
+
+namespace mooncake::daemon {
+namespace {
+
+const char* LogLevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarning: return "warning";
+    case LogLevel::kError: return "error";
+  }
+  return "?";
+}
+
+// Every key, as a config file would set it.
+std::string ToText(const DaemonConfig& c) {
+  std::string t;
+  auto key = [&t](absl::string_view k, const auto& v) { absl::StrAppend(&t, k, " = ", v, "\n"); };
+  key("socket", c.socket);
+  key("socket_mode", absl::StrFormat("0%o", c.socket_mode));
+  key("socket_group", c.socket_group);
+  key("node_id", c.node_id);
+  key("log_level", LogLevelName(c.log_level));
+  key("peer_listen", c.peer_listen);
+  key("sysfs_root", c.sysfs_root);
+  key("cuda_library", c.cuda_library);
+  key("join_timeout_ms", c.join_timeout_ms);
+  key("max_world_size", c.max_world_size);
+  key("ticket_ttl_ms", c.ticket_ttl_ms);
+  key("max_sessions_per_uid", c.max_sessions_per_uid);
+  key("handshake_timeout_ms", c.handshake_timeout_ms);
+  key("max_connections_per_uid", c.max_connections_per_uid);
+  key("max_connections", c.max_connections);
+  key("fd_channel_connections_per_uid", c.fd_channel_connections_per_uid);
+  key("fd_channel_connections", c.fd_channel_connections);
+  key("max_fds_per_uid", c.max_fds_per_uid);
+  key("max_fds", c.max_fds);
+  key("max_ranks_per_uid", c.max_ranks_per_uid);
+  key("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid);
+  key("max_view_bytes_per_uid", c.max_view_bytes_per_uid);
+  key("max_join_timeout_ms", c.max_join_timeout_ms);
+  return t;
+}
+
+void CheckRange(absl::string_view key, uint32_t v, uint32_t lo, uint32_t hi) {
+  FUZZ_CHECK(v >= lo && v <= hi, key, " = ", v, " outside [", lo, ", ", hi, "]");
+}
+
+// What deploy/mooncaked.conf.example promises of a configuration that loads.
+void CheckRanges(const DaemonConfig& c) {
+  FUZZ_CHECK(!c.socket.empty(), "empty socket path");
+  FUZZ_CHECK((c.socket_mode & 0600) == 0600 && c.socket_mode <= 0777,
+             absl::StrFormat("socket_mode 0%o", c.socket_mode));
+  CheckRange("join_timeout_ms", c.join_timeout_ms, 1, 3600 * 1000);
+  CheckRange("max_world_size", c.max_world_size, 1, 1 << 20);
+  CheckRange("ticket_ttl_ms", c.ticket_ttl_ms, 100, 3600 * 1000);
+  CheckRange("max_sessions_per_uid", c.max_sessions_per_uid, 1, 1 << 20);
+  CheckRange("handshake_timeout_ms", c.handshake_timeout_ms, 100, 60000);
+  CheckRange("max_connections_per_uid", c.max_connections_per_uid, 1, 1 << 20);
+  CheckRange("max_connections", c.max_connections, 1, 1 << 20);
+  CheckRange("fd_channel_connections_per_uid", c.fd_channel_connections_per_uid, 1, 4096);
+  CheckRange("fd_channel_connections", c.fd_channel_connections, 1, 4096);
+  CheckRange("max_fds_per_uid", c.max_fds_per_uid, 1, 1 << 24);
+  CheckRange("max_fds", c.max_fds, 1, 1 << 24);
+  CheckRange("max_ranks_per_uid", c.max_ranks_per_uid, 1, 1 << 24);
+  CheckRange("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid, 1, 1 << 24);
+  CheckRange("max_view_bytes_per_uid", c.max_view_bytes_per_uid, 4096, 0xffffffffu);
+  CheckRange("max_join_timeout_ms", c.max_join_timeout_ms, 1000, 24 * 3600 * 1000);
+  if (!c.peer_listen.empty()) {
+    FUZZ_CHECK(c.peer_listen.find(':') != std::string::npos, "peer_listen '", c.peer_listen,
+               "' has no port");
+  }
+}
+
+void FuzzCommandLine(absl::string_view text) {
+  std::vector<std::string> words =
+      absl::StrSplit(text, absl::ByAnyChar(" \t\n\r\v\f"), absl::SkipEmpty());
+  std::vector<char*> argv;
+  std::string argv0 = "mooncaked";
+  argv.push_back(argv0.data());
+  for (std::string& w : words) {
+    if (absl::StartsWith(w, "--config")) return;  // would read a file
+    argv.push_back(w.data());
+  }
+  argv.push_back(nullptr);
+  bool help = false, version = false;
+  absl::StatusOr<DaemonConfig> c =
+      ParseCommandLine(static_cast<int>(argv.size() - 1), argv.data(), &help, &version);
+  if (!c.ok()) {
+    FUZZ_CHECK(c.status().code() == absl::StatusCode::kInvalidArgument, c.status());
+    return;
+  }
+  CheckRanges(*c);
+}
+
+void FuzzConfigText(absl::string_view text) {
+  DaemonConfig c;
+  absl::Status s = ParseConfigText(text, "fuzz.conf", &c);
+  if (!s.ok()) {
+    FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument, s);
+    FUZZ_CHECK(absl::StartsWith(s.message(), "fuzz.conf:"), "error without the origin: ", s);
+    return;
+  }
+  CheckRanges(c);
+  const std::string text2 = ToText(c);
+  DaemonConfig again;
+  absl::Status s2 = ParseConfigText(text2, "again.conf", &again);
+  FUZZ_CHECK(s2.ok(), "written back, the configuration does not parse: ", s2, "\n", text2);
+  FUZZ_CHECK(ToText(again) == text2, "round trip changed the configuration:\n", text2, "---\n",
+             ToText(again));
+}
+
+}  // namespace
+}  // namespace mooncake::daemon
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  mooncake::fuzz::QuietLogs();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  absl::string_view text(reinterpret_cast<const char*>(data), size);
+  if (absl::StartsWith(text, "--")) {
+    mooncake::daemon::FuzzCommandLine(text);
+  } else {
+    mooncake::daemon::FuzzConfigText(text);
+  }
+  return 0;
+}

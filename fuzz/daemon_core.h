@@ -1,0 +1,207 @@
+// The daemon's core without its servers, for the RPC fuzzers: the real
+// SessionRegistry, FdBroker, GroupBroker and SessionLifecycle wired as
+// Daemon wires them, a made-up node with three GPUs, and small limits so a
+// short input can reach every ResourceExhausted. Sessions are opened with
+// made-up credentials, as tests/daemon/group_broker_test.cc does.
+//
+// One core serves every input of a run (a GroupBroker starts a thread), so
+// each input must end every session it opened; CheckReleased() then proves
+// the core holds nothing for anyone, which is itself an invariant: a
+// session's end releases its groups, tickets, exports and fds.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "broker/group_broker.h"
+#include "fdchannel/fd_broker.h"
+#include "fuzz_support.h"
+#include "mooncake/common/escape.h"
+#include "server/session_lifecycle.h"
+#include "session/session_registry.h"
+
+namespace mooncake::fuzz {
+
+// Neither root nor (in any sane setup) the fuzzer's own uid: limits apply.
+inline constexpr uint32_t kUidA = 31337;
+inline constexpr uint32_t kUidB = 31338;
+
+inline constexpr char kGpuUuid0[] = "GPU-00000000-aaaa-bbbb-cccc-000000000000";
+inline constexpr char kGpuUuid1[] = "GPU-11111111-aaaa-bbbb-cccc-111111111111";
+inline constexpr char kGpuUuid2[] = "GPU-22222222-aaaa-bbbb-cccc-222222222222";
+
+// GPUs 0 and 1 reach each other (atomics only 0 -> 1); GPU 2 has no P2P.
+inline v1::Topology MakeTopology() {
+  v1::Topology t;
+  const char* uuids[] = {kGpuUuid0, kGpuUuid1, kGpuUuid2};
+  const char* pcis[] = {"0000:1b:00.0", "0000:1c:00.0", "0000:3d:00.0"};
+  for (int i = 0; i < 3; ++i) {
+    v1::Gpu* g = t.add_gpus();
+    g->set_index(i);
+    g->set_uuid(uuids[i]);
+    g->set_pci_bus_id(pcis[i]);
+  }
+  auto pair = [&t](int s, int d, bool access, bool atomics) {
+    v1::GpuPair* p = t.add_gpu_pairs();
+    p->set_src(s);
+    p->set_dst(d);
+    p->set_access_supported(access);
+    p->set_native_atomics(atomics);
+  };
+  pair(0, 1, true, true);
+  pair(1, 0, true, false);
+  pair(0, 2, false, false);
+  pair(2, 0, false, false);
+  return t;
+}
+
+inline daemon::BrokerLimits SmallLimits() {
+  daemon::BrokerLimits l;
+  l.max_world_size = 64;
+  // Joins wait for the rest of their group for ten minutes, far longer
+  // than any input runs: the timer thread never decides an outcome.
+  l.default_timeout_ms = 600000;
+  l.max_ranks_per_uid = 12;
+  l.max_waiting_joins_per_uid = 8;
+  l.max_view_bytes_per_uid = 4096;
+  return l;
+}
+
+// One JoinAsync's outcome. `done` must run exactly once (CheckDone), with
+// a view that decodes to the group the join asked for.
+class JoinOutcome {
+ public:
+  JoinOutcome(const daemon::ValidatedJoin& join, uint32_t uid)
+      : uid_(uid), group_(join.group()), rank_(join.rank()), world_size_(join.world_size()) {}
+
+  uint32_t uid() const { return uid_; }  // the joining session's
+
+  daemon::GroupBroker::JoinDone Callback(std::shared_ptr<JoinOutcome> self) {
+    return [self](absl::StatusOr<daemon::EncodedView> view) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->calls_ += 1;
+      if (view.ok()) {
+        absl::StatusOr<v1::JoinGroupResponse> v = view->Decode();
+        FUZZ_CHECK(v.ok(), "the view of group '", self->group_, "' does not decode");
+        self->view_ = *std::move(v);
+      } else {
+        self->error_ = view.status();
+      }
+    };
+  }
+
+  // Once every session has ended, every join is decided.
+  void CheckDone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    FUZZ_CHECK(calls_ == 1, "JoinGroup done ran ", calls_, " times for rank ", rank_, " of '",
+               group_, "'");
+    if (!error_.ok()) return;
+    FUZZ_CHECK(
+        view_.group() == group_ && view_.rank() == rank_ && view_.world_size() == world_size_,
+        "view of '", view_.group(), "' rank ", view_.rank(), " for rank ", rank_, " of '", group_,
+        "'");
+    FUZZ_CHECK(view_.members_size() == static_cast<int>(world_size_), view_.members_size(),
+               " members in a formed group of ", world_size_);
+    for (int r = 0; r < view_.members_size(); ++r) {
+      FUZZ_CHECK(view_.members(r).rank() == static_cast<uint32_t>(r), "members not by rank");
+    }
+  }
+
+  // Still waiting for the rest of its group.
+  bool waiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_ == 0;
+  }
+  bool formed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls_ == 1 && error_.ok();
+  }
+  v1::JoinGroupResponse view() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return view_;
+  }
+
+ private:
+  const uint32_t uid_;
+  const std::string group_;
+  const uint32_t rank_, world_size_;
+  std::mutex mu_;
+  int calls_ = 0;
+  absl::Status error_;
+  v1::JoinGroupResponse view_;
+};
+
+struct DaemonCore {
+  daemon::SessionRegistry sessions{8};
+  daemon::FdBroker fds{absl::Seconds(600), &sessions, daemon::FdLimits{48, 96}};
+  daemon::GroupBroker broker{"node-a", MakeTopology(), SmallLimits(), &sessions, &fds};
+  daemon::SessionLifecycle lifecycle{&sessions, &fds, &broker};
+  int next_conn = 1000;
+  std::vector<std::shared_ptr<JoinOutcome>> joins;  // this input's
+
+  static DaemonCore& Get() {
+    static DaemonCore* core = new DaemonCore();  // never destroyed: inputs share it
+    return *core;
+  }
+
+  absl::StatusOr<daemon::SessionInfo> Open(uint32_t uid, std::string name = "fuzz") {
+    const int conn = next_conn++;
+    return lifecycle.Open(PeerCred{conn, uid, uid}, conn, std::move(name));
+  }
+
+  // JoinAsync, as LocalService::JoinGroup calls it.
+  std::shared_ptr<JoinOutcome> StartJoin(const daemon::SessionInfo& s, daemon::ValidatedJoin join,
+                                         daemon::FdBundlePtr bundle) {
+    auto outcome = std::make_shared<JoinOutcome>(join, s.cred.uid);
+    joins.push_back(outcome);
+    broker.JoinAsync(s, std::move(join), std::move(bundle), outcome->Callback(outcome));
+    return outcome;
+  }
+
+  // The end of an input: every session ends (as when every client exits),
+  // every join is decided, and nothing is left for anyone.
+  void Finish() {
+    for (const daemon::SessionInfo& s : sessions.List()) lifecycle.End(s.id);
+    for (const std::shared_ptr<JoinOutcome>& j : joins) j->CheckDone();
+    joins.clear();
+    CheckReleased();
+  }
+
+  void CheckReleased() {
+    FUZZ_CHECK(sessions.size() == 0, sessions.size(), " sessions left");
+    FUZZ_CHECK(broker.CountVisible(0, true) == 0, broker.CountVisible(0, true),
+               " groups outlive every session");
+    for (uint32_t uid : {kUidA, kUidB, 0u}) {
+      daemon::GroupBroker::Usage u = broker.UsageOf(uid);
+      FUZZ_CHECK(u.ranks == 0 && u.waiting == 0 && u.view_bytes == 0, "uid ", uid, " still holds ",
+                 u.ranks, " ranks, ", u.waiting, " waiting joins, ", u.view_bytes, " view bytes");
+    }
+    FUZZ_CHECK(fds.TicketCount() == 0, fds.TicketCount(), " fd tickets outlive every session");
+    FUZZ_CHECK(fds.FdsHeld() == 0, fds.FdsHeld(), " fds held after every session ended");
+  }
+};
+
+// A bundle of `n` fresh memfds (the fds a client would PUT).
+inline std::vector<UniqueFd> MemFds(size_t n) {
+  std::vector<UniqueFd> out;
+  for (size_t i = 0; i < n; ++i) {
+    out.emplace_back(::memfd_create("fuzz", MFD_CLOEXEC));
+    FUZZ_CHECK(out.back().valid(), "memfd_create");
+  }
+  return out;
+}
+
+// What EscapeForDisplay promises for a string a client chose.
+inline void CheckEscaped(absl::string_view raw, size_t max_len) {
+  const std::string shown = EscapeForDisplay(raw, max_len);
+  FUZZ_CHECK(shown.size() <= std::max<size_t>(max_len, 3), shown.size(), " > ", max_len);
+  FUZZ_CHECK(IsDisplaySafe(shown), "control characters survive escaping");
+}
+
+}  // namespace mooncake::fuzz

@@ -1,0 +1,352 @@
+// Writes the seed corpora checked in under fuzz/corpus/: a few valid inputs
+// per fuzzer, in each fuzzer's input format (see the comment at the top of
+// each *_fuzzer.cc). Regenerate after changing a format:
+//   cmake --build build-fuzz --target fuzz_seed_corpus
+//   build-fuzz/bin/fuzz_seed_corpus fuzz/corpus
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "buffer_handle.h"
+#include "mooncake/common/version.h"
+#include "mooncake/v1/admin.pb.h"
+#include "mooncake/v1/fd_channel.pb.h"
+#include "mooncake/v1/local.pb.h"
+#include "mooncake/v1/peer.pb.h"
+
+namespace {
+
+std::string out_dir;
+int written = 0;
+
+void Write(const std::string& target, const std::string& name, const std::string& bytes) {
+  const std::string dir = out_dir + "/" + target;
+  ::mkdir(dir.c_str(), 0755);
+  std::ofstream f(dir + "/" + name, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s/%s\n", dir.c_str(), name.c_str());
+    std::exit(1);
+  }
+  ++written;
+}
+
+std::string U16(size_t v) {
+  return std::string{static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff)};
+}
+std::string U32(size_t v) { return U16(v & 0xffff) + U16(v >> 16); }
+
+// ---- request_fuzzer: selector byte (kMessages order) + message bytes.
+enum Selector : char {
+  kHello,
+  kOpenSession,
+  kGetNodeInfo,
+  kJoinGroup,
+  kLeaveGroup,
+  kReportReady,
+  kExportFds,
+  kImportFds,
+  kGetStatus,
+  kGetTopology,
+  kListSessions,
+  kListGroups,
+  kPeerHello,
+  kGetPeerTopology,
+  kFdRequest,
+};
+
+std::string Req(Selector s, const google::protobuf::Message& m) {
+  return std::string(1, s) + m.SerializeAsString();
+}
+
+mooncake::v1::JoinGroupRequest Join(const std::string& group, uint32_t rank, uint32_t n) {
+  mooncake::v1::JoinGroupRequest r;
+  r.set_group(group);
+  r.set_rank(rank);
+  r.set_world_size(n);
+  r.mutable_handle()->set_kind("memfd");
+  r.mutable_handle()->set_data("handle-bytes");
+  r.mutable_handle()->set_size(1 << 20);
+  return r;
+}
+
+void RequestSeeds() {
+  const std::string t = "request_fuzzer";
+  namespace v1 = mooncake::v1;
+  v1::HelloRequest hello;
+  hello.set_protocol_version(mooncake::kProtocolVersion);
+  hello.set_client_version("0.1.0");
+  Write(t, "hello", Req(kHello, hello));
+  v1::OpenSessionRequest open;
+  open.set_client_name("trainer rank 3");
+  Write(t, "open_session", Req(kOpenSession, open));
+  Write(t, "get_node_info", Req(kGetNodeInfo, v1::GetNodeInfoRequest()));
+
+  Write(t, "join_single", Req(kJoinGroup, Join("moe-layer0", 0, 1)));
+  v1::JoinGroupRequest completes = Join("fuzz-forming", 1, 2);
+  completes.mutable_device()->set_gpu_uuid("GPU-11111111-aaaa-bbbb-cccc-111111111111");
+  Write(t, "join_completes_group", Req(kJoinGroup, completes));
+  v1::JoinGroupRequest pci = Join("g.pci", 2, 4);
+  pci.set_timeout_ms(5000);
+  pci.mutable_device()->set_gpu_pci_bus_id("00000000:1B:00.0");
+  Write(t, "join_waits_pci", Req(kJoinGroup, pci));
+  v1::JoinGroupRequest fds = Join("with-fds", 0, 1);
+  fds.mutable_handle()->set_fd_ticket("@ticket");
+  Write(t, "join_with_fds", Req(kJoinGroup, fds));
+
+  v1::LeaveGroupRequest leave;
+  leave.set_group("fuzz-forming");
+  Write(t, "leave_waiting", Req(kLeaveGroup, leave));
+  leave.set_group("fuzz-formed");
+  Write(t, "leave_formed", Req(kLeaveGroup, leave));
+  v1::ReportReadyRequest ready;
+  ready.set_group("fuzz-formed");
+  ready.set_ok(true);
+  Write(t, "ready_ok", Req(kReportReady, ready));
+  ready.set_ok(false);
+  ready.set_detail("rank 1 unreachable: \x1b[31mcudaErrorPeerAccessUnsupported");
+  ready.add_unreachable_ranks(1);
+  Write(t, "ready_failed", Req(kReportReady, ready));
+
+  v1::ExportFdsRequest exp;
+  exp.set_fd_ticket("@ticket");
+  exp.set_kind("memfd");
+  exp.set_size(4096);
+  Write(t, "export_fds", Req(kExportFds, exp));
+  v1::ImportFdsRequest imp;
+  imp.set_secret("@secret");
+  Write(t, "import_fds", Req(kImportFds, imp));
+
+  Write(t, "get_status", Req(kGetStatus, v1::GetStatusRequest()));
+  Write(t, "get_topology", Req(kGetTopology, v1::GetTopologyRequest()));
+  Write(t, "list_sessions", Req(kListSessions, v1::ListSessionsRequest()));
+  Write(t, "list_groups", Req(kListGroups, v1::ListGroupsRequest()));
+  v1::PeerHelloRequest peer;
+  peer.set_protocol_version(mooncake::kProtocolVersion);
+  peer.set_node_id("gpu-node-02");
+  peer.set_instance_id("0123456789abcdef");
+  Write(t, "peer_hello", Req(kPeerHello, peer));
+  Write(t, "get_peer_topology", Req(kGetPeerTopology, v1::GetPeerTopologyRequest()));
+  v1::FdRequest get;
+  get.set_op(v1::FdRequest::GET);
+  get.set_session_token("@token");
+  get.set_ticket("@ticket");
+  Write(t, "fd_get", Req(kFdRequest, get));
+}
+
+// ---- broker_fuzzer: [op][arg][u16 len][bytes] ...
+enum BrokerOp : char {
+  bOpen,
+  bJoin,
+  bLeave,
+  bReady,
+  bPut,
+  bExport,
+  bImport,
+  bGet,
+  bEnd,
+  bCancel,
+  bEvents,
+  bList
+};
+
+std::string Op(BrokerOp op, uint8_t arg, const std::string& bytes = "") {
+  return std::string{op, static_cast<char>(arg)} + U16(bytes.size()) + bytes;
+}
+std::string Op(BrokerOp op, uint8_t arg, const google::protobuf::Message& m) {
+  return Op(op, arg, m.SerializeAsString());
+}
+
+void BrokerSeeds() {
+  const std::string t = "broker_fuzzer";
+  namespace v1 = mooncake::v1;
+  // Two clients form a group with fds, fetch each other's, report ready,
+  // then one leaves and the other's session ends.
+  v1::JoinGroupRequest j0 = Join("pair", 0, 2), j1 = Join("pair", 1, 2);
+  j0.mutable_handle()->set_fd_ticket("@0");
+  j1.mutable_handle()->set_fd_ticket("@0");
+  v1::ReportReadyRequest r0, r1;
+  r0.set_group("pair");
+  r0.set_ok(true);
+  r1 = r0;
+  r1.set_rank(1);
+  v1::LeaveGroupRequest l0;
+  l0.set_group("pair");
+  Write(t, "pair_with_fds",
+        Op(bOpen, 0) + Op(bOpen, 1) + Op(bPut, 0) + Op(bPut, 1 | 0x10) + Op(bJoin, 0, j0) +
+            Op(bJoin, 1, j1) + Op(bGet, 0) + Op(bGet, 1 | 0x10) + Op(bReady, 0, r0) +
+            Op(bReady, 1, r1) + Op(bEvents, 0) + Op(bList, 0) + Op(bLeave, 0, l0) + Op(bEvents, 1) +
+            Op(bEnd, 1) + Op(bList, 0));
+  // A join that waits, is cancelled, joins again, and loses to a session end.
+  v1::JoinGroupRequest w = Join("trio", 2, 3);
+  v1::LeaveGroupRequest c;
+  c.set_group("trio");
+  c.set_rank(2);
+  Write(t, "cancel_and_end",
+        Op(bOpen, 2) + Op(bJoin, 2, w) + Op(bCancel, 2, c) + Op(bJoin, 2, w) + Op(bList, 0) +
+            Op(bEnd, 2));
+  // Export by one client, import by another of the same uid, then GET.
+  v1::ExportFdsRequest e;
+  e.set_fd_ticket("@0");
+  e.set_kind("memfd");
+  e.set_size(4096);
+  v1::ImportFdsRequest i;
+  i.set_secret("@0");
+  Write(t, "export_import",
+        Op(bOpen, 0) + Op(bOpen, 3) + Op(bPut, 0 | 0x20) + Op(bExport, 0, e) + Op(bImport, 3, i) +
+            Op(bGet, 3) + Op(bList, 0));
+  // One user past its limits (daemon_core.h): waiting joins, then view bytes.
+  std::string waiting = Op(bOpen, 0);
+  for (int g = 0; g < 9; ++g) waiting += Op(bJoin, 0, Join("wait" + std::to_string(g), 0, 2));
+  Write(t, "budget_waiting", waiting + Op(bList, 0));
+  std::string bytes = Op(bOpen, 1);
+  for (int g = 0; g < 2; ++g) {
+    v1::JoinGroupRequest big = Join("big" + std::to_string(g), 0, 1);
+    big.mutable_handle()->set_data(std::string(2100, 'h'));
+    bytes += Op(bJoin, 1, big);
+  }
+  Write(t, "budget_view_bytes", bytes + Op(bList, 0));
+  // Two users with a group of the same name; root lists everything.
+  Write(t, "two_users",
+        Op(bOpen, 0) + Op(bOpen, 1 | 4) + Op(bOpen, 2 | 8) + Op(bJoin, 0, Join("same", 0, 2)) +
+            Op(bJoin, 1, Join("same", 1, 2)) + Op(bJoin, 2, Join("same", 0, 1)) + Op(bList, 0));
+}
+
+// ---- fd_frame_fuzzer: [u8 fds][u16 len][bytes] chunks of the raw stream.
+std::string Chunk(uint8_t fds, const std::string& bytes) {
+  return std::string(1, static_cast<char>(fds)) + U16(bytes.size()) + bytes;
+}
+std::string FrameBytes(const google::protobuf::Message& m) {
+  const std::string payload = m.SerializeAsString();
+  return U32(payload.size()) + payload;
+}
+
+void FdFrameSeeds() {
+  const std::string t = "fd_frame_fuzzer";
+  namespace v1 = mooncake::v1;
+  v1::FdRequest put;
+  put.set_op(v1::FdRequest::PUT);
+  put.set_session_token("@token");
+  put.set_fd_count(2);
+  const std::string put_frame = FrameBytes(put);
+  // A PUT of two fds on the first byte, then a GET of its ticket (refused).
+  v1::FdRequest get;
+  get.set_op(v1::FdRequest::GET);
+  get.set_session_token("@token");
+  get.set_ticket("@0");
+  Write(t, "put_then_get", Chunk(2, put_frame) + Chunk(0, FrameBytes(get)));
+  // The same PUT with its fds spread over the bytes, one chunk per byte.
+  std::string spread;
+  for (size_t i = 0; i < put_frame.size(); ++i) {
+    spread += Chunk(i < 2 ? 1 : 0, put_frame.substr(i, 1));
+  }
+  Write(t, "put_spread", spread);
+  // An empty frame, then a request without a session.
+  v1::FdRequest anon;
+  anon.set_op(v1::FdRequest::GET);
+  anon.set_ticket("t");
+  Write(t, "empty_then_anonymous", Chunk(0, U32(0)) + Chunk(0, FrameBytes(anon)));
+  // A PUT announcing 3 fds and carrying 2; a frame cut short.
+  put.set_fd_count(3);
+  Write(t, "put_count_mismatch", Chunk(2, FrameBytes(put)) + Chunk(0, U32(100) + "short"));
+}
+
+// ---- config_fuzzer: config text, or a command line starting with "--".
+void ConfigSeeds() {
+  const std::string t = "config_fuzzer";
+  Write(t, "minimal", "socket = /tmp/mooncake.sock\n");
+  Write(t, "full",
+        "# every key\n"
+        "socket = /run/mooncake/mooncaked.sock\n"
+        "socket_mode = 0660\n"
+        "socket_group = mooncake\n"
+        "node_id = gpu-node-01\n"
+        "log_level = warning   # trailing comment\n"
+        "peer_listen = 0.0.0.0:7450\n"
+        "sysfs_root = /sys\n"
+        "cuda_library = libcuda.so.1\n"
+        "join_timeout_ms = 30000\n"
+        "max_world_size = 65536\n"
+        "ticket_ttl_ms = 30000\n"
+        "max_sessions_per_uid = 4096\n"
+        "handshake_timeout_ms = 5000\n"
+        "max_connections_per_uid = 256\n"
+        "max_connections = 4096\n"
+        "fd_channel_connections_per_uid = 32\n"
+        "fd_channel_connections = 256\n"
+        "max_fds_per_uid = 4096\n"
+        "max_fds = 8192\n"
+        "max_ranks_per_uid = 8192\n"
+        "max_waiting_joins_per_uid = 4096\n"
+        "max_view_bytes_per_uid = 268435456\n"
+        "max_join_timeout_ms = 600000\n");
+  Write(t, "ipv6_peer", "peer_listen = [::1]:7450\n\t\n  socket_mode=0600\r\n");
+  Write(t, "command_line",
+        "--socket /tmp/m.sock --node-id=n1 --log-level debug --peer-listen [::]:7450 "
+        "--socket-mode 0666");
+}
+
+// ---- escape_fuzzer: u8 max_len, then the text.
+void EscapeSeeds() {
+  const std::string t = "escape_fuzzer";
+  Write(t, "plain", std::string("\x40") + "trainer rank 3");
+  Write(t, "controls_and_bidi",
+        std::string("\x10") +
+            "a\nb\x1b[31m\xe2\x80\xae"
+            "evil\xe2\x80\xa8\xc2\x85\\");
+  Write(t, "invalid_utf8", std::string("\x08") + "\xff\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80ok");
+  Write(t, "multibyte", std::string("\x05") + "\xe6\x97\xa5\xe6\x9c\xac\xf0\x9f\x98\x80\"q\"");
+}
+
+// ---- handle_fuzzer: i8 expected, i8 rank, i8 num_ranks, u8 m, m mask
+// bytes, then 128-byte handles.
+std::string Handle(mooncake::device::internal::HandleKind kind, const std::string& payload,
+                   uint64_t map_bytes) {
+  using namespace mooncake::device::internal;
+  BufferHandle h;
+  h.kind = kind;
+  h.map_bytes = map_bytes;
+  h.buffer_id = 0x1234abcd5678ef01ull;
+  h.node_key = NodeKey("node-a");
+  h.payload = payload;
+  std::vector<int32_t> words = *EncodeHandle(h);
+  std::string bytes;
+  for (int32_t w : words) bytes += U32(static_cast<uint32_t>(w));
+  return bytes;
+}
+
+void HandleSeeds() {
+  using mooncake::device::internal::HandleKind;
+  const std::string t = "handle_fuzzer";
+  const std::string memfd = Handle(HandleKind::kMemfd, "", 2 << 20);
+  const std::string ipc = Handle(HandleKind::kCudaIpc, std::string(64, '\x5a'), 256 << 20);
+  const std::string vmm = Handle(HandleKind::kCudaVmmFd, "export-0123456789abcdef", 64 << 20);
+  Write(t, "two_ranks", std::string{2, 0, 2, 0} + memfd + memfd);
+  Write(t, "three_ranks_masked", std::string{3, 1, 3, 3, 1, 0, 1} + vmm + ipc + vmm);
+  std::string foreign = memfd;
+  foreign[0] = 'X';
+  Write(t, "bad_magic_and_short", std::string{2, 1, 2, 0} + foreign + ipc.substr(0, 64));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CORPUS_DIR   (writes CORPUS_DIR/<fuzzer>/<seed>)\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  ::mkdir(out_dir.c_str(), 0755);
+  RequestSeeds();
+  BrokerSeeds();
+  FdFrameSeeds();
+  ConfigSeeds();
+  EscapeSeeds();
+  HandleSeeds();
+  std::printf("wrote %d seeds under %s\n", written, out_dir.c_str());
+  return 0;
+}

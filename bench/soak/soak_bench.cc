@@ -71,6 +71,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "bench_support.h"
 #include "mooncake/client/client.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/status.h"
@@ -81,149 +82,7 @@ extern char** environ;
 namespace mooncake::bench {
 namespace {
 
-int64_t NowNs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
-
 void SleepMs(int64_t ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
-
-std::string OneLine(std::string s) {
-  for (char& c : s) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  return s;
-}
-
-// ---------------------------------------------------------------- processes
-
-bool WriteLine(int fd, std::string line) {
-  line.push_back('\n');
-  size_t off = 0;
-  while (off < line.size()) {
-    ssize_t n = ::write(fd, line.data() + off, line.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// One line from `fd` without '\n'; nullopt on EOF, error or timeout. The
-// child writes one line per connection, so nothing is buffered past it.
-std::optional<std::string> ReadLine(int fd, int timeout_ms) {
-  std::string buf;
-  const int64_t deadline = NowNs() + static_cast<int64_t>(timeout_ms) * 1000000;
-  for (;;) {
-    size_t nl = buf.find('\n');
-    if (nl != std::string::npos) return buf.substr(0, nl);
-    int left = static_cast<int>((deadline - NowNs()) / 1000000);
-    if (left < 0) return std::nullopt;
-    pollfd p{fd, POLLIN, 0};
-    int rc = ::poll(&p, 1, left);
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc <= 0) return std::nullopt;
-    char tmp[512];
-    ssize_t n = ::read(fd, tmp, sizeof(tmp));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    buf.append(tmp, static_cast<size_t>(n));
-  }
-}
-
-// Spawns argv with `child_fd` as fd 3 (when >= 0) and stdout/stderr
-// appended to `log_path` (when not empty). posix_spawn, not fork: this
-// process runs gRPC threads.
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, int child_fd,
-                            const std::string& log_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  if (child_fd >= 0) posix_spawn_file_actions_adddup2(&fa, child_fd, 3);
-  if (!log_path.empty()) {
-    posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  }
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("posix_spawn(", argv[0], "): ", std::strerror(rc)));
-  }
-  return pid;
-}
-
-// Waits for `pid` up to timeout_ms; returns the wait status, or nullopt.
-std::optional<int> WaitPid(pid_t pid, int timeout_ms) {
-  const int64_t deadline = NowNs() + static_cast<int64_t>(timeout_ms) * 1000000;
-  for (;;) {
-    int st = 0;
-    pid_t r = ::waitpid(pid, &st, WNOHANG);
-    if (r == pid) return st;
-    if (r < 0 && errno != EINTR) return std::nullopt;
-    if (NowNs() >= deadline) return std::nullopt;
-    ::usleep(1000);
-  }
-}
-
-std::string SelfExe() {
-  std::error_code ec;
-  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string() : p.string();
-}
-
-// mooncaked started for the run; stopped (SIGTERM, then SIGKILL) on exit.
-class DaemonProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<DaemonProcess>> Start(const std::string& binary,
-                                                              const std::string& dir) {
-    auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess());
-    d->socket_ = dir + "/mooncaked.sock";
-    d->log_ = dir + "/mooncaked.log";
-    absl::StatusOr<pid_t> pid =
-        Spawn({binary, "--socket", d->socket_, "--node-id", "soaknode", "--log-level", "warning"},
-              -1, d->log_);
-    if (!pid.ok()) return pid.status();
-    d->pid_ = *pid;
-    const int64_t deadline = NowNs() + 20LL * 1000000000;
-    while (NowNs() < deadline) {
-      if (ConnectUnix(d->socket_).ok()) return d;
-      if (WaitPid(d->pid_, 0)) {
-        d->pid_ = -1;
-        break;
-      }
-      ::usleep(10000);
-    }
-    return absl::UnavailableError(
-        absl::StrCat(binary, " did not start serving ", d->socket_, " within 20 s; see ", d->log_));
-  }
-  ~DaemonProcess() { Stop(); }
-  const std::string& socket() const { return socket_; }
-  const std::string& log() const { return log_; }
-  pid_t pid() const { return pid_; }
-  // Returns the daemon's wait status (nullopt when it was not running).
-  std::optional<int> Stop() {
-    if (pid_ <= 0) return std::nullopt;
-    ::kill(pid_, SIGTERM);
-    std::optional<int> st = WaitPid(pid_, 10000);
-    if (!st) {
-      ::kill(pid_, SIGKILL);
-      st = WaitPid(pid_, 10000);
-    }
-    pid_ = -1;
-    return st;
-  }
-
- private:
-  DaemonProcess() = default;
-  std::string socket_, log_;
-  pid_t pid_ = -1;
-};
 
 // ---------------------------------------------------------------- /proc
 
@@ -402,30 +261,6 @@ class Sampler {
 };
 
 // ---------------------------------------------------------------- stats
-
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0, mean = 0;
-  size_t n = 0;
-};
-
-// Nearest-rank percentiles.
-Stats Summarize(std::vector<double> v) {
-  Stats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  auto pct = [&](double q) {
-    size_t idx = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-    return v[std::min(v.size() - 1, idx == 0 ? 0 : idx - 1)];
-  };
-  s.n = v.size();
-  s.p50 = pct(0.50);
-  s.p99 = pct(0.99);
-  s.max = v.back();
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(v.size());
-  return s;
-}
 
 // Every failed call or check; the first few are kept verbatim.
 class Errors {
@@ -752,14 +587,14 @@ void KillCycle(int k, Client& partner, uint32_t sessions, const std::string& soc
   }
   const int64_t t0 = NowNs();
   absl::StatusOr<pid_t> pid =
-      Spawn({SelfExe(), "--child", "--socket", socket, "--group", group}, sv[1], "");
+      Spawn({SelfExe(), "--child", "--socket", socket, "--group", group}, SpawnIo{sv[1], 3, ""});
   ::close(sv[1]);
   if (!pid.ok()) {
     ::close(sv[0]);
     return fail(std::string(pid.status().message()));
   }
   absl::Status joined = CheckView(partner.joinGroup(JoinFor(group, 0)), group, 0);
-  std::optional<std::string> line = ReadLine(sv[0], 30000);
+  std::optional<std::string> line = LineReader(sv[0]).Read(30000);
   const int64_t t1 = NowNs();
   bool ok = joined.ok() && line && line->rfind("J 1", 0) == 0;
   if (!ok) {
@@ -998,13 +833,14 @@ int Main(int argc, char** argv) {
     std::error_code ec;
     std::filesystem::remove_all(tmp, ec);
   };
-  absl::StatusOr<std::unique_ptr<DaemonProcess>> started = DaemonProcess::Start(o.mooncaked, tmp);
+  absl::StatusOr<std::unique_ptr<BenchDaemon>> started =
+      BenchDaemon::Start(o.mooncaked, tmp, "soaknode");
   if (!started.ok()) {
     std::cerr << "soak_bench: ERROR " << started.status().message() << " (pass --mooncaked PATH)\n";
     cleanup();
     return 1;
   }
-  std::unique_ptr<DaemonProcess> daemon = *std::move(started);
+  std::unique_ptr<BenchDaemon> daemon = *std::move(started);
   const pid_t dpid = daemon->pid();
   const std::string socket = daemon->socket();
   std::cerr << absl::StrFormat(

@@ -697,7 +697,6 @@ std::vector<GroupSummary> GroupBroker::List(uint32_t uid, bool all) const {
     info.name = g->name;
     info.uid = g->uid;
     info.world_size = g->world_size;
-    info.joined = static_cast<uint32_t>(g->members.size());
     info.state = StateOf(*g);
     info.epoch = g->epoch;
     info.age = now - g->created;

@@ -33,9 +33,6 @@ struct GroupSummary {
   std::string name;
   uint32_t uid = 0;
   uint32_t world_size = 0;
-  // Members known, including left and lost ones (the broker's count while a
-  // group forms). Listings report JoinedCount() instead.
-  uint32_t joined = 0;
   GroupState state = GroupState::kForming;
   uint64_t epoch = 0;
   absl::Duration age;

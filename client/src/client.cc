@@ -20,6 +20,7 @@
 #include "mooncake/common/version.h"
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.grpc.pb.h"
+#include "mooncake/v1/rdma.grpc.pb.h"
 
 namespace mooncake {
 
@@ -63,6 +64,7 @@ SessionEvent FromProto(const v1::MemberEvent& m) {
 struct Connection {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Local::Stub> stub;
+  std::unique_ptr<v1::Rdma::Stub> rdma;
   std::unique_ptr<grpc::ClientContext> session_ctx;
   std::thread reader;
   std::string instance_id;
@@ -241,6 +243,7 @@ class MOONCAKE_INTERNAL Client::Impl {
     // The channel owns the fd from here on.
     c->channel = grpc::CreateCustomInsecureChannelFromFd("mooncaked", fd->release(), args);
     c->stub = v1::Local::NewStub(c->channel);
+    c->rdma = v1::Rdma::NewStub(c->channel);
 
     grpc::ClientContext hello_ctx;
     SetDeadline(&hello_ctx, options_.call_timeout);
@@ -454,6 +457,14 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   req.mutable_handle()->set_size(o.handle_size);
   req.mutable_device()->set_gpu_uuid(o.gpu_uuid);
   req.mutable_device()->set_gpu_pci_bus_id(o.gpu_pci_bus_id);
+  if (o.rdma) {
+    v1::RdmaEndpoint* e = req.mutable_rdma();
+    e->set_raddr(o.rdma->raddr);
+    e->set_rkey(o.rdma->rkey);
+    e->set_qps_per_peer(o.rdma->qps_per_peer);
+    e->set_nic(o.rdma->nic);
+    e->mutable_qpns()->Add(o.rdma->qpns.begin(), o.rdma->qpns.end());
+  }
   if (!o.fds.empty()) {
     MC_ASSIGN_OR_RETURN(std::string ticket, sendFds(o.fds));
     req.mutable_handle()->set_fd_ticket(ticket);
@@ -492,6 +503,15 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
     g.same_node = m.same_node();
     g.p2p_reachable = m.p2p_reachable();
     g.native_atomics = m.native_atomics();
+    if (m.has_rdma()) {
+      RdmaEndpointInfo r;
+      r.raddr = m.rdma().raddr();
+      r.rkey = m.rdma().rkey();
+      r.qps_per_peer = m.rdma().qps_per_peer();
+      r.qpns.assign(m.rdma().qpns().begin(), m.rdma().qpns().end());
+      r.nic = m.rdma().nic();
+      g.rdma = std::move(r);
+    }
     v.members.push_back(std::move(g));
   }
   return v;
@@ -586,6 +606,116 @@ absl::StatusOr<std::vector<UniqueFd>> Client::importFds(const FdExport& exported
   grpc::Status s = c->stub->ImportFds(&ctx, req, &resp);
   if (!s.ok()) return impl_->CallError(s, "ImportFds", c.get());
   return fetchFds(resp.fd_ticket());
+}
+
+absl::StatusOr<RdmaNodeInfo> Client::rdmaInfo() {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::GetRdmaInfoRequest req;
+  v1::RdmaInfo resp;
+  grpc::Status s = c->rdma->GetRdmaInfo(&ctx, req, &resp);
+  if (!s.ok()) {
+    if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      return absl::FailedPreconditionError(
+          "mooncaked on this node serves no RDMA (rdma_provider = off in its config)");
+    }
+    return impl_->CallError(s, "GetRdmaInfo", c.get());
+  }
+  RdmaNodeInfo info;
+  info.provider = resp.provider();
+  info.nic = resp.nic();
+  info.doorbell_mode = resp.doorbell_mode();
+  info.is_roce = resp.is_roce();
+  info.gid_index = resp.gid_index();
+  info.max_qps_per_session = resp.max_qps_per_session();
+  info.max_sq_wqes = resp.max_sq_wqes();
+  return info;
+}
+
+absl::StatusOr<RdmaKeys> Client::registerMemory(int fd, uint64_t iova, uint64_t length,
+                                                uint64_t offset, bool remote_write,
+                                                bool remote_atomic) {
+  MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({fd}));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::RegisterMemoryRequest req;
+  req.set_fd_ticket(ticket);
+  req.set_kind("memfd");
+  req.set_iova(iova);
+  req.set_length(length);
+  req.set_offset(offset);
+  req.set_remote_write(remote_write);
+  req.set_remote_atomic(remote_atomic);
+  v1::RegisterMemoryResponse resp;
+  grpc::Status s = c->rdma->RegisterMemory(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "RegisterMemory", c.get());
+  return RdmaKeys{resp.lkey(), resp.rkey()};
+}
+
+absl::Status Client::deregisterMemory(uint32_t lkey) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::DeregisterMemoryRequest req;
+  req.set_lkey(lkey);
+  v1::DeregisterMemoryResponse resp;
+  grpc::Status s = c->rdma->DeregisterMemory(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "DeregisterMemory", c.get());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> Client::createQueuePairs(
+    int control_fd, uint64_t control_bytes, const std::vector<RdmaQpLayout>& layouts) {
+  MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({control_fd}));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::CreateQueuePairsRequest req;
+  req.set_fd_ticket(ticket);
+  req.set_control_bytes(control_bytes);
+  for (const RdmaQpLayout& l : layouts) {
+    v1::QueuePairLayout* q = req.add_qps();
+    q->set_sq_offset(l.sq_offset);
+    q->set_sq_wqe_cnt(l.sq_wqe_cnt);
+    q->set_sq_dbrec_offset(l.sq_dbrec_offset);
+    q->set_cq_offset(l.cq_offset);
+    q->set_cq_cqe_cnt(l.cq_cqe_cnt);
+    q->set_cq_dbrec_offset(l.cq_dbrec_offset);
+  }
+  v1::CreateQueuePairsResponse resp;
+  grpc::Status s = c->rdma->CreateQueuePairs(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "CreateQueuePairs", c.get());
+  return std::vector<uint32_t>(resp.qpns().begin(), resp.qpns().end());
+}
+
+absl::Status Client::connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ConnectQueuePairsRequest req;
+  for (const auto& [mine, theirs] : pairs) {
+    v1::QueuePairConnection* q = req.add_connections();
+    q->set_qpn(mine);
+    q->set_remote_qpn(theirs);
+  }
+  v1::ConnectQueuePairsResponse resp;
+  grpc::Status s = c->rdma->ConnectQueuePairs(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ConnectQueuePairs", c.get());
+  return absl::OkStatus();
+}
+
+absl::Status Client::destroyQueuePairs(const std::vector<uint32_t>& qpns) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::DestroyQueuePairsRequest req;
+  req.mutable_qpns()->Add(qpns.begin(), qpns.end());
+  v1::DestroyQueuePairsResponse resp;
+  grpc::Status s = c->rdma->DestroyQueuePairs(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "DestroyQueuePairs", c.get());
+  return absl::OkStatus();
 }
 
 std::optional<SessionEvent> Client::nextEvent(absl::Duration timeout) {

@@ -1,5 +1,6 @@
 #include "mooncake/client/communicator.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -42,12 +43,32 @@ absl::StatusOr<Platform> ParsePlatform(const std::string& name) {
       absl::StrCat("unknown platform '", name, "': expected host or cuda"));
 }
 
+absl::StatusOr<Route> ParseRoute(const std::string& name) {
+  if (name == "auto") return Route::kAuto;
+  if (name == "p2p") return Route::kP2p;
+  if (name == "rdma") return Route::kRdma;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown route '", name, "': expected auto, p2p or rdma"));
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions options) {
   if (options.world_size == 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of world size ",
                                                    options.world_size, " is out of range"));
   }
   if (options.buffer_bytes == 0) return absl::InvalidArgumentError("buffer_bytes is 0");
+  if (options.route == Route::kP2p && !options.rdma_peers.empty()) {
+    return absl::InvalidArgumentError("rdma_peers given with the p2p route");
+  }
+  for (uint32_t p : options.rdma_peers) {
+    if (p >= options.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rdma_peers: rank ", p, " is outside world size ", options.world_size));
+    }
+  }
+  if (options.qps_per_peer == 0 || options.qps_per_peer > 64) {
+    return absl::InvalidArgumentError("qps_per_peer must be in 1..64");
+  }
   std::unique_ptr<Communicator> c(new Communicator(std::move(options)));
   absl::Time start = absl::Now();
   MC_RETURN_IF_ERROR(c->Setup());
@@ -75,13 +96,15 @@ absl::Status Communicator::Setup() {
                         absl::StrCat("allocating the ", o.buffer_bytes,
                                      "-byte buffer: ", transport_->lastError().message()));
   }
+  MC_RETURN_IF_ERROR(PrepareRdma());
   MC_ASSIGN_OR_RETURN(view_,
                       o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
+  MC_RETURN_IF_ERROR(ConnectRdma(view_));
   bool all_ok = transport_->verifyPeerAccess();
   std::vector<int32_t> avail = transport_->availableSnapshot();
   std::vector<uint32_t> unreachable;
   for (uint32_t r = 0; r < avail.size(); ++r) {
-    if (avail[r] == 0) unreachable.push_back(r);
+    if (avail[r] == 0 && !rdmaPeer(static_cast<int>(r))) unreachable.push_back(r);
   }
   std::string detail = all_ok ? ""
                               : absl::StrCat("unreachable ranks ", absl::StrJoin(unreachable, ","),
@@ -90,6 +113,7 @@ absl::Status Communicator::Setup() {
 
   ctx_ = device::CommCtx{};
   ctx_.p2p = transport_->p2pContext();
+  if (rdma_) ctx_.ibgda = rdma_->ibgdaContext();
   ctx_.rank = static_cast<int>(o.rank);
   ctx_.num_ranks = static_cast<int>(o.world_size);
 
@@ -137,14 +161,73 @@ absl::StatusOr<JoinOptions> Communicator::BaseJoin() const {
   if (o.platform == Platform::kCuda && j.gpu_uuid.empty()) {
     MC_ASSIGN_OR_RETURN(j.gpu_uuid, CurrentGpuUuid());
   }
+  if (rdma_) j.rdma = rdma_->endpoint();
   return j;
 }
 
-// Which peers to map: everyone the daemon says this rank reaches directly.
+// Before the join: which peers go over RDMA, and this rank's QPs toward
+// them (their numbers travel in the join, so the peers can connect).
+absl::Status Communicator::PrepareRdma() {
+  const CommunicatorOptions& o = options_;
+  rdma_mask_.assign(o.world_size, 0);
+  if (o.route == Route::kRdma) {
+    for (uint32_t r = 0; r < o.world_size; ++r) rdma_mask_[r] = r != o.rank;
+  }
+  for (uint32_t p : o.rdma_peers) rdma_mask_[p] = p != o.rank;
+  if (std::find(rdma_mask_.begin(), rdma_mask_.end(), 1) == rdma_mask_.end()) {
+    return absl::OkStatus();
+  }
+  if (o.platform != Platform::kHost) {
+    return absl::UnimplementedError(
+        "the RDMA route from CUDA kernels (softnic on host-pinned control memory) is not built "
+        "yet; use --platform host, or the p2p route");
+  }
+  auto step = [](const char* what, absl::Status s) {
+    return s.ok() ? s : absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+  };
+  DaemonRdmaOptions ro;
+  ro.sq_depth = o.rdma_sq_depth;
+  absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> t =
+      DaemonRdmaTransport::Create(client_.get(), ro);
+  if (!t.ok()) return step("RDMA route", t.status());
+  rdma_ = *std::move(t);
+  if (rdma_->initialize("", static_cast<int>(o.world_size),
+                        static_cast<int>(o.world_size * o.qps_per_peer)) != 0) {
+    return step("RDMA initialize", rdma_->lastError());
+  }
+  absl::StatusOr<device::ExportedBuffer> mine = transport_->exportLocal(buffer_);
+  if (!mine.ok() || mine->fds.empty()) {
+    return step("RDMA: the buffer's memfd",
+                mine.ok() ? absl::InternalError("no fd") : mine.status());
+  }
+  MC_RETURN_IF_ERROR(step("registering the buffer for RDMA",
+                          rdma_->registerMemoryFd(buffer_, o.buffer_bytes, mine->fds[0].get(), 0)));
+  if (rdma_->allocateControlBuffer() != 0) {
+    return step("RDMA control memory", rdma_->lastError());
+  }
+  return step("creating RDMA queue pairs", rdma_->createQueuePairsFor(rdma_mask_));
+}
+
+// After the join: connect each RDMA peer's QPs to ours.
+absl::Status Communicator::ConnectRdma(const GroupView& view) {
+  if (!rdma_) return absl::OkStatus();
+  std::vector<std::optional<RdmaEndpointInfo>> peers(options_.world_size);
+  for (const GroupMember& m : view.members) {
+    if (m.rank < options_.world_size) peers[m.rank] = m.rdma;
+  }
+  absl::Status s = rdma_->connectEndpoints(static_cast<int>(options_.rank), peers, rdma_mask_);
+  if (!s.ok())
+    return absl::Status(s.code(), absl::StrCat("connecting RDMA queue pairs: ", s.message()));
+  return absl::OkStatus();
+}
+
+// Which peers to map: everyone the daemon says this rank reaches directly,
+// except the RDMA peers.
 std::vector<int> Communicator::ActiveMask(const GroupView& view) const {
   std::vector<int> active(options_.world_size, 1);
   for (const GroupMember& m : view.members) {
-    if (m.rank < options_.world_size && m.rank != options_.rank && !m.p2p_reachable) {
+    if (m.rank < options_.world_size && m.rank != options_.rank &&
+        (!m.p2p_reachable || rdmaPeer(static_cast<int>(m.rank)))) {
       active[m.rank] = 0;
     }
   }
@@ -240,6 +323,7 @@ absl::Status Communicator::leave() {
 
 Communicator::~Communicator() {
   (void)leave();
+  rdma_.reset();  // destroys its QPs before the buffer they write goes away
   if (transport_ && buffer_ != nullptr) transport_->freeBuffer(buffer_);
   transport_.reset();
   exchange_.reset();

@@ -72,6 +72,23 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
                                                    r.handle().data().size(), " bytes exceeds ",
                                                    limits_.max_handle_bytes));
   }
+  if (r.has_rdma()) {
+    const v1::RdmaEndpoint& e = r.rdma();
+    if (e.qps_per_peer() == 0 || e.qps_per_peer() > kMaxQpsPerPeer) {
+      return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': rdma.qps_per_peer ",
+                                                     e.qps_per_peer(), " is not in 1..",
+                                                     kMaxQpsPerPeer));
+    }
+    if (!e.qpns().empty() && static_cast<uint64_t>(e.qpns_size()) !=
+                                 static_cast<uint64_t>(r.world_size()) * e.qps_per_peer()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group '", r.group(), "': rdma.qpns has ", e.qpns_size(),
+                       " entries; it must be empty or world_size * qps_per_peer = ",
+                       static_cast<uint64_t>(r.world_size()) * e.qps_per_peer()));
+    }
+    if (e.nic().size() > 64)
+      return absl::InvalidArgumentError("rdma.nic longer than 64 characters");
+  }
   if (r.handle().kind().size() > 64) {
     return absl::InvalidArgumentError("handle kind longer than 64 characters");
   }
@@ -89,6 +106,7 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
   j.world_size_ = r.world_size();
   j.timeout_ms_ = r.timeout_ms() == 0 ? limits_.default_timeout_ms : r.timeout_ms();
   j.handle_ = r.handle();
+  if (r.has_rdma()) j.rdma_ = r.rdma();
   j.fd_ticket_ = j.handle_.fd_ticket();
   j.handle_.clear_fd_ticket();
   return j;
@@ -145,7 +163,7 @@ uint64_t GroupBroker::EntryBytes(const Member& m) const {
   // The member's MemberView as encoded (strings plus tags and varints),
   // and its ticket.
   return m.handle.data().size() + m.handle.kind().size() + m.gpu_uuid.size() + m.gpu_pci.size() +
-         node_id_.size() + 96;
+         node_id_.size() + 96 + (m.rdma ? 5u * m.rdma->qpns_size() + m.rdma->nic().size() + 32 : 0);
 }
 
 std::shared_ptr<const std::string> GroupBroker::EncodeShared(
@@ -167,6 +185,7 @@ std::shared_ptr<const std::string> GroupBroker::EncodeShared(
     v->set_handle_kind(m.handle.kind());
     v->set_handle_data(m.handle.data());
     v->set_handle_size(m.handle.size());
+    if (m.rdma) *v->mutable_rdma() = *m.rdma;
     v->set_same_node(true);
     bool atomics = false;
     v->set_p2p_reachable(Reachable(receiver_gpu, m.gpu_index, &atomics));
@@ -323,6 +342,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
   m.gpu_uuid = std::move(req.gpu_uuid_);
   m.gpu_pci = std::move(req.gpu_pci_);
   m.handle = std::move(req.handle_);
+  if (req.rdma_) m.rdma = std::make_shared<const v1::RdmaEndpoint>(std::move(*req.rdma_));
   m.fds = std::move(fds);
   m.view_bytes = EntryBytes(m);
 

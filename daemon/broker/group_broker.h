@@ -74,6 +74,8 @@ struct EncodedView {
 
 class GroupBroker {
  public:
+  // Most RDMA queue pairs one member may publish per peer.
+  static constexpr uint32_t kMaxQpsPerPeer = 64;
   using JoinDone = std::function<void(absl::StatusOr<EncodedView>)>;
 
   GroupBroker(std::string node_id, v1::Topology topology, BrokerLimits limits,
@@ -132,7 +134,8 @@ class GroupBroker {
     PeerCred cred;
     int gpu_index = -1;
     std::string gpu_uuid, gpu_pci;
-    v1::MemberHandle handle;  // fd_ticket cleared
+    v1::MemberHandle handle;                       // fd_ticket cleared
+    std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it
     FdBundlePtr fds;
     MemberState state = MemberState::kJoined;
     uint64_t view_bytes = 0;  // its entry in the view, charged to the uid

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "mooncake/v1/local.pb.h"
@@ -35,6 +36,7 @@ class ValidatedJoin {
   int gpu_index_ = -1;       // -1: no GPU selected (host memory)
   std::string gpu_uuid_, gpu_pci_;
   v1::MemberHandle handle_;  // fd_ticket cleared
+  std::optional<v1::RdmaEndpoint> rdma_;
   std::string fd_ticket_;
 };
 

@@ -153,6 +153,22 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     return ParseU32(key, value, 4096, 0xffffffffu, &c->max_view_bytes_per_uid);
   } else if (key == "max_join_timeout_ms") {
     return ParseU32(key, value, 1000, 24 * 3600 * 1000, &c->max_join_timeout_ms);
+  } else if (key == "rdma_provider") {
+    if (value != "auto" && value != "softnic" && value != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rdma_provider = '", value, "': expected auto, softnic or off"));
+    }
+    c->rdma_provider = std::string(value);
+  } else if (key == "max_qps_per_session") {
+    return ParseU32(key, value, 1, 1 << 20, &c->max_qps_per_session);
+  } else if (key == "max_mrs_per_session") {
+    return ParseU32(key, value, 1, 1 << 16, &c->max_mrs_per_session);
+  } else if (key == "softnic_sink") {
+    if (value != "true" && value != "false") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("softnic_sink = '", value, "': expected true or false"));
+    }
+    c->softnic_sink = value == "true";
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
   }

@@ -39,6 +39,12 @@ struct DaemonConfig {
   uint32_t max_waiting_joins_per_uid = 4096;
   uint32_t max_view_bytes_per_uid = 256u << 20;
   uint32_t max_join_timeout_ms = 600000;
+
+  // RDMA (docs/limits.md, deploy/mooncaked.conf.example).
+  std::string rdma_provider = "auto";  // auto | softnic | off
+  uint32_t max_qps_per_session = 4096;
+  uint32_t max_mrs_per_session = 256;
+  bool softnic_sink = false;  // benchmarks: complete WQEs without moving data
 };
 
 // Parses the text of a config file into `config` (keys not present keep

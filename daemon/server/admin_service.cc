@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/version.h"
@@ -96,6 +98,77 @@ grpc::Status AdminService::ListGroups(grpc::ServerContext* ctx, const v1::ListGr
   if (!caller.ok()) return ToGrpc(caller.status());
   const uint32_t uid = caller->cred.uid;
   for (const GroupSummary& g : broker_->List(uid, uid == 0)) *resp->add_groups() = ToGroupInfo(g);
+  return grpc::Status::OK;
+}
+
+namespace {
+
+// The syndrome that put a QP in the error state, in words.
+std::string SyndromeText(uint8_t s) {
+  switch (s) {
+    case 0: return "";
+    case 0x01: return "local length error (0x01)";
+    case 0x02: return "local QP operation error: malformed WQE or doorbell (0x02)";
+    case 0x04: return "local protection error: bad lkey or source range (0x04)";
+    case 0x05: return "work request flushed (0x05)";
+    case 0x12: return "remote invalid request: misaligned atomic (0x12)";
+    case 0x13: return "remote access error: bad rkey, range or rights (0x13)";
+    case 0x14: return "remote operation error (0x14)";
+    default: return absl::StrCat("syndrome 0x", absl::Hex(s));
+  }
+}
+
+std::string AccessText(uint32_t a) {
+  std::vector<std::string> parts = {"local"};
+  if (a & softnic::kRemoteWrite) parts.push_back("remote-write");
+  if (a & softnic::kRemoteRead) parts.push_back("remote-read");
+  if (a & softnic::kRemoteAtomic) parts.push_back("remote-atomic");
+  return absl::StrJoin(parts, ",");
+}
+
+}  // namespace
+
+grpc::Status AdminService::ListQueuePairs(grpc::ServerContext* ctx,
+                                          const v1::ListQueuePairsRequest*,
+                                          v1::ListQueuePairsResponse* resp) {
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (rdma_ == nullptr) return grpc::Status::OK;
+  const uint32_t uid = caller->cred.uid;
+  for (const QpRow& r : rdma_->ListQps(uid, uid == 0)) {
+    v1::QueuePairInfo* q = resp->add_qps();
+    q->set_qpn(r.info.qpn);
+    q->set_nic(rdma_->nic());
+    q->set_state(softnic::QpStateName(r.info.state));
+    q->set_session_id(r.session);
+    q->set_uid(r.uid);
+    q->set_pid(r.pid);
+    q->set_doorbell_mode(rdma_->doorbell_mode());
+    q->set_remote_qpn(r.info.remote_qpn);
+    q->set_sq_wqe_cnt(r.info.sq_wqe_cnt);
+    q->set_wqes_done(r.info.wqes_done);
+    q->set_last_error(SyndromeText(r.info.last_syndrome));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListMemoryRegions(grpc::ServerContext* ctx,
+                                             const v1::ListMemoryRegionsRequest*,
+                                             v1::ListMemoryRegionsResponse* resp) {
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (rdma_ == nullptr) return grpc::Status::OK;
+  const uint32_t uid = caller->cred.uid;
+  for (const MrRow& r : rdma_->ListMrs(uid, uid == 0)) {
+    v1::MemoryRegionInfo* m = resp->add_regions();
+    m->set_nic(rdma_->nic());
+    m->set_size(r.info.length);
+    m->set_session_id(r.session);
+    m->set_uid(r.uid);
+    m->set_pid(r.pid);
+    m->set_kind(r.kind);
+    m->set_access(AccessText(r.info.access));
+  }
   return grpc::Status::OK;
 }
 

@@ -12,6 +12,7 @@
 #include "broker/group_broker.h"
 #include "fdchannel/fd_broker.h"
 #include "mooncake/v1/admin.grpc.pb.h"
+#include "rdma/rdma_resources.h"
 #include "server/connection_table.h"
 #include "server/node_identity.h"
 #include "session/session_registry.h"
@@ -27,13 +28,15 @@ class AdminService final : public v1::Admin::Service {
   };
 
   AdminService(const NodeIdentity* node, Endpoints endpoints, const ConnectionTable* connections,
-               const SessionRegistry* sessions, const GroupBroker* broker, const FdBroker* fds)
+               const SessionRegistry* sessions, const GroupBroker* broker, const FdBroker* fds,
+               const RdmaResources* rdma = nullptr)
       : node_(node),
         endpoints_(std::move(endpoints)),
         connections_(connections),
         sessions_(sessions),
         broker_(broker),
-        fds_(fds) {}
+        fds_(fds),
+        rdma_(rdma) {}
 
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* req,
                          v1::DaemonStatus* resp) override;
@@ -43,6 +46,10 @@ class AdminService final : public v1::Admin::Service {
                             v1::ListSessionsResponse* resp) override;
   grpc::Status ListGroups(grpc::ServerContext* ctx, const v1::ListGroupsRequest* req,
                           v1::ListGroupsResponse* resp) override;
+  grpc::Status ListQueuePairs(grpc::ServerContext* ctx, const v1::ListQueuePairsRequest* req,
+                              v1::ListQueuePairsResponse* resp) override;
+  grpc::Status ListMemoryRegions(grpc::ServerContext* ctx, const v1::ListMemoryRegionsRequest* req,
+                                 v1::ListMemoryRegionsResponse* resp) override;
 
  private:
   const NodeIdentity* const node_;
@@ -51,6 +58,7 @@ class AdminService final : public v1::Admin::Service {
   const SessionRegistry* const sessions_;
   const GroupBroker* const broker_;
   const FdBroker* const fds_;
+  const RdmaResources* const rdma_;  // null: RDMA off
 };
 
 // The wire form of a group listing entry.

@@ -77,6 +77,32 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   d->sessions_ = std::make_unique<SessionRegistry>(cfg.max_sessions_per_uid);
   d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get(),
                                        FdLimits{cfg.max_fds_per_uid, cfg.max_fds});
+  if (cfg.rdma_provider != "off") {
+    // No DevX provider is built yet, so every RDMA route on this node is
+    // served by softnic; it is listed as a NIC of its own.
+    const std::string nic_name = "softnic0";
+    v1::Nic* nic = node.topology.add_nics();
+    nic->set_name(nic_name);
+    nic->set_driver("mooncaked");
+    nic->set_provider("softnic");
+    nic->set_numa_node(-1);
+    v1::NicPort* port = nic->add_ports();
+    port->set_port(1);
+    port->set_state("ACTIVE");
+    port->set_link_layer("softnic");
+    for (v1::Nic& n : *node.topology.mutable_nics()) {
+      if (n.provider().empty()) n.set_provider("none (mlx5 provider not built; softnic serves)");
+    }
+    RdmaLimits rl;
+    rl.max_qps_per_session = cfg.max_qps_per_session;
+    rl.max_mrs_per_session = cfg.max_mrs_per_session;
+    softnic::EngineOptions eo;
+    eo.sink = cfg.softnic_sink;
+    d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), nic_name, rl, eo);
+    MC_LOG(kInfo, "RDMA: provider softnic on ", nic_name, " (doorbell mode ",
+           d->rdma_->doorbell_mode(), cfg.softnic_sink ? ", sink: WQEs complete without data" : "",
+           ")");
+  }
   BrokerLimits limits;
   limits.max_world_size = cfg.max_world_size;
   limits.default_timeout_ms = cfg.join_timeout_ms;
@@ -86,8 +112,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   limits.max_view_bytes_per_uid = cfg.max_view_bytes_per_uid;
   d->broker_ = std::make_unique<GroupBroker>(node.node_id, node.topology, limits,
                                              d->sessions_.get(), d->fds_.get());
-  d->lifecycle_ =
-      std::make_unique<SessionLifecycle>(d->sessions_.get(), d->fds_.get(), d->broker_.get());
+  d->lifecycle_ = std::make_unique<SessionLifecycle>(d->sessions_.get(), d->fds_.get(),
+                                                     d->rdma_.get(), d->broker_.get());
 
   auto listen = ListenUnix(cfg.socket, cfg.socket_mode, cfg.socket_group);
   if (!listen.ok()) return listen.status();
@@ -115,7 +141,14 @@ absl::Status Daemon::Start() {
                                                   lifecycle_.get(), broker_.get(), fds_.get());
   admin_service_ = std::make_unique<AdminService>(
       &node_, AdminService::Endpoints{config_.socket, config_.peer_listen}, connections_.get(),
-      sessions_.get(), broker_.get(), fds_.get());
+      sessions_.get(), broker_.get(), fds_.get(), rdma_.get());
+  std::vector<std::string> served = {v1::Local::service_full_name(),
+                                     v1::Admin::service_full_name()};
+  if (rdma_) {
+    rdma_service_ =
+        std::make_unique<RdmaService>(connections_.get(), sessions_.get(), fds_.get(), rdma_.get());
+    served.push_back(v1::Rdma::service_full_name());
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -123,16 +156,15 @@ absl::Status Daemon::Start() {
   // then handed over with AddInsecureChannelFromFd.
   builder.RegisterService(local_service_.get());
   builder.RegisterService(admin_service_.get());
+  if (rdma_service_) builder.RegisterService(rdma_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcInterceptorFactory>(
-      connections_.get(),
-      std::vector<std::string>{v1::Local::service_full_name(), v1::Admin::service_full_name()}));
+  interceptors.push_back(std::make_unique<RpcInterceptorFactory>(connections_.get(), served));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_) return absl::InternalError("gRPC server failed to start");
   // grpc.health.v1.Health/Check answers SERVING for "" (the server) and for
   // each service by name; Shutdown() turns them all NOT_SERVING.
-  for (const std::string& name : {v1::Local::service_full_name(), v1::Admin::service_full_name()}) {
+  for (const std::string& name : served) {
     server_->GetHealthCheckService()->SetServingStatus(name, true);
   }
 

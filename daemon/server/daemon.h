@@ -14,6 +14,7 @@
 //                       (const), FdBroker (const), GroupBroker
 //   FdBroker          → LocalService, FdChannelServer, AdminService (const),
 //                       GroupBroker (as FdTicketIssuer)
+//   RdmaResources     → RdmaService, SessionLifecycle, AdminService (const)
 //   GroupBroker       → LocalService, AdminService (const)
 //   SessionLifecycle  → LocalService
 #pragma once
@@ -31,6 +32,8 @@
 #include "config/daemon_config.h"
 #include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
+#include "rdma/rdma_resources.h"
+#include "rdma/rdma_service.h"
 #include "server/admin_service.h"
 #include "server/connection_table.h"
 #include "server/grpc_acceptor.h"
@@ -66,6 +69,7 @@ class Daemon {
   std::unique_ptr<ConnectionTable> connections_;
   std::unique_ptr<SessionRegistry> sessions_;
   std::unique_ptr<FdBroker> fds_;
+  std::unique_ptr<RdmaResources> rdma_;  // null when rdma_provider = off
   std::unique_ptr<GroupBroker> broker_;
   std::unique_ptr<SessionLifecycle> lifecycle_;
 
@@ -74,6 +78,7 @@ class Daemon {
   std::unique_ptr<FdChannelServer> fd_channel_;
   std::unique_ptr<LocalService> local_service_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<RdmaService> rdma_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> peer_server_;

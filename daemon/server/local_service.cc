@@ -7,6 +7,7 @@
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
+#include "server/caller_session.h"
 
 namespace mooncake::daemon {
 
@@ -18,9 +19,7 @@ static_assert(kProtocolVersion == static_cast<uint32_t>(v1::PROTOCOL_VERSION_CUR
 namespace {
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, const absl::Status& s) {
-  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-  r->Finish(ToGrpc(s));
-  return r;
+  return FinishUnary(ctx, s);
 }
 
 // The session stream. Writes are started by Pump() whenever events are
@@ -170,14 +169,7 @@ class JoinReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 absl::StatusOr<SessionInfo> LocalService::CallerSession(const grpc::ServerContextBase* ctx) const {
-  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
-  if (!caller.ok()) return caller.status();
-  std::optional<SessionInfo> s = sessions_->FindByConnection(caller->connection_fd);
-  if (!s) {
-    return absl::FailedPreconditionError(
-        "no session on this connection: call OpenSession first (mooncake::Client does)");
-  }
-  return *s;
+  return daemon::CallerSession(*connections_, *sessions_, ctx);
 }
 
 grpc::ServerUnaryReactor* LocalService::Hello(grpc::CallbackServerContext* ctx,

@@ -26,6 +26,7 @@ void SessionLifecycle::End(uint64_t session_id) {
   // The order is the contract in the header: close, free, then tell others.
   sessions_->Close(session_id);
   fds_->DropSession(session_id);
+  if (rdma_ != nullptr) rdma_->SessionEnded(session_id);
   broker_->SessionEnded(session_id);
   if (info) {
     MC_LOG(kInfo, "session ", session_id, " (pid ", info->cred.pid, ", uid ", info->cred.uid,

@@ -5,6 +5,8 @@
 //      check (FdBroker's additions, GroupBroker::JoinAsync) sees it closed;
 //   2. FdBroker::DropSession — its tickets and exports are freed; nothing
 //      can be added for it afterwards (see fd_broker.h);
+//   2b. RdmaResources::SessionEnded — its queue pairs and memory regions are
+//      destroyed (softnic stops touching its memory) before peers hear;
 //   3. GroupBroker::SessionEnded — its waiting joins end, and its groups'
 //      other members are told it is lost.
 // Services end sessions only through End(), so that order is written once.
@@ -19,14 +21,17 @@
 #include "absl/status/statusor.h"
 #include "broker/group_broker.h"
 #include "fdchannel/fd_broker.h"
+#include "rdma/rdma_resources.h"
 #include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
 class SessionLifecycle {
  public:
-  SessionLifecycle(SessionRegistry* sessions, FdBroker* fds, GroupBroker* broker)
-      : sessions_(sessions), fds_(fds), broker_(broker) {}
+  // `rdma` may be null (rdma_provider = off).
+  SessionLifecycle(SessionRegistry* sessions, FdBroker* fds, RdmaResources* rdma,
+                   GroupBroker* broker)
+      : sessions_(sessions), fds_(fds), rdma_(rdma), broker_(broker) {}
 
   // Opens a session for the process on connection `conn_fd` (see
   // SessionRegistry::Open for the errors).
@@ -37,6 +42,7 @@ class SessionLifecycle {
  private:
   SessionRegistry* const sessions_;
   FdBroker* const fds_;
+  RdmaResources* const rdma_;
   GroupBroker* const broker_;
 };
 

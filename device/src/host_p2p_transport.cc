@@ -41,10 +41,16 @@ class HostP2pTransport final : public internal::P2pTransportCore {
   size_t Granularity() const override { return static_cast<size_t>(::sysconf(_SC_PAGESIZE)); }
 
   absl::Status AllocateMemory(size_t map_bytes, Buffer* b) override {
-    UniqueFd fd(::memfd_create("mooncake-p2p", MFD_CLOEXEC));
+    UniqueFd fd(::memfd_create("mooncake-p2p", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     if (!fd) return ErrnoStatus(errno, "allocateBuffer: memfd_create");
     if (::ftruncate(fd.get(), static_cast<off_t>(map_bytes)) != 0) {
       return ErrnoStatus(errno, absl::StrCat("allocateBuffer: ftruncate(memfd, ", map_bytes, ")"));
+    }
+    // Sealed at its size: whoever maps it (peers, and mooncaked's softnic
+    // when the buffer is registered for RDMA) can rely on it not shrinking
+    // under them, which would turn their next access into SIGBUS.
+    if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+      return ErrnoStatus(errno, "allocateBuffer: sealing the memfd");
     }
     void* base = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (base == MAP_FAILED) {

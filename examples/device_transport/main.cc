@@ -3,22 +3,31 @@
 //
 //   device_transport_example --platform host --socket S --group G \
 //       --rank R --world-size N [--mode pair|all2all|watch] [--bytes B] [--timeout-ms T]
+//       [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
+//
+// --route rdma sends to every peer over RDMA (GPU-initiated RDMA's WQEs and
+// doorbells; softnic in mooncaked executes them where no RDMA NIC is);
+// --rdma-peers makes only those peers RDMA (both ends of a pair must say so).
 //
 // Start one process per rank. Prints PASS and exits 0 when every byte
 // checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
 // 3 on a timeout, 64 on bad arguments.
 //
-// --mode watch: set up, print READY, then wait (up to the timeout) for a
-// peer to be reported lost or to leave, print it, and PASS. The GPU tests
-// use it to SIGKILL one rank and check the others are told.
+// --mode watch: set up, print READY, then hold the group with all its
+// resources (buffer, QPs, MRs) until a peer is reported lost or leaves
+// (up to the timeout); print "EVENT lost rank R" (or left) and PASS. Other
+// events are printed and it keeps waiting. Tests SIGKILL one rank and check
+// the others are told and the daemon cleaned up.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "example_common.h"
 #include "host_run.h"
 #include "mooncake/client/communicator.h"
@@ -39,12 +48,19 @@ struct Args {
   int timeout_ms = 30000;
   int device = -1;              // CUDA device; default: rank % device count
   std::string handle = "auto";  // CUDA sharing: auto, vmm (cuMem POSIX fd), ipc (legacy)
+  std::string route = "auto";
+  std::vector<uint32_t> rdma_peers;
+  uint32_t qps_per_peer = 1;
 };
 
 void Usage() {
   std::cerr << "usage: device_transport_example --platform host|cuda --rank R --world-size N\n"
-               "         [--socket PATH] [--group NAME] [--mode pair|all2all] [--bytes B]\n"
-               "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc]\n";
+               "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
+               "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc]\n"
+               "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
+               "  --mode watch   set up, print READY, hold the group until a peer is lost or\n"
+               "                 leaves, print 'EVENT lost|left rank R' and PASS\n"
+               "  --route rdma   reach every peer over RDMA (softnic where there is no NIC)\n";
 }
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -75,6 +91,17 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       ok = absl::SimpleAtoi(v, &a->timeout_ms);
     else if (k == "--device")
       ok = absl::SimpleAtoi(v, &a->device);
+    else if (k == "--route") {
+      a->route = v;
+      ok = v == "auto" || v == "p2p" || v == "rdma";
+    } else if (k == "--rdma-peers") {
+      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        uint32_t p = 0;
+        ok = ok && absl::SimpleAtoi(part, &p);
+        a->rdma_peers.push_back(p);
+      }
+    } else if (k == "--qps-per-peer")
+      ok = absl::SimpleAtoi(v, &a->qps_per_peer) && a->qps_per_peer >= 1 && a->qps_per_peer <= 64;
     else if (k == "--handle") {
       a->handle = v;
       ok = v == "auto" || v == "vmm" || v == "ipc";
@@ -132,6 +159,9 @@ int main(int argc, char** argv) {
   o.platform = *platform;
   o.timeout = absl::Milliseconds(a.timeout_ms);
   o.client_name = absl::StrCat("device_transport_example ", who);
+  o.route = *mooncake::ParseRoute(a.route);
+  o.rdma_peers = a.rdma_peers;
+  o.qps_per_peer = a.qps_per_peer;
   o.cuda_handle = a.handle == "vmm"   ? mooncake::device::CudaHandleKind::kVmmPosixFd
                   : a.handle == "ipc" ? mooncake::device::CudaHandleKind::kLegacyIpc
                                       : mooncake::device::CudaHandleKind::kAuto;
@@ -157,18 +187,29 @@ int main(int argc, char** argv) {
   mooncake::example::RunResult r;
   if (a.mode == "watch") {
     std::cout << who << ": READY" << std::endl;
-    std::optional<mooncake::SessionEvent> ev =
-        (*comm)->client().nextEvent(absl::Milliseconds(a.timeout_ms));
-    while (ev && ev->kind == mooncake::SessionEvent::Kind::kReady) {
-      ev = (*comm)->client().nextEvent(absl::Milliseconds(a.timeout_ms));
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(a.timeout_ms);
+    for (;;) {
+      const absl::Duration left = deadline - absl::Now();
+      std::optional<mooncake::SessionEvent> ev =
+          left > absl::ZeroDuration() ? (*comm)->client().nextEvent(left) : std::nullopt;
+      if (!ev) {
+        std::cerr << "device_transport_example " << who
+                  << ": FAIL: timed out waiting for a peer to be lost or leave\n";
+        return 3;
+      }
+      std::cout << who << ": EVENT " << mooncake::SessionEventKindName(ev->kind) << " rank "
+                << ev->rank << " (" << ev->detail << ")" << std::endl;
+      if (ev->kind == mooncake::SessionEvent::Kind::kLost ||
+          ev->kind == mooncake::SessionEvent::Kind::kLeft) {
+        std::cout << "PASS" << std::endl;
+        return 0;
+      }
+      if (ev->kind == mooncake::SessionEvent::Kind::kDaemonShutdown ||
+          ev->kind == mooncake::SessionEvent::Kind::kDisconnected) {
+        std::cerr << "device_transport_example " << who << ": FAIL: lost the daemon\n";
+        return 2;
+      }
     }
-    if (!ev) {
-      std::cerr << "device_transport_example " << who << ": FAIL: timed out waiting for an event\n";
-      return 3;
-    }
-    std::cout << who << ": EVENT " << mooncake::SessionEventKindName(ev->kind) << " rank "
-              << ev->rank << " (" << ev->detail << ")\nPASS" << std::endl;
-    return 0;
   }
   if (*platform == mooncake::Platform::kHost) {
     r = a.mode == "pair"

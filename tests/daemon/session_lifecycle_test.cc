@@ -48,7 +48,7 @@ class SessionLifecycleTest : public ::testing::Test {
   SessionRegistry sessions_{1000};
   FdBroker fds_{absl::Seconds(30), &sessions_};
   GroupBroker broker_{"node-a", v1::Topology(), BrokerLimits(), &sessions_, &fds_};
-  SessionLifecycle lifecycle_{&sessions_, &fds_, &broker_};
+  SessionLifecycle lifecycle_{&sessions_, &fds_, /*rdma=*/nullptr, &broker_};
   int next_conn_ = 100;
 };
 

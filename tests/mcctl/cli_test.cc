@@ -293,7 +293,7 @@ TEST_F(McctlTest, GpusAndNics) {
   a->set_distance("PIX");
   a->set_closest(true);
   Result n2 = Mcctl({"--socket", socket_, "nics"});
-  EXPECT_TRUE(absl::StartsWith(n2.out, "NIC     PORT  STATE")) << n2.out;
+  EXPECT_TRUE(absl::StartsWith(n2.out, "NIC     PROVIDER  PORT  STATE")) << n2.out;
   ListValue nics = ParseArray(Mcctl({"--socket", socket_, "--json", "nics"}).out);
   ASSERT_EQ(nics.values_size(), 1);
   EXPECT_EQ(nics.values(0).struct_value().fields().at("name").string_value(), "mlx5_0");

@@ -107,13 +107,46 @@ TEST(FormatTest, NicPortsOneRowEach) {
   auto* q = n->add_ports();
   q->set_port(2);
   q->set_state("DOWN");
-  t.add_nics()->set_name("mlx5_1");  // no ports
+  n->set_provider("mlx5");
+  auto* soft = t.add_nics();  // no ports
+  soft->set_name("softnic0");
+  soft->set_provider("softnic");
   const std::string s = FormatNics(t);
   EXPECT_TRUE(absl::StrContains(
-      s, "mlx5_0     1  ACTIVE  -     InfiniBand  -       7     1  0000:18:00.0     -"))
+      s, "mlx5_0    mlx5         1  ACTIVE  -     InfiniBand  -       7     1  0000:18:00.0     -"))
       << s;
-  EXPECT_TRUE(absl::StrContains(s, "mlx5_0     2  DOWN")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "mlx5_1     -  -")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "mlx5_0    mlx5         2  DOWN")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "softnic0  softnic      -  -")) << s;
+}
+
+TEST(FormatTest, QueuePairsAndMemoryRegions) {
+  EXPECT_EQ(FormatQueuePairs(v1::ListQueuePairsResponse()), "no queue pairs\n");
+  EXPECT_EQ(FormatMemoryRegions(v1::ListMemoryRegionsResponse()), "no memory regions\n");
+  v1::ListQueuePairsResponse qps;
+  auto* q = qps.add_qps();
+  q->set_qpn(4660);
+  q->set_nic("softnic0");
+  q->set_state("ERROR");
+  q->set_session_id(7);
+  q->set_pid(42);
+  q->set_uid(1000);
+  q->set_sq_wqe_cnt(256);
+  q->set_wqes_done(9);
+  q->set_doorbell_mode("doorbell-record");
+  q->set_last_error("remote access error: bad rkey, range or rights (0x13)");
+  const std::string s = FormatQueuePairs(qps);
+  EXPECT_TRUE(absl::StartsWith(s, " QPN  NIC       STATE  SESSION")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "4660  softnic0  ERROR")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "doorbell-record  remote access error")) << s;
+  v1::ListMemoryRegionsResponse mrs;
+  auto* m = mrs.add_regions();
+  m->set_nic("softnic0");
+  m->set_size(1 << 20);
+  m->set_kind("host");
+  m->set_access("local,remote-write");
+  m->set_session_id(7);
+  const std::string r = FormatMemoryRegions(mrs);
+  EXPECT_TRUE(absl::StrContains(r, "softnic0  1048576  host  local,remote-write")) << r;
 }
 
 TEST(FormatTest, Units) {

@@ -93,6 +93,16 @@ absl::StatusOr<v1::ListGroupsResponse> AdminClient::ListGroups() {
                                                              &v1::Admin::Stub::ListGroups);
 }
 
+absl::StatusOr<v1::ListQueuePairsResponse> AdminClient::ListQueuePairs() {
+  return Call<v1::ListQueuePairsRequest, v1::ListQueuePairsResponse>(
+      stub_.get(), path_status_, timeout_ms_, &v1::Admin::Stub::ListQueuePairs);
+}
+
+absl::StatusOr<v1::ListMemoryRegionsResponse> AdminClient::ListMemoryRegions() {
+  return Call<v1::ListMemoryRegionsRequest, v1::ListMemoryRegionsResponse>(
+      stub_.get(), path_status_, timeout_ms_, &v1::Admin::Stub::ListMemoryRegions);
+}
+
 bool AdminClient::IsUnreachable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }

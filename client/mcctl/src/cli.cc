@@ -16,8 +16,8 @@
 namespace mooncake::mcctl {
 namespace {
 
-constexpr std::array<std::string_view, 7> kCommands = {"status",   "gpus",   "nics", "topo",
-                                                       "sessions", "groups", "help"};
+constexpr std::array<std::string_view, 9> kCommands = {"status", "gpus", "nics", "topo", "sessions",
+                                                       "groups", "qps",  "mrs",  "help"};
 constexpr int kMaxTimeoutMs = 3600 * 1000;
 
 // Signals that the daemon was not reached, as opposed to an answered error.
@@ -65,6 +65,16 @@ absl::StatusOr<std::string> Render(const CliOptions& opt, AdminClient& client, F
     if (!r.ok()) return fail("ListGroups", r.status());
     return opt.json ? GroupsJson(*r) : FormatGroups(*r);
   }
+  if (cmd == "qps") {
+    auto r = client.ListQueuePairs();
+    if (!r.ok()) return fail("ListQueuePairs", r.status());
+    return opt.json ? QueuePairsJson(*r) : FormatQueuePairs(*r);
+  }
+  if (cmd == "mrs") {
+    auto r = client.ListMemoryRegions();
+    if (!r.ok()) return fail("ListMemoryRegions", r.status());
+    return opt.json ? MemoryRegionsJson(*r) : FormatMemoryRegions(*r);
+  }
   absl::StatusOr<v1::DaemonStatus> status;
   if (cmd == "status") {
     status = client.GetStatus();
@@ -92,10 +102,12 @@ std::string UsageText() {
       "commands:\n"
       "  status    daemon identity, counters, GPUs and NICs\n"
       "  gpus      GPUs found by the daemon\n"
-      "  nics      RDMA NICs and their ports\n"
+      "  nics      RDMA NICs, their ports and provider (mlx5, or mooncaked's softnic)\n"
       "  topo      GPU x GPU (P2P) and GPU x NIC (PCIe distance) matrices\n"
       "  sessions  client sessions (your own; all of them as root)\n"
       "  groups    groups with their members\n"
+      "  qps       RDMA queue pairs: number, NIC, state, owner session, doorbell mode\n"
+      "  mrs       registered memory regions: NIC, size, owner session, kind\n"
       "  help      this text\n"
       "\n"
       "options:\n"

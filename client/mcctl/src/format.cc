@@ -101,24 +101,50 @@ std::string FormatGpus(const Topology& topology) {
 
 std::string FormatNics(const Topology& topology) {
   if (topology.nics().empty()) return NoNicsLine(topology.nic_discovery_note());
-  TextTable t({"NIC", "PORT", "STATE", "PHYS", "LINK", "RATE", "LID", "GIDS", "PCI", "NUMA",
-               "DRIVER", "FW", "GUID"});
-  for (std::size_t c : {1, 6, 7, 9}) t.SetAlignment(c, TextTable::Align::kRight);
+  TextTable t({"NIC", "PROVIDER", "PORT", "STATE", "PHYS", "LINK", "RATE", "LID", "GIDS", "PCI",
+               "NUMA", "DRIVER", "FW", "GUID"});
+  for (std::size_t c : {2, 7, 8, 10}) t.SetAlignment(c, TextTable::Align::kRight);
   for (const auto& n : topology.nics()) {
     if (n.ports().empty()) {
-      t.AddRow({n.name(), "-", "-", "-", "-", "-", "-", "-", OrDash(n.pci_bus_id()),
-                NumaText(n.numa_node()), OrDash(n.driver()), OrDash(n.fw_ver()),
-                OrDash(n.node_guid())});
+      t.AddRow({n.name(), OrDash(n.provider()), "-", "-", "-", "-", "-", "-", "-",
+                OrDash(n.pci_bus_id()), NumaText(n.numa_node()), OrDash(n.driver()),
+                OrDash(n.fw_ver()), OrDash(n.node_guid())});
       continue;
     }
     for (const auto& p : n.ports()) {
       // An InfiniBand port is addressed by LID; RoCE has none (LID 0).
       const std::string lid = p.lid() == 0 ? "-" : absl::StrCat(p.lid());
-      t.AddRow({n.name(), absl::StrCat(p.port()), OrDash(p.state()), OrDash(p.phys_state()),
-                OrDash(p.link_layer()), OrDash(p.rate()), lid, absl::StrCat(p.gids_size()),
-                OrDash(n.pci_bus_id()), NumaText(n.numa_node()), OrDash(n.driver()),
-                OrDash(n.fw_ver()), OrDash(n.node_guid())});
+      t.AddRow({n.name(), OrDash(n.provider()), absl::StrCat(p.port()), OrDash(p.state()),
+                OrDash(p.phys_state()), OrDash(p.link_layer()), OrDash(p.rate()), lid,
+                absl::StrCat(p.gids_size()), OrDash(n.pci_bus_id()), NumaText(n.numa_node()),
+                OrDash(n.driver()), OrDash(n.fw_ver()), OrDash(n.node_guid())});
     }
+  }
+  return t.Render();
+}
+
+std::string FormatQueuePairs(const v1::ListQueuePairsResponse& r) {
+  if (r.qps().empty()) return "no queue pairs\n";
+  TextTable t({"QPN", "NIC", "STATE", "SESSION", "PID", "UID", "REMOTE", "DEPTH", "WQES",
+               "DOORBELL", "ERROR"});
+  for (std::size_t c : {0, 3, 4, 5, 6, 7, 8}) t.SetAlignment(c, TextTable::Align::kRight);
+  for (const auto& q : r.qps()) {
+    t.AddRow({absl::StrCat(q.qpn()), OrDash(q.nic()), OrDash(q.state()),
+              absl::StrCat(q.session_id()), absl::StrCat(q.pid()), absl::StrCat(q.uid()),
+              q.remote_qpn() == 0 ? "-" : absl::StrCat(q.remote_qpn()),
+              absl::StrCat(q.sq_wqe_cnt()), absl::StrCat(q.wqes_done()), OrDash(q.doorbell_mode()),
+              OrDash(q.last_error())});
+  }
+  return t.Render();
+}
+
+std::string FormatMemoryRegions(const v1::ListMemoryRegionsResponse& r) {
+  if (r.regions().empty()) return "no memory regions\n";
+  TextTable t({"NIC", "SIZE", "KIND", "ACCESS", "SESSION", "PID", "UID"});
+  for (std::size_t c : {1, 4, 5, 6}) t.SetAlignment(c, TextTable::Align::kRight);
+  for (const auto& m : r.regions()) {
+    t.AddRow({OrDash(m.nic()), absl::StrCat(m.size()), OrDash(m.kind()), OrDash(m.access()),
+              absl::StrCat(m.session_id()), absl::StrCat(m.pid()), absl::StrCat(m.uid())});
   }
   return t.Render();
 }

@@ -205,6 +205,14 @@ absl::StatusOr<std::string> SessionsJson(const v1::ListSessionsResponse& session
   return ArrayOf(sessions.sessions());
 }
 
+absl::StatusOr<std::string> QueuePairsJson(const v1::ListQueuePairsResponse& qps) {
+  return ArrayOf(qps.qps());
+}
+
+absl::StatusOr<std::string> MemoryRegionsJson(const v1::ListMemoryRegionsResponse& mrs) {
+  return ArrayOf(mrs.regions());
+}
+
 std::vector<uint32_t> JoinedRanks(const v1::GroupInfo& group) {
   std::vector<uint32_t> ranks;
   // The daemon's rule for GroupInfo.joined (IsJoinedNow in

@@ -63,6 +63,17 @@ struct NodeInfo {
   std::string nic_note;
 };
 
+// What a member publishes for RDMA peers (see RdmaEndpoint in local.proto):
+// its buffer's registered address and rkey, and its QP toward each (peer,
+// channel): qpns[peer * qps_per_peer + channel], 0 = none.
+struct RdmaEndpointInfo {
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  uint32_t qps_per_peer = 0;
+  std::vector<uint32_t> qpns;
+  std::string nic;
+};
+
 struct JoinOptions {
   std::string group;
   uint32_t rank = 0;
@@ -74,6 +85,7 @@ struct JoinOptions {
   std::vector<int> fds;  // borrowed; sent on the fd channel
   std::string gpu_uuid;  // empty: host platform
   std::string gpu_pci_bus_id;
+  std::optional<RdmaEndpointInfo> rdma;  // unset: no RDMA route to this rank
 };
 
 struct GroupMember {
@@ -91,6 +103,34 @@ struct GroupMember {
   bool same_node = false;
   bool p2p_reachable = false;
   bool native_atomics = false;
+  std::optional<RdmaEndpointInfo> rdma;  // as the member published it
+};
+
+// The node's RDMA provider as the daemon reports it (rdma.proto RdmaInfo).
+struct RdmaNodeInfo {
+  std::string provider;       // "softnic", later "mlx5"
+  std::string nic;            // e.g. "softnic0"
+  std::string doorbell_mode;  // "doorbell-record", "gpu-uar", "cpu-assisted"
+  bool is_roce = false;
+  uint32_t gid_index = 0;
+  uint32_t max_qps_per_session = 0;
+  uint32_t max_sq_wqes = 0;
+};
+
+struct RdmaKeys {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+};
+
+// Where one QP's rings sit in the control memory (byte offsets; counts are
+// powers of two).
+struct RdmaQpLayout {
+  uint64_t sq_offset = 0;
+  uint32_t sq_wqe_cnt = 0;
+  uint64_t sq_dbrec_offset = 0;
+  uint64_t cq_offset = 0;
+  uint32_t cq_cqe_cnt = 0;
+  uint64_t cq_dbrec_offset = 0;
 };
 
 struct GroupView {
@@ -171,6 +211,22 @@ class MOONCAKE_API Client {
   absl::StatusOr<FdExport> exportFds(const std::vector<int>& fds, const std::string& kind,
                                      uint64_t size);
   absl::StatusOr<std::vector<UniqueFd>> importFds(const FdExport& exported);
+
+  // RDMA (rdma.proto). Everything created here belongs to this session and
+  // is destroyed by the daemon when the session ends.
+  absl::StatusOr<RdmaNodeInfo> rdmaInfo();
+  // Registers [offset, offset + length) of `fd` (a memfd sealed with
+  // F_SEAL_SHRINK, borrowed) at address `iova`.
+  absl::StatusOr<RdmaKeys> registerMemory(int fd, uint64_t iova, uint64_t length, uint64_t offset,
+                                          bool remote_write, bool remote_atomic);
+  absl::Status deregisterMemory(uint32_t lkey);
+  // Creates one QP per layout with rings in `control_fd` (sealed memfd of
+  // `control_bytes`, borrowed). Returns the QP numbers in layout order.
+  absl::StatusOr<std::vector<uint32_t>> createQueuePairs(int control_fd, uint64_t control_bytes,
+                                                         const std::vector<RdmaQpLayout>& layouts);
+  // Connects (my qpn, remote qpn) pairs on this node.
+  absl::Status connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs);
+  absl::Status destroyQueuePairs(const std::vector<uint32_t>& qpns);
 
   // Next membership event (LEFT/LOST/READY/...), or nullopt on timeout.
   std::optional<SessionEvent> nextEvent(absl::Duration timeout);

@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "mooncake/client/client.h"
+#include "mooncake/client/daemon_rdma_transport.h"
 #include "mooncake/common/export.h"
 #include "mooncake/device/contexts_device.h"
 #include "mooncake/device/device_transport.h"
@@ -49,6 +50,19 @@ MOONCAKE_API absl::StatusOr<Platform> ParsePlatform(const std::string& name);
 // tests and benchmarks exercise and compare it.
 enum class HandleRoute { kJoin, kExportImport };
 
+// How peers are reached (the route of each peer ends up in the CommCtx
+// tables: P2P where available[dst] is set, RDMA where a QP exists).
+//   kAuto  load/store to every peer the daemon says this rank reaches
+//          directly; RDMA to the ranks in rdma_peers.
+//   kP2p   load/store only (rdma_peers must be empty).
+//   kRdma  RDMA to every other rank, even reachable ones (tests, softnic
+//          benchmarks, and what a multi-node group does between nodes).
+// An RDMA pair needs both ranks to choose it (each creates its QPs toward
+// the other before the join).
+enum class Route { kAuto, kP2p, kRdma };
+// "auto" / "p2p" / "rdma" -> Route; InvalidArgument otherwise.
+MOONCAKE_API absl::StatusOr<Route> ParseRoute(const std::string& name);
+
 struct CommunicatorOptions {
   std::string socket_path;  // "" = $MOONCAKE_SOCKET or default
   std::string group;
@@ -62,6 +76,10 @@ struct CommunicatorOptions {
   bool wait_all_ready = true;
   std::string client_name;  // for mcctl sessions
   HandleRoute handle_route = HandleRoute::kJoin;
+  Route route = Route::kAuto;
+  std::vector<uint32_t> rdma_peers;  // kAuto: these peers go over RDMA
+  uint32_t qps_per_peer = 1;         // RDMA channels per peer
+  uint32_t rdma_sq_depth = 256;      // WQEs per QP
 };
 
 class MOONCAKE_API Communicator {
@@ -80,6 +98,12 @@ class MOONCAKE_API Communicator {
   absl::Duration setupTime() const { return setup_time_; }
   Client& client() { return *client_; }
   device::P2pTransport& transport() { return *transport_; }
+  // Null when no peer is reached over RDMA.
+  DaemonRdmaTransport* rdmaTransport() { return rdma_.get(); }
+  // Whether rank r is reached over RDMA.
+  bool rdmaPeer(int r) const {
+    return r >= 0 && static_cast<size_t>(r) < rdma_mask_.size() && rdma_mask_[r] != 0;
+  }
 
   // Leaves the group now (the destructor does it otherwise). Idempotent.
   absl::Status leave();
@@ -92,11 +116,15 @@ class MOONCAKE_API Communicator {
   static std::vector<int32_t> HandleWords(const GroupMember& m);
   absl::StatusOr<GroupView> JoinWithFds();
   absl::StatusOr<GroupView> JoinWithExport();
+  absl::Status PrepareRdma();
+  absl::Status ConnectRdma(const GroupView& view);
 
   CommunicatorOptions options_;
   std::unique_ptr<Client> client_;
   std::shared_ptr<device::HandleExchange> exchange_;
   std::unique_ptr<device::P2pTransport> transport_;
+  std::unique_ptr<DaemonRdmaTransport> rdma_;
+  std::vector<int> rdma_mask_;  // [world_size]: 1 = RDMA peer
   void* buffer_ = nullptr;
   GroupView view_;
   device::CommCtx ctx_{};

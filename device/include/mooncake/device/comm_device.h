@@ -9,8 +9,11 @@
 //             (ctx.p2p.local_base ...). It names the same offset in every
 //             rank's buffer; the functions translate it for `dst`.
 //   route     self -> the pointer itself; P2P (ctx.p2p.available[dst]) ->
-//             the peer mapping; otherwise RDMA, which is not issued yet:
-//             such calls write nothing and return McStatus::kRdmaNotImplemented.
+//             the peer mapping; otherwise RDMA through the queue pair
+//             ctx.ibgda.qp_devctxs[dst * qps_per_rank + channel] when the
+//             context has one (the thread writes an mlx5 WQE and rings the
+//             doorbell; the NIC or softnic moves the bytes); otherwise
+//             McStatus::kNoRoute and nothing is written.
 //
 // Ordering guarantees (what a peer is guaranteed to see, and when)
 //   mc_put_*          weak stores; no ordering on their own.
@@ -48,13 +51,32 @@
 //
 // Thread-safety: device functions are as thread-safe as the memory they
 // touch; concurrent puts to the same destination bytes race as plain
-// stores do.
+// stores do. Any number of threads may post to one RDMA queue pair at once.
+//
+// Over RDMA (what differs from load/store, and why)
+//   - A put is posted, not done: the NIC reads `src` later, so `src` must
+//     stay unchanged until mc_quiet(ctx) returns; puts of at most 28 bytes
+//     travel inline in the WQE and copy `src` at once. Larger puts must read
+//     from this rank's registered buffer, else kNotRegistered.
+//   - Cooperative puts post once (lane 0 / thread 0 / thread 0 of each
+//     block); a posting failure (kRdmaError, kTimedOut) is returned by the
+//     posting thread only, and by mc_quiet to everyone.
+//   - Every signal and atomic carries the WQE fence bit, so it executes after
+//     the earlier WQEs of the same queue pair (channel): put then signal on
+//     one channel is ordered, as over NVLink. Across channels, mc_quiet first.
+//   - mc_red_add is a NIC atomic (64-bit fetch-add, or 32-bit masked
+//     fetch-add), the same meaning as on the other routes.
+//   - mc_quiet polls every queue pair of the context until the WQEs rung so
+//     far have completed, and reports the first error completion.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "mooncake/device/contexts_device.h"
+#include "mooncake/device/ibgda_qp.h"
+#include "mooncake/device/mlx5/qp_ops.h"
+#include "mooncake/device/mlx5/wqe.h"
 #include "mooncake/device/platform.h"
 #include "mooncake/device/types_device.h"
 
@@ -96,13 +118,32 @@ MC_DEVICE T* mc_route_put(const CommCtx& ctx, int dst, T* ptr) {
 // the two dependent table loads of a (ctx, dst) call miss L1 and add about
 // 0.3 us per signal on H200 (bench/results/2026-11-29-h200x2-p2p.md).
 struct McPeer {
-  // Address at the peer = symmetric address + delta (mod 2^64).
+  // Address at the peer = symmetric address + delta (mod 2^64): the mapped
+  // address over P2P, the remote iova (registered address) over RDMA.
   uintptr_t delta = 0;
   McStatus status = McStatus::kInvalidRank;
   int rank = -1;
+  // Non-null: the route is RDMA through this queue pair, with the peer's rkey.
+  IbgdaQpDevCtx* qp = nullptr;
+  uint32_t rkey = 0;
 };
 
-MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst) {
+// The queue pair for (dst, channel), or null when the context has none for
+// dst (P2P-only contexts, self, peers without RDMA).
+MC_DEVICE IbgdaQpDevCtx* mc_rdma_qp(const CommCtx& ctx, int dst, int channel) {
+  const int qps = ctx.ibgda.qps_per_rank;
+  if (ctx.ibgda.qp_devctxs == nullptr || qps <= 0 || ctx.ibgda.raddrs == nullptr ||
+      ctx.ibgda.rkeys == nullptr) {
+    return nullptr;
+  }
+  const unsigned ch = static_cast<unsigned>(channel) % static_cast<unsigned>(qps);
+  IbgdaQpDevCtx* qp = &ctx.ibgda.qp_devctxs[static_cast<size_t>(dst) * qps + ch];
+  return qp->sq != nullptr ? qp : nullptr;
+}
+
+// Resolves dst once. `channel` picks among the peer's queue pairs (RDMA
+// only; spread independent streams over channels, ordering holds within one).
+MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
   McPeer p;
   p.rank = dst;
   if (!mc_rank_valid(ctx, dst)) return p;
@@ -110,16 +151,27 @@ MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst) {
     p.status = McStatus::kOk;
     return p;
   }
-  // RDMA: not yet. The IBGDA issue resolves a QP here instead.
-  if (!mc_p2p_available(ctx, dst)) {
-    p.status = McStatus::kRdmaNotImplemented;
+  if (mc_p2p_available(ctx, dst)) {
+    p.delta = reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) -
+              reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
+    p.status = McStatus::kOk;
     return p;
   }
-  p.delta = reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) -
+  IbgdaQpDevCtx* qp = mc_rdma_qp(ctx, dst, channel);
+  if (qp == nullptr) {
+    p.status = McStatus::kNoRoute;
+    return p;
+  }
+  p.qp = qp;
+  p.rkey = ctx.ibgda.rkeys[dst];
+  p.delta = static_cast<uintptr_t>(ctx.ibgda.raddrs[dst]) -
             reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
   p.status = McStatus::kOk;
   return p;
 }
+
+// True when the resolved route is RDMA.
+MC_DEVICE bool mc_peer_is_rdma(const McPeer& peer) { return peer.qp != nullptr; }
 
 // The address of symmetric `sym` at the peer (only meaningful when
 // peer.status is kOk).
@@ -127,6 +179,68 @@ template <class T>
 MC_DEVICE T* mc_peer_ptr(const McPeer& peer, T* sym) {
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(sym) + peer.delta);
 }
+
+// ---- the RDMA route: one WQE per call -----------------------------------------
+
+namespace rdma_detail {
+inline constexpr uint8_t kPutFlags = mlx5::kCtrlCqUpdate;
+inline constexpr uint8_t kOrderedFlags = mlx5::kCtrlCqUpdate | mlx5::kCtrlFence;
+// Largest byte count of one WRITE WQE we post (the field allows 2^31 - 1).
+inline constexpr uint64_t kMaxWriteBytes = 1ull << 30;
+
+MC_DEVICE McStatus put(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
+  if (bytes == 0) return McStatus::kOk;
+  IbgdaQpDevCtx* qp = peer.qp;
+  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
+  mlx5::Wqe64 w;
+  if (bytes <= mlx5::kMaxInlineBytes) {
+    mlx5::build_rdma_write_inline(&w, 0, qp->qpn, kPutFlags, raddr, peer.rkey, src,
+                                  static_cast<uint32_t>(bytes));
+    return mc_qp_post(qp, w);
+  }
+  const uint64_t s = reinterpret_cast<uintptr_t>(src);
+  if (s < qp->local_base || bytes > qp->local_size || s - qp->local_base > qp->local_size - bytes) {
+    return McStatus::kNotRegistered;
+  }
+  for (uint64_t done = 0; done < bytes;) {
+    const uint64_t n = bytes - done < kMaxWriteBytes ? bytes - done : kMaxWriteBytes;
+    mlx5::build_rdma_write(&w, 0, qp->qpn, kPutFlags, raddr + done, peer.rkey, s + done, qp->lkey,
+                           static_cast<uint32_t>(n));
+    const McStatus st = mc_qp_post(qp, w);
+    if (st != McStatus::kOk) return st;
+    done += n;
+  }
+  return McStatus::kOk;
+}
+
+// A strong write of one naturally aligned word (signals): inline, fenced.
+template <class T>
+MC_DEVICE McStatus store_word(const McPeer& peer, T* sig_sym, T value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "signals are 4- or 8-byte integers");
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, kOrderedFlags,
+                                reinterpret_cast<uintptr_t>(sig_sym) + peer.delta, peer.rkey,
+                                &value, sizeof(T));
+  return mc_qp_post(peer.qp, w);
+}
+
+template <class T>
+MC_DEVICE McStatus add_word(const McPeer& peer, T* ptr_sym, T value) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics take 4- or 8-byte integers");
+  IbgdaQpDevCtx* qp = peer.qp;
+  const uint64_t raddr = reinterpret_cast<uintptr_t>(ptr_sym) + peer.delta;
+  const uint64_t scratch = reinterpret_cast<uintptr_t>(qp->fetch_scratch);
+  mlx5::Wqe64 w;
+  if constexpr (sizeof(T) == 8) {
+    mlx5::build_atomic_fa64(&w, 0, qp->qpn, kOrderedFlags, raddr, peer.rkey,
+                            static_cast<uint64_t>(value), scratch, qp->scratch_lkey);
+  } else {
+    mlx5::build_masked_fa32(&w, 0, qp->qpn, kOrderedFlags, raddr, peer.rkey,
+                            static_cast<uint32_t>(value), scratch, qp->scratch_lkey);
+  }
+  return mc_qp_post(qp, w);
+}
+}  // namespace rdma_detail
 
 // ---- puts --------------------------------------------------------------------
 // Each routed call is written once, for a resolved peer; the (ctx, dst) forms
@@ -136,6 +250,7 @@ MC_DEVICE T* mc_peer_ptr(const McPeer& peer, T* sym) {
 // size and alignment; the ranges must not overlap.
 MC_DEVICE McStatus mc_put_thread(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) return rdma_detail::put(peer, dst_sym, src, bytes);
   mc_detail_copy_thread(mc_peer_ptr(peer, dst_sym), src, bytes);
   return McStatus::kOk;
 }
@@ -145,6 +260,12 @@ MC_DEVICE McStatus mc_put_thread(const McPeer& peer, void* dst_sym, const void* 
 MC_DEVICE McStatus mc_put_warp(const McPeer& peer, void* dst_sym, const void* src, size_t bytes,
                                unsigned lane) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) {
+    McStatus st = McStatus::kOk;
+    if (lane == 0) st = rdma_detail::put(peer, dst_sym, src, bytes);
+    mc_syncwarp();
+    return st;
+  }
   mc_detail_copy_warp(mc_peer_ptr(peer, dst_sym), src, bytes, lane);
   mc_syncwarp();
   return McStatus::kOk;
@@ -153,6 +274,12 @@ MC_DEVICE McStatus mc_put_warp(const McPeer& peer, void* dst_sym, const void* sr
 // The threads of one block copy together. Ends with mc_syncthreads().
 MC_DEVICE McStatus mc_put_block(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) {
+    McStatus st = McStatus::kOk;
+    if (mc_block_thread_index() == 0) st = rdma_detail::put(peer, dst_sym, src, bytes);
+    mc_syncthreads();
+    return st;
+  }
   mc_detail_copy_block(mc_peer_ptr(peer, dst_sym), src, bytes);
   mc_syncthreads();
   return McStatus::kOk;
@@ -167,6 +294,19 @@ MC_DEVICE McStatus mc_put_block(const McPeer& peer, void* dst_sym, const void* s
 MC_DEVICE McStatus mc_put_grid(const McPeer& peer, void* dst_sym, const void* src, size_t bytes,
                                unsigned block, unsigned blocks) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) {
+    // One WRITE per block, over its contiguous share.
+    McStatus st = McStatus::kOk;
+    if (mc_block_thread_index() == 0 && blocks != 0) {
+      const size_t share = (bytes + blocks - 1) / blocks;
+      const size_t begin = share * block < bytes ? share * block : bytes;
+      const size_t end = begin + share < bytes ? begin + share : bytes;
+      st = rdma_detail::put(peer, static_cast<uint8_t*>(dst_sym) + begin,
+                            static_cast<const uint8_t*>(src) + begin, end - begin);
+    }
+    mc_syncthreads();
+    return st;
+  }
   mc_detail_copy_tiles(mc_peer_ptr(peer, dst_sym), src, bytes, block, blocks);
   mc_syncthreads();
   return McStatus::kOk;
@@ -180,6 +320,7 @@ MC_DEVICE McStatus mc_put_grid(const McPeer& peer, void* dst_sym, const void* sr
 template <class T>
 MC_DEVICE McStatus mc_signal(const McPeer& peer, T* sig_sym, T value) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) return rdma_detail::store_word(peer, sig_sym, value);
   mc_st_release(mc_peer_ptr(peer, sig_sym), value);
   return McStatus::kOk;
 }
@@ -189,6 +330,7 @@ MC_DEVICE McStatus mc_signal(const McPeer& peer, T* sig_sym, T value) {
 template <class T>
 MC_DEVICE McStatus mc_signal_relaxed(const McPeer& peer, T* sig_sym, T value) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) return rdma_detail::store_word(peer, sig_sym, value);
   mc_st_relaxed(mc_peer_ptr(peer, sig_sym), value);
   return McStatus::kOk;
 }
@@ -199,6 +341,7 @@ MC_DEVICE McStatus mc_signal_relaxed(const McPeer& peer, T* sig_sym, T value) {
 template <class T>
 MC_DEVICE McStatus mc_red_add(const McPeer& peer, T* ptr_sym, T value) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) return rdma_detail::add_word(peer, ptr_sym, value);
   mc_red_add_release(mc_peer_ptr(peer, ptr_sym), value);
   return McStatus::kOk;
 }
@@ -283,18 +426,28 @@ MC_DEVICE bool mc_wait_until_for(const T* ptr, McCmp cmp, T value, uint64_t time
 
 // Orders this thread's earlier puts before its later strong writes to any
 // rank at system scope: `put; mc_fence(); mc_signal_relaxed(...)` gives the
-// receiver the same guarantee as `put; mc_signal(...)`.
-// RDMA (later): the next WQE to each peer carries the fence bit.
+// receiver the same guarantee as `put; mc_signal(...)`. Over RDMA every
+// strong write already carries the WQE fence bit (ordered after the earlier
+// WQEs of its queue pair), so nothing more is needed there.
 MC_DEVICE void mc_fence() { mc_fence_acq_rel_sys(); }
 
 // Completes this thread's outstanding puts: when it returns they are visible
-// to every observer. P2P stores need only a system fence. RDMA: not yet (the
-// IBGDA issue polls the CQs here); a context with RDMA queue pairs reports
-// kRdmaNotImplemented so no caller believes RDMA puts completed.
+// to every observer. P2P stores need only a system fence. Over RDMA it polls
+// every queue pair of the context until all WQEs rung so far (by any thread)
+// have completed, and returns kRdmaError if any queue pair has seen an error
+// completion (kTimedOut if one made no progress within its timeout).
 MC_DEVICE McStatus mc_quiet(const CommCtx& ctx) {
   mc_fence_sc_sys();
-  if (ctx.ibgda.qp_devctxs != nullptr) return McStatus::kRdmaNotImplemented;
-  return McStatus::kOk;
+  McStatus result = McStatus::kOk;
+  if (ctx.ibgda.qp_devctxs == nullptr || ctx.ibgda.qps_per_rank <= 0) return result;
+  const size_t n = static_cast<size_t>(ctx.num_ranks) * ctx.ibgda.qps_per_rank;
+  for (size_t i = 0; i < n; ++i) {
+    IbgdaQpDevCtx* qp = &ctx.ibgda.qp_devctxs[i];
+    if (qp->sq == nullptr) continue;
+    const McStatus st = mc_qp_quiet(qp);
+    if (st != McStatus::kOk && result == McStatus::kOk) result = st;
+  }
+  return result;
 }
 
 // ---- LL: 8-byte put + signal in one store ------------------------------------
@@ -309,6 +462,17 @@ MC_DEVICE McStatus mc_quiet(const CommCtx& ctx) {
 MC_DEVICE McStatus mc_put_signal_ll(const McPeer& peer, McLLSlot* slot_sym, uint64_t data,
                                     uint32_t flag) {
   if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp != nullptr) {
+    // One inline WRITE of the 16-byte slot (each half carries the flag, so a
+    // NIC that writes it as two 8-byte pieces is still read correctly).
+    const uint64_t halves[2] = {mc_ll_pack(static_cast<uint32_t>(data), flag),
+                                mc_ll_pack(static_cast<uint32_t>(data >> 32), flag)};
+    mlx5::Wqe64 w;
+    mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, rdma_detail::kPutFlags,
+                                  reinterpret_cast<uintptr_t>(slot_sym) + peer.delta, peer.rkey,
+                                  halves, sizeof(halves));
+    return mc_qp_post(peer.qp, w);
+  }
   mc_st_relaxed_v2u64(mc_peer_ptr(peer, slot_sym), mc_ll_pack(static_cast<uint32_t>(data), flag),
                       mc_ll_pack(static_cast<uint32_t>(data >> 32), flag));
   return McStatus::kOk;

@@ -28,8 +28,8 @@ struct P2PContext {
   void* local_base = nullptr;
 };
 
-// Queue-pair context of one mlx5 IBGDA queue pair as the GPU sees it; its
-// layout is defined by the IBGDA issue (mlx5 PRM structures).
+// Queue-pair context of one mlx5 IBGDA queue pair as the GPU sees it:
+// defined in ibgda_qp.h (its setup fields and its posting state).
 struct IbgdaQpDevCtx;
 
 // Inter-node peers reached by GPU-issued RDMA (IBGDA). Filled by

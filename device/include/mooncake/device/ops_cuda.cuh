@@ -153,6 +153,24 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
   }
 }
 
+// Compare-and-swap of a 32-bit word with acquire ordering; returns the value
+// found (== expected when it swapped). Used for the RDMA CQ poller's lock.
+MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_t desired) {
+  uint32_t old;
+  asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;"
+               : "=r"(old)
+               : "l"(p), "r"(expected), "r"(desired)
+               : "memory");
+  return old;
+}
+
+// An 8-byte store to a device register (the NIC doorbell in a UAR page the
+// GPU maps as I/O memory): volatile, after a system fence, never combined.
+MC_DEVICE void mc_st_mmio64(uint64_t* p, uint64_t v) {
+  asm volatile("fence.sc.sys;" ::: "memory");
+  *reinterpret_cast<volatile uint64_t*>(p) = v;
+}
+
 // ---- 16-byte vector accesses (p 16-byte aligned) --------------------------
 
 MC_DEVICE McVec16 mc_ld_v4(const void* p) {

@@ -127,6 +127,20 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
   host_detail::Ref(p).fetch_add(v, std::memory_order_release);
 }
 
+// Compare-and-swap of a 32-bit word with acquire ordering; returns the value
+// found (== expected when it swapped).
+MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_t desired) {
+  host_detail::Ref(p).compare_exchange_strong(expected, desired, std::memory_order_acquire,
+                                              std::memory_order_acquire);
+  return expected;
+}
+
+// An 8-byte store to a device register (a NIC doorbell): after a full fence.
+MC_DEVICE void mc_st_mmio64(uint64_t* p, uint64_t v) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  host_detail::Ref(p).store(v, std::memory_order_relaxed);
+}
+
 // ---- 16-byte vector accesses ----------------------------------------------
 // `p` must be 16-byte aligned. The host has no non-coherent cache to bypass,
 // so the "nc"/"no_allocate" variants are ordinary accesses; they exist so the

@@ -20,16 +20,31 @@ struct alignas(16) McVec16 {
 // a sequence counter that may wrap should be compared with kNe/kEq).
 enum class McCmp : int { kEq = 0, kNe, kGe, kGt, kLe, kLt };
 
-// Result of a device function that can fail. Every failure is a property of
-// the arguments or of a path that is not built yet; none is transient, so a
-// kernel that gets one should stop and report it rather than retry.
+// Result of a device function that can fail. kInvalidRank, kNoRoute and
+// kNotRegistered are properties of the arguments: a kernel that gets one
+// should stop and report it rather than retry. kRdmaError and kTimedOut come
+// from the RDMA route: the queue pair to that peer failed (an error
+// completion, or no completion within its timeout) and stays failed.
 enum class McStatus : int {
   kOk = 0,
   // dst rank outside [0, ctx.num_ranks).
   kInvalidRank = 1,
-  // The destination is reachable only over RDMA (IBGDA), which the Device
-  // API does not issue yet. Nothing was written.
-  kRdmaNotImplemented = 2,
+  // dst is neither this rank, nor a verified P2P peer, nor reachable through
+  // an RDMA queue pair of the context. Nothing was written.
+  kNoRoute = 2,
+  // Before the RDMA route existed this was its name; kept so code written
+  // then still compiles.
+  kRdmaNotImplemented = kNoRoute,
+  // An RDMA completion reported an error (bad key, address outside the
+  // peer's region, ...), now or earlier on the same queue pair. What the NIC
+  // said is in the QP context's `error` (mcctl qps shows it too).
+  kRdmaError = 3,
+  // An RDMA queue pair made no progress within its timeout (the NIC, or
+  // softnic in the daemon, is gone). The queue pair is unusable.
+  kTimedOut = 4,
+  // An RDMA put larger than an inline write whose source lies outside this
+  // rank's registered buffer (the NIC can only read registered memory).
+  kNotRegistered = 5,
 };
 
 // A "low-latency" slot: 8 bytes of data and a 32-bit flag written together

@@ -36,6 +36,8 @@ class AdminClient {
   absl::StatusOr<mooncake::v1::Topology> GetTopology();
   absl::StatusOr<mooncake::v1::ListSessionsResponse> ListSessions();
   absl::StatusOr<mooncake::v1::ListGroupsResponse> ListGroups();
+  absl::StatusOr<mooncake::v1::ListQueuePairsResponse> ListQueuePairs();
+  absl::StatusOr<mooncake::v1::ListMemoryRegionsResponse> ListMemoryRegions();
 
   const std::string& socket_path() const { return socket_path_; }
   // Why no RPC could be sent (bad path, refused connect); OK when connected.

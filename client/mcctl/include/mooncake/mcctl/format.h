@@ -58,5 +58,8 @@ std::string FormatSessions(const mooncake::v1::ListSessionsResponse& sessions);
 // `mcctl groups`: a table of groups, then each group's members, or
 // "no groups".
 std::string FormatGroups(const mooncake::v1::ListGroupsResponse& groups);
+// One row per queue pair / registered memory region; a line when there are none.
+std::string FormatQueuePairs(const mooncake::v1::ListQueuePairsResponse& qps);
+std::string FormatMemoryRegions(const mooncake::v1::ListMemoryRegionsResponse& mrs);
 
 }  // namespace mooncake::mcctl

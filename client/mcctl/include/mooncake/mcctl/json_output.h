@@ -47,6 +47,9 @@ absl::StatusOr<std::string> NicsJson(const mooncake::v1::Topology& topology);
 absl::StatusOr<std::string> TopologyJson(const mooncake::v1::Topology& topology);
 absl::StatusOr<std::string> SessionsJson(const mooncake::v1::ListSessionsResponse& sessions);
 absl::StatusOr<std::string> GroupsJson(const mooncake::v1::ListGroupsResponse& groups);
+// Arrays of QueuePairInfo / MemoryRegionInfo objects.
+absl::StatusOr<std::string> QueuePairsJson(const mooncake::v1::ListQueuePairsResponse& qps);
+absl::StatusOr<std::string> MemoryRegionsJson(const mooncake::v1::ListMemoryRegionsResponse& mrs);
 
 // The ranks counted as joined in GroupsJson.
 std::vector<uint32_t> JoinedRanks(const mooncake::v1::GroupInfo& group);

@@ -1,0 +1,122 @@
+// DaemonRdmaTransport: the Device API's RdmaTransport over mooncaked. The
+// application holds no verbs context and needs no privileges: it allocates
+// the control memory (send queues, CQs, doorbell records) as a sealed memfd
+// it maps itself, and the daemon registers memory and creates, connects and
+// destroys the QPs on it (softnic today; the mlx5 DevX provider behind the
+// same RPCs). Kernels then post WQEs and poll CQEs in that memory through
+// the IbgdaContext this transport fills (comm_device.h, mlx5/qp_ops.h).
+//
+// Typical use (mooncake::Communicator does all of it in Create):
+//   auto t = DaemonRdmaTransport::Create(&client);
+//   t->initialize("", n, n * qps_per_peer);
+//   t->registerMemoryFd(buf, bytes, memfd, 0);       // host platform
+//   t->allocateControlBuffer();
+//   t->createQueuePairsFor(peer_mask);                // QPs toward these peers
+//   ... publish endpoint() with the group join; get the peers' endpoints ...
+//   t->connectEndpoints(rank, peer_endpoints);        // RESET -> RTS
+//   ctx.ibgda = t->ibgdaContext();
+//
+// Platforms: host (CPU threads post) is built; CUDA (kernels post into
+// host-pinned control memory, GPU data registered from its VMM fd) follows.
+// Upstream methods return 0 on success and keep the reason of a failure in
+// lastError(). Not thread-safe (setup happens on one thread); the device
+// side is safe from any number of threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mooncake/client/client.h"
+#include "mooncake/common/export.h"
+#include "mooncake/device/contexts_device.h"
+#include "mooncake/device/device_transport.h"
+
+namespace mooncake {
+
+struct DaemonRdmaOptions {
+  uint32_t sq_depth = 256;  // WQEs per QP (power of two); CQs get as many CQEs
+  // How long a kernel waits for ring space or completions before the QP is
+  // declared stalled (kTimedOut). Zero: forever.
+  uint64_t timeout_ns = 10'000'000'000ull;
+};
+
+class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
+ public:
+  // `client` must outlive the transport. FailedPrecondition when the daemon
+  // serves no RDMA.
+  static absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> Create(
+      Client* client, DaemonRdmaOptions options = {});
+  ~DaemonRdmaTransport() override;
+
+  // ---- upstream interface ----
+  // num_qps is the total: num_ranks * qps_per_peer.
+  int initialize(const std::string& device_name, int num_ranks, int num_qps) override;
+  // Host platform memory has no address-to-fd mapping: use registerMemoryFd.
+  int registerMemory(void* ptr, size_t bytes) override;
+  int allocateControlBuffer() override;
+  // QPs toward every other rank.
+  int createQueuePairs(void* stream) override;
+  int recreateQueuePairs(void* stream) override;
+  // remote_qpns[peer * qps_per_peer + c] is the peer's QP toward this rank.
+  int connectPeers(int local_rank, bool is_roce, const std::vector<int64_t>& remote_addrs,
+                   const std::vector<int32_t>& remote_keys, const std::vector<int32_t>& remote_qpns,
+                   const std::vector<int32_t>& remote_lids,
+                   const std::vector<int64_t>& subnet_prefixes,
+                   const std::vector<int64_t>& interface_ids,
+                   const std::vector<int>& active_ranks_mask) override;
+  device::RdmaLocalMetadata localMetadata() const override;
+  void* raddrsPtr() override { return raddrs_.data(); }
+  void* rkeysPtr() override { return rkeys_.data(); }
+  void* qpDevCtxsPtr() override { return qps_; }
+  bool isRoce() const override { return info_.is_roce; }
+  int gidIndex() const override { return static_cast<int>(info_.gid_index); }
+
+  // ---- (not upstream) ----
+  absl::Status registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset);
+  // QPs toward the peers whose mask entry is nonzero (self is skipped).
+  absl::Status createQueuePairsFor(const std::vector<int>& peer_mask);
+  // What this rank publishes with its group join.
+  RdmaEndpointInfo endpoint() const;
+  // Connects to each peer in the mask from its published endpoint and
+  // fills raddrs/rkeys. FailedPrecondition naming the peer when it published
+  // no QP toward this rank (both sides must choose the RDMA route).
+  absl::Status connectEndpoints(int local_rank,
+                                const std::vector<std::optional<RdmaEndpointInfo>>& peers,
+                                const std::vector<int>& peer_mask);
+  device::IbgdaContext ibgdaContext() const;
+  const RdmaNodeInfo& nodeInfo() const { return info_; }
+  int qpsPerPeer() const { return qps_per_peer_; }
+  absl::Status lastError() const { return last_error_; }
+
+ private:
+  DaemonRdmaTransport(Client* client, DaemonRdmaOptions options, RdmaNodeInfo info);
+  int Fail(absl::Status s);
+  void ReleaseQueues();
+
+  Client* const client_;
+  const DaemonRdmaOptions options_;
+  const RdmaNodeInfo info_;
+  absl::Status last_error_;
+  int num_ranks_ = 0;
+  int qps_per_peer_ = 0;
+  void* buffer_ = nullptr;
+  size_t buffer_bytes_ = 0;
+  RdmaKeys buffer_keys_{};
+  bool buffer_registered_ = false;
+  // Control memory: one sealed memfd mapped here; per QP slot: SQ, CQ, then
+  // 64 bytes of doorbell records and the atomic fetch scratch.
+  int control_fd_ = -1;
+  uint8_t* control_ = nullptr;
+  uint64_t control_bytes_ = 0;
+  RdmaKeys control_keys_{};
+  device::IbgdaQpDevCtx* qps_ = nullptr;  // [num_ranks * qps_per_peer], 64-byte aligned
+  std::vector<uint32_t> qpns_;            // same indexing; 0 = none
+  std::vector<uint64_t> raddrs_;
+  std::vector<uint32_t> rkeys_;
+};
+
+}  // namespace mooncake

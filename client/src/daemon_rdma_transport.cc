@@ -1,0 +1,299 @@
+#include "mooncake/client/daemon_rdma_transport.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/status.h"
+#include "mooncake/device/ibgda_qp.h"
+#include "mooncake/device/mlx5/prm.h"
+
+namespace mooncake {
+namespace {
+
+constexpr uint64_t kMiscBytes = 64;  // per QP: sq dbrec, cq dbrec, fetch scratch
+constexpr uint64_t kSqDbrecAt = 0;
+constexpr uint64_t kCqDbrecAt = 8;
+constexpr uint64_t kScratchAt = 16;
+
+uint64_t SlotBytes(uint32_t depth) { return 2ull * depth * device::mlx5::kSendWqeBb + kMiscBytes; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create(
+    Client* client, DaemonRdmaOptions options) {
+  if (options.sq_depth == 0 || (options.sq_depth & (options.sq_depth - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sq_depth ", options.sq_depth, " is not a power of two"));
+  }
+  MC_ASSIGN_OR_RETURN(RdmaNodeInfo info, client->rdmaInfo());
+  if (info.max_sq_wqes != 0 && options.sq_depth > info.max_sq_wqes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sq_depth ", options.sq_depth, " exceeds the daemon's limit of ", info.max_sq_wqes));
+  }
+  return std::unique_ptr<DaemonRdmaTransport>(
+      new DaemonRdmaTransport(client, options, std::move(info)));
+}
+
+DaemonRdmaTransport::DaemonRdmaTransport(Client* client, DaemonRdmaOptions options,
+                                         RdmaNodeInfo info)
+    : client_(client), options_(options), info_(std::move(info)) {}
+
+DaemonRdmaTransport::~DaemonRdmaTransport() { ReleaseQueues(); }
+
+int DaemonRdmaTransport::Fail(absl::Status s) {
+  last_error_ = std::move(s);
+  return 1;
+}
+
+void DaemonRdmaTransport::ReleaseQueues() {
+  std::vector<uint32_t> live;
+  for (uint32_t q : qpns_) {
+    if (q != 0) live.push_back(q);
+  }
+  // Best effort: the daemon destroys them with the session anyway.
+  if (!live.empty()) (void)client_->destroyQueuePairs(live);
+  if (control_keys_.lkey != 0) (void)client_->deregisterMemory(control_keys_.lkey);
+  control_keys_ = {};
+  qpns_.assign(qpns_.size(), 0);
+  if (qps_ != nullptr) {
+    ::operator delete[](qps_, std::align_val_t(64));
+    qps_ = nullptr;
+  }
+  if (control_ != nullptr) ::munmap(control_, control_bytes_);
+  control_ = nullptr;
+  if (control_fd_ >= 0) ::close(control_fd_);
+  control_fd_ = -1;
+}
+
+int DaemonRdmaTransport::initialize(const std::string& device_name, int num_ranks, int num_qps) {
+  if (num_ranks < 1 || num_qps < num_ranks || num_qps % num_ranks != 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("initialize: num_qps (", num_qps,
+                     ") must be a positive multiple of num_ranks (", num_ranks, ")")));
+  }
+  if (!device_name.empty() && device_name != info_.nic) {
+    return Fail(absl::NotFoundError(absl::StrCat("initialize: NIC '", device_name,
+                                                 "' is not served by mooncaked here (it serves ",
+                                                 info_.nic, ")")));
+  }
+  num_ranks_ = num_ranks;
+  qps_per_peer_ = num_qps / num_ranks;
+  if (qps_per_peer_ > 64) return Fail(absl::InvalidArgumentError("at most 64 QPs per peer"));
+  qpns_.assign(static_cast<size_t>(num_qps), 0);
+  raddrs_.assign(static_cast<size_t>(num_ranks), 0);
+  rkeys_.assign(static_cast<size_t>(num_ranks), 0);
+  return 0;
+}
+
+int DaemonRdmaTransport::registerMemory(void*, size_t) {
+  return Fail(absl::FailedPreconditionError(
+      "registerMemory: on the host platform give the buffer's memfd with registerMemoryFd"));
+}
+
+absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int fd,
+                                                   uint64_t offset) {
+  if (num_ranks_ == 0) return absl::FailedPreconditionError("registerMemoryFd before initialize");
+  MC_ASSIGN_OR_RETURN(buffer_keys_,
+                      client_->registerMemory(fd, reinterpret_cast<uintptr_t>(ptr), bytes, offset,
+                                              /*remote_write=*/true, /*remote_atomic=*/true));
+  buffer_ = ptr;
+  buffer_bytes_ = bytes;
+  buffer_registered_ = true;
+  return absl::OkStatus();
+}
+
+int DaemonRdmaTransport::allocateControlBuffer() {
+  if (num_ranks_ == 0)
+    return Fail(absl::FailedPreconditionError("allocateControlBuffer before initialize"));
+  if (control_ != nullptr) return 0;
+  const uint64_t slots = qpns_.size();
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  control_bytes_ = (slots * SlotBytes(options_.sq_depth) + page - 1) / page * page;
+  control_fd_ = ::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (control_fd_ < 0) return Fail(ErrnoStatus(errno, "memfd_create (RDMA control memory)"));
+  if (::ftruncate(control_fd_, static_cast<off_t>(control_bytes_)) != 0 ||
+      ::fcntl(control_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    return Fail(ErrnoStatus(errno, "sizing and sealing the RDMA control memfd"));
+  }
+  void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
+  if (p == MAP_FAILED) return Fail(ErrnoStatus(errno, "mmap (RDMA control memory)"));
+  control_ = static_cast<uint8_t*>(p);
+  absl::StatusOr<RdmaKeys> keys =
+      client_->registerMemory(control_fd_, reinterpret_cast<uintptr_t>(control_), control_bytes_, 0,
+                              /*remote_write=*/false, /*remote_atomic=*/false);
+  if (!keys.ok()) return Fail(keys.status());
+  control_keys_ = *keys;
+  qps_ = static_cast<device::IbgdaQpDevCtx*>(
+      ::operator new[](slots * sizeof(device::IbgdaQpDevCtx), std::align_val_t(64)));
+  for (uint64_t i = 0; i < slots; ++i) new (&qps_[i]) device::IbgdaQpDevCtx();
+  return 0;
+}
+
+int DaemonRdmaTransport::createQueuePairs(void*) {
+  std::vector<int> mask(static_cast<size_t>(num_ranks_), 1);
+  absl::Status s = createQueuePairsFor(mask);
+  return s.ok() ? 0 : Fail(std::move(s));
+}
+
+int DaemonRdmaTransport::recreateQueuePairs(void* stream) {
+  std::vector<int> mask(static_cast<size_t>(num_ranks_), 0);
+  for (size_t i = 0; i < qpns_.size(); ++i) {
+    if (qpns_[i] != 0) mask[i / static_cast<size_t>(qps_per_peer_)] = 1;
+  }
+  ReleaseQueues();
+  if (allocateControlBuffer() != 0) return 1;
+  absl::Status s = createQueuePairsFor(mask);
+  (void)stream;
+  return s.ok() ? 0 : Fail(std::move(s));
+}
+
+absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& peer_mask) {
+  if (control_ == nullptr) {
+    return absl::FailedPreconditionError("createQueuePairs before allocateControlBuffer");
+  }
+  if (!buffer_registered_)
+    return absl::FailedPreconditionError("createQueuePairs before registerMemory");
+  const uint32_t depth = options_.sq_depth;
+  std::vector<RdmaQpLayout> layouts;
+  std::vector<size_t> slots;
+  for (size_t slot = 0; slot < qpns_.size(); ++slot) {
+    const size_t peer = slot / static_cast<size_t>(qps_per_peer_);
+    if (peer >= peer_mask.size() || !peer_mask[peer] || qpns_[slot] != 0) continue;
+    const uint64_t base = slot * SlotBytes(depth);
+    RdmaQpLayout l;
+    l.sq_offset = base;
+    l.sq_wqe_cnt = depth;
+    l.cq_offset = base + uint64_t{depth} * device::mlx5::kSendWqeBb;
+    l.cq_cqe_cnt = depth;
+    const uint64_t misc = base + 2ull * depth * device::mlx5::kSendWqeBb;
+    l.sq_dbrec_offset = misc + kSqDbrecAt;
+    l.cq_dbrec_offset = misc + kCqDbrecAt;
+    // Rings start clean: no WQEs, every CQE invalid (0xff) and owned by HW.
+    std::memset(control_ + base, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
+    std::memset(control_ + l.cq_offset, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
+    std::memset(control_ + misc, 0, kMiscBytes);
+    layouts.push_back(l);
+    slots.push_back(slot);
+  }
+  if (layouts.empty()) return absl::OkStatus();
+  MC_ASSIGN_OR_RETURN(std::vector<uint32_t> qpns,
+                      client_->createQueuePairs(control_fd_, control_bytes_, layouts));
+  if (qpns.size() != layouts.size()) {
+    return absl::InternalError("CreateQueuePairs answered a different number of QPs");
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const RdmaQpLayout& l = layouts[i];
+    device::IbgdaQpDevCtx& q = qps_[slots[i]];
+    q = device::IbgdaQpDevCtx();
+    q.sq = control_ + l.sq_offset;
+    q.sq_dbrec = reinterpret_cast<uint32_t*>(control_ + l.sq_dbrec_offset);
+    q.bf_reg = nullptr;  // doorbell-record mode: the provider watches the record
+    q.cq = reinterpret_cast<device::mlx5::Cqe64*>(control_ + l.cq_offset);
+    q.cq_dbrec = reinterpret_cast<uint32_t*>(control_ + l.cq_dbrec_offset);
+    q.fetch_scratch =
+        reinterpret_cast<uint64_t*>(control_ + l.sq_dbrec_offset - kSqDbrecAt + kScratchAt);
+    q.local_base = reinterpret_cast<uintptr_t>(buffer_);
+    q.local_size = buffer_bytes_;
+    q.timeout_ns = options_.timeout_ns;
+    q.qpn = qpns[i];
+    q.sq_wqe_cnt = l.sq_wqe_cnt;
+    q.cq_cqe_cnt = l.cq_cqe_cnt;
+    q.lkey = buffer_keys_.lkey;
+    q.scratch_lkey = control_keys_.lkey;
+    qpns_[slots[i]] = qpns[i];
+  }
+  return absl::OkStatus();
+}
+
+RdmaEndpointInfo DaemonRdmaTransport::endpoint() const {
+  RdmaEndpointInfo e;
+  e.raddr = reinterpret_cast<uintptr_t>(buffer_);
+  e.rkey = buffer_keys_.rkey;
+  e.qps_per_peer = static_cast<uint32_t>(qps_per_peer_);
+  e.qpns = qpns_;
+  e.nic = info_.nic;
+  return e;
+}
+
+absl::Status DaemonRdmaTransport::connectEndpoints(
+    int local_rank, const std::vector<std::optional<RdmaEndpointInfo>>& peers,
+    const std::vector<int>& peer_mask) {
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  const size_t q = static_cast<size_t>(qps_per_peer_);
+  for (size_t p = 0; p < peer_mask.size() && p < static_cast<size_t>(num_ranks_); ++p) {
+    if (!peer_mask[p] || static_cast<int>(p) == local_rank) continue;
+    const std::optional<RdmaEndpointInfo>& e = p < peers.size() ? peers[p] : std::nullopt;
+    const size_t theirs = static_cast<size_t>(local_rank) * q;
+    if (!e || e->qps_per_peer != q || e->qpns.size() < theirs + q || e->qpns[theirs] == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", p, " published no RDMA queue pair toward rank ", local_rank,
+          (e && e->qps_per_peer != q
+               ? absl::StrCat(" (it uses ", e->qps_per_peer, " QPs per peer, this rank ", q, ")")
+               : std::string()),
+          ": both ranks of a pair must choose the RDMA route, with the same QPs per peer"));
+    }
+    for (size_t c = 0; c < q; ++c) pairs.emplace_back(qpns_[p * q + c], e->qpns[theirs + c]);
+    raddrs_[p] = e->raddr;
+    rkeys_[p] = e->rkey;
+  }
+  if (pairs.empty()) return absl::OkStatus();
+  return client_->connectQueuePairs(pairs);
+}
+
+int DaemonRdmaTransport::connectPeers(int local_rank, bool,
+                                      const std::vector<int64_t>& remote_addrs,
+                                      const std::vector<int32_t>& remote_keys,
+                                      const std::vector<int32_t>& remote_qpns,
+                                      const std::vector<int32_t>&, const std::vector<int64_t>&,
+                                      const std::vector<int64_t>&,
+                                      const std::vector<int>& active_ranks_mask) {
+  const size_t n = static_cast<size_t>(num_ranks_);
+  const size_t q = static_cast<size_t>(qps_per_peer_);
+  if (remote_addrs.size() < n || remote_keys.size() < n || remote_qpns.size() < n * q) {
+    return Fail(absl::InvalidArgumentError(
+        "connectPeers: remote_addrs/remote_keys need num_ranks entries and remote_qpns "
+        "num_ranks * qps_per_peer"));
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  for (size_t p = 0; p < n; ++p) {
+    if (static_cast<int>(p) == local_rank) continue;
+    if (!active_ranks_mask.empty() && (p >= active_ranks_mask.size() || !active_ranks_mask[p])) {
+      continue;
+    }
+    for (size_t c = 0; c < q; ++c) {
+      if (qpns_[p * q + c] == 0) continue;
+      pairs.emplace_back(qpns_[p * q + c], static_cast<uint32_t>(remote_qpns[p * q + c]));
+    }
+    raddrs_[p] = static_cast<uint64_t>(remote_addrs[p]);
+    rkeys_[p] = static_cast<uint32_t>(remote_keys[p]);
+  }
+  absl::Status s = pairs.empty() ? absl::OkStatus() : client_->connectQueuePairs(pairs);
+  return s.ok() ? 0 : Fail(std::move(s));
+}
+
+device::RdmaLocalMetadata DaemonRdmaTransport::localMetadata() const {
+  device::RdmaLocalMetadata m;
+  m.raddr = static_cast<int64_t>(reinterpret_cast<uintptr_t>(buffer_));
+  m.rkey = static_cast<int32_t>(buffer_keys_.rkey);
+  for (uint32_t q : qpns_) m.qpns.push_back(static_cast<int32_t>(q));
+  m.lids.assign(qpns_.size(), 0);
+  return m;
+}
+
+device::IbgdaContext DaemonRdmaTransport::ibgdaContext() const {
+  device::IbgdaContext c;
+  c.qp_devctxs = qps_;
+  c.raddrs = raddrs_.data();
+  c.rkeys = rkeys_.data();
+  c.qps_per_rank = qps_per_peer_;
+  c.local_atomic_base = nullptr;
+  c.remote_atomic_base = nullptr;
+  return c;
+}
+
+}  // namespace mooncake

@@ -1,0 +1,144 @@
+// RdmaResources: the one owner of the RDMA objects mooncaked holds for
+// sessions — memory regions and queue pairs — on top of a provider (softnic
+// today; the mlx5 DevX provider plugs in behind the same calls).
+//
+// Ownership: every region and QP belongs to exactly one session (its
+// protection domain is the session id) and is destroyed with it, by
+// SessionEnded, which SessionLifecycle::End calls after closing the session
+// in the registry. Every creating call checks, under the same lock
+// SessionEnded takes, that the session is still open, so nothing is created
+// for a session that has already been cleaned up.
+//
+// Authorization: a QP may only be connected to a QP owned by a session of
+// the same uid (groups are per-uid too). Keys are checked by the provider
+// against the protection domain of the QP that uses them.
+//
+// Limits per session (RdmaLimits; config keys in docs/limits.md):
+// ResourceExhausted names the key.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "fdchannel/ticket_store.h"
+#include "session/session_registry.h"
+#include "softnic/engine.h"
+
+namespace mooncake::daemon {
+
+struct RdmaLimits {
+  uint32_t max_qps_per_session = 4096;  // max_qps_per_session
+  uint32_t max_mrs_per_session = 256;   // max_mrs_per_session
+  uint32_t max_sq_wqes = 32768;         // per QP (the 16-bit WQE counter's half)
+  uint64_t max_registered_bytes_per_session = 64ull << 30;
+};
+
+struct QpLayout {
+  uint64_t sq_offset = 0;
+  uint32_t sq_wqe_cnt = 0;
+  uint64_t sq_dbrec_offset = 0;
+  uint64_t cq_offset = 0;
+  uint32_t cq_cqe_cnt = 0;
+  uint64_t cq_dbrec_offset = 0;
+};
+
+struct QpConnection {
+  uint32_t qpn = 0;
+  uint32_t remote_qpn = 0;
+};
+
+struct QpRow {
+  softnic::QpInfo info;
+  uint64_t session = 0;
+  uint32_t uid = 0;
+  int32_t pid = 0;
+};
+
+struct MrRow {
+  softnic::RegionInfo info;
+  uint64_t session = 0;
+  uint32_t uid = 0;
+  int32_t pid = 0;
+  std::string kind;  // "host", ...
+};
+
+class RdmaResources {
+ public:
+  RdmaResources(const SessionRegistry* sessions, std::string nic_name, RdmaLimits limits,
+                softnic::EngineOptions engine_options);
+  ~RdmaResources();
+
+  const std::string& provider() const { return provider_; }
+  const std::string& nic() const { return nic_; }
+  // How doorbells reach the provider (see rdma.proto RdmaInfo).
+  const std::string& doorbell_mode() const { return doorbell_mode_; }
+  const RdmaLimits& limits() const { return limits_; }
+
+  struct Registered {
+    uint32_t lkey = 0;
+    uint32_t rkey = 0;
+    std::string kind;
+  };
+  // Registers [offset, offset + length) of the memfd in `fds` (exactly one
+  // fd, sealed against shrinking) at `iova`.
+  absl::StatusOr<Registered> RegisterMemory(const SessionInfo& session, FdBundlePtr fds,
+                                            const std::string& kind, uint64_t iova, uint64_t length,
+                                            uint64_t offset, uint32_t access);
+  absl::Status DeregisterMemory(const SessionInfo& session, uint32_t lkey);
+
+  // Creates one QP per layout, with rings in the control memfd (one fd of
+  // `control_bytes`). All or nothing.
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(const SessionInfo& session,
+                                                         FdBundlePtr control,
+                                                         uint64_t control_bytes,
+                                                         const std::vector<QpLayout>& layouts);
+  // All or nothing as far as validation goes (every pair is checked first).
+  absl::Status Connect(const SessionInfo& session, const std::vector<QpConnection>& pairs);
+  absl::Status DestroyQueuePairs(const SessionInfo& session, const std::vector<uint32_t>& qpns);
+
+  // Everything the session owned.
+  void SessionEnded(uint64_t session);
+
+  // Listings for mcctl: the caller's own (or everything for `all`).
+  std::vector<QpRow> ListQps(uint32_t uid, bool all) const;
+  std::vector<MrRow> ListMrs(uint32_t uid, bool all) const;
+  size_t QpCountOf(uint64_t session) const;
+
+ private:
+  struct Owner {
+    uint64_t session = 0;
+    uint32_t uid = 0;
+    int32_t pid = 0;
+  };
+  struct SessionUse {
+    uint32_t qps = 0;
+    uint32_t mrs = 0;
+    uint64_t registered_bytes = 0;
+  };
+  absl::Status CheckOpen(const SessionInfo& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SessionRegistry* const sessions_;
+  const std::string provider_ = "softnic";
+  const std::string nic_;
+  const std::string doorbell_mode_ = "doorbell-record";
+  const RdmaLimits limits_;
+  softnic::Engine engine_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Owner> qp_owner_ ABSL_GUARDED_BY(mu_);
+  struct MrEntry {
+    Owner owner;
+    uint64_t length = 0;
+    std::string kind;
+  };
+  absl::flat_hash_map<uint32_t, MrEntry> mr_owner_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, SessionUse> use_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,53 @@
+// The Rdma gRPC service (proto/mooncake/v1/rdma.proto): memory registration
+// and queue pairs for the caller's session. A thin layer: it finds the
+// caller's session, takes the fds a request names from the FdBroker (after
+// validating what needs no fds, so a bad request does not burn its ticket),
+// and makes one call on RdmaResources. Unary callback methods; none blocks.
+#pragma once
+
+#include "fdchannel/fd_broker.h"
+#include "mooncake/v1/rdma.grpc.pb.h"
+#include "rdma/rdma_resources.h"
+#include "server/connection_table.h"
+#include "session/session_registry.h"
+
+namespace mooncake::daemon {
+
+class RdmaService final : public v1::Rdma::CallbackService {
+ public:
+  RdmaService(const ConnectionTable* connections, const SessionRegistry* sessions, FdBroker* fds,
+              RdmaResources* rdma)
+      : connections_(connections), sessions_(sessions), fds_(fds), rdma_(rdma) {}
+
+  grpc::ServerUnaryReactor* GetRdmaInfo(grpc::CallbackServerContext* ctx,
+                                        const v1::GetRdmaInfoRequest* req,
+                                        v1::RdmaInfo* resp) override;
+  grpc::ServerUnaryReactor* RegisterMemory(grpc::CallbackServerContext* ctx,
+                                           const v1::RegisterMemoryRequest* req,
+                                           v1::RegisterMemoryResponse* resp) override;
+  grpc::ServerUnaryReactor* DeregisterMemory(grpc::CallbackServerContext* ctx,
+                                             const v1::DeregisterMemoryRequest* req,
+                                             v1::DeregisterMemoryResponse* resp) override;
+  grpc::ServerUnaryReactor* CreateQueuePairs(grpc::CallbackServerContext* ctx,
+                                             const v1::CreateQueuePairsRequest* req,
+                                             v1::CreateQueuePairsResponse* resp) override;
+  grpc::ServerUnaryReactor* ConnectQueuePairs(grpc::CallbackServerContext* ctx,
+                                              const v1::ConnectQueuePairsRequest* req,
+                                              v1::ConnectQueuePairsResponse* resp) override;
+  grpc::ServerUnaryReactor* DestroyQueuePairs(grpc::CallbackServerContext* ctx,
+                                              const v1::DestroyQueuePairsRequest* req,
+                                              v1::DestroyQueuePairsResponse* resp) override;
+
+  // Most QPs one CreateQueuePairs call may ask for.
+  static constexpr int kMaxQpsPerCall = 4096;
+
+ private:
+  absl::StatusOr<SessionInfo> CallerSession(const grpc::ServerContextBase* ctx) const;
+
+  const ConnectionTable* const connections_;
+  const SessionRegistry* const sessions_;
+  FdBroker* const fds_;
+  RdmaResources* const rdma_;
+};
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,693 @@
+#include "softnic/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/device/mlx5/prm.h"
+
+namespace mooncake::softnic {
+
+namespace mlx5 = ::mooncake::device::mlx5;
+
+namespace {
+
+// Keys advance by an odd stride: 2^32 steps visit every 32-bit value once, so
+// a key comes back only after 2^32 registrations (which RegisterRegion
+// refuses), while consecutive keys look unrelated.
+constexpr uint32_t kKeyStride = 0x9E3779B1u;
+constexpr uint32_t kQpnMask = 0xffffffu;
+
+bool IsPow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+// [off, off + len) inside [0, size), without overflow.
+bool Fits(uint64_t off, uint64_t len, uint64_t size) { return len <= size && off <= size - len; }
+
+// Both ranges already Fit one mapping, so the sums cannot overflow.
+bool Overlaps(uint64_t a, uint64_t a_len, uint64_t b, uint64_t b_len) {
+  return a < b + b_len && b < a + a_len;
+}
+
+template <class T>
+std::atomic_ref<T> Ref(T* p) {
+  static_assert(std::atomic_ref<T>::is_always_lock_free);
+  return std::atomic_ref<T>(*p);
+}
+
+uint32_t Be32At(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return mlx5::be32(v);
+}
+uint64_t Be64At(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return mlx5::be64(v);
+}
+
+// A masked add: a carry out of a bit set in `boundary` is dropped, so each
+// field (ending at a set bit) wraps on its own. The boundary bits are left
+// out of the add (no carry can leave them) and put back as a sum bit.
+uint32_t MaskedAdd(uint32_t value, uint32_t add, uint32_t boundary) {
+  const uint32_t low = (value & ~boundary) + (add & ~boundary);
+  return low ^ ((value ^ add) & boundary);
+}
+
+// Every byte softnic moves goes through here. A NIC writes a payload in
+// order, each aligned 8-byte piece at once; readers poll signals and both
+// halves of an LL slot with atomic loads, and a signal carries release
+// meaning (the payloads of earlier WQEs are visible once it is). So small
+// word-aligned payloads are stored as release atomics, and bulk data is a
+// plain copy that a later signal's release store publishes.
+// Returns false when it cannot reach one side.
+bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
+  // CUDA regions: see engine.h
+  if (dst.kind != MemoryKind::kHost || src.kind != MemoryKind::kHost) return false;
+  if (dst.length != src.length) return false;
+  auto* d = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst.addr));
+  const auto* s = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(src.addr));
+  const uint64_t n = dst.length;
+  const auto d_addr = reinterpret_cast<uintptr_t>(d);
+  if (n <= mlx5::kSendWqeBb && n % 8 == 0 && d_addr % 8 == 0) {
+    for (uint64_t i = 0; i < n; i += 8) {
+      uint64_t v;
+      std::memcpy(&v, s + i, 8);
+      Ref(reinterpret_cast<uint64_t*>(d + i)).store(v, std::memory_order_release);
+    }
+  } else if (n == 4 && d_addr % 4 == 0) {
+    uint32_t v;
+    std::memcpy(&v, s, 4);
+    Ref(reinterpret_cast<uint32_t*>(d)).store(v, std::memory_order_release);
+  } else {
+    // memmove: a hostile WQE may name overlapping source and destination.
+    std::memmove(d, s, static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+struct Engine::Region {
+  uint32_t key = 0;
+  PdId pd = 0;
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  MemoryKind kind = MemoryKind::kHost;
+  std::shared_ptr<SharedMapping> mapping;  // kHost: keeps the bytes mapped
+  uint64_t base = 0;  // where byte 0 is for the daemon: host pointer or CUdeviceptr
+
+  // [addr, addr + len) as the daemon reaches it; only after Resolve().
+  ByteSpan Span(uint64_t addr, uint64_t len) const {
+    return ByteSpan{kind, base + (addr - iova), len};
+  }
+};
+
+struct Engine::Qp {
+  uint32_t qpn = 0;
+  PdId pd = 0;
+  QpState state = QpState::kReset;
+  uint32_t remote_qpn = 0;
+  std::shared_ptr<SharedMapping> mapping;  // keeps the rings mapped
+  uint8_t* sq = nullptr;
+  uint32_t sq_wqe_cnt = 0;
+  uint32_t* sq_dbrec = nullptr;
+  uint8_t* cq = nullptr;
+  uint32_t cq_cqe_cnt = 0;
+  uint32_t* cq_dbrec = nullptr;
+  uint16_t sq_ci = 0;  // next WQE to execute (the doorbell counts in 16 bits)
+  uint64_t cq_pi = 0;  // CQEs written; its pass parity is the owner bit
+  uint64_t wqes_done = 0;
+  uint8_t last_syndrome = 0;
+};
+
+// The default executor: the responder QP is one of this engine's own. The
+// engine thread calls it with mu_ held, so it takes the locked path and adds
+// no locking of its own.
+class LocalExecutor final : public Executor {
+ public:
+  explicit LocalExecutor(Engine* engine) : engine_(engine) {}
+  ResponderResult Execute(const ResponderOp& op) override {
+    engine_->mu_.AssertHeld();
+    return engine_->ExecuteAsResponderLocked(op);
+  }
+
+ private:
+  Engine* const engine_;
+};
+
+Engine::Engine(EngineOptions options) : options_(options) {
+  std::random_device rd;
+  absl::MutexLock lock(&mu_);
+  next_key_ = rd();
+  next_qpn_ = rd() & kQpnMask;
+  executor_ = std::make_shared<LocalExecutor>(this);
+}
+
+Engine::~Engine() { Stop(); }
+
+void Engine::Start() {
+  absl::MutexLock lock(&thread_mu_);
+  if (thread_.joinable()) return;
+  stop_.store(false, std::memory_order_relaxed);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Engine::Stop() {
+  absl::MutexLock lock(&thread_mu_);
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_relaxed);
+  thread_.join();
+}
+
+void Engine::SetExecutor(std::shared_ptr<Executor> executor) {
+  absl::MutexLock lock(&mu_);
+  executor_ = executor != nullptr ? std::move(executor) : std::make_shared<LocalExecutor>(this);
+}
+
+// ---- regions ------------------------------------------------------------------
+
+absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
+  if (spec.length == 0) return absl::InvalidArgumentError("region of 0 bytes");
+  if (spec.length > std::numeric_limits<uint64_t>::max() - spec.iova) {
+    return absl::InvalidArgumentError(absl::StrCat("region iova 0x", absl::Hex(spec.iova), " + ",
+                                                   spec.length, " bytes passes 2^64"));
+  }
+  constexpr uint32_t kKnown = kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic;
+  if ((spec.access & ~kKnown) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("region access 0x", absl::Hex(spec.access), " has unknown bits"));
+  }
+  uint64_t base = 0;
+  if (spec.kind == MemoryKind::kHost) {
+    if (spec.mapping == nullptr) return absl::InvalidArgumentError("host region without a mapping");
+    if (!Fits(spec.offset, spec.length, spec.mapping->size())) {
+      return absl::InvalidArgumentError(absl::StrCat("host region [", spec.offset, ", +",
+                                                     spec.length, ") is outside its mapping of ",
+                                                     spec.mapping->size(), " bytes"));
+    }
+    base = reinterpret_cast<uintptr_t>(spec.mapping->data()) + spec.offset;
+  } else {
+    // CUDA regions: see engine.h (offset is the CUdeviceptr).
+    if (spec.length > std::numeric_limits<uint64_t>::max() - spec.offset) {
+      return absl::InvalidArgumentError("CUDA region address + length passes 2^64");
+    }
+    spec.mapping.reset();
+    base = spec.offset;
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (keys_issued_ >= std::numeric_limits<uint32_t>::max()) {
+    return absl::ResourceExhaustedError("softnic issued every memory key once; restart the daemon");
+  }
+  uint32_t key = next_key_;
+  if (key == 0) key += kKeyStride;
+  next_key_ = key + kKeyStride;
+  ++keys_issued_;
+  auto region = std::make_unique<Region>();
+  region->key = key;
+  region->pd = spec.pd;
+  region->iova = spec.iova;
+  region->length = spec.length;
+  region->access = spec.access;
+  region->kind = spec.kind;
+  region->mapping = std::move(spec.mapping);
+  region->base = base;
+  regions_[key] = std::move(region);
+  return key;
+}
+
+absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
+  absl::MutexLock lock(&mu_);
+  auto it = regions_.find(key);
+  if (it == regions_.end() || it->second->pd != pd) {
+    return absl::NotFoundError(
+        absl::StrCat("no region with key 0x", absl::Hex(key), " in pd ", pd));
+  }
+  regions_.erase(it);
+  return absl::OkStatus();
+}
+
+const Engine::Region* Engine::Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len,
+                                      uint32_t need) const {
+  auto it = regions_.find(key);
+  if (it == regions_.end()) return nullptr;
+  const Region& r = *it->second;
+  if (r.pd != pd || (r.access & need) != need) return nullptr;
+  if (len == 0 || addr < r.iova || !Fits(addr - r.iova, len, r.length)) return nullptr;
+  return &r;
+}
+
+// ---- queue pairs ----------------------------------------------------------------
+
+absl::StatusOr<uint32_t> Engine::CreateQp(QpSpec spec) {
+  if (spec.mapping == nullptr) return absl::InvalidArgumentError("QP without a ring mapping");
+  if (!IsPow2(spec.sq_wqe_cnt) || spec.sq_wqe_cnt > kMaxSqWqeCnt) {
+    return absl::InvalidArgumentError(absl::StrCat("sq_wqe_cnt ", spec.sq_wqe_cnt,
+                                                   " is not a power of two in 1..", kMaxSqWqeCnt));
+  }
+  if (!IsPow2(spec.cq_cqe_cnt) || spec.cq_cqe_cnt < spec.sq_wqe_cnt ||
+      spec.cq_cqe_cnt > kMaxCqCqeCnt) {
+    return absl::InvalidArgumentError(absl::StrCat("cq_cqe_cnt ", spec.cq_cqe_cnt,
+                                                   " is not a power of two in sq_wqe_cnt (",
+                                                   spec.sq_wqe_cnt, ")..", kMaxCqCqeCnt));
+  }
+  const uint64_t size = spec.mapping->size();
+  const uint64_t sq_bytes = uint64_t{spec.sq_wqe_cnt} * mlx5::kSendWqeBb;
+  const uint64_t cq_bytes = uint64_t{spec.cq_cqe_cnt} * mlx5::kCqeBytes;
+  struct Ring {
+    const char* name;
+    uint64_t offset, bytes, align;
+  };
+  const Ring rings[] = {{"sq", spec.sq_offset, sq_bytes, 64},
+                        {"sq doorbell record", spec.sq_dbrec_offset, 8, 4},
+                        {"cq", spec.cq_offset, cq_bytes, 64},
+                        {"cq doorbell record", spec.cq_dbrec_offset, 8, 4}};
+  for (const Ring& r : rings) {
+    if (r.offset % r.align != 0 || !Fits(r.offset, r.bytes, size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "QP ", r.name, " at offset ", r.offset, " (", r.bytes, " bytes) is misaligned (needs ",
+          r.align, ") or outside the ", size, "-byte mapping"));
+    }
+  }
+  for (size_t i = 0; i < std::size(rings); ++i) {
+    for (size_t j = i + 1; j < std::size(rings); ++j) {
+      if (Overlaps(rings[i].offset, rings[i].bytes, rings[j].offset, rings[j].bytes)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("QP ", rings[i].name, " overlaps the ", rings[j].name));
+      }
+    }
+  }
+
+  auto qp = std::make_unique<Qp>();
+  qp->pd = spec.pd;
+  uint8_t* base = spec.mapping->data();
+  qp->sq = base + spec.sq_offset;
+  qp->sq_wqe_cnt = spec.sq_wqe_cnt;
+  qp->sq_dbrec = reinterpret_cast<uint32_t*>(base + spec.sq_dbrec_offset);
+  qp->cq = base + spec.cq_offset;
+  qp->cq_cqe_cnt = spec.cq_cqe_cnt;
+  qp->cq_dbrec = reinterpret_cast<uint32_t*>(base + spec.cq_dbrec_offset);
+  qp->mapping = std::move(spec.mapping);
+
+  absl::MutexLock lock(&mu_);
+  if (qps_.size() >= kQpnMask - 1) return absl::ResourceExhaustedError("every QPN is in use");
+  uint32_t qpn;
+  do {
+    qpn = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & kQpnMask;
+  } while (qpn == 0 || qps_.contains(qpn));
+  qp->qpn = qpn;
+  qps_[qpn] = std::move(qp);
+  return qpn;
+}
+
+absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn) {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second->pd != pd) {
+    return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
+  }
+  // Any known QP may be the responder: the daemon decides who connects to
+  // whom before it gets here.
+  if (!qps_.contains(remote_qpn)) {
+    return absl::NotFoundError(absl::StrCat("no remote QP ", remote_qpn));
+  }
+  Qp& qp = *it->second;
+  if (qp.state != QpState::kReset) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("QP ", qpn, " is ", QpStateName(qp.state), ", not RESET: connect it once"));
+  }
+  qp.remote_qpn = remote_qpn;
+  qp.state = QpState::kRts;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::DestroyQp(PdId pd, uint32_t qpn) {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second->pd != pd) {
+    return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
+  }
+  qps_.erase(it);
+  return absl::OkStatus();
+}
+
+void Engine::DestroyPd(PdId pd) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = qps_.begin(); it != qps_.end();) {
+    if (it->second->pd == pd) {
+      qps_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = regions_.begin(); it != regions_.end();) {
+    if (it->second->pd == pd) {
+      regions_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::vector<QpInfo> Engine::ListQps() const {
+  std::vector<QpInfo> out;
+  absl::MutexLock lock(&mu_);
+  out.reserve(qps_.size());
+  for (const auto& [qpn, qp] : qps_) {
+    out.push_back(QpInfo{qpn, qp->pd, qp->state, qp->remote_qpn, qp->sq_wqe_cnt, qp->wqes_done,
+                         qp->last_syndrome});
+  }
+  std::sort(out.begin(), out.end(), [](const QpInfo& a, const QpInfo& b) { return a.qpn < b.qpn; });
+  return out;
+}
+
+std::vector<RegionInfo> Engine::ListRegions() const {
+  std::vector<RegionInfo> out;
+  absl::MutexLock lock(&mu_);
+  out.reserve(regions_.size());
+  for (const auto& [key, r] : regions_) {
+    out.push_back(RegionInfo{key, r->pd, r->iova, r->length, r->access, r->kind});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RegionInfo& a, const RegionInfo& b) { return a.key < b.key; });
+  return out;
+}
+
+// ---- the responder --------------------------------------------------------------
+
+ResponderResult Engine::ExecuteAsResponder(const ResponderOp& op) {
+  absl::MutexLock lock(&mu_);
+  return ExecuteAsResponderLocked(op);
+}
+
+ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
+  ResponderResult result;
+  auto it = qps_.find(op.remote_qpn);
+  if (it == qps_.end()) {
+    // Nobody answers: a ConnectX retries, then reports this.
+    result.syndrome = mlx5::kSyndTransportRetryExcErr;
+    return result;
+  }
+  const PdId pd = it->second->pd;
+  switch (op.kind) {
+    case ResponderOp::Kind::kWrite: {
+      const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
+      if (r == nullptr) {
+        result.syndrome = mlx5::kSyndRemoteAccessErr;
+      } else if (!CopyBytes(r->Span(op.raddr, op.source.length), op.source)) {
+        // CUDA regions: see engine.h
+        result.syndrome = op.source.kind != MemoryKind::kHost ? mlx5::kSyndLocalProtErr
+                                                              : mlx5::kSyndRemoteAccessErr;
+      }
+      return result;
+    }
+    case ResponderOp::Kind::kFetchAdd64:
+    case ResponderOp::Kind::kMaskedFetchAdd32: {
+      const uint64_t width = op.kind == ResponderOp::Kind::kFetchAdd64 ? 8 : 4;
+      if (op.raddr % width != 0) {
+        result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+        return result;
+      }
+      const Region* r = Resolve(pd, op.rkey, op.raddr, width, kRemoteAtomic);
+      if (r == nullptr || r->kind != MemoryKind::kHost) {  // CUDA regions: see engine.h
+        result.syndrome = mlx5::kSyndRemoteAccessErr;
+        return result;
+      }
+      const uint64_t where = r->Span(op.raddr, width).addr;
+      // The iova is aligned; the mapping offset might not be.
+      if (where % width != 0) {
+        result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+        return result;
+      }
+      // Real atomics: the client's own threads update the same words.
+      if (width == 8) {
+        result.fetched = Ref(reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(where)))
+                             .fetch_add(op.add, std::memory_order_acq_rel);
+      } else {
+        auto word = Ref(reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(where)));
+        const auto add = static_cast<uint32_t>(op.add);
+        uint32_t old = word.load(std::memory_order_relaxed);
+        while (!word.compare_exchange_weak(old, MaskedAdd(old, add, op.field_boundary),
+                                           std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        }
+        result.fetched = old;
+      }
+      return result;
+    }
+  }
+  result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+  return result;
+}
+
+// ---- the requester ---------------------------------------------------------------
+
+// WQE layout (one 64-byte basic block, see device/.../mlx5/wqe.h):
+//   [0, 16) ctrl   [16, 32) raddr   [32, 48) data | inline | atomic   [48, 64) data (atomics)
+uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
+                           uint32_t* byte_count) {
+  const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
+  const uint32_t qpn_ds = Be32At(&wqe[4]);
+  const auto opcode = static_cast<uint8_t>(opmod_idx_opcode);
+  const auto opmod = static_cast<uint8_t>(opmod_idx_opcode >> 24);
+  const auto wqe_index = static_cast<uint16_t>(opmod_idx_opcode >> 8);
+  const uint32_t ds = qpn_ds & 0x3fu;
+  *cqe_opcode = opcode;
+  *byte_count = 0;
+  if (wqe_index != index || (qpn_ds >> 8) != qp.qpn) return mlx5::kSyndLocalQpOpErr;
+
+  const bool is_write = opcode == mlx5::kOpRdmaWrite || opcode == mlx5::kOpRdmaWriteImm;
+  if (options_.sink) {
+    if (is_write) *byte_count = Be32At(&wqe[32]) & ~mlx5::kInlineSeg;
+    return 0;
+  }
+
+  ResponderOp op;
+  op.remote_qpn = qp.remote_qpn;
+  op.raddr = Be64At(&wqe[16]);
+  op.rkey = Be32At(&wqe[24]);
+
+  if (is_write) {
+    // WRITE_IMM: the data is written and the immediate dropped. This design
+    // has no receive queues (the Device API signals with writes and
+    // atomics), so there is no receive CQE to deliver it in.
+    const uint32_t count = Be32At(&wqe[32]);
+    if ((count & mlx5::kInlineSeg) != 0) {
+      if (ds != 3 && ds != 4) return mlx5::kSyndLocalQpOpErr;
+      const uint32_t len = count & ~mlx5::kInlineSeg;
+      // Room in the declared segments after ctrl, raddr and the inline header.
+      const uint32_t room = ds * mlx5::kDsBytes - 36;
+      if (len == 0 || len > room) return mlx5::kSyndLocalLengthErr;
+      op.source = ByteSpan{MemoryKind::kHost, reinterpret_cast<uintptr_t>(&wqe[36]), len};
+    } else {
+      if (ds != 3) return mlx5::kSyndLocalQpOpErr;
+      if (count == 0) return mlx5::kSyndLocalLengthErr;
+      const uint32_t lkey = Be32At(&wqe[36]);
+      const uint64_t laddr = Be64At(&wqe[40]);
+      const Region* src = Resolve(qp.pd, lkey, laddr, count, 0);
+      if (src == nullptr) return mlx5::kSyndLocalProtErr;
+      op.source = src->Span(laddr, count);
+    }
+    op.kind = ResponderOp::Kind::kWrite;
+    const ResponderResult r = executor_->Execute(op);
+    if (r.syndrome == 0) *byte_count = static_cast<uint32_t>(op.source.length);
+    return r.syndrome;
+  }
+
+  switch (opcode) {
+    case mlx5::kOpNop: return ds == 1 ? 0 : mlx5::kSyndLocalQpOpErr;
+
+    case mlx5::kOpAtomicFa:
+    case mlx5::kOpAtomicMaskedFa: {
+      const bool masked = opcode == mlx5::kOpAtomicMaskedFa;
+      if (ds != 4 || (masked && opmod != mlx5::kOpmodExtAtomic32)) return mlx5::kSyndLocalQpOpErr;
+      const uint32_t width = masked ? 4 : 8;
+      if (masked) {
+        op.kind = ResponderOp::Kind::kMaskedFetchAdd32;
+        op.add = Be32At(&wqe[32]);
+        op.field_boundary = Be32At(&wqe[36]);
+      } else {
+        op.kind = ResponderOp::Kind::kFetchAdd64;
+        op.add = Be64At(&wqe[32]);
+      }
+      // The fetched value's destination is checked before the atomic runs:
+      // an atomic cannot be undone.
+      const uint32_t count = Be32At(&wqe[48]);
+      const uint32_t lkey = Be32At(&wqe[52]);
+      const uint64_t laddr = Be64At(&wqe[56]);
+      if (count != width) return mlx5::kSyndLocalLengthErr;
+      const Region* dst = Resolve(qp.pd, lkey, laddr, width, kLocalWrite);
+      // CUDA regions: see engine.h
+      if (dst == nullptr || dst->kind != MemoryKind::kHost) return mlx5::kSyndLocalProtErr;
+      const ResponderResult r = executor_->Execute(op);
+      if (r.syndrome != 0) return r.syndrome;
+      // The old value lands as a ConnectX returns it: host order for the
+      // standard 8-byte atomic (mlx5_core sets the host-endian atomic mode),
+      // big-endian for extended atomics.
+      uint8_t fetched[8];
+      if (masked) {
+        const uint32_t v = mlx5::be32(static_cast<uint32_t>(r.fetched));
+        std::memcpy(fetched, &v, 4);
+      } else {
+        std::memcpy(fetched, &r.fetched, 8);
+      }
+      const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(fetched), width};
+      return CopyBytes(dst->Span(laddr, width), from) ? 0 : mlx5::kSyndLocalProtErr;
+    }
+
+    default: return mlx5::kSyndLocalQpOpErr;
+  }
+}
+
+// ---- completion queue -------------------------------------------------------------
+
+bool Engine::CqHasRoom(const Qp& qp) const {
+  // Acquire: the client has finished reading the CQEs it says it consumed.
+  const uint32_t ci =
+      mlx5::be32(Ref(&qp.cq_dbrec[mlx5::kCqSetCi]).load(std::memory_order_acquire)) &
+      mlx5::kCqCiMask;
+  const uint32_t used = (static_cast<uint32_t>(qp.cq_pi) - ci) & mlx5::kCqCiMask;
+  return used < qp.cq_cqe_cnt;
+}
+
+void Engine::WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t syndrome,
+                      uint32_t byte_count) {
+  uint8_t cqe[mlx5::kCqeBytes] = {};
+  const uint8_t owner = mlx5::cqe_expected_owner(qp.cq_pi, qp.cq_cqe_cnt);
+  const uint32_t sop_drop_qpn =
+      mlx5::be32((static_cast<uint32_t>(wqe_opcode) << 24) | (qp.qpn & kQpnMask));
+  const uint16_t counter = mlx5::be16(wqe_counter);
+  std::memcpy(&cqe[offsetof(mlx5::Cqe64, sop_drop_qpn_be)], &sop_drop_qpn, 4);
+  std::memcpy(&cqe[offsetof(mlx5::Cqe64, wqe_counter_be)], &counter, 2);
+  uint8_t opcode;
+  if (syndrome == 0) {
+    opcode = mlx5::kCqeReq;
+    const uint32_t bytes = mlx5::be32(byte_count);
+    std::memcpy(&cqe[offsetof(mlx5::Cqe64, byte_cnt_be)], &bytes, 4);
+  } else {
+    opcode = mlx5::kCqeReqErr;
+    cqe[mlx5::kCqeVendorSyndromeByte] = 0;
+    cqe[mlx5::kCqeSyndromeByte] = syndrome;
+  }
+  cqe[offsetof(mlx5::Cqe64, op_own)] = static_cast<uint8_t>((opcode << 4) | owner);
+
+  uint8_t* slot = qp.cq + (qp.cq_pi & (qp.cq_cqe_cnt - 1)) * mlx5::kCqeBytes;
+  // The body first; then wqe_counter, signature and op_own in one release
+  // store: a poller that sees the new owner bit sees the whole CQE.
+  std::memcpy(slot, cqe, mlx5::kCqeBytes - 4);
+  uint32_t tail;
+  std::memcpy(&tail, &cqe[mlx5::kCqeBytes - 4], 4);
+  Ref(reinterpret_cast<uint32_t*>(slot + mlx5::kCqeBytes - 4))
+      .store(tail, std::memory_order_release);
+  ++qp.cq_pi;
+}
+
+// ---- the engine thread -------------------------------------------------------------
+
+bool Engine::Poll(Qp& qp) {
+  const auto pi = static_cast<uint16_t>(
+      mlx5::be32(Ref(&qp.sq_dbrec[mlx5::kSndDbr]).load(std::memory_order_acquire)));
+  const auto pending = static_cast<uint16_t>(pi - qp.sq_ci);
+  if (pending == 0) return false;
+
+  auto fail = [&qp](uint8_t syndrome) {
+    if (qp.state != QpState::kError) {
+      qp.state = QpState::kError;
+      qp.last_syndrome = syndrome;
+    }
+  };
+
+  if (pending > qp.sq_wqe_cnt) {
+    // More WQEs than the ring holds: the doorbell is garbage. Report it once;
+    // a QP already in error ignores it (nothing sane is left to flush).
+    if (qp.state == QpState::kError || !CqHasRoom(qp)) return false;
+    WriteCqe(qp, qp.sq_ci, 0, mlx5::kSyndLocalQpOpErr, 0);
+    fail(mlx5::kSyndLocalQpOpErr);
+    ++qp.sq_ci;
+    ++qp.wqes_done;
+    return true;
+  }
+
+  bool did = false;
+  for (uint16_t n = 0; n < pending; ++n) {
+    // A WQE is taken only when its CQE (if it gets one) has a slot: it may
+    // fail, and an error always completes with a CQE.
+    if (!CqHasRoom(qp)) break;
+    const uint16_t index = qp.sq_ci;
+    // Copied out first: the client may rewrite the slot while we parse.
+    alignas(8) uint8_t wqe[mlx5::kSendWqeBb];
+    const uint8_t* slot = qp.sq + (index & (qp.sq_wqe_cnt - 1)) * mlx5::kSendWqeBb;
+    for (uint32_t i = 0; i < mlx5::kSendWqeBb; i += 8) {
+      const uint64_t v = Ref(reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(slot + i)))
+                             .load(std::memory_order_relaxed);
+      std::memcpy(&wqe[i], &v, 8);
+    }
+    uint8_t opcode = wqe[3];  // low byte of the big-endian opmod_idx_opcode
+    uint32_t bytes = 0;
+    const uint8_t syndrome = qp.state == QpState::kError
+                                 ? mlx5::kSyndWrFlushErr
+                                 : ExecuteWqe(qp, wqe, index, &opcode, &bytes);
+    if (syndrome != 0) {
+      WriteCqe(qp, index, opcode, syndrome, 0);
+      fail(syndrome);
+    } else if ((wqe[offsetof(mlx5::WqeCtrlSeg, fm_ce_se)] & mlx5::kCtrlCqUpdate) != 0) {
+      WriteCqe(qp, index, opcode, 0, bytes);
+    }
+    ++qp.sq_ci;
+    ++qp.wqes_done;
+    did = true;
+  }
+  return did;
+}
+
+void Engine::Run() {
+  using Clock = std::chrono::steady_clock;
+  const auto spin = std::chrono::microseconds(options_.spin_us);
+  const uint32_t max_sleep_us = std::max<uint32_t>(1, options_.max_idle_sleep_us);
+  Clock::time_point last_work = Clock::now();
+  uint32_t sleep_us = 1;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    bool did = false;
+    {
+      absl::MutexLock lock(&mu_);
+      // Nothing connected: sleep until a QP is (Connect releases mu_, which
+      // re-evaluates the condition), so an idle daemon costs no wakeups.
+      // The timeout only bounds how late Stop() is noticed.
+      auto active = [](Engine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+        if (e->stop_.load(std::memory_order_relaxed)) return true;
+        for (const auto& kv : e->qps_) {
+          if (kv.second->state != QpState::kReset) return true;
+        }
+        return false;
+      };
+      if (!active(this)) {
+        mu_.AwaitWithTimeout(absl::Condition(+active, this), absl::Milliseconds(100));
+        continue;
+      }
+      for (auto& [qpn, qp] : qps_) {
+        if (qp->state != QpState::kReset) did |= Poll(*qp);
+      }
+    }
+    if (did) {
+      last_work = Clock::now();
+      sleep_us = 1;
+      continue;
+    }
+    if (Clock::now() - last_work < spin) {
+      // Posters may share our cores (CI has two): let them run.
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    sleep_us = std::min(sleep_us * 2, max_sleep_us);
+  }
+}
+
+}  // namespace mooncake::softnic

@@ -1,0 +1,192 @@
+// softnic: a software provider that honours the device-visible contract of
+// an mlx5 NIC driven by IBGDA (device/include/mooncake/device/mlx5/): it
+// watches each QP's doorbell record, reads WQEs from the send queue in
+// client memory, executes RDMA WRITE / WRITE_IMM / 64-bit fetch-add / 32-bit
+// masked fetch-add against registered regions, and writes CQEs with owner
+// bits, WQE counters and error syndromes. Kernels cannot tell it from a NIC.
+//
+// Trust: everything in client memory is hostile and may change while being
+// read. A WQE is copied out before it is parsed; every index is masked;
+// every key, address and length is checked against a region of the right
+// protection domain before a byte moves. A bad WQE produces an error CQE
+// (with the syndrome a ConnectX would give) and moves that QP to the error
+// state, after which its later WQEs complete with WR_FLUSH_ERR; nothing else
+// is touched and the engine keeps serving every other QP.
+//
+//   syndrome                   when
+//   LOCAL_QP_OP_ERR (0x02)     unknown opcode, wrong ds for the opcode, WQE
+//                              index or qpn in the ctrl segment not this WQE's,
+//                              doorbell ahead by more than the ring
+//   LOCAL_PROT_ERR (0x04)      lkey unknown / not this PD / source out of range
+//   LOCAL_LENGTH_ERR (0x01)    zero or oversized length, inline length > ds room
+//   REMOTE_ACCESS_ERR (0x13)   rkey unknown / not the responder's PD / range
+//                              outside the region / access right missing
+//   REMOTE_INVAL_REQ_ERR (0x12) misaligned atomic address
+//   TRANSPORT_RETRY_EXC_ERR (0x15) the connected responder QP no longer exists
+//                              (a ConnectX retries until it gives up)
+//   WR_FLUSH_ERR (0x05)        WQEs after the QP entered the error state
+//
+// Completion queue: a CQE is written for every WQE carrying kCtrlCqUpdate and
+// for every error. Before taking a WQE the engine checks the consumer index
+// the client wrote to the CQ doorbell record; while the CQ is full it leaves
+// the WQE in the ring and retries later, so it never overwrites a CQE the
+// client has not consumed (a client that never consumes only stalls itself).
+//
+// Atomics execute as real CPU atomics on the responder's memory (the
+// client's own threads update the same words). The fetched old value lands
+// in the requester's data segment as a ConnectX writes it: host order for
+// the 64-bit fetch-add (mlx5_core selects the host-endian atomic mode),
+// big-endian for the 32-bit masked fetch-add (extended atomics). RDMA WRITE
+// payloads of up to 64 bytes that are whole aligned words are stored word by
+// word with release stores, so a flag written by one WQE publishes the data
+// of the earlier WQEs of its QP, as PCIe ordering does on a real NIC.
+//
+// CUDA regions: kCuda regions can be registered (RegionSpec::offset is then
+// the region's CUdeviceptr in the daemon's context) but nothing executes on
+// them yet: a WQE whose source is one completes with LOCAL_PROT_ERR, one
+// whose destination is one with REMOTE_ACCESS_ERR. All data movement goes
+// through CopyBytes() in engine.cc, where the CUDA copier goes.
+//
+// Use (the daemon; tests do the same with SharedMapping::Anonymous):
+//
+//   Engine engine;
+//   engine.Start();
+//   auto key = engine.RegisterRegion({.pd = session, .iova = client_addr, .length = n,
+//                                     .access = kLocalWrite | kRemoteWrite | kRemoteAtomic,
+//                                     .mapping = data_mapping});
+//   auto qpn = engine.CreateQp(rings);        // rings: a QpSpec into the control mapping
+//   engine.Connect(session, *qpn, peer_qpn);  // RTS: the doorbell is watched from now on
+//   ...
+//   engine.DestroyPd(session);                // session over: nothing of it is touched again
+//
+// Threads: one engine thread polls every QP (spinning while there is work,
+// then backing off to short sleeps). The public methods may be called from
+// any thread. The engine thread holds the engine's lock while it executes
+// WQEs (the executor is called under it), so a method that removes a QP or a
+// region returns only once the engine thread is done with it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "softnic/executor.h"
+#include "softnic/types.h"
+
+namespace mooncake::softnic {
+
+struct EngineOptions {
+  // Complete every WQE successfully without moving data (benchmarks of the
+  // posting path: only the GPU side is measured).
+  bool sink = false;
+  // Longest sleep of the idle engine thread between polls (it spins for
+  // spin_us after the last work it found, then sleeps, doubling from 1 us).
+  // With no QP connected the thread sleeps until one is (no wakeups at all).
+  uint32_t max_idle_sleep_us = 1000;
+  uint32_t spin_us = 200;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineOptions options = {});
+  ~Engine();  // stops the thread
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread. Idempotent.
+  void Start();
+  void Stop();
+
+  // Regions. The key is both lkey and rkey; keys are not reused while the
+  // engine lives (ResourceExhausted after 2^32 - 1 registrations).
+  // InvalidArgument: length 0, iova + length past 2^64, a kHost region
+  // without a mapping or not inside it. The engine keeps the mapping alive
+  // until the region is deregistered.
+  absl::StatusOr<uint32_t> RegisterRegion(RegionSpec spec);
+  // NotFound unless `key` is a region of `pd`.
+  absl::Status DeregisterRegion(PdId pd, uint32_t key);
+
+  // Queue pairs: created in RESET (the engine ignores its doorbell), moved
+  // to RTS by Connect, destroyed explicitly or with their PD. QPNs are
+  // 24-bit, nonzero. InvalidArgument: counts not powers of two,
+  // sq_wqe_cnt outside 1..kMaxSqWqeCnt, cq_cqe_cnt outside
+  // sq_wqe_cnt..kMaxCqCqeCnt, a misaligned offset, rings outside the mapping
+  // or overlapping each other. The client zeroes both doorbell records and
+  // fills the CQ with 0xff bytes before handing the rings over.
+  static constexpr uint32_t kMaxSqWqeCnt = 32768;
+  static constexpr uint32_t kMaxCqCqeCnt = 65536;
+  absl::StatusOr<uint32_t> CreateQp(QpSpec spec);
+  // Connects `qpn` (of `pd`) to `remote_qpn`, which the executor serves, and
+  // moves it to RTS. `remote_qpn` may be any QP this engine knows, of any
+  // PD: deciding who may connect to whom is the daemon's job (the broker
+  // connects only QPs of one group). NotFound: either QP unknown (or `qpn`
+  // not of `pd`); FailedPrecondition: `qpn` is not in RESET.
+  absl::Status Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn);
+  // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
+  // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
+  absl::Status DestroyQp(PdId pd, uint32_t qpn);
+
+  // Everything of `pd` (session end). Returns once the engine thread no
+  // longer touches any of it: the mappings may then be released.
+  void DestroyPd(PdId pd);
+
+  std::vector<QpInfo> ListQps() const;
+  std::vector<RegionInfo> ListRegions() const;
+
+  // The responder side of op.remote_qpn, one of this engine's QPs: checks
+  // the rkey against that QP's PD and executes. For callers outside the
+  // engine thread (a peering service serving another node's requests); the
+  // engine's own LocalExecutor takes the locked path.
+  ResponderResult ExecuteAsResponder(const ResponderOp& op);
+
+  // Replaces the executor (the default is local: this engine's own QPs;
+  // null restores it). It is called on the engine thread with the engine's
+  // lock held, so it must not call back into this Engine's public methods,
+  // and time it spends blocks every QP of this engine.
+  void SetExecutor(std::shared_ptr<Executor> executor);
+
+ private:
+  struct Region;
+  struct Qp;
+  friend class LocalExecutor;
+
+  ResponderResult ExecuteAsResponderLocked(const ResponderOp& op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when the CQ of `qp` has room for one more CQE.
+  bool CqHasRoom(const Qp& qp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the next CQE of `qp` (syndrome 0: success).
+  void WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t syndrome,
+                uint32_t byte_count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Run();
+  // Processes what the doorbell of `qp` announces; true if it did anything.
+  bool Poll(Qp& qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Executes one WQE copied out of the ring; returns the syndrome (0 = ok)
+  // and sets the opcode the CQE reports and, for writes, the byte count.
+  uint8_t ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
+                     uint32_t* byte_count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resolves [addr, addr+len) under `key` in `pd` with `need` rights.
+  const Region* Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t need) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const EngineOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_key_ ABSL_GUARDED_BY(mu_);
+  uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> stop_{false};
+  absl::Mutex thread_mu_;  // serialises Start/Stop
+  std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
+};
+
+}  // namespace mooncake::softnic

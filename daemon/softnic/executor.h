@@ -1,0 +1,49 @@
+// Executor: the responder half of softnic. The engine parses a WQE, checks
+// its local side (lkey, bounds) itself, and hands the remote side here:
+// "at the QP connected to mine, write these bytes at raddr under rkey" or
+// "fetch-add there". LocalExecutor serves QPs of this daemon; the multi-node
+// issue adds one that forwards to another node's daemon.
+#pragma once
+
+#include <cstdint>
+
+#include "softnic/types.h"
+
+namespace mooncake::softnic {
+
+// Bytes as the daemon reaches them: a host pointer, or a GPU address in the
+// daemon's CUDA context.
+struct ByteSpan {
+  MemoryKind kind = MemoryKind::kHost;
+  uint64_t addr = 0;  // host pointer value or CUdeviceptr
+  uint64_t length = 0;
+};
+
+struct ResponderOp {
+  enum class Kind { kWrite, kFetchAdd64, kMaskedFetchAdd32 };
+  Kind kind = Kind::kWrite;
+  uint32_t remote_qpn = 0;  // the responder QP (the requester's connected peer)
+  uint64_t raddr = 0;
+  uint32_t rkey = 0;
+  // kWrite: the source bytes (already checked against the requester's lkey,
+  // or inline bytes copied out of the WQE).
+  ByteSpan source;
+  uint64_t add = 0;  // atomics: the operand (host order)
+  // kMaskedFetchAdd32: the field-boundary mask (0: one 32-bit field); a
+  // carry out of a bit set here is dropped.
+  uint32_t field_boundary = 0;
+};
+
+struct ResponderResult {
+  uint8_t syndrome = 0;  // 0 = success, else an mlx5 CQE syndrome
+  uint64_t fetched = 0;  // atomics: the value before the add
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Must not throw and must touch nothing outside the region rkey names.
+  virtual ResponderResult Execute(const ResponderOp& op) = 0;
+};
+
+}  // namespace mooncake::softnic

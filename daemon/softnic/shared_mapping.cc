@@ -1,0 +1,78 @@
+#include "softnic/shared_mapping.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mooncake::softnic {
+namespace {
+
+absl::StatusOr<uint8_t*> MapShared(int fd, uint64_t bytes, const char* what) {
+  const int flags = fd < 0 ? MAP_SHARED | MAP_ANONYMOUS : MAP_SHARED;
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, flags, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, absl::StrCat("mmap(", what, ", ", bytes, " bytes)"));
+  }
+  return static_cast<uint8_t*>(p);
+}
+
+absl::Status CheckBytes(uint64_t bytes) {
+  if (bytes == 0) return absl::InvalidArgumentError("shared mapping of 0 bytes");
+  if (bytes > std::numeric_limits<size_t>::max() / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared mapping of ", bytes, " bytes is too large"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(int fd,
+                                                                              uint64_t bytes) {
+  if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+  // Only a memfd answers F_GET_SEALS; anything else (a file, a socket, a
+  // closed fd) fails here, which is what we want: a plain file could be
+  // truncated by anyone who can open it.
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) {
+    const int err = errno;
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::ErrnoToStatus(err, absl::StrCat("fcntl(fd ", fd, ", F_GET_SEALS)")).message(),
+        "; softnic maps only memfds sealed with F_SEAL_SHRINK"));
+  }
+  if ((seals & F_SEAL_SHRINK) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memfd (fd ", fd, ") lacks F_SEAL_SHRINK (seals 0x", absl::Hex(seals),
+                     "): seal it with fcntl(F_ADD_SEALS, F_SEAL_SHRINK) before handing it over"));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, absl::StrCat("fstat(memfd fd ", fd, ")"));
+  }
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("memfd (fd ", fd, ") holds ", st.st_size,
+                                                   " bytes, fewer than the ", bytes, " to map"));
+  }
+  absl::StatusOr<uint8_t*> p = MapShared(fd, bytes, "memfd");
+  if (!p.ok()) return p.status();
+  return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
+}
+
+absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::Anonymous(uint64_t bytes) {
+  if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+  absl::StatusOr<uint8_t*> p = MapShared(-1, bytes, "anonymous");
+  if (!p.ok()) return p.status();
+  return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
+}
+
+SharedMapping::~SharedMapping() { ::munmap(data_, static_cast<size_t>(size_)); }
+
+}  // namespace mooncake::softnic

@@ -1,0 +1,151 @@
+// Posting to and polling one mlx5 RC queue pair from a kernel (or a host
+// "kernel" thread): the IBGDA data path. Written against the platform ops
+// only, so the CPU tests run this exact code against softnic.
+//
+//   mc_qp_post(qp, wqe)   reserve a slot (waiting, and polling, while the ring
+//                         is full), store the WQE, then ring the doorbell in
+//                         index order: doorbell record, then the UAR register.
+//                         Safe from any number of threads at once.
+//   mc_qp_poll(qp)        consume the valid CQEs (one poller at a time; others
+//                         return at once), advance cons_tail, record the first
+//                         error CQE in qp->error.
+//   mc_qp_quiet(qp)       wait until everything rung before the call completed.
+//
+// Every WQE asks for a CQE (kCtrlCqUpdate) and the CQ has at least as many
+// entries as the send queue, so the CQ cannot overrun: at most sq_wqe_cnt WQEs
+// are outstanding, hence at most that many unconsumed CQEs.
+#pragma once
+
+#include <cstdint>
+
+#include "mooncake/device/ibgda_qp.h"
+#include "mooncake/device/mlx5/prm.h"
+#include "mooncake/device/mlx5/wqe.h"
+#include "mooncake/device/platform.h"
+#include "mooncake/device/types_device.h"
+
+namespace mooncake {
+namespace device {
+
+namespace qp_detail {
+// Bytes 60..63 of a CQE as one little-endian word: wqe_counter (be16),
+// signature, op_own (bits 31..24).
+MC_DEVICE uint32_t cqe_tail_word(const mlx5::Cqe64* cqe) {
+  return mc_ld_acquire(
+      reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(cqe) + 60));
+}
+MC_DEVICE void set_error_once(IbgdaQpDevCtx* qp, uint32_t err) {
+  if (mc_ld_relaxed(&qp->error) == 0) mc_st_release(&qp->error, err);
+}
+}  // namespace qp_detail
+
+MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
+  if (mc_atomic_cas_acquire(&qp->poll_lock, 0u, 1u) != 0u) return;
+  const uint32_t n = qp->cq_cqe_cnt;
+  uint64_t ci = mc_ld_relaxed(&qp->cq_ci);
+  uint64_t tail = mc_ld_relaxed(&qp->cons_tail);
+  bool progressed = false;
+  for (;;) {
+    const mlx5::Cqe64* cqe = &qp->cq[ci & (n - 1)];
+    const uint32_t word = qp_detail::cqe_tail_word(cqe);
+    const uint8_t op_own = static_cast<uint8_t>(word >> 24);
+    const uint8_t opcode = mlx5::cqe_opcode(op_own);
+    if (opcode == mlx5::kCqeInvalid || mlx5::cqe_owner(op_own) != mlx5::cqe_expected_owner(ci, n)) {
+      break;
+    }
+    if (opcode == mlx5::kCqeReqErr || opcode == mlx5::kCqeRespErr) {
+      const uint32_t synd = mc_ld_relaxed(
+          reinterpret_cast<const uint32_t*>(reinterpret_cast<const uint8_t*>(cqe) + 52));
+      // Little-endian word of bytes 52..55: byte 54 = vendor, byte 55 = syndrome.
+      qp_detail::set_error_once(qp, kQpErrCqe | (((synd >> 16) & 0xffu) << 8) | (synd >> 24));
+    }
+    const uint16_t counter = mlx5::be16(static_cast<uint16_t>(word & 0xffffu));
+    tail += static_cast<uint16_t>(counter + 1u - static_cast<uint16_t>(tail));
+    ++ci;
+    progressed = true;
+  }
+  if (progressed) {
+    mc_st_relaxed(&qp->cq_ci, ci);
+    mc_st_release(&qp->cq_dbrec[mlx5::kCqSetCi],
+                  mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask));
+    mc_st_release(&qp->cons_tail, tail);
+  }
+  mc_st_release(&qp->poll_lock, 0u);
+}
+
+namespace qp_detail {
+// Waits, polling, until slot `idx` may be written. False when the QP stalled.
+MC_DEVICE bool wait_for_slot(IbgdaQpDevCtx* qp, uint64_t idx) {
+  uint32_t spins = 0;
+  uint64_t start = 0;
+  while (idx - mc_ld_acquire(&qp->cons_tail) >= qp->sq_wqe_cnt) {
+    mc_qp_poll(qp);
+    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return false;
+    if (qp->timeout_ns != 0 && (spins & 255u) == 0) {
+      const uint64_t now = mc_time_ns();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > qp->timeout_ns) {
+        // Nothing completes: the NIC (or softnic) is gone. The slot stays
+        // reserved forever, so the QP is unusable from here on.
+        mc_st_release(&qp->error, kQpErrStalled);
+        return false;
+      }
+    }
+    mc_spin_backoff(&spins);
+  }
+  return true;
+}
+}  // namespace qp_detail
+
+// Posts `wqe` (built with any wqe_idx; its index bits are set here).
+// Returns kRdmaError when the QP already failed (nothing posted) or stalled.
+MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
+  if (mc_ld_relaxed(&qp->error) != 0) return McStatus::kRdmaError;
+  const uint64_t idx = mc_atomic_add_relaxed(&qp->resv_head, uint64_t{1});
+  if (!qp_detail::wait_for_slot(qp, idx)) return McStatus::kTimedOut;
+  const uint32_t w0 = mlx5::be32(wqe.word[0]);
+  wqe.word[0] = mlx5::be32((w0 & 0xff0000ffu) | ((static_cast<uint32_t>(idx) & 0xffffu) << 8));
+  uint8_t* slot = qp->sq + (idx & (qp->sq_wqe_cnt - 1)) * mlx5::kSendWqeBb;
+  for (int i = 0; i < 4; ++i) {
+    McVec16 v{wqe.word[4 * i], wqe.word[4 * i + 1], wqe.word[4 * i + 2], wqe.word[4 * i + 3]};
+    mc_st_v4(slot + 16 * i, v);
+  }
+  // Doorbells go out in index order: wait for the previous poster's.
+  uint32_t spins = 0;
+  while (mc_ld_acquire(&qp->ready_head) != idx) {
+    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
+    mc_spin_backoff(&spins);
+  }
+  mc_fence_sc_sys();  // the WQE is visible before the doorbell record says so
+  mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr], mlx5::be32(static_cast<uint32_t>(idx + 1) & 0xffffu));
+  if (qp->bf_reg != nullptr) {
+    mc_st_mmio64(qp->bf_reg, (static_cast<uint64_t>(wqe.word[1]) << 32) | wqe.word[0]);
+  }
+  mc_st_release(&qp->ready_head, idx + 1);
+  return McStatus::kOk;
+}
+
+// Waits until every WQE rung on `qp` before the call has completed.
+MC_DEVICE McStatus mc_qp_quiet(IbgdaQpDevCtx* qp) {
+  const uint64_t target = mc_ld_acquire(&qp->ready_head);
+  uint32_t spins = 0;
+  uint64_t start = 0;
+  while (mc_ld_acquire(&qp->cons_tail) < target) {
+    mc_qp_poll(qp);
+    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
+    if (qp->timeout_ns != 0 && (spins & 255u) == 0) {
+      const uint64_t now = mc_time_ns();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > qp->timeout_ns) {
+        return McStatus::kTimedOut;
+      }
+    }
+    mc_spin_backoff(&spins);
+  }
+  return mc_ld_acquire(&qp->error) != 0 ? McStatus::kRdmaError : McStatus::kOk;
+}
+
+}  // namespace device
+}  // namespace mooncake

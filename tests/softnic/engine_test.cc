@@ -1,0 +1,323 @@
+// softnic's host API: SharedMapping's memfd rules, region and QP validation,
+// keys and QPNs, Connect/Destroy/DestroyPd, listings, the responder entry
+// point. The WQE path is in wqe_test.cc, the Device API path in route_test.cc.
+#include "softnic/engine.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "raw_qp.h"
+#include "softnic/shared_mapping.h"
+
+namespace mooncake::softnic {
+namespace {
+
+using test_util::FindQp;
+using test_util::RawQp;
+namespace mlx5 = test_util::mlx5;
+
+int MakeMemfd(uint64_t bytes, bool seal) {
+  const int fd = ::memfd_create("softnic_test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) return -1;
+  if (seal && ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) return -1;
+  return fd;
+}
+
+TEST(SharedMapping, MapsASealedMemfdShared) {
+  const int fd = MakeMemfd(8192, true);
+  ASSERT_GE(fd, 0);
+  auto m = SharedMapping::FromSealedMemfd(fd, 8192);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->size(), 8192u);
+  std::memcpy((*m)->data() + 100, "softnic", 7);
+  char back[8] = {};
+  ASSERT_EQ(::pread(fd, back, 7, 100), 7);
+  EXPECT_STREQ(back, "softnic");
+  ::close(fd);  // borrowed: the mapping outlives it
+  (*m)->data()[0] = 1;
+}
+
+TEST(SharedMapping, RejectsWhatTheClientCouldTruncate) {
+  const int unsealed = MakeMemfd(4096, false);
+  ASSERT_GE(unsealed, 0);
+  auto a = SharedMapping::FromSealedMemfd(unsealed, 4096);
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("F_SEAL_SHRINK"), std::string::npos) << a.status();
+  ::close(unsealed);
+
+  const int small = MakeMemfd(4096, true);
+  ASSERT_GE(small, 0);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(small, 4097).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(small, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ::close(small);
+
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(pipe_fds[0], 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(-1, 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMapping::Anonymous(0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+std::shared_ptr<SharedMapping> Anon(uint64_t bytes) {
+  auto m = SharedMapping::Anonymous(bytes);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : nullptr;
+}
+
+RegionSpec HostRegion(PdId pd, std::shared_ptr<SharedMapping> m, uint64_t offset, uint64_t length) {
+  RegionSpec s;
+  s.pd = pd;
+  s.iova = reinterpret_cast<uintptr_t>(m->data()) + offset;
+  s.length = length;
+  s.access = kLocalWrite | kRemoteWrite;
+  s.mapping = std::move(m);
+  s.offset = offset;
+  return s;
+}
+
+TEST(Regions, Validation) {
+  Engine engine;
+  auto m = Anon(4096);
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  auto bad = [&](RegionSpec s) { return engine.RegisterRegion(std::move(s)).status().code(); };
+  RegionSpec s = HostRegion(1, m, 0, 0);
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument) << "length 0";
+  s = HostRegion(1, m, 0, 4096);
+  s.iova = kMax - 100;
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument) << "iova + length wraps";
+  s = HostRegion(1, m, 0, 4096);
+  s.mapping = nullptr;
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument) << "no mapping";
+  EXPECT_EQ(bad(HostRegion(1, m, 1, 4096)), absl::StatusCode::kInvalidArgument) << "past the end";
+  EXPECT_EQ(bad(HostRegion(1, m, 0, 4097)), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad(HostRegion(1, m, kMax - 8, 16)), absl::StatusCode::kInvalidArgument)
+      << "offset + length wraps";
+  s = HostRegion(1, m, 0, 16);
+  s.access = 1u << 20;
+  EXPECT_EQ(bad(s), absl::StatusCode::kInvalidArgument) << "unknown access bit";
+  EXPECT_TRUE(engine.ListRegions().empty());
+
+  auto key = engine.RegisterRegion(HostRegion(1, m, 4000, 96));
+  ASSERT_TRUE(key.ok()) << key.status();
+  const std::vector<RegionInfo> list = engine.ListRegions();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].key, *key);
+  EXPECT_EQ(list[0].pd, 1u);
+  EXPECT_EQ(list[0].length, 96u);
+  EXPECT_EQ(list[0].iova, reinterpret_cast<uintptr_t>(m->data()) + 4000);
+
+  RegionSpec cuda;
+  cuda.pd = 1;
+  cuda.kind = MemoryKind::kCuda;
+  cuda.iova = 0x1000;
+  cuda.offset = 0x7f0000000000;
+  cuda.length = 4096;
+  EXPECT_TRUE(engine.RegisterRegion(cuda).ok());
+}
+
+TEST(Regions, KeysAreNonzeroAndNeverReused) {
+  Engine engine;
+  auto m = Anon(4096);
+  std::set<uint32_t> seen;
+  for (int i = 0; i < 20000; ++i) {
+    auto key = engine.RegisterRegion(HostRegion(7, m, 0, 64));
+    ASSERT_TRUE(key.ok()) << key.status();
+    EXPECT_NE(*key, 0u);
+    EXPECT_TRUE(seen.insert(*key).second) << "key 0x" << std::hex << *key << " reused";
+    if (i % 2 == 0) {
+      ASSERT_TRUE(engine.DeregisterRegion(7, *key).ok());
+    }
+  }
+  EXPECT_EQ(engine.ListRegions().size(), 10000u);
+}
+
+TEST(Regions, DeregisterChecksThePd) {
+  Engine engine;
+  auto m = Anon(4096);
+  auto key = engine.RegisterRegion(HostRegion(1, m, 0, 64));
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(engine.DeregisterRegion(2, *key).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.DeregisterRegion(1, *key).ok());
+  EXPECT_EQ(engine.DeregisterRegion(1, *key).code(), absl::StatusCode::kNotFound);
+}
+
+QpSpec Rings(std::shared_ptr<SharedMapping> m, uint32_t sq, uint32_t cq) {
+  QpSpec s;
+  s.pd = 1;
+  s.mapping = std::move(m);
+  s.sq_offset = 0;
+  s.sq_wqe_cnt = sq;
+  s.cq_offset = uint64_t{sq} * 64;
+  s.cq_cqe_cnt = cq;
+  s.sq_dbrec_offset = s.cq_offset + uint64_t{cq} * 64;
+  s.cq_dbrec_offset = s.sq_dbrec_offset + 8;
+  return s;
+}
+
+TEST(Qps, Validation) {
+  Engine engine;
+  auto m = Anon(8 << 20);
+  auto code = [&](QpSpec s) { return engine.CreateQp(std::move(s)).status().code(); };
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(code(Rings(m, 0, 16)), kBad) << "sq 0";
+  EXPECT_EQ(code(Rings(m, 12, 16)), kBad) << "sq not a power of two";
+  EXPECT_EQ(code(Rings(m, 65536, 65536)), kBad) << "sq above 32768";
+  EXPECT_EQ(code(Rings(m, 16, 8)), kBad) << "cq smaller than sq";
+  EXPECT_EQ(code(Rings(m, 16, 24)), kBad) << "cq not a power of two";
+  EXPECT_EQ(code(Rings(m, 16, 131072)), kBad) << "cq above the maximum";
+  QpSpec s = Rings(m, 16, 16);
+  s.mapping = nullptr;
+  EXPECT_EQ(code(s), kBad);
+  s = Rings(m, 16, 16);
+  s.sq_offset = 32;
+  EXPECT_EQ(code(s), kBad) << "sq misaligned";
+  s = Rings(m, 16, 16);
+  s.cq_offset += 8;
+  EXPECT_EQ(code(s), kBad) << "cq misaligned";
+  s = Rings(m, 16, 16);
+  s.sq_dbrec_offset += 2;
+  EXPECT_EQ(code(s), kBad) << "doorbell record misaligned";
+  s = Rings(m, 16, 16);
+  s.cq_dbrec_offset = m->size() - 4;
+  EXPECT_EQ(code(s), kBad) << "cq doorbell record past the end";
+  s = Rings(m, 16, 16);
+  s.cq_offset = std::numeric_limits<uint64_t>::max() - 63;
+  EXPECT_EQ(code(s), kBad) << "cq offset wraps";
+  s = Rings(m, 16, 16);
+  s.cq_offset = 512;
+  EXPECT_EQ(code(s), kBad) << "cq overlaps sq";
+  s = Rings(m, 16, 16);
+  s.cq_dbrec_offset = s.sq_dbrec_offset + 4;
+  EXPECT_EQ(code(s), kBad) << "doorbell records overlap";
+  EXPECT_TRUE(engine.ListQps().empty());
+
+  EXPECT_TRUE(engine.CreateQp(Rings(m, 32768, 65536)).ok());
+  EXPECT_TRUE(engine.CreateQp(Rings(m, 1, 1)).ok());
+}
+
+TEST(Qps, NumbersAre24BitNonzeroAndDistinct) {
+  Engine engine;
+  std::set<uint32_t> seen;
+  for (int i = 0; i < 200; ++i) {
+    auto qp = RawQp::Create(engine, 1, 1, 1);
+    ASSERT_NE(qp, nullptr);
+    EXPECT_NE(qp->qpn(), 0u);
+    EXPECT_LE(qp->qpn(), 0xffffffu);
+    EXPECT_TRUE(seen.insert(qp->qpn()).second);
+  }
+}
+
+TEST(Qps, ConnectAndDestroy) {
+  Engine engine;
+  auto a = RawQp::Create(engine, 1, 4, 4);
+  auto b = RawQp::Create(engine, 2, 4, 4);
+  ASSERT_TRUE(a && b);
+  uint32_t unknown = 1;
+  while (unknown == a->qpn() || unknown == b->qpn()) ++unknown;
+  EXPECT_EQ(engine.Connect(1, unknown, b->qpn()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine.Connect(2, a->qpn(), b->qpn()).code(), absl::StatusCode::kNotFound)
+      << "a QP of another pd";
+  EXPECT_EQ(engine.Connect(1, a->qpn(), 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(FindQp(engine, a->qpn()).state, QpState::kReset);
+  // The remote may be of another pd: who may connect is the daemon's call.
+  ASSERT_TRUE(engine.Connect(1, a->qpn(), b->qpn()).ok());
+  EXPECT_EQ(engine.Connect(1, a->qpn(), b->qpn()).code(), absl::StatusCode::kFailedPrecondition);
+  const QpInfo info = FindQp(engine, a->qpn());
+  EXPECT_EQ(info.state, QpState::kRts);
+  EXPECT_EQ(info.remote_qpn, b->qpn());
+  EXPECT_EQ(info.pd, 1u);
+  EXPECT_EQ(info.sq_wqe_cnt, 4u);
+  EXPECT_STREQ(QpStateName(info.state), "RTS");
+
+  EXPECT_EQ(engine.DestroyQp(2, a->qpn()).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine.DestroyQp(1, a->qpn()).ok());
+  EXPECT_EQ(engine.DestroyQp(1, a->qpn()).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine.ListQps().size(), 1u);
+}
+
+TEST(Qps, DestroyPdTakesOnlyItsOwn) {
+  Engine engine;
+  engine.Start();
+  auto m = Anon(4096);
+  auto a1 = RawQp::Create(engine, 1, 4, 4);
+  auto a2 = RawQp::Create(engine, 1, 4, 4);
+  auto b = RawQp::Create(engine, 2, 4, 4);
+  ASSERT_TRUE(a1 && a2 && b);
+  ASSERT_TRUE(engine.RegisterRegion(HostRegion(1, m, 0, 64)).ok());
+  ASSERT_TRUE(engine.RegisterRegion(HostRegion(2, m, 64, 64)).ok());
+  ASSERT_TRUE(engine.Connect(1, a1->qpn(), b->qpn()).ok());
+  ASSERT_TRUE(engine.Connect(2, b->qpn(), a1->qpn()).ok());
+  engine.DestroyPd(1);
+  const std::vector<QpInfo> qps = engine.ListQps();
+  ASSERT_EQ(qps.size(), 1u);
+  EXPECT_EQ(qps[0].qpn, b->qpn());
+  const std::vector<RegionInfo> regions = engine.ListRegions();
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_EQ(regions[0].pd, 2u);
+  engine.DestroyPd(3);  // nothing of it: fine
+  EXPECT_EQ(engine.ListQps().size(), 1u);
+}
+
+TEST(Engine, StartStopAreIdempotent) {
+  Engine engine;
+  engine.Stop();
+  engine.Start();
+  engine.Start();
+  engine.Stop();
+  engine.Stop();
+  engine.Start();
+}  // the destructor stops it
+
+TEST(Responder, PublicEntryPointChecksTheResponderPd) {
+  Engine engine;
+  auto m = Anon(4096);
+  auto responder = RawQp::Create(engine, 2, 1, 1);
+  ASSERT_NE(responder, nullptr);
+  RegionSpec spec = HostRegion(2, m, 128, 256);
+  spec.access = kRemoteWrite | kRemoteAtomic;
+  auto key = engine.RegisterRegion(spec);
+  auto other_pd_key = engine.RegisterRegion(HostRegion(1, m, 1024, 256));
+  ASSERT_TRUE(key.ok() && other_pd_key.ok());
+  const uint64_t iova = reinterpret_cast<uintptr_t>(m->data()) + 128;
+
+  const char text[] = "hello";
+  ResponderOp op;
+  op.remote_qpn = responder->qpn();
+  op.raddr = iova + 10;
+  op.rkey = *key;
+  op.source = ByteSpan{MemoryKind::kHost, reinterpret_cast<uintptr_t>(text), 5};
+  EXPECT_EQ(engine.ExecuteAsResponder(op).syndrome, 0);
+  EXPECT_EQ(std::memcmp(m->data() + 138, "hello", 5), 0);
+
+  op.rkey = *other_pd_key;
+  op.raddr = reinterpret_cast<uintptr_t>(m->data()) + 1024;
+  EXPECT_EQ(engine.ExecuteAsResponder(op).syndrome, mlx5::kSyndRemoteAccessErr);
+
+  op.kind = ResponderOp::Kind::kFetchAdd64;
+  op.rkey = *key;
+  op.raddr = iova + 64;
+  op.add = 5;
+  EXPECT_EQ(engine.ExecuteAsResponder(op).fetched, 0u);
+  EXPECT_EQ(engine.ExecuteAsResponder(op).fetched, 5u);
+
+  op.remote_qpn = responder->qpn() ^ 1;
+  EXPECT_EQ(engine.ExecuteAsResponder(op).syndrome, mlx5::kSyndTransportRetryExcErr);
+}
+
+}  // namespace
+}  // namespace mooncake::softnic

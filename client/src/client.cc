@@ -635,14 +635,14 @@ absl::StatusOr<RdmaNodeInfo> Client::rdmaInfo() {
 
 absl::StatusOr<RdmaKeys> Client::registerMemory(int fd, uint64_t iova, uint64_t length,
                                                 uint64_t offset, bool remote_write,
-                                                bool remote_atomic) {
+                                                bool remote_atomic, const std::string& kind) {
   MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({fd}));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::RegisterMemoryRequest req;
   req.set_fd_ticket(ticket);
-  req.set_kind("memfd");
+  req.set_kind(kind);
   req.set_iova(iova);
   req.set_length(length);
   req.set_offset(offset);

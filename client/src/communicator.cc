@@ -177,16 +177,12 @@ absl::Status Communicator::PrepareRdma() {
   if (std::find(rdma_mask_.begin(), rdma_mask_.end(), 1) == rdma_mask_.end()) {
     return absl::OkStatus();
   }
-  if (o.platform != Platform::kHost) {
-    return absl::UnimplementedError(
-        "the RDMA route from CUDA kernels (softnic on host-pinned control memory) is not built "
-        "yet; use --platform host, or the p2p route");
-  }
   auto step = [](const char* what, absl::Status s) {
     return s.ok() ? s : absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   };
   DaemonRdmaOptions ro;
   ro.sq_depth = o.rdma_sq_depth;
+  ro.cuda = o.platform == Platform::kCuda;
   absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> t =
       DaemonRdmaTransport::Create(client_.get(), ro);
   if (!t.ok()) return step("RDMA route", t.status());
@@ -195,13 +191,20 @@ absl::Status Communicator::PrepareRdma() {
                         static_cast<int>(o.world_size * o.qps_per_peer)) != 0) {
     return step("RDMA initialize", rdma_->lastError());
   }
+  // The buffer reaches the daemon as its fd: the memfd (host), or the cuMem
+  // VMM fd (CUDA; legacy IPC handles carry no fd the daemon could map).
   absl::StatusOr<device::ExportedBuffer> mine = transport_->exportLocal(buffer_);
-  if (!mine.ok() || mine->fds.empty()) {
-    return step("RDMA: the buffer's memfd",
-                mine.ok() ? absl::InternalError("no fd") : mine.status());
+  if (!mine.ok()) return step("RDMA: exporting the buffer", mine.status());
+  if (mine->fds.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the RDMA route needs the buffer as an fd, and the ", transport_->handleKind(),
+        " handle has none: use the cuMem VMM handle kind (--handle vmm, or auto on a GPU with "
+        "POSIX-fd handles)"));
   }
-  MC_RETURN_IF_ERROR(step("registering the buffer for RDMA",
-                          rdma_->registerMemoryFd(buffer_, o.buffer_bytes, mine->fds[0].get(), 0)));
+  const std::string kind = o.platform == Platform::kCuda ? "cuda-vmm-fd" : "memfd";
+  MC_RETURN_IF_ERROR(
+      step("registering the buffer for RDMA",
+           rdma_->registerMemoryFd(buffer_, o.buffer_bytes, mine->fds[0].get(), 0, kind)));
   if (rdma_->allocateControlBuffer() != 0) {
     return step("RDMA control memory", rdma_->lastError());
   }

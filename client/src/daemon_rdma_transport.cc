@@ -11,6 +11,7 @@
 #include "mooncake/common/status.h"
 #include "mooncake/device/ibgda_qp.h"
 #include "mooncake/device/mlx5/prm.h"
+#include "mooncake/drivers/cuda_driver.h"
 
 namespace mooncake {
 namespace {
@@ -21,6 +22,10 @@ constexpr uint64_t kCqDbrecAt = 8;
 constexpr uint64_t kScratchAt = 16;
 
 uint64_t SlotBytes(uint32_t depth) { return 2ull * depth * device::mlx5::kSendWqeBb + kMiscBytes; }
+
+drivers::CudaDriver& Cuda(const std::shared_ptr<void>& p) {
+  return *static_cast<drivers::CudaDriver*>(p.get());
+}
 
 }  // namespace
 
@@ -35,8 +40,12 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
     return absl::InvalidArgumentError(absl::StrCat(
         "sq_depth ", options.sq_depth, " exceeds the daemon's limit of ", info.max_sq_wqes));
   }
-  return std::unique_ptr<DaemonRdmaTransport>(
-      new DaemonRdmaTransport(client, options, std::move(info)));
+  std::unique_ptr<DaemonRdmaTransport> t(new DaemonRdmaTransport(client, options, std::move(info)));
+  if (options.cuda) {
+    MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
+    t->cuda_ = std::static_pointer_cast<void>(drv);
+  }
+  return t;
 }
 
 DaemonRdmaTransport::DaemonRdmaTransport(Client* client, DaemonRdmaOptions options,
@@ -59,6 +68,16 @@ void DaemonRdmaTransport::ReleaseQueues() {
   if (!live.empty()) (void)client_->destroyQueuePairs(live);
   if (control_keys_.lkey != 0) (void)client_->deregisterMemory(control_keys_.lkey);
   control_keys_ = {};
+  if (cuda_) {
+    // Kernels using the context must have finished (the caller's contract).
+    drivers::CudaDriver& drv = Cuda(cuda_);
+    for (uint64_t* d : {&qps_dev_, &raddrs_dev_, &rkeys_dev_}) {
+      if (*d != 0) (void)drv.memFree(*d);
+      *d = 0;
+    }
+    if (control_dev_ != 0) (void)drv.memHostUnregister(control_);
+    control_dev_ = 0;
+  }
   qpns_.assign(qpns_.size(), 0);
   if (qps_ != nullptr) {
     ::operator delete[](qps_, std::align_val_t(64));
@@ -95,12 +114,12 @@ int DaemonRdmaTransport::registerMemory(void*, size_t) {
       "registerMemory: on the host platform give the buffer's memfd with registerMemoryFd"));
 }
 
-absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int fd,
-                                                   uint64_t offset) {
+absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset,
+                                                   const std::string& kind) {
   if (num_ranks_ == 0) return absl::FailedPreconditionError("registerMemoryFd before initialize");
   MC_ASSIGN_OR_RETURN(buffer_keys_,
                       client_->registerMemory(fd, reinterpret_cast<uintptr_t>(ptr), bytes, offset,
-                                              /*remote_write=*/true, /*remote_atomic=*/true));
+                                              /*remote_write=*/true, /*remote_atomic=*/true, kind));
   buffer_ = ptr;
   buffer_bytes_ = bytes;
   buffer_registered_ = true;
@@ -123,6 +142,26 @@ int DaemonRdmaTransport::allocateControlBuffer() {
   void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
   if (p == MAP_FAILED) return Fail(ErrnoStatus(errno, "mmap (RDMA control memory)"));
   control_ = static_cast<uint8_t*>(p);
+  if (cuda_) {
+    // The GPU writes WQEs and doorbell records here and softnic reads them
+    // through its own mapping of the memfd: pinned, mapped for the device.
+    drivers::CudaDriver& drv = Cuda(cuda_);
+    absl::Status s =
+        drivers::CuStatus(drv,
+                          drv.memHostRegister(control_, control_bytes_,
+                                              drivers::kCuMemHostRegisterPortable |
+                                                  drivers::kCuMemHostRegisterDeviceMap),
+                          "cuMemHostRegister (RDMA control memory)");
+    if (!s.ok()) return Fail(std::move(s));
+    drivers::CuDevicePtr dev = 0;
+    s = drivers::CuStatus(drv, drv.memHostGetDevicePointer(&dev, control_, 0),
+                          "cuMemHostGetDevicePointer (RDMA control memory)");
+    if (!s.ok()) {
+      (void)drv.memHostUnregister(control_);
+      return Fail(std::move(s));
+    }
+    control_dev_ = dev;
+  }
   absl::StatusOr<RdmaKeys> keys =
       client_->registerMemory(control_fd_, reinterpret_cast<uintptr_t>(control_), control_bytes_, 0,
                               /*remote_write=*/false, /*remote_atomic=*/false);
@@ -186,15 +225,19 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
   if (qpns.size() != layouts.size()) {
     return absl::InternalError("CreateQueuePairs answered a different number of QPs");
   }
+  // Where the kernel (or host thread) addresses the control memory. The
+  // fetch scratch keeps its host address: it is the iova softnic writes to.
+  uint8_t* view =
+      cuda_ ? reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(control_dev_)) : control_;
   for (size_t i = 0; i < slots.size(); ++i) {
     const RdmaQpLayout& l = layouts[i];
     device::IbgdaQpDevCtx& q = qps_[slots[i]];
     q = device::IbgdaQpDevCtx();
-    q.sq = control_ + l.sq_offset;
-    q.sq_dbrec = reinterpret_cast<uint32_t*>(control_ + l.sq_dbrec_offset);
+    q.sq = view + l.sq_offset;
+    q.sq_dbrec = reinterpret_cast<uint32_t*>(view + l.sq_dbrec_offset);
     q.bf_reg = nullptr;  // doorbell-record mode: the provider watches the record
-    q.cq = reinterpret_cast<device::mlx5::Cqe64*>(control_ + l.cq_offset);
-    q.cq_dbrec = reinterpret_cast<uint32_t*>(control_ + l.cq_dbrec_offset);
+    q.cq = reinterpret_cast<device::mlx5::Cqe64*>(view + l.cq_offset);
+    q.cq_dbrec = reinterpret_cast<uint32_t*>(view + l.cq_dbrec_offset);
     q.fetch_scratch =
         reinterpret_cast<uint64_t*>(control_ + l.sq_dbrec_offset - kSqDbrecAt + kScratchAt);
     q.local_base = reinterpret_cast<uintptr_t>(buffer_);
@@ -207,7 +250,49 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q.scratch_lkey = control_keys_.lkey;
     qpns_[slots[i]] = qpns[i];
   }
-  return absl::OkStatus();
+  return PublishQps();
+}
+
+absl::Status DaemonRdmaTransport::PublishQps() {
+  if (!cuda_) return absl::OkStatus();
+  drivers::CudaDriver& drv = Cuda(cuda_);
+  const size_t bytes = qpns_.size() * sizeof(device::IbgdaQpDevCtx);
+  if (qps_dev_ == 0) {
+    drivers::CuDevicePtr d = 0;
+    MC_RETURN_IF_ERROR(drivers::CuStatus(drv, drv.memAlloc(&d, bytes), "cuMemAlloc (QP contexts)"));
+    qps_dev_ = d;
+  }
+  return drivers::CuStatus(drv, drv.memcpyHtoD(qps_dev_, qps_, bytes), "copying QP contexts");
+}
+
+absl::Status DaemonRdmaTransport::PublishTables() {
+  if (!cuda_) return absl::OkStatus();
+  drivers::CudaDriver& drv = Cuda(cuda_);
+  const size_t n = raddrs_.size();
+  const std::pair<uint64_t*, size_t> tables[] = {{&raddrs_dev_, n * sizeof(uint64_t)},
+                                                 {&rkeys_dev_, n * sizeof(uint32_t)}};
+  for (const auto& [dev, bytes] : tables) {
+    if (*dev == 0) {
+      drivers::CuDevicePtr d = 0;
+      MC_RETURN_IF_ERROR(
+          drivers::CuStatus(drv, drv.memAlloc(&d, bytes), "cuMemAlloc (raddr/rkey tables)"));
+      *dev = d;
+    }
+  }
+  MC_RETURN_IF_ERROR(drivers::CuStatus(
+      drv, drv.memcpyHtoD(raddrs_dev_, raddrs_.data(), n * sizeof(uint64_t)), "copying raddrs"));
+  return drivers::CuStatus(drv, drv.memcpyHtoD(rkeys_dev_, rkeys_.data(), n * sizeof(uint32_t)),
+                           "copying rkeys");
+}
+
+void* DaemonRdmaTransport::raddrsPtr() {
+  return cuda_ ? reinterpret_cast<void*>(static_cast<uintptr_t>(raddrs_dev_)) : raddrs_.data();
+}
+void* DaemonRdmaTransport::rkeysPtr() {
+  return cuda_ ? reinterpret_cast<void*>(static_cast<uintptr_t>(rkeys_dev_)) : rkeys_.data();
+}
+void* DaemonRdmaTransport::qpDevCtxsPtr() {
+  return cuda_ ? reinterpret_cast<void*>(static_cast<uintptr_t>(qps_dev_)) : qps_;
 }
 
 RdmaEndpointInfo DaemonRdmaTransport::endpoint() const {
@@ -241,8 +326,8 @@ absl::Status DaemonRdmaTransport::connectEndpoints(
     raddrs_[p] = e->raddr;
     rkeys_[p] = e->rkey;
   }
-  if (pairs.empty()) return absl::OkStatus();
-  return client_->connectQueuePairs(pairs);
+  if (!pairs.empty()) MC_RETURN_IF_ERROR(client_->connectQueuePairs(pairs));
+  return PublishTables();
 }
 
 int DaemonRdmaTransport::connectPeers(int local_rank, bool,
@@ -273,6 +358,7 @@ int DaemonRdmaTransport::connectPeers(int local_rank, bool,
     rkeys_[p] = static_cast<uint32_t>(remote_keys[p]);
   }
   absl::Status s = pairs.empty() ? absl::OkStatus() : client_->connectQueuePairs(pairs);
+  if (s.ok()) s = PublishTables();
   return s.ok() ? 0 : Fail(std::move(s));
 }
 
@@ -287,9 +373,10 @@ device::RdmaLocalMetadata DaemonRdmaTransport::localMetadata() const {
 
 device::IbgdaContext DaemonRdmaTransport::ibgdaContext() const {
   device::IbgdaContext c;
-  c.qp_devctxs = qps_;
-  c.raddrs = raddrs_.data();
-  c.rkeys = rkeys_.data();
+  auto* self = const_cast<DaemonRdmaTransport*>(this);
+  c.qp_devctxs = static_cast<device::IbgdaQpDevCtx*>(self->qpDevCtxsPtr());
+  c.raddrs = static_cast<const uint64_t*>(self->raddrsPtr());
+  c.rkeys = static_cast<const uint32_t*>(self->rkeysPtr());
   c.qps_per_rank = qps_per_peer_;
   c.local_atomic_base = nullptr;
   c.remote_atomic_base = nullptr;

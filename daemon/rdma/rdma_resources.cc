@@ -19,8 +19,13 @@ bool PowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
 RdmaResources::RdmaResources(const SessionRegistry* sessions, std::string nic_name,
-                             RdmaLimits limits, softnic::EngineOptions engine_options)
-    : sessions_(sessions), nic_(std::move(nic_name)), limits_(limits), engine_(engine_options) {
+                             RdmaLimits limits, softnic::EngineOptions engine_options,
+                             softnic::CudaMemoryOptions cuda_options)
+    : sessions_(sessions),
+      nic_(std::move(nic_name)),
+      limits_(limits),
+      cuda_(softnic::CudaMemory::Create(std::move(cuda_options))),
+      engine_(engine_options) {
   engine_.Start();
 }
 
@@ -36,10 +41,12 @@ absl::Status RdmaResources::CheckOpen(const SessionInfo& session) const {
 absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     const SessionInfo& session, FdBundlePtr fds, const std::string& kind, uint64_t iova,
     uint64_t length, uint64_t offset, uint32_t access) {
-  if (kind != "memfd") {
+  const bool gpu = kind == "cuda-vmm-fd";
+  if (kind != "memfd" && !gpu) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "memory kind must be \"memfd\" (host memory; the ", provider_,
-        " provider on this node registers GPU memory through the CUDA route, not built yet)"));
+        "memory kind \"", kind,
+        "\" is not one the softnic provider registers: \"memfd\" (host memory, a sealed memfd) "
+        "or \"cuda-vmm-fd\" (GPU memory, the POSIX fd of a cuMem allocation)"));
   }
   if (!fds || fds->fds.size() != 1) {
     return absl::InvalidArgumentError("RegisterMemory needs exactly one fd on its ticket");
@@ -48,9 +55,31 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
   if (offset > UINT64_MAX - length || iova > UINT64_MAX - length) {
     return absl::InvalidArgumentError("RegisterMemory: offset/iova + length overflows");
   }
-  absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
-      softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), offset + length);
-  if (!mapping.ok()) return mapping.status();
+  softnic::RegionSpec spec;
+  spec.pd = session.id;
+  spec.iova = iova;
+  spec.length = length;
+  spec.access = access | softnic::kLocalWrite;
+  spec.offset = offset;
+  if (gpu) {
+    // Imported and mapped in the daemon's CUDA context (created with the
+    // first GPU region); the allocation must hold offset + length bytes.
+    absl::StatusOr<std::shared_ptr<softnic::CudaBuffer>> buffer =
+        cuda_->Import(fds->fds[0].get(), offset + length);
+    if (!buffer.ok()) {
+      return absl::Status(buffer.status().code(), absl::StrCat("registering GPU memory (", kind,
+                                                               "): ", buffer.status().message()));
+    }
+    spec.kind = softnic::MemoryKind::kCuda;
+    spec.cuda = *std::move(buffer);
+  } else {
+    absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
+        softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), offset + length);
+    if (!mapping.ok()) return mapping.status();
+    spec.kind = softnic::MemoryKind::kHost;
+    spec.mapping = *std::move(mapping);
+  }
+  const std::string listed = gpu ? "cuda-vmm" : "host";
 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(session); !s.ok()) return s;
@@ -62,20 +91,12 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     return Exhausted("registered bytes", use.registered_bytes,
                      limits_.max_registered_bytes_per_session, "max_registered_bytes_per_session");
   }
-  softnic::RegionSpec spec;
-  spec.pd = session.id;
-  spec.iova = iova;
-  spec.length = length;
-  spec.access = access | softnic::kLocalWrite;
-  spec.kind = softnic::MemoryKind::kHost;
-  spec.mapping = *std::move(mapping);
-  spec.offset = offset;
   absl::StatusOr<uint32_t> key = engine_.RegisterRegion(std::move(spec));
   if (!key.ok()) return key.status();
   use.mrs += 1;
   use.registered_bytes += length;
-  mr_owner_[*key] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid}, length, "host"};
-  return Registered{*key, *key, "host"};
+  mr_owner_[*key] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid}, length, listed};
+  return Registered{*key, *key, listed};
 }
 
 absl::Status RdmaResources::DeregisterMemory(const SessionInfo& session, uint32_t lkey) {

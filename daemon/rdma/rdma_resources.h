@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
 #include "session/session_registry.h"
+#include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
 
 namespace mooncake::daemon {
@@ -65,13 +66,16 @@ struct MrRow {
   uint64_t session = 0;
   uint32_t uid = 0;
   int32_t pid = 0;
-  std::string kind;  // "host", ...
+  std::string kind;  // "host" or "cuda-vmm"
 };
 
 class RdmaResources {
  public:
+  // `cuda_options`: how GPU memory is reached (the CUDA library to load
+  // when the first GPU region is registered; tests pass a fake driver).
   RdmaResources(const SessionRegistry* sessions, std::string nic_name, RdmaLimits limits,
-                softnic::EngineOptions engine_options);
+                softnic::EngineOptions engine_options,
+                softnic::CudaMemoryOptions cuda_options = {});
   ~RdmaResources();
 
   const std::string& provider() const { return provider_; }
@@ -85,8 +89,16 @@ class RdmaResources {
     uint32_t rkey = 0;
     std::string kind;
   };
-  // Registers [offset, offset + length) of the memfd in `fds` (exactly one
-  // fd, sealed against shrinking) at `iova`.
+  // Registers [offset, offset + length) of the memory behind the one fd in
+  // `fds` at `iova`, listed with the returned kind:
+  //   "memfd"        a memfd sealed against shrinking (host memory; "host")
+  //   "cuda-vmm-fd"  the POSIX fd of a cuMem VMM allocation holding at least
+  //                  offset + length bytes (GPU memory; "cuda-vmm"), mapped
+  //                  in the daemon's CUDA context (softnic/cuda_memory.h)
+  // InvalidArgument for another kind, a bad fd or range; GPU memory also
+  // fails when this node has no CUDA driver or GPU (NotFound /
+  // FailedPrecondition), when mooncaked was built without CUDA
+  // (FailedPrecondition), or with the CUDA error of the import, named.
   absl::StatusOr<Registered> RegisterMemory(const SessionInfo& session, FdBundlePtr fds,
                                             const std::string& kind, uint64_t iova, uint64_t length,
                                             uint64_t offset, uint32_t access);
@@ -128,6 +140,8 @@ class RdmaResources {
   const std::string nic_;
   const std::string doorbell_mode_ = "doorbell-record";
   const RdmaLimits limits_;
+  // Before engine_: regions (destroyed with the engine) hold buffers of it.
+  const std::shared_ptr<softnic::CudaMemory> cuda_;
   softnic::Engine engine_;
 
   mutable absl::Mutex mu_;

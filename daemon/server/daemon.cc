@@ -98,7 +98,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     rl.max_mrs_per_session = cfg.max_mrs_per_session;
     softnic::EngineOptions eo;
     eo.sink = cfg.softnic_sink;
-    d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), nic_name, rl, eo);
+    softnic::CudaMemoryOptions co;  // GPU regions: loaded at the first one
+    co.cuda_library = cfg.cuda_library;
+    d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), nic_name, rl, eo, co);
     MC_LOG(kInfo, "RDMA: provider softnic on ", nic_name, " (doorbell mode ",
            d->rdma_->doorbell_mode(), cfg.softnic_sink ? ", sink: WQEs complete without data" : "",
            ")");

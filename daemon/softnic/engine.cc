@@ -11,6 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/device/mlx5/prm.h"
+#include "softnic/cuda_atomics_kernel.h"
+#include "softnic/cuda_memory.h"
 
 namespace mooncake::softnic {
 
@@ -51,25 +53,25 @@ uint64_t Be64At(const uint8_t* p) {
   return mlx5::be64(v);
 }
 
-// A masked add: a carry out of a bit set in `boundary` is dropped, so each
-// field (ending at a set bit) wraps on its own. The boundary bits are left
-// out of the add (no carry can leave them) and put back as a sum bit.
-uint32_t MaskedAdd(uint32_t value, uint32_t add, uint32_t boundary) {
-  const uint32_t low = (value & ~boundary) + (add & ~boundary);
-  return low ^ ((value ^ add) & boundary);
-}
-
 // Every byte softnic moves goes through here. A NIC writes a payload in
 // order, each aligned 8-byte piece at once; readers poll signals and both
 // halves of an LL slot with atomic loads, and a signal carries release
 // meaning (the payloads of earlier WQEs are visible once it is). So small
 // word-aligned payloads are stored as release atomics, and bulk data is a
-// plain copy that a later signal's release store publishes.
-// Returns false when it cannot reach one side.
+// plain copy that a later signal's release store publishes. GPU memory on
+// either side goes through CudaMemory::Copy, which returns only once the
+// bytes are in place: the same ordering, by completing each copy in turn.
+// Returns false when it cannot reach one side or the copy failed.
 bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
-  // CUDA regions: see engine.h
-  if (dst.kind != MemoryKind::kHost || src.kind != MemoryKind::kHost) return false;
   if (dst.length != src.length) return false;
+  if (dst.kind != MemoryKind::kHost || src.kind != MemoryKind::kHost) {
+    if ((dst.kind == MemoryKind::kCuda && dst.cuda == nullptr) ||
+        (src.kind == MemoryKind::kCuda && src.cuda == nullptr)) {
+      return false;
+    }
+    CudaMemory* cuda = dst.kind == MemoryKind::kCuda ? dst.cuda : src.cuda;
+    return cuda->Copy(dst, src).ok();
+  }
   auto* d = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst.addr));
   const auto* s = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(src.addr));
   const uint64_t n = dst.length;
@@ -101,11 +103,14 @@ struct Engine::Region {
   uint32_t access = 0;
   MemoryKind kind = MemoryKind::kHost;
   std::shared_ptr<SharedMapping> mapping;  // kHost: keeps the bytes mapped
+  std::shared_ptr<CudaBuffer> cuda;        // kCuda: keeps the bytes mapped; null: unreachable
   uint64_t base = 0;  // where byte 0 is for the daemon: host pointer or CUdeviceptr
 
+  // Whether the engine can touch the bytes at all.
+  bool Reachable() const { return kind == MemoryKind::kHost || cuda != nullptr; }
   // [addr, addr + len) as the daemon reaches it; only after Resolve().
   ByteSpan Span(uint64_t addr, uint64_t len) const {
-    return ByteSpan{kind, base + (addr - iova), len};
+    return ByteSpan{kind, base + (addr - iova), len, cuda != nullptr ? cuda->memory() : nullptr};
   }
 };
 
@@ -193,8 +198,16 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
                                                      spec.mapping->size(), " bytes"));
     }
     base = reinterpret_cast<uintptr_t>(spec.mapping->data()) + spec.offset;
+  } else if (spec.cuda != nullptr) {
+    if (!Fits(spec.offset, spec.length, spec.cuda->size())) {
+      return absl::InvalidArgumentError(absl::StrCat("CUDA region [", spec.offset, ", +",
+                                                     spec.length, ") is outside its buffer of ",
+                                                     spec.cuda->size(), " bytes"));
+    }
+    spec.mapping.reset();
+    base = spec.cuda->base() + spec.offset;
   } else {
-    // CUDA regions: see engine.h (offset is the CUdeviceptr).
+    // Unreachable (see RegionSpec): registered, never touched.
     if (spec.length > std::numeric_limits<uint64_t>::max() - spec.offset) {
       return absl::InvalidArgumentError("CUDA region address + length passes 2^64");
     }
@@ -218,6 +231,7 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
   region->access = spec.access;
   region->kind = spec.kind;
   region->mapping = std::move(spec.mapping);
+  region->cuda = std::move(spec.cuda);
   region->base = base;
   regions_[key] = std::move(region);
   return key;
@@ -400,12 +414,14 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
   switch (op.kind) {
     case ResponderOp::Kind::kWrite: {
       const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
-      if (r == nullptr) {
+      if (r == nullptr || !r->Reachable()) {
         result.syndrome = mlx5::kSyndRemoteAccessErr;
       } else if (!CopyBytes(r->Span(op.raddr, op.source.length), op.source)) {
-        // CUDA regions: see engine.h
-        result.syndrome = op.source.kind != MemoryKind::kHost ? mlx5::kSyndLocalProtErr
-                                                              : mlx5::kSyndRemoteAccessErr;
+        // A failed GPU copy: blamed on the source when only it is GPU memory
+        // (reading the local side failed), else on the responder's memory.
+        result.syndrome = r->kind == MemoryKind::kHost && op.source.kind == MemoryKind::kCuda
+                              ? mlx5::kSyndLocalProtErr
+                              : mlx5::kSyndRemoteAccessErr;
       }
       return result;
     }
@@ -417,7 +433,7 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
         return result;
       }
       const Region* r = Resolve(pd, op.rkey, op.raddr, width, kRemoteAtomic);
-      if (r == nullptr || r->kind != MemoryKind::kHost) {  // CUDA regions: see engine.h
+      if (r == nullptr || !r->Reachable()) {
         result.syndrome = mlx5::kSyndRemoteAccessErr;
         return result;
       }
@@ -425,6 +441,22 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
       // The iova is aligned; the mapping offset might not be.
       if (where % width != 0) {
         result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+        return result;
+      }
+      if (r->kind == MemoryKind::kCuda) {
+        // On the GPU's atomic units: the client's kernels (and peers over
+        // NVLink) update the same words.
+        CudaMemory& cuda = *r->cuda->memory();
+        if (width == 8) {
+          absl::StatusOr<uint64_t> old = cuda.FetchAdd64(where, op.add);
+          if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
+          result.fetched = old.value_or(0);
+        } else {
+          absl::StatusOr<uint32_t> old =
+              cuda.MaskedFetchAdd32(where, static_cast<uint32_t>(op.add), op.field_boundary);
+          if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
+          result.fetched = old.value_or(0);
+        }
         return result;
       }
       // Real atomics: the client's own threads update the same words.
@@ -492,7 +524,7 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       const uint32_t lkey = Be32At(&wqe[36]);
       const uint64_t laddr = Be64At(&wqe[40]);
       const Region* src = Resolve(qp.pd, lkey, laddr, count, 0);
-      if (src == nullptr) return mlx5::kSyndLocalProtErr;
+      if (src == nullptr || !src->Reachable()) return mlx5::kSyndLocalProtErr;
       op.source = src->Span(laddr, count);
     }
     op.kind = ResponderOp::Kind::kWrite;
@@ -524,8 +556,7 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       const uint64_t laddr = Be64At(&wqe[56]);
       if (count != width) return mlx5::kSyndLocalLengthErr;
       const Region* dst = Resolve(qp.pd, lkey, laddr, width, kLocalWrite);
-      // CUDA regions: see engine.h
-      if (dst == nullptr || dst->kind != MemoryKind::kHost) return mlx5::kSyndLocalProtErr;
+      if (dst == nullptr || !dst->Reachable()) return mlx5::kSyndLocalProtErr;
       const ResponderResult r = executor_->Execute(op);
       if (r.syndrome != 0) return r.syndrome;
       // The old value lands as a ConnectX returns it: host order for the
@@ -539,6 +570,8 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
         std::memcpy(fetched, &r.fetched, 8);
       }
       const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(fetched), width};
+      // A GPU destination that fails now loses the fetched value after the
+      // atomic ran, as a NIC's failed local write would.
       return CopyBytes(dst->Span(laddr, width), from) ? 0 : mlx5::kSyndLocalProtErr;
     }
 

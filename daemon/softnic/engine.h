@@ -32,8 +32,8 @@
 // the WQE in the ring and retries later, so it never overwrites a CQE the
 // client has not consumed (a client that never consumes only stalls itself).
 //
-// Atomics execute as real CPU atomics on the responder's memory (the
-// client's own threads update the same words). The fetched old value lands
+// Atomics on host memory execute as real CPU atomics (the client's own
+// threads update the same words). The fetched old value lands
 // in the requester's data segment as a ConnectX writes it: host order for
 // the 64-bit fetch-add (mlx5_core selects the host-endian atomic mode),
 // big-endian for the 32-bit masked fetch-add (extended atomics). RDMA WRITE
@@ -41,11 +41,16 @@
 // word with release stores, so a flag written by one WQE publishes the data
 // of the earlier WQEs of its QP, as PCIe ordering does on a real NIC.
 //
-// CUDA regions: kCuda regions can be registered (RegionSpec::offset is then
-// the region's CUdeviceptr in the daemon's context) but nothing executes on
-// them yet: a WQE whose source is one completes with LOCAL_PROT_ERR, one
-// whose destination is one with REMOTE_ACCESS_ERR. All data movement goes
-// through CopyBytes() in engine.cc, where the CUDA copier goes.
+// GPU memory (kCuda regions, imported by CudaMemory from the client's cuMem
+// VMM fd): WRITE sources and destinations, inline payloads, fetch
+// destinations and atomic targets may all be GPU memory. Copies are
+// synchronous CUDA copies, each complete before the next WQE (and before
+// its CQE), which keeps the ordering above; atomics run on the GPU (a
+// one-thread kernel), atomic with the client's kernels. A CUDA error turns
+// the WQE into an error CQE (REMOTE_ACCESS_ERR for the responder's memory,
+// LOCAL_PROT_ERR when only the requester's GPU source failed); a kCuda
+// region registered without a buffer is unreachable and fails the same
+// way. See cuda_memory.h.
 //
 // Use (the daemon; tests do the same with SharedMapping::Anonymous):
 //
@@ -107,8 +112,9 @@ class Engine {
   // Regions. The key is both lkey and rkey; keys are not reused while the
   // engine lives (ResourceExhausted after 2^32 - 1 registrations).
   // InvalidArgument: length 0, iova + length past 2^64, a kHost region
-  // without a mapping or not inside it. The engine keeps the mapping alive
-  // until the region is deregistered.
+  // without a mapping or not inside it, a kCuda region not inside its
+  // buffer. The engine keeps the mapping (or buffer) alive until the region
+  // is deregistered.
   absl::StatusOr<uint32_t> RegisterRegion(RegionSpec spec);
   // NotFound unless `key` is a region of `pd`.
   absl::Status DeregisterRegion(PdId pd, uint32_t key);

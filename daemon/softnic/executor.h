@@ -11,12 +11,17 @@
 
 namespace mooncake::softnic {
 
+class CudaMemory;  // softnic/cuda_memory.h
+
 // Bytes as the daemon reaches them: a host pointer, or a GPU address in the
 // daemon's CUDA context.
 struct ByteSpan {
   MemoryKind kind = MemoryKind::kHost;
   uint64_t addr = 0;  // host pointer value or CUdeviceptr
   uint64_t length = 0;
+  // kCuda: what mapped `addr` and moves its bytes (CudaMemory::Copy); valid
+  // while the region it came from is registered. Null: unreachable.
+  CudaMemory* cuda = nullptr;
 };
 
 struct ResponderOp {

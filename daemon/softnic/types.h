@@ -26,8 +26,10 @@ enum Access : uint32_t {
 // Where a registered region's bytes are, as the daemon reaches them.
 enum class MemoryKind {
   kHost,  // a SharedMapping (memfd) in the daemon
-  kCuda,  // GPU memory the daemon mapped from the client's VMM fd
+  kCuda,  // GPU memory the daemon mapped from the client's VMM fd (CudaBuffer)
 };
+
+class CudaBuffer;  // softnic/cuda_memory.h
 
 struct RegionSpec {
   PdId pd = 0;
@@ -35,10 +37,13 @@ struct RegionSpec {
   uint64_t length = 0;
   uint32_t access = 0;
   MemoryKind kind = MemoryKind::kHost;
-  // kHost: bytes [offset, offset + length) of this mapping.
-  // kCuda: no mapping; offset is the region's CUdeviceptr in the daemon's
-  // context (not executable yet, see engine.h).
+  // kHost: bytes [offset, offset + length) of `mapping`.
+  // kCuda: bytes [offset, offset + length) of `cuda`, an allocation the
+  // daemon imported and mapped (CudaMemory::Import). A kCuda region without
+  // one can be registered but names memory the engine cannot reach: every
+  // WQE touching it fails (LOCAL_PROT_ERR / REMOTE_ACCESS_ERR).
   std::shared_ptr<SharedMapping> mapping;
+  std::shared_ptr<CudaBuffer> cuda;
   uint64_t offset = 0;
 };
 

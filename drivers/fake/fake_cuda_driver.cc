@@ -47,6 +47,11 @@ constexpr std::string_view kMethods[] = {"init",
                                          "memcpyHtoD",
                                          "memcpyDtoH",
                                          "memsetD8",
+                                         "memcpy",
+                                         "memcpyDtoD",
+                                         "memHostRegister",
+                                         "memHostUnregister",
+                                         "memHostGetDevicePointer",
                                          "ipcGetMemHandle",
                                          "ipcOpenMemHandle",
                                          "ipcCloseMemHandle",
@@ -206,6 +211,11 @@ int FakeCudaDriver::primaryContextRefs(int ordinal) const {
   return it == primary_refs_.end() ? 0 : it->second;
 }
 
+size_t FakeCudaDriver::liveHostRegistrations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return host_registered_.size();
+}
+
 // --- Helpers (mu_ held) ----------------------------------------------------------
 
 CuContext FakeCudaDriver::primaryContext(int ordinal) const {
@@ -224,6 +234,18 @@ bool FakeCudaDriver::linearRange(CuDevicePtr ptr, size_t bytes) const {
   if (it == linear_sizes_.begin()) return false;
   --it;
   return ptr + bytes <= it->first + it->second;
+}
+
+bool FakeCudaDriver::hostRegisteredRange(CuDevicePtr ptr, size_t bytes) const {
+  auto it = host_registered_.upper_bound(ptr);
+  if (it == host_registered_.begin()) return false;
+  --it;
+  return ptr + bytes <= it->first + it->second;
+}
+
+bool FakeCudaDriver::deviceVisible(CuDevicePtr ptr, size_t bytes) {
+  return linearRange(ptr, bytes) || hostRegisteredRange(ptr, bytes) ||
+         reservationFor(ptr, bytes) != nullptr;
 }
 
 CuResult FakeCudaDriver::enter(std::string_view method) {
@@ -674,30 +696,84 @@ CuResult FakeCudaDriver::memFree(CuDevicePtr ptr) {
 CuResult FakeCudaDriver::memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) {
   MC_FAKE_ENTER("memcpyHtoD");
   if (!initialized_) return kCudaErrorNotInitialized;
-  if (src == nullptr || (!linearRange(dst, bytes) && reservationFor(dst, bytes) == nullptr)) {
-    return kCudaErrorInvalidValue;
-  }
-  std::memcpy(AsPtr(dst), src, bytes);
+  if (src == nullptr || !deviceVisible(dst, bytes)) return kCudaErrorInvalidValue;
+  std::memmove(AsPtr(dst), src, bytes);
   return kCudaSuccess;
 }
 
 CuResult FakeCudaDriver::memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) {
   MC_FAKE_ENTER("memcpyDtoH");
   if (!initialized_) return kCudaErrorNotInitialized;
-  if (dst == nullptr || (!linearRange(src, bytes) && reservationFor(src, bytes) == nullptr)) {
-    return kCudaErrorInvalidValue;
-  }
-  std::memcpy(dst, AsPtr(src), bytes);
+  if (dst == nullptr || !deviceVisible(src, bytes)) return kCudaErrorInvalidValue;
+  std::memmove(dst, AsPtr(src), bytes);
   return kCudaSuccess;
 }
 
 CuResult FakeCudaDriver::memsetD8(CuDevicePtr dst, unsigned char value, size_t count) {
   MC_FAKE_ENTER("memsetD8");
   if (!initialized_) return kCudaErrorNotInitialized;
-  if (!linearRange(dst, count) && reservationFor(dst, count) == nullptr) {
-    return kCudaErrorInvalidValue;
-  }
+  if (!deviceVisible(dst, count)) return kCudaErrorInvalidValue;
   std::memset(AsPtr(dst), value, count);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) {
+  MC_FAKE_ENTER("memcpy");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!deviceVisible(dst, bytes) || !deviceVisible(src, bytes)) return kCudaErrorInvalidValue;
+  std::memmove(AsPtr(dst), AsPtr(src), bytes);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) {
+  MC_FAKE_ENTER("memcpyDtoD");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!deviceVisible(dst, bytes) || !deviceVisible(src, bytes)) return kCudaErrorInvalidValue;
+  std::memmove(AsPtr(dst), AsPtr(src), bytes);
+  return kCudaSuccess;
+}
+
+// --- Registered host memory ------------------------------------------------------------
+
+CuResult FakeCudaDriver::memHostRegister(void* p, size_t bytes, unsigned flags) {
+  MC_FAKE_ENTER("memHostRegister");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  // Registration belongs to a context, as with the driver.
+  if (ordinalOfContext(t_current_context) < 0) return kCudaErrorInvalidContext;
+  constexpr unsigned kKnownFlags = kCuMemHostRegisterPortable | kCuMemHostRegisterDeviceMap |
+                                   kCuMemHostRegisterIoMemory | 0x08 /* READ_ONLY */;
+  if (p == nullptr || bytes == 0 || (flags & ~kKnownFlags) != 0) return kCudaErrorInvalidValue;
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  if (start + bytes < start) return kCudaErrorInvalidValue;
+  // No overlap with a range registered already.
+  auto next = host_registered_.lower_bound(start);
+  if (next != host_registered_.end() && next->first < start + bytes) {
+    return kCudaErrorHostMemoryAlreadyRegistered;
+  }
+  if (next != host_registered_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > start) return kCudaErrorHostMemoryAlreadyRegistered;
+  }
+  host_registered_[start] = bytes;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memHostUnregister(void* p) {
+  MC_FAKE_ENTER("memHostUnregister");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  // The start of a registered range only, as with the driver.
+  return host_registered_.erase(reinterpret_cast<uintptr_t>(p)) == 1
+             ? kCudaSuccess
+             : kCudaErrorHostMemoryNotRegistered;
+}
+
+CuResult FakeCudaDriver::memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) {
+  MC_FAKE_ENTER("memHostGetDevicePointer");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (dptr == nullptr || flags != 0) return kCudaErrorInvalidValue;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  if (!hostRegisteredRange(addr, 1)) return kCudaErrorInvalidValue;
+  *dptr = addr;
   return kCudaSuccess;
 }
 

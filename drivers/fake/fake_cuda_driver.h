@@ -31,7 +31,13 @@
 //                                  memSetAccess grants read or read-write
 // so a "device pointer" is a host address the test can read and write, and
 // two processes (or two mappings) see each other's stores. memAlloc is host
-// memory too (memcpy*/memsetD8 copy and fill it). Contexts: each GPU has one
+// memory too. memHostRegister records the range (the fake needs no pinning)
+// and memHostGetDevicePointer answers the host address itself, as a GPU
+// with CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM does. The copies
+// (memcpy, memcpyDtoD, memcpyHtoD, memcpyDtoH) and memsetD8 accept any
+// "device" range the fake made: a memAlloc allocation, a reserved range, a
+// registered host range; overlapping copies behave as memmove. Nothing is
+// asynchronous: a copy is done when it returns. Contexts: each GPU has one
 // primary context (retain/release counted); the current context is per
 // thread, as with the driver, and shared by every fake in the process.
 // Legacy IPC, modules and kernel launches answer CUDA_ERROR_NOT_SUPPORTED:
@@ -123,6 +129,8 @@ class FakeCudaDriver : public CudaDriver {
   // (retains minus releases) of the GPU with `ordinal`.
   size_t liveLinearAllocations() const;
   int primaryContextRefs(int ordinal) const;
+  // memHostRegister ranges not yet unregistered.
+  size_t liveHostRegistrations() const;
 
   // --- CudaDriver ------------------------------------------------------------
 
@@ -164,6 +172,11 @@ class FakeCudaDriver : public CudaDriver {
   CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) override;
   CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) override;
   CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override;
+  CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
+  CuResult memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
+  CuResult memHostRegister(void* p, size_t bytes, unsigned flags) override;
+  CuResult memHostUnregister(void* p) override;
+  CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) override;
   CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override;
   CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) override;
   CuResult ipcCloseMemHandle(CuDevicePtr ptr) override;
@@ -201,6 +214,11 @@ class FakeCudaDriver : public CudaDriver {
   int ordinalOfContext(CuContext ctx) const;
   // True when [ptr, ptr + bytes) lies inside one memAlloc allocation.
   bool linearRange(CuDevicePtr ptr, size_t bytes) const;
+  // True when [ptr, ptr + bytes) lies inside one registered host range.
+  bool hostRegisteredRange(CuDevicePtr ptr, size_t bytes) const;
+  // What a copy may touch: a memAlloc allocation, a reservation, or a
+  // registered host range.
+  bool deviceVisible(CuDevicePtr ptr, size_t bytes);
 
   mutable std::mutex mu_;
   std::vector<FakeGpu> gpus_;
@@ -218,6 +236,7 @@ class FakeCudaDriver : public CudaDriver {
   std::map<int, int> primary_refs_;                                 // ordinal -> retains
   std::map<CuDevicePtr, std::unique_ptr<unsigned char[]>> linear_;  // by address
   std::map<CuDevicePtr, size_t> linear_sizes_;
+  std::map<CuDevicePtr, size_t> host_registered_;  // memHostRegister: start -> bytes
 };
 
 }  // namespace mooncake::drivers

@@ -110,6 +110,19 @@ class RealCudaDriver final : public CudaDriver {
   CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override {
     return fn_.memsetD8(dst, value, count);
   }
+  CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override {
+    return fn_.memcpy(dst, src, bytes);
+  }
+  CuResult memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override {
+    return fn_.memcpyDtoD(dst, src, bytes);
+  }
+  CuResult memHostRegister(void* p, size_t bytes, unsigned flags) override {
+    return fn_.memHostRegister(p, bytes, flags);
+  }
+  CuResult memHostUnregister(void* p) override { return fn_.memHostUnregister(p); }
+  CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) override {
+    return fn_.memHostGetDevicePointer(dptr, p, flags);
+  }
   CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override {
     return fn_.ipcGetMemHandle(handle, ptr);
   }
@@ -244,6 +257,12 @@ constexpr KnownResult kKnownResults[] = {
      "OS call failed or operation not supported on this OS"},
     {kCudaErrorInvalidHandle, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {kCudaErrorNotFound, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {kCudaErrorIllegalAddress, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {kCudaErrorHostMemoryAlreadyRegistered, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+     "part or all of the requested memory range is already mapped"},
+    {kCudaErrorHostMemoryNotRegistered, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
+     "pointer does not correspond to a registered memory region"},
     {kCudaErrorNotPermitted, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
     {kCudaErrorNotSupported, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
     {kCudaErrorSystemDriverMismatch, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",

@@ -100,6 +100,20 @@
     (void*, ::mooncake::drivers::CuDevicePtr, size_t))                                             \
   X(memsetD8, "cuMemsetD8", cuMemsetD8, "cuMemsetD8_v2", nullptr, true,                            \
     (::mooncake::drivers::CuDevicePtr, unsigned char, size_t))                                     \
+  /* cuMemcpy has no _v2 (it came with unified addressing in CUDA 4.0); the */                     \
+  /* first cuMemcpyDtoD took 32-bit pointers and sizes, so no legacy symbol. */                    \
+  X(memcpy, "cuMemcpy", cuMemcpy, "cuMemcpy", nullptr, true,                                       \
+    (::mooncake::drivers::CuDevicePtr, ::mooncake::drivers::CuDevicePtr, size_t))                  \
+  X(memcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD, "cuMemcpyDtoD_v2", nullptr, true,                    \
+    (::mooncake::drivers::CuDevicePtr, ::mooncake::drivers::CuDevicePtr, size_t))                  \
+  /* The first cuMemHostRegister has the same signature as _v2 (CUDA 6.5). */                      \
+  X(memHostRegister, "cuMemHostRegister", cuMemHostRegister, "cuMemHostRegister_v2",               \
+    "cuMemHostRegister", true, (void*, size_t, unsigned int))                                      \
+  X(memHostUnregister, "cuMemHostUnregister", cuMemHostUnregister, "cuMemHostUnregister", nullptr, \
+    true, (void*))                                                                                 \
+  X(memHostGetDevicePointer, "cuMemHostGetDevicePointer", cuMemHostGetDevicePointer,               \
+    "cuMemHostGetDevicePointer_v2", nullptr, true,                                                 \
+    (::mooncake::drivers::CuDevicePtr*, void*, unsigned int))                                      \
   X(ipcGetMemHandle, "cuIpcGetMemHandle", cuIpcGetMemHandle, "cuIpcGetMemHandle", nullptr, true,   \
     (::mooncake::drivers::CuIpcMemHandle*, ::mooncake::drivers::CuDevicePtr))                      \
   /* _v2 since CUDA 11.0, same signature as the first version. */                                  \

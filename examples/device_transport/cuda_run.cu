@@ -32,12 +32,15 @@ __global__ void PutKernel(CommCtx ctx, int dst, uint8_t* dst_sym, const uint8_t*
   if (threadIdx.x == 0 && st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
 }
 
-// After the put kernel (stream order), one thread publishes it.
+// After the put kernel (stream order), one thread publishes it, then waits
+// for its RDMA work requests to complete (mc_quiet; a fence over P2P): the
+// staged message may then be overwritten, and the process may exit.
 __global__ void SignalKernel(CommCtx ctx, int dst, unsigned long long* sig_sym, bool add,
                              int* status) {
   device::mc_fence();
   McStatus st = add ? device::mc_red_add(ctx, dst, sig_sym, 1ull)
                     : device::mc_signal(ctx, dst, sig_sym, 1ull);
+  if (st == McStatus::kOk) st = device::mc_quiet(ctx);
   if (st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
 }
 
@@ -86,11 +89,14 @@ std::string Err(const char* what, cudaError_t e) {
 constexpr int kBlocks = 32;
 constexpr int kThreads = 512;
 
+// The message is staged in this rank's own slot of its buffer (which no peer
+// writes): over RDMA the NIC reads the source, and only registered memory.
 RunResult SendTo(const CommCtx& ctx, uint8_t* buf, int dst, size_t n, bool add, Scratch& s,
-                 uint8_t* src) {
+                 uint8_t* /*unused*/) {
   RunResult r;
-  FillKernel<<<kBlocks, kThreads>>>(src, n, ctx.rank, dst);
-  PutKernel<<<kBlocks, kThreads>>>(ctx, dst, buf + SlotOffset(n, ctx.rank), src, n, s.status);
+  uint8_t* own = buf + SlotOffset(n, ctx.rank);
+  FillKernel<<<kBlocks, kThreads>>>(own, n, ctx.rank, dst);
+  PutKernel<<<kBlocks, kThreads>>>(ctx, dst, own, own, n, s.status);
   auto* sig =
       reinterpret_cast<unsigned long long*>(buf + (add ? CounterOffset() : FlagOffset(ctx.rank)));
   SignalKernel<<<1, 1>>>(ctx, dst, sig, add, s.status);
@@ -98,8 +104,8 @@ RunResult SendTo(const CommCtx& ctx, uint8_t* buf, int dst, size_t n, bool add, 
   int st = 0;
   EX_CUDA(cudaMemcpy(&st, s.status, sizeof(int), cudaMemcpyDeviceToHost));
   if (st != 0) {
-    r.message = "put to rank " + std::to_string(dst) + " failed: status " + std::to_string(st) +
-                " (not reachable by P2P)";
+    r.message = "put to rank " + std::to_string(dst) + " failed: McStatus " + std::to_string(st) +
+                " (2 no route, 3 RDMA error completion, 4 RDMA timeout, 5 not registered)";
     return r;
   }
   r.ok = true;

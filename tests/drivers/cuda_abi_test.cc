@@ -44,27 +44,30 @@ static_assert(sizeof(CuIpcMemHandle) == CU_IPC_HANDLE_SIZE);
 // --- Constants -------------------------------------------------------------------
 
 #define MC_SAME_RESULT(ours, theirs) static_assert((ours) == (theirs), #ours " != " #theirs);
-#define MC_RESULTS(X)                                                                \
-  X(kCudaSuccess, CUDA_SUCCESS)                                                      \
-  X(kCudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE)                                \
-  X(kCudaErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY)                                 \
-  X(kCudaErrorNotInitialized, CUDA_ERROR_NOT_INITIALIZED)                            \
-  X(kCudaErrorDeinitialized, CUDA_ERROR_DEINITIALIZED)                               \
-  X(kCudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY)                                  \
-  X(kCudaErrorCallRequiresNewerDriver, CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)        \
-  X(kCudaErrorNoDevice, CUDA_ERROR_NO_DEVICE)                                        \
-  X(kCudaErrorInvalidDevice, CUDA_ERROR_INVALID_DEVICE)                              \
-  X(kCudaErrorInvalidContext, CUDA_ERROR_INVALID_CONTEXT)                            \
-  X(kCudaErrorAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED)                              \
-  X(kCudaErrorNotMapped, CUDA_ERROR_NOT_MAPPED)                                      \
-  X(kCudaErrorPeerAccessUnsupported, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED)             \
-  X(kCudaErrorOperatingSystem, CUDA_ERROR_OPERATING_SYSTEM)                          \
-  X(kCudaErrorInvalidHandle, CUDA_ERROR_INVALID_HANDLE)                              \
-  X(kCudaErrorNotFound, CUDA_ERROR_NOT_FOUND)                                        \
-  X(kCudaErrorNotPermitted, CUDA_ERROR_NOT_PERMITTED)                                \
-  X(kCudaErrorNotSupported, CUDA_ERROR_NOT_SUPPORTED)                                \
-  X(kCudaErrorSystemDriverMismatch, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)               \
-  X(kCudaErrorCompatNotSupportedOnDevice, CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE) \
+#define MC_RESULTS(X)                                                                 \
+  X(kCudaSuccess, CUDA_SUCCESS)                                                       \
+  X(kCudaErrorInvalidValue, CUDA_ERROR_INVALID_VALUE)                                 \
+  X(kCudaErrorOutOfMemory, CUDA_ERROR_OUT_OF_MEMORY)                                  \
+  X(kCudaErrorNotInitialized, CUDA_ERROR_NOT_INITIALIZED)                             \
+  X(kCudaErrorDeinitialized, CUDA_ERROR_DEINITIALIZED)                                \
+  X(kCudaErrorStubLibrary, CUDA_ERROR_STUB_LIBRARY)                                   \
+  X(kCudaErrorCallRequiresNewerDriver, CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER)         \
+  X(kCudaErrorNoDevice, CUDA_ERROR_NO_DEVICE)                                         \
+  X(kCudaErrorInvalidDevice, CUDA_ERROR_INVALID_DEVICE)                               \
+  X(kCudaErrorInvalidContext, CUDA_ERROR_INVALID_CONTEXT)                             \
+  X(kCudaErrorAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED)                               \
+  X(kCudaErrorNotMapped, CUDA_ERROR_NOT_MAPPED)                                       \
+  X(kCudaErrorPeerAccessUnsupported, CUDA_ERROR_PEER_ACCESS_UNSUPPORTED)              \
+  X(kCudaErrorOperatingSystem, CUDA_ERROR_OPERATING_SYSTEM)                           \
+  X(kCudaErrorInvalidHandle, CUDA_ERROR_INVALID_HANDLE)                               \
+  X(kCudaErrorNotFound, CUDA_ERROR_NOT_FOUND)                                         \
+  X(kCudaErrorIllegalAddress, CUDA_ERROR_ILLEGAL_ADDRESS)                             \
+  X(kCudaErrorHostMemoryAlreadyRegistered, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) \
+  X(kCudaErrorHostMemoryNotRegistered, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)         \
+  X(kCudaErrorNotPermitted, CUDA_ERROR_NOT_PERMITTED)                                 \
+  X(kCudaErrorNotSupported, CUDA_ERROR_NOT_SUPPORTED)                                 \
+  X(kCudaErrorSystemDriverMismatch, CUDA_ERROR_SYSTEM_DRIVER_MISMATCH)                \
+  X(kCudaErrorCompatNotSupportedOnDevice, CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE)  \
   X(kCudaErrorUnknown, CUDA_ERROR_UNKNOWN)
 MC_RESULTS(MC_SAME_RESULT)
 
@@ -104,6 +107,9 @@ MC_SAME(kCuMemAllocGranularityMinimum, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
 MC_SAME(kCuMemAllocGranularityRecommended, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 
 MC_SAME(kCuIpcMemLazyEnablePeerAccess, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+MC_SAME(kCuMemHostRegisterPortable, CU_MEMHOSTREGISTER_PORTABLE);
+MC_SAME(kCuMemHostRegisterDeviceMap, CU_MEMHOSTREGISTER_DEVICEMAP);
+MC_SAME(kCuMemHostRegisterIoMemory, CU_MEMHOSTREGISTER_IOMEMORY);
 MC_SAME(internal::kGetProcAddressDefault, CU_GET_PROC_ADDRESS_DEFAULT);
 MC_SAME(internal::kGetProcAddressSuccess, CU_GET_PROC_ADDRESS_SUCCESS);
 static_assert(internal::kRequestedCudaAbi <= CUDA_VERSION);

@@ -90,6 +90,15 @@ TEST(LoadCudaDriverTest, ResolvesVersionedSymbolsWithDlsym) {
   EXPECT_EQ(cu.deviceGetAttribute(&value, kCuDeviceAttrDmaBufSupported, 0), kCudaSuccess);
   EXPECT_EQ(value, kCuDeviceAttrDmaBufSupported);
   EXPECT_EQ(cu.memMap(0, 0, 0, 0, 0), kCudaErrorNotSupported);
+  // Copies and host registration resolve too (every stub entry point
+  // answers "not supported", the first cuMemHostRegister "invalid value").
+  EXPECT_EQ(cu.memcpy(0, 0, 0), kCudaErrorNotSupported);
+  EXPECT_EQ(cu.memcpyDtoD(0, 0, 0), kCudaErrorNotSupported);
+  EXPECT_EQ(cu.memHostRegister(nullptr, 0, 0), kCudaErrorNotSupported)
+      << "cuMemHostRegister_v2, not the first version";
+  EXPECT_EQ(cu.memHostUnregister(nullptr), kCudaErrorNotSupported);
+  CuDevicePtr dptr = 0;
+  EXPECT_EQ(cu.memHostGetDevicePointer(&dptr, nullptr, 0), kCudaErrorNotSupported);
 }
 
 TEST(LoadCudaDriverTest, PrefersCuGetProcAddressAndFallsBackToDlsym) {
@@ -116,6 +125,8 @@ TEST(LoadCudaDriverTest, FallsBackToTheFirstUuidEntryPoint) {
   CuUuid uuid{};
   ASSERT_EQ((*loaded)->deviceGetUuid(&uuid, 0), kCudaSuccess);
   EXPECT_EQ(uuid.bytes[0], 0x11);
+  EXPECT_EQ((*loaded)->memHostRegister(nullptr, 0, 0), kCudaErrorInvalidValue)
+      << "the first cuMemHostRegister, when the driver has no _v2";
 }
 
 TEST(LoadCudaDriverTest, MissingEntryPointNamesItAndTheDriverAge) {

@@ -305,6 +305,88 @@ TEST_F(FakeCudaDriverTest, FabricExportIsNotSupported) {
   EXPECT_EQ(cu_.memCreate(&handle, kGran, &prop, 0), kCudaErrorNotSupported);
 }
 
+TEST_F(FakeCudaDriverTest, CopiesBetweenEveryKindOfDeviceMemory) {
+  ASSERT_EQ(cu_.init(0), kCudaSuccess);
+  CuContext ctx = nullptr;
+  ASSERT_EQ(cu_.devicePrimaryCtxRetain(&ctx, FakeCudaDriver::kHandleBase), kCudaSuccess);
+  ASSERT_EQ(cu_.ctxSetCurrent(ctx), kCudaSuccess);
+  CuMemAllocationProp prop = Prop();
+  CuMemHandle handle = 0;
+  ASSERT_EQ(cu_.memCreate(&handle, kGran, &prop, 0), kCudaSuccess);
+  const CuDevicePtr vmm = MapReadWrite(cu_, handle, kGran);
+  CuDevicePtr linear = 0;
+  ASSERT_EQ(cu_.memAlloc(&linear, 256), kCudaSuccess);
+  std::vector<uint8_t> host(256);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i);
+
+  // Host -> VMM -> linear (DtoD) -> VMM again (unified memcpy) -> host.
+  ASSERT_EQ(cu_.memcpyHtoD(vmm + 64, host.data(), 256), kCudaSuccess);
+  ASSERT_EQ(cu_.memcpyDtoD(linear, vmm + 64, 256), kCudaSuccess);
+  ASSERT_EQ(cu_.memcpy(vmm + 4096, linear, 256), kCudaSuccess);
+  std::vector<uint8_t> back(256);
+  ASSERT_EQ(cu_.memcpyDtoH(back.data(), vmm + 4096, 256), kCudaSuccess);
+  EXPECT_EQ(back, host);
+  // Overlapping ranges copy as memmove does.
+  ASSERT_EQ(cu_.memcpyDtoD(vmm + 65, vmm + 64, 16), kCudaSuccess);
+  ASSERT_EQ(cu_.memcpyDtoH(back.data(), vmm + 64, 17), kCudaSuccess);
+  EXPECT_EQ(back[0], 0);
+  EXPECT_EQ(back[1], 0);
+  EXPECT_EQ(back[16], 15);
+
+  // Unknown addresses and ranges past an allocation are refused.
+  EXPECT_EQ(cu_.memcpyDtoD(linear, 0x10, 8), kCudaErrorInvalidValue);
+  EXPECT_EQ(cu_.memcpy(linear + 200, vmm, 100), kCudaErrorInvalidValue);
+  const auto pageable = reinterpret_cast<uintptr_t>(host.data());
+  EXPECT_EQ(cu_.memcpy(linear, pageable, 8), kCudaErrorInvalidValue)
+      << "host memory only once registered";
+
+  ASSERT_EQ(cu_.memFree(linear), kCudaSuccess);
+  Unmap(cu_, vmm, kGran);
+  ASSERT_EQ(cu_.memRelease(handle), kCudaSuccess);
+  ASSERT_EQ(cu_.ctxSetCurrent(nullptr), kCudaSuccess);
+  ASSERT_EQ(cu_.devicePrimaryCtxRelease(FakeCudaDriver::kHandleBase), kCudaSuccess);
+}
+
+TEST_F(FakeCudaDriverTest, RegisteredHostMemoryIsDeviceVisible) {
+  ASSERT_EQ(cu_.init(0), kCudaSuccess);
+  std::vector<uint64_t> words(512, 0);
+  void* p = words.data();
+  const size_t bytes = words.size() * sizeof(uint64_t);
+  EXPECT_EQ(cu_.memHostRegister(p, bytes, kCuMemHostRegisterPortable), kCudaErrorInvalidContext)
+      << "registration needs a current context";
+  CuContext ctx = nullptr;
+  ASSERT_EQ(cu_.devicePrimaryCtxRetain(&ctx, FakeCudaDriver::kHandleBase), kCudaSuccess);
+  ASSERT_EQ(cu_.ctxSetCurrent(ctx), kCudaSuccess);
+  EXPECT_EQ(cu_.memHostRegister(p, bytes, 0x100), kCudaErrorInvalidValue) << "unknown flag";
+  ASSERT_EQ(cu_.memHostRegister(p, bytes, kCuMemHostRegisterPortable | kCuMemHostRegisterDeviceMap),
+            kCudaSuccess);
+  EXPECT_EQ(cu_.memHostRegister(&words[100], 8, 0), kCudaErrorHostMemoryAlreadyRegistered);
+  EXPECT_EQ(cu_.liveHostRegistrations(), 1u);
+
+  CuDevicePtr dptr = 0;
+  EXPECT_EQ(cu_.memHostGetDevicePointer(&dptr, p, 1), kCudaErrorInvalidValue) << "flags must be 0";
+  ASSERT_EQ(cu_.memHostGetDevicePointer(&dptr, &words[8], 0), kCudaSuccess);
+  EXPECT_EQ(dptr, reinterpret_cast<uintptr_t>(&words[8]));
+  const uint64_t value = 0xfeedface;
+  ASSERT_EQ(cu_.memcpyHtoD(dptr, &value, sizeof(value)), kCudaSuccess);
+  EXPECT_EQ(words[8], value);
+  CuDevicePtr linear = 0;
+  ASSERT_EQ(cu_.memAlloc(&linear, 64), kCudaSuccess);
+  ASSERT_EQ(cu_.memcpy(linear, dptr, 8), kCudaSuccess);
+  ASSERT_EQ(cu_.memcpyDtoD(dptr + 8, linear, 8), kCudaSuccess);
+  EXPECT_EQ(words[9], value);
+  ASSERT_EQ(cu_.memFree(linear), kCudaSuccess);
+
+  EXPECT_EQ(cu_.memHostUnregister(&words[8]), kCudaErrorHostMemoryNotRegistered)
+      << "the start of the range only";
+  ASSERT_EQ(cu_.memHostUnregister(p), kCudaSuccess);
+  EXPECT_EQ(cu_.memHostUnregister(p), kCudaErrorHostMemoryNotRegistered);
+  EXPECT_EQ(cu_.memHostGetDevicePointer(&dptr, p, 0), kCudaErrorInvalidValue);
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
+  ASSERT_EQ(cu_.ctxSetCurrent(nullptr), kCudaSuccess);
+  ASSERT_EQ(cu_.devicePrimaryCtxRelease(FakeCudaDriver::kHandleBase), kCudaSuccess);
+}
+
 TEST_F(FakeCudaDriverTest, DestructorFreesWhatIsLeft) {
   auto cu = std::make_unique<FakeCudaDriver>();
   cu->addGpu(FakeGpu::Hopper(0));

@@ -10,7 +10,9 @@
 // cuDeviceGetUuid_v2, 0x11 from the legacy cuDeviceGetUuid.
 //   STUB_GETPROC       also exports cuGetProcAddress_v2 (CUDA 12.0+ drivers),
 //                      which leaves out cuMemMap so the dlsym fallback runs
-//   STUB_LEGACY_UUID   exports cuDeviceGetUuid only (drivers before 11.4)
+//   STUB_LEGACY_UUID   exports cuDeviceGetUuid only (drivers before 11.4),
+//                      and the first cuMemHostRegister only (it answers
+//                      CUDA_ERROR_INVALID_VALUE, _v2 CUDA_ERROR_NOT_SUPPORTED)
 //   STUB_NO_P2P        lacks cuDeviceGetP2PAttribute
 #include <cstddef>
 #include <cstdint>
@@ -115,6 +117,15 @@ int cuMemFree_v2(unsigned long long) { return kNotSupported; }
 int cuMemcpyHtoD_v2(unsigned long long, const void*, size_t) { return kNotSupported; }
 int cuMemcpyDtoH_v2(void*, unsigned long long, size_t) { return kNotSupported; }
 int cuMemsetD8_v2(unsigned long long, unsigned char, size_t) { return kNotSupported; }
+int cuMemcpy(unsigned long long, unsigned long long, size_t) { return kNotSupported; }
+int cuMemcpyDtoD_v2(unsigned long long, unsigned long long, size_t) { return kNotSupported; }
+#if !STUB_LEGACY_UUID
+int cuMemHostRegister_v2(void*, size_t, unsigned int) { return kNotSupported; }
+#endif
+// The first version (same signature): what drivers before CUDA 6.5 export.
+int cuMemHostRegister(void*, size_t, unsigned int) { return kInvalidValue; }
+int cuMemHostUnregister(void*) { return kNotSupported; }
+int cuMemHostGetDevicePointer_v2(unsigned long long*, void*, unsigned int) { return kNotSupported; }
 struct IpcHandle {
   char reserved[64];
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU end to end through a real mooncaked: the CUDA device_transport_example
-# (pair and all-to-all, both handle kinds), a SIGKILLed rank reported LOST,
+# (pair and all-to-all, both handle kinds; the RDMA route through softnic,
+# and mixed routes), a SIGKILLed rank reported LOST,
 # mcctl views of a live CUDA group, and Communicator setup time.
 # Called by tests/gpu/run.sh; prints "N passed, N failed, N skipped" last.
 #   tests/gpu/daemon_e2e.sh BIN_DIR
@@ -91,6 +92,67 @@ for n in 2 4; do
   check "all-to-all $n ranks, $layout (failed ranks: $rcs)" $rcs
   rm -f "$tmp"/a*
 done
+
+# The RDMA route from CUDA kernels: the kernels write mlx5 WQEs into
+# host-pinned rings and ring doorbell records; softnic in mooncaked executes
+# them on the GPU buffers it imported from the ranks' VMM fds.
+for bytes in 1 4097 67108867; do
+  "${ex[@]}" --group "rdma-pair-$bytes" --rank 0 --world-size 2 --device "$(gpu_of 0)" --route rdma --bytes $bytes >"$tmp/r0" 2>&1 &
+  p0=$!
+  "${ex[@]}" --group "rdma-pair-$bytes" --rank 1 --world-size 2 --device "$(gpu_of 1)" --route rdma --bytes $bytes >"$tmp/r1" 2>&1
+  r1=$?
+  wait $p0; r0=$?
+  cat "$tmp/r0" "$tmp/r1"
+  check "RDMA (softnic) pair $bytes B from CUDA kernels: rank0 rc=$r0 rank1 rc=$r1" \
+    $([[ $r0 -eq 0 && $r1 -eq 0 ]] && grep -q PASS "$tmp/r1"; echo $?)
+done
+for n in 2 4; do
+  rcs=0
+  for r in $(seq 0 $((n - 1))); do
+    "${ex[@]}" --group "rdma-a2a-$n" --rank $r --world-size $n --device "$(gpu_of $r)" --mode all2all --route rdma --bytes 1048583 >"$tmp/a$r" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rcs=$((rcs + 1)); done
+  pids=()
+  cat "$tmp"/a*
+  check "RDMA (softnic) all-to-all $n ranks from CUDA kernels (failed ranks: $rcs)" $rcs
+  rm -f "$tmp"/a*
+done
+# mixed routes: ranks 0 and 1 over RDMA, every other pair over P2P
+rcs=0
+for r in 0 1 2 3; do
+  extra=()
+  [[ $r -eq 0 ]] && extra=(--rdma-peers 1)
+  [[ $r -eq 1 ]] && extra=(--rdma-peers 0)
+  "${ex[@]}" --group "mixed" --rank $r --world-size 4 --device "$(gpu_of $r)" --mode all2all --bytes 65539 "${extra[@]}" >"$tmp/a$r" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || rcs=$((rcs + 1)); done
+pids=()
+cat "$tmp"/a*
+check "mixed routes (an RDMA pair inside a P2P group), 4 ranks (failed ranks: $rcs)" $rcs
+rm -f "$tmp"/a*
+# a live RDMA group: QPs and GPU memory regions in mcctl, gone after SIGKILL
+"${ex_bare[@]}" --group rdma-watch --rank 0 --world-size 2 --device "$(gpu_of 0)" --route rdma --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &
+w0=$!
+"${ex_bare[@]}" --group rdma-watch --rank 1 --world-size 2 --device "$(gpu_of 1)" --route rdma --mode watch --timeout-ms 30000 >"$tmp/w1" 2>&1 &
+w1=$!
+pids+=($w0 $w1)
+for _ in $(seq 200); do grep -q READY "$tmp/w0" && grep -q READY "$tmp/w1" && break; sleep 0.05; done
+mcctl qps
+mcctl mrs
+nq=$(mcctl qps --json | grep -o '"qpn"' | wc -l)
+ncuda=$(mcctl mrs --json | grep -o '"cuda-vmm"' | wc -l)
+check "mcctl qps lists the live RDMA group's 2 QPs (found $nq)" $([[ $nq -eq 2 ]]; echo $?)
+check "mcctl mrs lists both GPU buffers as cuda-vmm regions (found $ncuda)" $([[ $ncuda -eq 2 ]]; echo $?)
+kill -KILL $w1
+sleep 1
+nq=$(mcctl qps --json | grep -o '"qpn"' | wc -l)
+check "1 s after SIGKILL only the survivor's QP is left (found $nq)" $([[ $nq -le 1 ]]; echo $?)
+wait $w0; rw0=$?
+cat "$tmp/w0"
+check "RDMA watch: SIGKILLed rank reported lost" $([[ $rw0 -eq 0 ]] && grep -q 'EVENT lost rank 1' "$tmp/w0"; echo $?)
+pids=()
 
 # a live CUDA group in mcctl, then SIGKILL one rank: the other is told
 "${ex_bare[@]}" --group watch --rank 0 --world-size 2 --device "$(gpu_of 0)" --mode watch --timeout-ms 30000 >"$tmp/w0" 2>&1 &

@@ -20,7 +20,7 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa,nvlink
+#                     env,tests,sanitizer,daemon,rdma,latency,put,nvshmem,nccl_lsa,nvlink
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   MC_STEP_TIMEOUT   seconds one step may run (default 900)
@@ -41,7 +41,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,latency,put,nvshmem,nccl_lsa,nvlink},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,rdma,latency,put,nvshmem,nccl_lsa,nvlink},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -215,6 +215,28 @@ if want daemon; then
   if [[ -z "$nf" ]]; then bad 1 "daemon_e2e.sh (no summary)"; elif [[ $nf -gt 0 ]]; then bad "$nf" "daemon_e2e.sh"; fi
   while IFS= read -r why; do skip 1 "daemon_e2e.sh: $why"; done < <(sed -n 's/^skip - //p' "$out")
   rm -f "$out"
+fi
+
+# The RDMA route's benchmarks (one GPU): post rate against a softnic in sink
+# mode, then WRITE bandwidth and mc_signal latency against a normal one.
+if want rdma; then
+  section "rdma_bench"
+  if [[ ! -x "$bin/rdma_bench" ]]; then
+    bad 1 "rdma_bench missing from $bin"
+  else
+    rtmp=$(mktemp -d /tmp/mc-rdma-bench.XXXXXX)
+    echo "softnic_sink = true" >"$rtmp/sink.conf"
+    for mode in post bw lat; do
+      conf=()
+      [[ $mode == post ]] && conf=(--config "$rtmp/sink.conf")
+      "$bin/mooncaked" --socket "$rtmp/d.sock" --node-id rdma-bench --log-level warning "${conf[@]}" 2>"$rtmp/daemon.log" &
+      dpid=$!
+      for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
+      if timed "$bin/rdma_bench" --socket "$rtmp/d.sock" $mode; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi
+      kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
+    done
+    rm -rf "$rtmp"
+  fi
 fi
 
 # The P2P benchmarks measure GPU0 -> GPU1 in one process (peer access between

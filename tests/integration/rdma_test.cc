@@ -202,5 +202,22 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
   EXPECT_LE(fds_after, fds_before);
 }
 
+// A daemon restart tears down the RDMA resources it owned (softnic runs in
+// it): ranks holding QPs are told at once and exit with a clear error
+// instead of hanging (their posts would time out, kTimedOut, not hang).
+TEST(RdmaRoute, DaemonStopIsReportedToRanksHoldingQps) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "rdma-restart", 2,
+                          {{"--route", "rdma", "--mode", "watch", "--timeout-ms", "30000"}});
+  ASSERT_FALSE(ranks[0].WaitForLine("READY", 30000).empty()) << ranks[0].output();
+  ASSERT_FALSE(ranks[1].WaitForLine("READY", 30000).empty()) << ranks[1].output();
+  EXPECT_EQ(daemon.Stop(), 0);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(10000), 2) << r.output();
+    EXPECT_NE(r.output().find("lost the daemon"), std::string::npos) << r.output();
+  }
+}
+
 }  // namespace
 }  // namespace mooncake::testing

@@ -215,10 +215,12 @@ class MOONCAKE_API Client {
   // RDMA (rdma.proto). Everything created here belongs to this session and
   // is destroyed by the daemon when the session ends.
   absl::StatusOr<RdmaNodeInfo> rdmaInfo();
-  // Registers [offset, offset + length) of `fd` (a memfd sealed with
-  // F_SEAL_SHRINK, borrowed) at address `iova`.
+  // Registers [offset, offset + length) of `fd` (borrowed) at address
+  // `iova`. kind "memfd": a memfd sealed with F_SEAL_SHRINK; "cuda-vmm-fd":
+  // the POSIX fd of a cuMem allocation (GPU memory).
   absl::StatusOr<RdmaKeys> registerMemory(int fd, uint64_t iova, uint64_t length, uint64_t offset,
-                                          bool remote_write, bool remote_atomic);
+                                          bool remote_write, bool remote_atomic,
+                                          const std::string& kind = "memfd");
   absl::Status deregisterMemory(uint32_t lkey);
   // Creates one QP per layout with rings in `control_fd` (sealed memfd of
   // `control_bytes`, borrowed). Returns the QP numbers in layout order.

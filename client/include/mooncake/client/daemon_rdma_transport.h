@@ -16,8 +16,15 @@
 //   t->connectEndpoints(rank, peer_endpoints);        // RESET -> RTS
 //   ctx.ibgda = t->ibgdaContext();
 //
-// Platforms: host (CPU threads post) is built; CUDA (kernels post into
-// host-pinned control memory, GPU data registered from its VMM fd) follows.
+// Platforms (DaemonRdmaOptions::cuda):
+//   host  CPU threads post; every table is host memory.
+//   CUDA  kernels post. The control memory is the same sealed memfd, pinned
+//         and mapped for the GPU (cuMemHostRegister), so softnic reads the
+//         WQEs the GPU writes; the QP contexts (whose posting counters the
+//         GPU updates with atomics) and the raddr/rkey tables are device
+//         memory; the data buffer is registered from its cuMem VMM fd
+//         (registerMemoryFd with kind "cuda-vmm-fd"). Works in the CUDA
+//         context current at Create.
 // Upstream methods return 0 on success and keep the reason of a failure in
 // lastError(). Not thread-safe (setup happens on one thread); the device
 // side is safe from any number of threads.
@@ -42,6 +49,7 @@ struct DaemonRdmaOptions {
   // How long a kernel waits for ring space or completions before the QP is
   // declared stalled (kTimedOut). Zero: forever.
   uint64_t timeout_ns = 10'000'000'000ull;
+  bool cuda = false;  // kernels post (see the header comment)
 };
 
 class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
@@ -69,14 +77,16 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
                    const std::vector<int64_t>& interface_ids,
                    const std::vector<int>& active_ranks_mask) override;
   device::RdmaLocalMetadata localMetadata() const override;
-  void* raddrsPtr() override { return raddrs_.data(); }
-  void* rkeysPtr() override { return rkeys_.data(); }
-  void* qpDevCtxsPtr() override { return qps_; }
+  void* raddrsPtr() override;
+  void* rkeysPtr() override;
+  void* qpDevCtxsPtr() override;
   bool isRoce() const override { return info_.is_roce; }
   int gidIndex() const override { return static_cast<int>(info_.gid_index); }
 
   // ---- (not upstream) ----
-  absl::Status registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset);
+  // kind: "memfd" (host) or "cuda-vmm-fd" (GPU memory, the cuMem POSIX fd).
+  absl::Status registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset,
+                                const std::string& kind = "memfd");
   // QPs toward the peers whose mask entry is nonzero (self is skipped).
   absl::Status createQueuePairsFor(const std::vector<int>& peer_mask);
   // What this rank publishes with its group join.
@@ -96,6 +106,9 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   DaemonRdmaTransport(Client* client, DaemonRdmaOptions options, RdmaNodeInfo info);
   int Fail(absl::Status s);
   void ReleaseQueues();
+  // CUDA: copies the QP contexts / the raddr and rkey tables to the device.
+  absl::Status PublishQps();
+  absl::Status PublishTables();
 
   Client* const client_;
   const DaemonRdmaOptions options_;
@@ -117,6 +130,11 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   std::vector<uint32_t> qpns_;            // same indexing; 0 = none
   std::vector<uint64_t> raddrs_;
   std::vector<uint32_t> rkeys_;
+  // CUDA only: the driver, the control memory as the GPU addresses it, and
+  // device copies of the tables (0 when not allocated).
+  std::shared_ptr<void> cuda_;  // drivers::CudaDriver, kept opaque here
+  uint64_t control_dev_ = 0;
+  uint64_t qps_dev_ = 0, raddrs_dev_ = 0, rkeys_dev_ = 0;
 };
 
 }  // namespace mooncake

@@ -96,6 +96,9 @@ inline constexpr CuResult kCudaErrorPeerAccessUnsupported = 217;
 inline constexpr CuResult kCudaErrorOperatingSystem = 304;
 inline constexpr CuResult kCudaErrorInvalidHandle = 400;
 inline constexpr CuResult kCudaErrorNotFound = 500;
+inline constexpr CuResult kCudaErrorIllegalAddress = 700;
+inline constexpr CuResult kCudaErrorHostMemoryAlreadyRegistered = 712;
+inline constexpr CuResult kCudaErrorHostMemoryNotRegistered = 713;
 inline constexpr CuResult kCudaErrorNotPermitted = 800;
 inline constexpr CuResult kCudaErrorNotSupported = 801;
 inline constexpr CuResult kCudaErrorSystemDriverMismatch = 803;
@@ -137,6 +140,12 @@ inline constexpr int kCuMemAllocGranularityMinimum = 0;
 inline constexpr int kCuMemAllocGranularityRecommended = 1;
 // CUipcMem_flags: cuIpcOpenMemHandle enables peer access on demand.
 inline constexpr unsigned kCuIpcMemLazyEnablePeerAccess = 1;
+// CU_MEMHOSTREGISTER_* flags of memHostRegister: pinned for every context
+// (PORTABLE), mapped into the device address space (DEVICEMAP; implied on
+// unified addressing), an I/O range such as a NIC's UAR page (IOMEMORY).
+inline constexpr unsigned kCuMemHostRegisterPortable = 0x01;
+inline constexpr unsigned kCuMemHostRegisterDeviceMap = 0x02;
+inline constexpr unsigned kCuMemHostRegisterIoMemory = 0x04;
 
 // CUmemLocation: where memory lives (`type` kCuMemLocationTypeDevice, `id`
 // the device ordinal).
@@ -228,6 +237,19 @@ class CudaDriver {
   virtual CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) = 0;
   virtual CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) = 0;
   virtual CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) = 0;
+  // Copies between any two device-visible addresses (unified addressing:
+  // the driver infers each side's memory type from the pointer), and device
+  // to device. Device-to-device copies return before the copy is done; a
+  // caller that needs the bytes in place calls ctxSynchronize().
+  virtual CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = 0;
+  virtual CuResult memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) = 0;
+
+  // Host memory the GPU reaches: page-locks [p, p + bytes) for the current
+  // context (flags: kCuMemHostRegister*), and the device address kernels use
+  // for a registered host address (flags must be 0).
+  virtual CuResult memHostRegister(void* p, size_t bytes, unsigned flags) = 0;
+  virtual CuResult memHostUnregister(void* p) = 0;
+  virtual CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) = 0;
 
   // Legacy IPC: a memAlloc allocation named to other processes by 64 bytes.
   virtual CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) = 0;

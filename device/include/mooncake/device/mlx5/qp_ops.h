@@ -117,7 +117,9 @@ MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
     if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
     mc_spin_backoff(&spins);
   }
-  mc_fence_sc_sys();  // the WQE is visible before the doorbell record says so
+  // A system-scope release: this WQE (and, through the acquire of
+  // ready_head above, every earlier one) is visible before the doorbell
+  // record says so. No separate fence: it cost a PCIe round trip per post.
   mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr], mlx5::be32(static_cast<uint32_t>(idx + 1) & 0xffffu));
   if (qp->bf_reg != nullptr) {
     mc_st_mmio64(qp->bf_reg, (static_cast<uint64_t>(wqe.word[1]) << 32) | wqe.word[0]);

@@ -1,0 +1,308 @@
+// The RDMA route from CUDA kernels, through a real mooncaked and softnic, on
+// one GPU. Both ranks run in this process (two threads, two Communicators,
+// two sessions, one CUDA context, so their kernels run side by side).
+//
+//   rdma_bench --socket S post   WQEs posted per second, one warp and a full
+//                                grid (the daemon must run with softnic_sink =
+//                                true: WQEs complete without moving data, so
+//                                the GPU post path is measured alone; the
+//                                rings are deep enough that no post waits)
+//   rdma_bench --socket S bw     softnic WRITE bandwidth GPU->GPU, 4 KiB to
+//                                64 MiB, beside cudaMemcpyAsync of the same
+//                                sizes (device to device)
+//   rdma_bench --socket S lat    one-way latency of mc_signal over RDMA
+//                                (ping-pong / 2), beside mc_signal over P2P
+//
+// Prints one table per test; exits non-zero on any error.
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.cuh"
+#include "mooncake/client/communicator.h"
+#include "mooncake/device/comm_device.h"
+
+using mooncake::device::CommCtx;
+using mooncake::device::McCmp;
+using mooncake::device::McPeer;
+using mooncake::device::McStatus;
+
+namespace {
+
+constexpr int kQps = 32;           // channels to the peer: one per lane of the warp
+constexpr uint32_t kDepth = 8192;  // WQEs per QP: no post in the timed runs waits for space
+
+__global__ void PostKernel(CommCtx ctx, uint64_t* dst_sym, int per_thread, int* status) {
+  const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+  McPeer peer = mooncake::device::mc_peer(ctx, 1, static_cast<int>(tid % kQps));
+  uint64_t v = tid;
+  for (int i = 0; i < per_thread; ++i) {
+    McStatus st = mooncake::device::mc_put_thread(peer, dst_sym + (tid & 1023), &v, sizeof(v));
+    if (st != McStatus::kOk) {
+      atomicExch(status, static_cast<int>(st));
+      return;
+    }
+  }
+}
+
+__global__ void QuietKernel(CommCtx ctx, int* status) {
+  McStatus st = mooncake::device::mc_quiet(ctx);
+  if (st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
+}
+
+__global__ void PutQuietKernel(CommCtx ctx, uint8_t* dst_sym, const uint8_t* src, size_t n,
+                               int iters, int* status) {
+  McPeer peer = mooncake::device::mc_peer(ctx, 1);
+  for (int i = 0; i < iters; ++i) {
+    McStatus st = mooncake::device::mc_put_thread(peer, dst_sym, src, n);
+    if (st == McStatus::kOk) st = mooncake::device::mc_quiet(ctx);
+    if (st != McStatus::kOk) {
+      atomicExch(status, static_cast<int>(st));
+      return;
+    }
+  }
+}
+
+// Ping-pong: `me` signals the peer's flag with i and waits for its own to
+// reach i; the responder does the opposite. Reports the total time.
+__global__ void PingPongKernel(CommCtx ctx, int peer_rank, uint64_t* flag_sym, int iters,
+                               bool initiator, unsigned long long* ns, int* status) {
+  McPeer peer = mooncake::device::mc_peer(ctx, peer_rank);
+  const uint64_t t0 = mooncake::device::mc_time_ns();
+  for (int i = 1; i <= iters; ++i) {
+    if (!initiator) mooncake::device::mc_wait_until(flag_sym, McCmp::kGe, uint64_t(i));
+    McStatus st = mooncake::device::mc_signal(peer, flag_sym, uint64_t(i));
+    if (st != McStatus::kOk) {
+      atomicExch(status, static_cast<int>(st));
+      return;
+    }
+    if (initiator) mooncake::device::mc_wait_until(flag_sym, McCmp::kGe, uint64_t(i));
+  }
+  *ns = mooncake::device::mc_time_ns() - t0;
+  mooncake::device::mc_quiet(ctx);
+}
+
+struct Rank {
+  std::unique_ptr<mooncake::Communicator> comm;
+  std::string error;
+};
+
+// Creates ranks 0 and 1 of `group` concurrently (the rendezvous needs both).
+bool MakePair(const std::string& socket, const std::string& group, mooncake::Route route,
+              size_t bytes, Rank ranks[2]) {
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r) {
+    t[r] = std::thread([&, r] {
+      cudaSetDevice(0);
+      mooncake::CommunicatorOptions o;
+      o.socket_path = socket;
+      o.group = group;
+      o.rank = r;
+      o.world_size = 2;
+      o.buffer_bytes = bytes;
+      o.platform = mooncake::Platform::kCuda;
+      o.cuda_handle = mooncake::device::CudaHandleKind::kVmmPosixFd;
+      o.route = route;
+      o.qps_per_peer = kQps;
+      o.rdma_sq_depth = kDepth;
+      auto c = mooncake::Communicator::Create(o);
+      if (c.ok()) {
+        ranks[r].comm = *std::move(c);
+      } else {
+        ranks[r].error = std::string(c.status().message());
+      }
+    });
+  }
+  for (auto& th : t) th.join();
+  for (int r = 0; r < 2; ++r) {
+    if (!ranks[r].comm) {
+      std::fprintf(stderr, "rank %d setup failed: %s\n", r, ranks[r].error.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+int CheckStatus(int* status, const char* what) {
+  int st = 0;
+  BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+  if (st != 0) std::fprintf(stderr, "%s: McStatus %d\n", what, st);
+  return st;
+}
+
+int Post(const std::string& socket) {
+  Rank ranks[2];
+  if (!MakePair(socket, "rdma-bench-post", mooncake::Route::kRdma, 1 << 20, ranks)) return 2;
+  const CommCtx ctx = ranks[0].comm->ctx();
+  auto* dst = static_cast<uint64_t*>(ranks[0].comm->buffer());
+  int* status = nullptr;
+  BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
+  BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  int sms = 0;
+  BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  struct Shape {
+    const char* name;
+    int blocks, threads;
+  };
+  const Shape shapes[] = {{"one warp (32 threads, 32 QPs)", 1, 32},
+                          {"one block (256 threads)", 1, 256},
+                          {"full grid (SMs x 256 threads)", sms, 256}};
+  std::printf(
+      "\nWQEs posted per second from CUDA threads (inline 8-byte WRITEs, %d QPs of %u "
+      "WQEs, softnic sink)\n",
+      kQps, kDepth);
+  std::printf("%-34s %12s %12s %14s\n", "shape", "WQEs", "ms (median)", "M WQEs/s");
+  for (const Shape& s : shapes) {
+    const int threads = s.blocks * s.threads;
+    // Per QP at most kDepth WQEs per run: no post ever waits for ring space.
+    const int per_qp_threads = (threads + kQps - 1) / kQps;
+    const int per_thread = std::max(1, static_cast<int>(kDepth) / per_qp_threads - 1);
+    const double wqes = double(threads) * per_thread;
+    std::vector<double> ms;
+    for (int rep = 0; rep < 7; ++rep) {
+      BENCH_CUDA(cudaEventRecord(a));
+      PostKernel<<<s.blocks, s.threads>>>(ctx, dst, per_thread, status);
+      BENCH_CUDA(cudaEventRecord(b));
+      BENCH_CUDA(cudaEventSynchronize(b));
+      float t = 0;
+      BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+      // Drain (untimed): every WQE completes before the next run.
+      QuietKernel<<<1, 1>>>(ctx, status);
+      BENCH_CUDA(cudaDeviceSynchronize());
+      if (CheckStatus(status, s.name) != 0) return 1;
+      if (rep > 0) ms.push_back(t);
+    }
+    const double m = mcbench::median(ms);
+    std::printf("%-34s %12.0f %12.3f %14.1f\n", s.name, wqes, m, wqes / (m * 1e-3) / 1e6);
+  }
+  return 0;
+}
+
+int Bandwidth(const std::string& socket) {
+  // 256 MiB buffers fail to register today (the daemon's cuMemMap of the
+  // imported allocation answers NOT_SUPPORTED above ~134 MiB: see
+  // bench/results/2026-12-01-h200-rdma.md); measured up to 64 MiB meanwhile.
+  const size_t max_bytes = 64ull << 20;
+  Rank ranks[2];
+  if (!MakePair(socket, "rdma-bench-bw", mooncake::Route::kRdma, max_bytes, ranks)) return 2;
+  const CommCtx ctx = ranks[0].comm->ctx();
+  auto* buf = static_cast<uint8_t*>(ranks[0].comm->buffer());
+  int* status = nullptr;
+  BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
+  BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+  uint8_t *x = nullptr, *y = nullptr;
+  BENCH_CUDA(cudaMalloc(&x, max_bytes));
+  BENCH_CUDA(cudaMalloc(&y, max_bytes));
+  cudaEvent_t a, b;
+  BENCH_CUDA(cudaEventCreate(&a));
+  BENCH_CUDA(cudaEventCreate(&b));
+  std::printf(
+      "\nGPU -> GPU WRITE through softnic (one WQE + mc_quiet per op) vs cudaMemcpyAsync "
+      "D2D, same GPU\n");
+  std::printf("%-10s %14s %14s %14s %14s\n", "size", "softnic us/op", "softnic GB/s",
+              "memcpy us/op", "memcpy GB/s");
+  for (size_t n = 4096; n <= max_bytes; n *= 4) {
+    const int iters = n <= (1 << 20) ? 50 : 5;
+    std::vector<double> soft, copy;
+    for (int rep = 0; rep < 5; ++rep) {
+      float t = 0;
+      BENCH_CUDA(cudaEventRecord(a));
+      // From this rank's buffer to the same offset of the peer's.
+      PutQuietKernel<<<1, 1>>>(ctx, buf, buf, n, iters, status);
+      BENCH_CUDA(cudaEventRecord(b));
+      BENCH_CUDA(cudaEventSynchronize(b));
+      BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+      soft.push_back(t * 1e3 / iters);
+      BENCH_CUDA(cudaEventRecord(a));
+      for (int i = 0; i < iters; ++i)
+        BENCH_CUDA(cudaMemcpyAsync(y, x, n, cudaMemcpyDeviceToDevice));
+      BENCH_CUDA(cudaEventRecord(b));
+      BENCH_CUDA(cudaEventSynchronize(b));
+      BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+      copy.push_back(t * 1e3 / iters);
+    }
+    if (CheckStatus(status, "bw") != 0) return 1;
+    const double s = mcbench::median(soft), c = mcbench::median(copy);
+    std::printf("%-10s %14.1f %14.2f %14.1f %14.2f\n", mcbench::sizeName(n).c_str(), s,
+                n / (s * 1e3), c, n / (c * 1e3));
+  }
+  return 0;
+}
+
+double PingPongUs(Rank ranks[2], int iters, int* status) {
+  unsigned long long* ns = nullptr;
+  BENCH_CUDA(cudaMalloc(&ns, 2 * sizeof(unsigned long long)));
+  cudaStream_t st[2];
+  for (auto& s : st) BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto* f0 = static_cast<uint64_t*>(ranks[0].comm->buffer());
+  auto* f1 = static_cast<uint64_t*>(ranks[1].comm->buffer());
+  BENCH_CUDA(cudaMemset(f0, 0, 8));
+  BENCH_CUDA(cudaMemset(f1, 0, 8));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  PingPongKernel<<<1, 1, 0, st[1]>>>(ranks[1].comm->ctx(), 0, f1, iters, false, ns + 1, status);
+  PingPongKernel<<<1, 1, 0, st[0]>>>(ranks[0].comm->ctx(), 1, f0, iters, true, ns, status);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  unsigned long long total = 0;
+  BENCH_CUDA(cudaMemcpy(&total, ns, sizeof(total), cudaMemcpyDeviceToHost));
+  for (auto& s : st) cudaStreamDestroy(s);
+  cudaFree(ns);
+  return total / 1e3 / iters / 2;
+}
+
+int Latency(const std::string& socket) {
+  int* status = nullptr;
+  BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
+  BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+  std::printf("\nmc_signal one-way latency (ping-pong / 2), two ranks on GPU 0\n");
+  std::printf("%-34s %12s\n", "route", "us (median)");
+  const struct {
+    const char* name;
+    mooncake::Route route;
+    int iters;
+  } routes[] = {{"RDMA (softnic, host-pinned rings)", mooncake::Route::kRdma, 200},
+                {"P2P (load/store)", mooncake::Route::kP2p, 10000}};
+  for (const auto& r : routes) {
+    Rank ranks[2];
+    if (!MakePair(socket, std::string("rdma-bench-lat-") + r.name[0], r.route, 1 << 20, ranks)) {
+      return 2;
+    }
+    std::vector<double> us;
+    for (int rep = 0; rep < 5; ++rep) us.push_back(PingPongUs(ranks, r.iters, status));
+    if (CheckStatus(status, r.name) != 0) return 1;
+    std::printf("%-34s %12.2f\n", r.name, mcbench::median(us));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string socket, test;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--socket" && i + 1 < argc) {
+      socket = argv[++i];
+    } else {
+      test = a;
+    }
+  }
+  if (test != "post" && test != "bw" && test != "lat") {
+    std::fprintf(stderr, "usage: rdma_bench [--socket S] post|bw|lat\n");
+    return 64;
+  }
+  BENCH_CUDA(cudaSetDevice(0));
+  BENCH_CUDA(cudaFree(nullptr));
+  mcbench::printDevice(0);
+  if (test == "post") return Post(socket);
+  if (test == "bw") return Bandwidth(socket);
+  return Latency(socket);
+}

@@ -141,7 +141,8 @@ struct DaemonCore {
   daemon::SessionRegistry sessions{8};
   daemon::FdBroker fds{absl::Seconds(600), &sessions, daemon::FdLimits{48, 96}};
   daemon::GroupBroker broker{"node-a", MakeTopology(), SmallLimits(), &sessions, &fds};
-  daemon::SessionLifecycle lifecycle{&sessions, &fds, &broker};
+  // RDMA resources are not driven by these fuzzers (rdma = null).
+  daemon::SessionLifecycle lifecycle{&sessions, &fds, /*rdma=*/nullptr, &broker};
   int next_conn = 1000;
   std::vector<std::shared_ptr<JoinOutcome>> joins;  // this input's
 

@@ -12,6 +12,10 @@
 //                                sizes (device to device)
 //   rdma_bench --socket S lat    one-way latency of mc_signal over RDMA
 //                                (ping-pong / 2), beside mc_signal over P2P
+//   rdma_bench --socket S check  GPU checks of the RDMA route (ok/FAIL lines):
+//                                256 posters through a 64-WQE ring, a posting
+//                                kernel replayed 100 times from a CUDA graph,
+//                                an error completion seen by the kernel
 //
 // Prints one table per test; exits non-zero on any error.
 #include <cuda_runtime.h>
@@ -283,6 +287,145 @@ int Latency(const std::string& socket) {
   return 0;
 }
 
+// ---- checks (run by tests/gpu/run.sh; exit non-zero on any failure) --------
+
+// Every thread writes its own 8-byte word at the peer, `rounds` times,
+// through one QP with a small ring: posters wait for ring space (back-
+// pressure) while softnic drains it.
+__global__ void ManyPostersKernel(CommCtx ctx, uint64_t* words_sym, int rounds, int* status) {
+  const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
+  McPeer peer = mooncake::device::mc_peer(ctx, 1);
+  for (int r = 1; r <= rounds; ++r) {
+    uint64_t v = (uint64_t(tid) << 16) | uint64_t(r);
+    McStatus st = mooncake::device::mc_put_thread(peer, words_sym + tid, &v, sizeof(v));
+    if (st != McStatus::kOk) {
+      atomicExch(status, static_cast<int>(st));
+      return;
+    }
+  }
+}
+
+__global__ void CountWordsKernel(const uint64_t* words, unsigned n, int rounds,
+                                 unsigned long long* bad) {
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    if (words[i] != ((uint64_t(i) << 16) | uint64_t(rounds))) atomicAdd(bad, 1ull);
+  }
+}
+
+// A put past the end of the peer's registered buffer: the responder
+// rejects it, the kernel sees kRdmaError from mc_quiet.
+__global__ void BadPutKernel(CommCtx ctx, uint8_t* past_end_sym, const uint8_t* src, int* status) {
+  McStatus st = mooncake::device::mc_put_thread(ctx, 1, past_end_sym, src, 4096);
+  McStatus q = mooncake::device::mc_quiet(ctx);
+  *status = static_cast<int>(st == McStatus::kOk ? q : st);
+}
+
+__global__ void AddKernel(CommCtx ctx, unsigned long long* counter_sym, int* status) {
+  McStatus st = mooncake::device::mc_red_add(ctx, 1, counter_sym, 1ull);
+  if (st == McStatus::kOk) st = mooncake::device::mc_quiet(ctx);
+  if (st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
+}
+
+int Checks(const std::string& socket) {
+  int failures = 0;
+  auto report = [&](bool ok, const std::string& what) {
+    std::printf("%s - %s\n", ok ? "ok  " : "FAIL", what.c_str());
+    failures += ok ? 0 : 1;
+  };
+  const size_t bytes = 1 << 20;
+  int* status = nullptr;
+  unsigned long long* bad = nullptr;
+  BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
+  BENCH_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
+  {
+    // A 64-WQE ring per QP and 256 threads posting 4 rounds each through
+    // one QP: 1024 WQEs, 16 times the ring.
+    Rank ranks[2];
+    std::thread t[2];
+    for (int r = 0; r < 2; ++r) {
+      t[r] = std::thread([&, r] {
+        cudaSetDevice(0);
+        mooncake::CommunicatorOptions o;
+        o.socket_path = socket;
+        o.group = "rdma-check-backpressure";
+        o.rank = r;
+        o.world_size = 2;
+        o.buffer_bytes = bytes;
+        o.platform = mooncake::Platform::kCuda;
+        o.cuda_handle = mooncake::device::CudaHandleKind::kVmmPosixFd;
+        o.route = mooncake::Route::kRdma;
+        o.rdma_sq_depth = 64;
+        auto c = mooncake::Communicator::Create(o);
+        if (c.ok())
+          ranks[r].comm = *std::move(c);
+        else
+          ranks[r].error = std::string(c.status().message());
+      });
+    }
+    for (auto& th : t) th.join();
+    if (!ranks[0].comm || !ranks[1].comm) {
+      report(false, "setup: " + ranks[0].error + ranks[1].error);
+      return 1;
+    }
+    const CommCtx ctx = ranks[0].comm->ctx();
+    auto* words = static_cast<uint64_t*>(ranks[0].comm->buffer());
+    const unsigned n = 256;
+    const int rounds = 4;
+    BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+    ManyPostersKernel<<<1, n>>>(ctx, words, rounds, status);
+    QuietKernel<<<1, 1>>>(ctx, status);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    int st = 0;
+    BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
+    CountWordsKernel<<<1, 256>>>(static_cast<const uint64_t*>(ranks[1].comm->buffer()), n, rounds,
+                                 bad);
+    unsigned long long nbad = 0;
+    BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+    report(st == 0 && nbad == 0,
+           "256 threads x 4 puts through one 64-WQE ring (back-pressure): status " +
+               std::to_string(st) + ", wrong words " + std::to_string(nbad));
+
+    // A posting kernel captured in a CUDA graph and replayed 100 times.
+    auto* counter = reinterpret_cast<unsigned long long*>(words + 1024);
+    cudaStream_t s;
+    BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+    BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    AddKernel<<<1, 1, 0, s>>>(ctx, counter, status);
+    BENCH_CUDA(cudaStreamEndCapture(s, &graph));
+    BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 100; ++i) BENCH_CUDA(cudaGraphLaunch(exec, s));
+    BENCH_CUDA(cudaStreamSynchronize(s));
+    unsigned long long seen = 0;
+    BENCH_CUDA(cudaMemcpy(&seen,
+                          reinterpret_cast<unsigned long long*>(
+                              static_cast<uint64_t*>(ranks[1].comm->buffer()) + 1024),
+                          sizeof(seen), cudaMemcpyDeviceToHost));
+    BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+    report(st == 0 && seen == 100,
+           "mc_red_add kernel in a CUDA graph replayed 100 times: peer "
+           "counter " +
+               std::to_string(seen) + ", status " + std::to_string(st));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+
+    // An error completion reaches the kernel.
+    BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+    BadPutKernel<<<1, 1>>>(ctx, reinterpret_cast<uint8_t*>(words) + bytes + (4 << 20),
+                           reinterpret_cast<const uint8_t*>(words), status);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+    report(st == static_cast<int>(McStatus::kRdmaError),
+           "a put outside the peer's region: the kernel's mc_quiet returns kRdmaError (got " +
+               std::to_string(st) + ")");
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,8 +438,8 @@ int main(int argc, char** argv) {
       test = a;
     }
   }
-  if (test != "post" && test != "bw" && test != "lat") {
-    std::fprintf(stderr, "usage: rdma_bench [--socket S] post|bw|lat\n");
+  if (test != "post" && test != "bw" && test != "lat" && test != "check") {
+    std::fprintf(stderr, "usage: rdma_bench [--socket S] post|bw|lat|check\n");
     return 64;
   }
   BENCH_CUDA(cudaSetDevice(0));
@@ -304,5 +447,6 @@ int main(int argc, char** argv) {
   mcbench::printDevice(0);
   if (test == "post") return Post(socket);
   if (test == "bw") return Bandwidth(socket);
+  if (test == "check") return Checks(socket);
   return Latency(socket);
 }

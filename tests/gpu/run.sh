@@ -226,7 +226,7 @@ if want rdma; then
   else
     rtmp=$(mktemp -d /tmp/mc-rdma-bench.XXXXXX)
     echo "softnic_sink = true" >"$rtmp/sink.conf"
-    for mode in post bw lat; do
+    for mode in check post bw lat; do
       conf=()
       [[ $mode == post ]] && conf=(--config "$rtmp/sink.conf")
       "$bin/mooncaked" --socket "$rtmp/d.sock" --node-id rdma-bench --log-level warning "${conf[@]}" 2>"$rtmp/daemon.log" &

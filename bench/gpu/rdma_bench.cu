@@ -8,7 +8,7 @@
 //                                the GPU post path is measured alone; the
 //                                rings are deep enough that no post waits)
 //   rdma_bench --socket S bw     softnic WRITE bandwidth GPU->GPU, 4 KiB to
-//                                64 MiB, beside cudaMemcpyAsync of the same
+//                                256 MiB, beside cudaMemcpyAsync of the same
 //                                sizes (device to device)
 //   rdma_bench --socket S lat    one-way latency of mc_signal over RDMA
 //                                (ping-pong / 2), beside mc_signal over P2P
@@ -192,10 +192,7 @@ int Post(const std::string& socket) {
 }
 
 int Bandwidth(const std::string& socket) {
-  // 256 MiB buffers fail to register today (the daemon's cuMemMap of the
-  // imported allocation answers NOT_SUPPORTED above ~134 MiB: see
-  // bench/results/2026-12-01-h200-rdma.md); measured up to 64 MiB meanwhile.
-  const size_t max_bytes = 64ull << 20;
+  const size_t max_bytes = 256ull << 20;
   Rank ranks[2];
   if (!MakePair(socket, "rdma-bench-bw", mooncake::Route::kRdma, max_bytes, ranks)) return 2;
   const CommCtx ctx = ranks[0].comm->ctx();

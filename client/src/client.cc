@@ -635,7 +635,8 @@ absl::StatusOr<RdmaNodeInfo> Client::rdmaInfo() {
 
 absl::StatusOr<RdmaKeys> Client::registerMemory(int fd, uint64_t iova, uint64_t length,
                                                 uint64_t offset, bool remote_write,
-                                                bool remote_atomic, const std::string& kind) {
+                                                bool remote_atomic, const std::string& kind,
+                                                uint64_t allocation_bytes) {
   MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({fd}));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
@@ -643,6 +644,7 @@ absl::StatusOr<RdmaKeys> Client::registerMemory(int fd, uint64_t iova, uint64_t 
   v1::RegisterMemoryRequest req;
   req.set_fd_ticket(ticket);
   req.set_kind(kind);
+  req.set_allocation_bytes(allocation_bytes);
   req.set_iova(iova);
   req.set_length(length);
   req.set_offset(offset);

@@ -202,9 +202,9 @@ absl::Status Communicator::PrepareRdma() {
         "POSIX-fd handles)"));
   }
   const std::string kind = o.platform == Platform::kCuda ? "cuda-vmm-fd" : "memfd";
-  MC_RETURN_IF_ERROR(
-      step("registering the buffer for RDMA",
-           rdma_->registerMemoryFd(buffer_, o.buffer_bytes, mine->fds[0].get(), 0, kind)));
+  MC_RETURN_IF_ERROR(step("registering the buffer for RDMA",
+                          rdma_->registerMemoryFd(buffer_, o.buffer_bytes, mine->fds[0].get(), 0,
+                                                  kind, mine->map_bytes)));
   if (rdma_->allocateControlBuffer() != 0) {
     return step("RDMA control memory", rdma_->lastError());
   }

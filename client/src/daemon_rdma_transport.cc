@@ -115,11 +115,13 @@ int DaemonRdmaTransport::registerMemory(void*, size_t) {
 }
 
 absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset,
-                                                   const std::string& kind) {
+                                                   const std::string& kind,
+                                                   uint64_t allocation_bytes) {
   if (num_ranks_ == 0) return absl::FailedPreconditionError("registerMemoryFd before initialize");
   MC_ASSIGN_OR_RETURN(buffer_keys_,
                       client_->registerMemory(fd, reinterpret_cast<uintptr_t>(ptr), bytes, offset,
-                                              /*remote_write=*/true, /*remote_atomic=*/true, kind));
+                                              /*remote_write=*/true, /*remote_atomic=*/true, kind,
+                                              allocation_bytes));
   buffer_ = ptr;
   buffer_bytes_ = bytes;
   buffer_registered_ = true;

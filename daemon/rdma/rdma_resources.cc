@@ -1,5 +1,6 @@
 #include "rdma/rdma_resources.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,7 +41,7 @@ absl::Status RdmaResources::CheckOpen(const SessionInfo& session) const {
 
 absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     const SessionInfo& session, FdBundlePtr fds, const std::string& kind, uint64_t iova,
-    uint64_t length, uint64_t offset, uint32_t access) {
+    uint64_t length, uint64_t offset, uint32_t access, uint64_t allocation_bytes) {
   const bool gpu = kind == "cuda-vmm-fd";
   if (kind != "memfd" && !gpu) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -63,9 +64,12 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
   spec.offset = offset;
   if (gpu) {
     // Imported and mapped in the daemon's CUDA context (created with the
-    // first GPU region); the allocation must hold offset + length bytes.
+    // first GPU region). CUDA maps an imported allocation only whole, so the
+    // mapping covers allocation_bytes when the client says the allocation is
+    // larger than the region (the region's bounds stay offset + length).
+    const uint64_t map_bytes = std::max(offset + length, allocation_bytes);
     absl::StatusOr<std::shared_ptr<softnic::CudaBuffer>> buffer =
-        cuda_->Import(fds->fds[0].get(), offset + length);
+        cuda_->Import(fds->fds[0].get(), map_bytes);
     if (!buffer.ok()) {
       return absl::Status(buffer.status().code(), absl::StrCat("registering GPU memory (", kind,
                                                                "): ", buffer.status().message()));

@@ -101,7 +101,8 @@ class RdmaResources {
   // (FailedPrecondition), or with the CUDA error of the import, named.
   absl::StatusOr<Registered> RegisterMemory(const SessionInfo& session, FdBundlePtr fds,
                                             const std::string& kind, uint64_t iova, uint64_t length,
-                                            uint64_t offset, uint32_t access);
+                                            uint64_t offset, uint32_t access,
+                                            uint64_t allocation_bytes = 0);
   absl::Status DeregisterMemory(const SessionInfo& session, uint32_t lkey);
 
   // Creates one QP per layout, with rings in the control memfd (one fd of

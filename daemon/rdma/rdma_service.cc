@@ -48,8 +48,9 @@ grpc::ServerUnaryReactor* RdmaService::RegisterMemory(grpc::CallbackServerContex
   uint32_t access = 0;
   if (req->remote_write()) access |= softnic::kRemoteWrite;
   if (req->remote_atomic()) access |= softnic::kRemoteAtomic;
-  absl::StatusOr<RdmaResources::Registered> r = rdma_->RegisterMemory(
-      *session, *std::move(fds), req->kind(), req->iova(), req->length(), req->offset(), access);
+  absl::StatusOr<RdmaResources::Registered> r =
+      rdma_->RegisterMemory(*session, *std::move(fds), req->kind(), req->iova(), req->length(),
+                            req->offset(), access, req->allocation_bytes());
   if (!r.ok()) return Done(ctx, r.status());
   resp->set_lkey(r->lkey);
   resp->set_rkey(r->rkey);

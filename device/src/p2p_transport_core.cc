@@ -129,6 +129,7 @@ absl::StatusOr<ExportedBuffer> P2pTransportCore::ExportLocal(void* ptr) {
   ExportedBuffer out;
   MC_RETURN_IF_ERROR(Describe(ptr, &h, &out.fds));
   MC_ASSIGN_OR_RETURN(out.handle, EncodeHandle(h));
+  out.map_bytes = h.map_bytes;
   return out;
 }
 

@@ -220,7 +220,8 @@ class MOONCAKE_API Client {
   // the POSIX fd of a cuMem allocation (GPU memory).
   absl::StatusOr<RdmaKeys> registerMemory(int fd, uint64_t iova, uint64_t length, uint64_t offset,
                                           bool remote_write, bool remote_atomic,
-                                          const std::string& kind = "memfd");
+                                          const std::string& kind = "memfd",
+                                          uint64_t allocation_bytes = 0);
   absl::Status deregisterMemory(uint32_t lkey);
   // Creates one QP per layout with rings in `control_fd` (sealed memfd of
   // `control_bytes`, borrowed). Returns the QP numbers in layout order.

@@ -85,8 +85,10 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
 
   // ---- (not upstream) ----
   // kind: "memfd" (host) or "cuda-vmm-fd" (GPU memory, the cuMem POSIX fd).
+  // allocation_bytes: the whole allocation's size when the fd names more
+  // than [offset, offset + bytes) (CUDA maps imported allocations whole).
   absl::Status registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset,
-                                const std::string& kind = "memfd");
+                                const std::string& kind = "memfd", uint64_t allocation_bytes = 0);
   // QPs toward the peers whose mask entry is nonzero (self is skipped).
   absl::Status createQueuePairsFor(const std::vector<int>& peer_mask);
   // What this rank publishes with its group join.

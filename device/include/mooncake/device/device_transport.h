@@ -96,6 +96,9 @@ class MOONCAKE_API HandleExchange {
 struct ExportedBuffer {
   std::vector<int32_t> handle;
   std::vector<UniqueFd> fds;
+  // Bytes the fds back (the allocation, rounded up and with the transport's
+  // tail): what a process that maps them must map.
+  uint64_t map_bytes = 0;
 };
 
 // (not upstream) What a peer published: its handle and the fds received for

@@ -167,4 +167,12 @@ if [[ ! -d "$prefix/bin" ]] || [[ -z "$(ls -A "$prefix/bin" 2>/dev/null)" ]]; th
   log "ERROR: nothing was installed into $prefix/bin"
   exit 1
 fi
+# A target that failed leaves its previous binary in the build tree, and
+# that stale binary was installed above: say so with the exit status, so a
+# GPU run never measures old code by accident (MC_BUNDLE_PARTIAL_OK=1 to
+# accept a partial bundle on purpose).
+if [[ $build_rc -ne 0 && "${MC_BUNDLE_PARTIAL_OK:-0}" != 1 ]]; then
+  log "ERROR: some targets failed to build (see above); bin/ may hold stale binaries of them"
+  exit 1
+fi
 exit 0

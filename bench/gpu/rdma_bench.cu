@@ -13,16 +13,21 @@
 //   rdma_bench --socket S lat    one-way latency of mc_signal over RDMA
 //                                (ping-pong / 2), beside mc_signal over P2P
 //   rdma_bench --socket S check  GPU checks of the RDMA route (ok/FAIL lines):
-//                                256 posters through a 64-WQE ring, a posting
+//                                256 posters through a 64-WQE ring (one post
+//                                per thread, and warp batches), puts of 1 B to
+//                                256 MiB at odd offsets, a posting
 //                                kernel replayed 100 times from a CUDA graph,
 //                                an error completion seen by the kernel
 //
 // Prints one table per test; exits non-zero on any error.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -39,15 +44,23 @@ using mooncake::device::McStatus;
 
 namespace {
 
-constexpr int kQps = 32;           // channels to the peer: one per lane of the warp
-constexpr uint32_t kDepth = 8192;  // WQEs per QP: no post in the timed runs waits for space
+constexpr int kQps = 32;            // channels to the peer: one per lane of the warp
+constexpr uint32_t kDepth = 32768;  // WQEs per QP: no post in the timed runs waits for space
 
+// Each thread posts `per_thread` inline 8-byte WRITEs. Lanes: every thread
+// calls mc_put_thread on its own QP (tid % kQps): one doorbell per WQE.
+// Warps: the 32 lanes of a warp call mc_put_lanes together on the warp's QP
+// (warp % kQps): one reservation and one doorbell per 32 WQEs.
+template <bool kWarpBatched>
 __global__ void PostKernel(CommCtx ctx, uint64_t* dst_sym, int per_thread, int* status) {
   const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
-  McPeer peer = mooncake::device::mc_peer(ctx, 1, static_cast<int>(tid % kQps));
+  const unsigned channel = kWarpBatched ? tid / 32 : tid;
+  McPeer peer = mooncake::device::mc_peer(ctx, 1, static_cast<int>(channel % kQps));
   uint64_t v = tid;
   for (int i = 0; i < per_thread; ++i) {
-    McStatus st = mooncake::device::mc_put_thread(peer, dst_sym + (tid & 1023), &v, sizeof(v));
+    McStatus st =
+        kWarpBatched ? mooncake::device::mc_put_lanes(peer, dst_sym + (tid & 1023), &v, sizeof(v))
+                     : mooncake::device::mc_put_thread(peer, dst_sym + (tid & 1023), &v, sizeof(v));
     if (st != McStatus::kOk) {
       atomicExch(status, static_cast<int>(st));
       return;
@@ -156,25 +169,36 @@ int Post(const std::string& socket) {
   struct Shape {
     const char* name;
     int blocks, threads;
+    bool warp_batched;
+    int qps_used;
   };
-  const Shape shapes[] = {{"one warp (32 threads, 32 QPs)", 1, 32},
-                          {"one block (256 threads)", 1, 256},
-                          {"full grid (SMs x 256 threads)", sms, 256}};
+  const Shape shapes[] = {
+      {"warp, a doorbell per WQE (32 QPs)", 1, 32, false, kQps},
+      {"block 256, a doorbell per WQE", 1, 256, false, kQps},
+      {"grid SMs x 256, a doorbell per WQE", sms, 256, false, kQps},
+      {"warp, mc_put_lanes (1 QP)", 1, 32, true, 1},
+      {"block 256, mc_put_lanes (8 QPs)", 1, 256, true, 8},
+      {"grid SMs x 256, mc_put_lanes", sms, 256, true, kQps},
+  };
   std::printf(
       "\nWQEs posted per second from CUDA threads (inline 8-byte WRITEs, %d QPs of %u "
       "WQEs, softnic sink)\n",
       kQps, kDepth);
-  std::printf("%-34s %12s %12s %14s\n", "shape", "WQEs", "ms (median)", "M WQEs/s");
+  std::printf("%-38s %12s %12s %14s\n", "shape", "WQEs", "ms (median)", "M WQEs/s");
   for (const Shape& s : shapes) {
     const int threads = s.blocks * s.threads;
     // Per QP at most kDepth WQEs per run: no post ever waits for ring space.
-    const int per_qp_threads = (threads + kQps - 1) / kQps;
+    const int per_qp_threads = (threads + s.qps_used - 1) / s.qps_used;
     const int per_thread = std::max(1, static_cast<int>(kDepth) / per_qp_threads - 1);
     const double wqes = double(threads) * per_thread;
     std::vector<double> ms;
     for (int rep = 0; rep < 7; ++rep) {
       BENCH_CUDA(cudaEventRecord(a));
-      PostKernel<<<s.blocks, s.threads>>>(ctx, dst, per_thread, status);
+      if (s.warp_batched) {
+        PostKernel<true><<<s.blocks, s.threads>>>(ctx, dst, per_thread, status);
+      } else {
+        PostKernel<false><<<s.blocks, s.threads>>>(ctx, dst, per_thread, status);
+      }
       BENCH_CUDA(cudaEventRecord(b));
       BENCH_CUDA(cudaEventSynchronize(b));
       float t = 0;
@@ -186,7 +210,7 @@ int Post(const std::string& socket) {
       if (rep > 0) ms.push_back(t);
     }
     const double m = mcbench::median(ms);
-    std::printf("%-34s %12.0f %12.3f %14.1f\n", s.name, wqes, m, wqes / (m * 1e-3) / 1e6);
+    std::printf("%-38s %12.0f %12.3f %14.1f\n", s.name, wqes, m, wqes / (m * 1e-3) / 1e6);
   }
   return 0;
 }
@@ -288,13 +312,16 @@ int Latency(const std::string& socket) {
 
 // Every thread writes its own 8-byte word at the peer, `rounds` times,
 // through one QP with a small ring: posters wait for ring space (back-
-// pressure) while softnic drains it.
+// pressure) while softnic drains it. kLanes: the warp posts its 32 words as
+// one batch (mc_put_lanes).
+template <bool kLanes>
 __global__ void ManyPostersKernel(CommCtx ctx, uint64_t* words_sym, int rounds, int* status) {
   const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
   McPeer peer = mooncake::device::mc_peer(ctx, 1);
   for (int r = 1; r <= rounds; ++r) {
     uint64_t v = (uint64_t(tid) << 16) | uint64_t(r);
-    McStatus st = mooncake::device::mc_put_thread(peer, words_sym + tid, &v, sizeof(v));
+    McStatus st = kLanes ? mooncake::device::mc_put_lanes(peer, words_sym + tid, &v, sizeof(v))
+                         : mooncake::device::mc_put_thread(peer, words_sym + tid, &v, sizeof(v));
     if (st != McStatus::kOk) {
       atomicExch(status, static_cast<int>(st));
       return;
@@ -321,6 +348,86 @@ __global__ void AddKernel(CommCtx ctx, unsigned long long* counter_sym, int* sta
   McStatus st = mooncake::device::mc_red_add(ctx, 1, counter_sym, 1ull);
   if (st == McStatus::kOk) st = mooncake::device::mc_quiet(ctx);
   if (st != McStatus::kOk) atomicExch(status, static_cast<int>(st));
+}
+
+__global__ void FillPatternKernel(uint8_t* p, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    p[i] = static_cast<uint8_t>((i * 131) ^ (i >> 9) ^ 0x5a);
+  }
+}
+
+// Mismatches of got[dst_off, +n) against want[src_off, +n), plus non-zero
+// bytes in the 64 before and after (the put must not spill).
+__global__ void CompareKernel(const uint8_t* got, size_t dst_off, const uint8_t* want,
+                              size_t src_off, size_t n, unsigned long long* bad) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n + 128;
+       i += size_t(gridDim.x) * blockDim.x) {
+    if (i < 64) {
+      if (dst_off >= 64 - i && got[dst_off - 64 + i] != 0) atomicAdd(bad, 1ull);
+    } else if (i < n + 64) {
+      if (got[dst_off + i - 64] != want[src_off + i - 64]) atomicAdd(bad, 1ull);
+    } else if (got[dst_off + n + (i - n - 64)] != 0) {
+      atomicAdd(bad, 1ull);
+    }
+  }
+}
+
+// Puts of 1 B to 256 MiB at odd source and destination offsets, each one
+// WQE (inline up to 28 bytes) then mc_quiet, checked byte for byte with
+// the bytes around the destination untouched.
+int SizeSweep(const std::string& socket,
+              const std::function<void(bool, const std::string&)>& report) {
+  const size_t max_n = 256ull << 20;
+  Rank ranks[2];
+  if (!MakePair(socket, "rdma-check-sizes", mooncake::Route::kRdma, max_n + (1 << 20), ranks)) {
+    report(false, "size sweep: setup");
+    return 1;
+  }
+  const CommCtx ctx = ranks[0].comm->ctx();
+  auto* b0 = static_cast<uint8_t*>(ranks[0].comm->buffer());
+  auto* b1 = static_cast<uint8_t*>(ranks[1].comm->buffer());
+  int* status = nullptr;
+  unsigned long long* bad = nullptr;
+  BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
+  BENCH_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
+  FillPatternKernel<<<264, 256>>>(b0, max_n + 4096);
+  // MC_RDMA_SWEEP_MAX caps the sizes (tests/gpu/run.sh's memcheck pass: an
+  // instrumented compare of 256 MiB takes minutes).
+  const char* cap_env = std::getenv("MC_RDMA_SWEEP_MAX");
+  const size_t cap = cap_env != nullptr ? std::strtoull(cap_env, nullptr, 10) : max_n;
+  const size_t sizes[] = {1, 3, 28, 29, 4097, (1 << 20) + 5, (64ull << 20) + 7, max_n};
+  const std::pair<size_t, size_t> offsets[] = {{0, 64}, {1, 71}, {13, 66}, {7, 77}};
+  int cases = 0, wrong_cases = 0;
+  unsigned long long worst = 0;
+  for (size_t n : sizes) {
+    if (n > cap) continue;
+    for (auto [src_off, dst_off] : offsets) {
+      BENCH_CUDA(cudaMemset(b1, 0, dst_off + n + 64));
+      BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+      BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
+      BENCH_CUDA(cudaDeviceSynchronize());
+      PutQuietKernel<<<1, 1>>>(ctx, b0 + dst_off, b0 + src_off, n, 1, status);
+      CompareKernel<<<264, 256>>>(b1, dst_off, b0, src_off, n, bad);
+      int st = 0;
+      unsigned long long nbad = 0;
+      BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+      ++cases;
+      if (st != 0 || nbad != 0) {
+        ++wrong_cases;
+        worst = std::max(worst, nbad);
+        std::fprintf(stderr, "size sweep: %zu bytes, src +%zu, dst +%zu: status %d, %llu wrong\n",
+                     n, src_off, dst_off, st, nbad);
+      }
+    }
+  }
+  report(wrong_cases == 0, "puts of 1 B to " + std::to_string(std::min(cap, max_n)) +
+                               " B at odd offsets (" + std::to_string(cases) +
+                               " cases): " + std::to_string(wrong_cases) + " wrong");
+  cudaFree(status);
+  cudaFree(bad);
+  return wrong_cases == 0 ? 0 : 1;
 }
 
 int Checks(const std::string& socket) {
@@ -368,20 +475,28 @@ int Checks(const std::string& socket) {
     auto* words = static_cast<uint64_t*>(ranks[0].comm->buffer());
     const unsigned n = 256;
     const int rounds = 4;
-    BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
-    ManyPostersKernel<<<1, n>>>(ctx, words, rounds, status);
-    QuietKernel<<<1, 1>>>(ctx, status);
-    BENCH_CUDA(cudaDeviceSynchronize());
     int st = 0;
-    BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
-    BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
-    CountWordsKernel<<<1, 256>>>(static_cast<const uint64_t*>(ranks[1].comm->buffer()), n, rounds,
-                                 bad);
-    unsigned long long nbad = 0;
-    BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
-    report(st == 0 && nbad == 0,
-           "256 threads x 4 puts through one 64-WQE ring (back-pressure): status " +
-               std::to_string(st) + ", wrong words " + std::to_string(nbad));
+    for (bool lanes : {false, true}) {
+      BENCH_CUDA(cudaMemset(ranks[1].comm->buffer(), 0, n * sizeof(uint64_t)));
+      BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+      if (lanes) {
+        ManyPostersKernel<true><<<1, n>>>(ctx, words, rounds, status);
+      } else {
+        ManyPostersKernel<false><<<1, n>>>(ctx, words, rounds, status);
+      }
+      QuietKernel<<<1, 1>>>(ctx, status);
+      BENCH_CUDA(cudaDeviceSynchronize());
+      BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+      BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
+      CountWordsKernel<<<1, 256>>>(static_cast<const uint64_t*>(ranks[1].comm->buffer()), n, rounds,
+                                   bad);
+      unsigned long long nbad = 0;
+      BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+      report(st == 0 && nbad == 0,
+             std::string("256 threads x 4 puts through one 64-WQE ring (back-pressure), ") +
+                 (lanes ? "warp batches (mc_put_lanes)" : "one post per thread") + ": status " +
+                 std::to_string(st) + ", wrong words " + std::to_string(nbad));
+    }
 
     // A posting kernel captured in a CUDA graph and replayed 100 times.
     auto* counter = reinterpret_cast<unsigned long long*>(words + 1024);
@@ -420,6 +535,7 @@ int Checks(const std::string& socket) {
            "a put outside the peer's region: the kernel's mc_quiet returns kRdmaError (got " +
                std::to_string(st) + ")");
   }
+  SizeSweep(socket, report);
   return failures == 0 ? 0 : 1;
 }
 

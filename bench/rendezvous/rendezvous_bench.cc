@@ -905,7 +905,8 @@ int Main(int argc, char** argv) {
   }
   md << "\n### Targets (mooncaked joinGroup, threads harness, p50)\n\n"
      << "| target | measured p50 ms | limit ms | factor | verdict |\n|---|---:|---:|---:|---|\n";
-  for (auto [n, limit] : {std::pair<uint32_t, double>{256, 100.0}, {2, 2.0}}) {
+  // 256 ranks: issue 7's target with the shared view (was 100 ms before it).
+  for (auto [n, limit] : {std::pair<uint32_t, double>{256, 30.0}, {2, 2.0}}) {
     auto it = std::find_if(results.begin(), results.end(), [n = n](const RunResult& r) {
       return r.ranks == n && r.method == "mooncaked" && r.harness == "threads";
     });

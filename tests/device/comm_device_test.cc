@@ -218,8 +218,32 @@ TEST(Put, RdmaAndBadRankWriteNothing) {
   EXPECT_EQ(mc_put_signal_ll(c, 2, slot, 5, 1), McStatus::kNoRoute);
   host::runWarp(4, [&](unsigned lane) {
     EXPECT_EQ(mc_put_warp(c, 2, w.buf(0), src, 16, lane), McStatus::kNoRoute);
+    EXPECT_EQ(mc_put_lanes(c, 2, w.buf(0) + 16 * lane, src, 16), McStatus::kNoRoute);
   });
   for (size_t i = 0; i < 256; ++i) ASSERT_EQ(w.buf(2)[i], 0) << i;
+}
+
+// Over P2P each lane of mc_put_lanes copies its own message; sizes differ
+// per lane (some lanes send nothing) and every byte lands where it should.
+TEST(Put, LanesEachCopyTheirOwnMessage) {
+  constexpr unsigned kLanes = 8;
+  constexpr size_t kSlot = 512;
+  FakeWorld w(2, kLanes * kSlot);
+  CommCtx c = w.ctx(0);
+  std::vector<unsigned char> src(kLanes * kSlot);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 7 + 1);
+  auto size_of = [](unsigned lane) { return lane % 3 == 1 ? size_t{0} : size_t{lane * 61 + 3}; };
+  host::runWarp(kLanes, [&](unsigned lane) {
+    EXPECT_EQ(mc_put_lanes(c, 1, w.buf(0) + lane * kSlot, src.data() + lane * kSlot, size_of(lane)),
+              McStatus::kOk);
+  });
+  for (unsigned lane = 0; lane < kLanes; ++lane) {
+    const size_t n = size_of(lane);
+    for (size_t i = 0; i < kSlot; ++i) {
+      const unsigned char want = i < n ? src[lane * kSlot + i] : 0;
+      ASSERT_EQ(w.buf(1)[lane * kSlot + i], want) << "lane " << lane << " byte " << i;
+    }
+  }
 }
 
 // Producer puts a block of data then signals (release); the consumer waits

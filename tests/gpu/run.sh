@@ -226,13 +226,23 @@ if want rdma; then
   else
     rtmp=$(mktemp -d /tmp/mc-rdma-bench.XXXXXX)
     echo "softnic_sink = true" >"$rtmp/sink.conf"
-    for mode in check post bw lat; do
+    # memcheck: the posting kernels of `check` under compute-sanitizer
+    # (where it can attach; see the sanitizer step).
+    modes="check post bw lat"
+    if [[ -z "$sandbox" ]] && command -v compute-sanitizer >/dev/null; then
+      modes="$modes memcheck"
+    elif want sanitizer; then
+      skip 1 "compute-sanitizer memcheck of rdma_bench check: ${sandbox:-compute-sanitizer not found}"
+    fi
+    for mode in $modes; do
       conf=()
       [[ $mode == post ]] && conf=(--config "$rtmp/sink.conf")
       "$bin/mooncaked" --socket "$rtmp/d.sock" --node-id rdma-bench --log-level warning "${conf[@]}" 2>"$rtmp/daemon.log" &
       dpid=$!
       for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
-      if timed "$bin/rdma_bench" --socket "$rtmp/d.sock" $mode; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi
+      cmd=("$bin/rdma_bench" --socket "$rtmp/d.sock" $mode)
+      [[ $mode == memcheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
+      if timed "${cmd[@]}"; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi
       kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     done
     rm -rf "$rtmp"

@@ -45,6 +45,9 @@
 // arguments. They return after a warp/block barrier, so one lane may signal
 // for the whole group right after. An error return is uniform too (it
 // depends only on uniform arguments), and then no barrier is taken.
+// mc_put_lanes is called by all lanes of a warp too, but each lane passes
+// its own dst_sym/src/bytes (same peer): a warp-wide scatter of small puts,
+// which over RDMA rings one doorbell per warp instead of one per put.
 //
 // `src` of the puts: on CUDA it is read through the non-coherent path (see
 // detail/cuda_copy.cuh): nobody may write it while the put runs.
@@ -141,6 +144,28 @@ MC_DEVICE IbgdaQpDevCtx* mc_rdma_qp(const CommCtx& ctx, int dst, int channel) {
   return qp->sq != nullptr ? qp : nullptr;
 }
 
+// The RDMA half of mc_peer (out of line: P2P loops never run it). Takes
+// the tables by value (see MC_DEVICE_OUTLINE).
+MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* local_base, int dst,
+                                             int channel) {
+  McPeer p;
+  p.rank = dst;
+  p.status = McStatus::kNoRoute;
+  const int qps = ibgda.qps_per_rank;
+  if (ibgda.qp_devctxs == nullptr || qps <= 0 || ibgda.raddrs == nullptr ||
+      ibgda.rkeys == nullptr) {
+    return p;
+  }
+  const unsigned ch = static_cast<unsigned>(channel) % static_cast<unsigned>(qps);
+  IbgdaQpDevCtx* qp = &ibgda.qp_devctxs[static_cast<size_t>(dst) * qps + ch];
+  if (qp->sq == nullptr) return p;
+  p.qp = qp;
+  p.rkey = ibgda.rkeys[dst];
+  p.delta = static_cast<uintptr_t>(ibgda.raddrs[dst]) - reinterpret_cast<uintptr_t>(local_base);
+  p.status = McStatus::kOk;
+  return p;
+}
+
 // Resolves dst once. `channel` picks among the peer's queue pairs (RDMA
 // only; spread independent streams over channels, ordering holds within one).
 MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
@@ -157,17 +182,7 @@ MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
     p.status = McStatus::kOk;
     return p;
   }
-  IbgdaQpDevCtx* qp = mc_rdma_qp(ctx, dst, channel);
-  if (qp == nullptr) {
-    p.status = McStatus::kNoRoute;
-    return p;
-  }
-  p.qp = qp;
-  p.rkey = ctx.ibgda.rkeys[dst];
-  p.delta = static_cast<uintptr_t>(ctx.ibgda.raddrs[dst]) -
-            reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
-  p.status = McStatus::kOk;
-  return p;
+  return mc_detail_rdma_peer(ctx.ibgda, ctx.p2p.local_base, dst, channel);
 }
 
 // True when the resolved route is RDMA.
@@ -180,6 +195,14 @@ MC_DEVICE T* mc_peer_ptr(const McPeer& peer, T* sym) {
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(sym) + peer.delta);
 }
 
+// The one branch on the P2P fast path: true for an RDMA peer or a failed
+// resolution, both handled out of line by the rdma_detail function called
+// (it returns peer.status first). One predicted-not-taken branch measured
+// best on 2x H200 (bench/results/2026-12-01-h200x2-mixed-routes.md).
+MC_DEVICE bool mc_detail_slow_route(const McPeer& peer) {
+  return __builtin_expect(peer.qp != nullptr || peer.status != McStatus::kOk, 0);
+}
+
 // ---- the RDMA route: one WQE per call -----------------------------------------
 
 namespace rdma_detail {
@@ -188,25 +211,35 @@ inline constexpr uint8_t kOrderedFlags = mlx5::kCtrlCqUpdate | mlx5::kCtrlFence;
 // Largest byte count of one WRITE WQE we post (the field allows 2^31 - 1).
 inline constexpr uint64_t kMaxWriteBytes = 1ull << 30;
 
-MC_DEVICE McStatus put(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
-  if (bytes == 0) return McStatus::kOk;
+// Builds the one WQE of a put of 1..kMaxWriteBytes bytes: inline up to 28
+// bytes (src copied now), else a WRITE from the registered buffer.
+MC_DEVICE McStatus build_put(const McPeer& peer, uint64_t raddr, const void* src, size_t bytes,
+                             mlx5::Wqe64* w) {
   IbgdaQpDevCtx* qp = peer.qp;
-  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
-  mlx5::Wqe64 w;
   if (bytes <= mlx5::kMaxInlineBytes) {
-    mlx5::build_rdma_write_inline(&w, 0, qp->qpn, kPutFlags, raddr, peer.rkey, src,
+    mlx5::build_rdma_write_inline(w, 0, qp->qpn, kPutFlags, raddr, peer.rkey, src,
                                   static_cast<uint32_t>(bytes));
-    return mc_qp_post(qp, w);
+    return McStatus::kOk;
   }
   const uint64_t s = reinterpret_cast<uintptr_t>(src);
   if (s < qp->local_base || bytes > qp->local_size || s - qp->local_base > qp->local_size - bytes) {
     return McStatus::kNotRegistered;
   }
+  mlx5::build_rdma_write(w, 0, qp->qpn, kPutFlags, raddr, peer.rkey, s, qp->lkey,
+                         static_cast<uint32_t>(bytes));
+  return McStatus::kOk;
+}
+
+MC_DEVICE_OUTLINE McStatus put(McPeer peer, void* dst_sym, const void* src, size_t bytes) {
+  if (peer.status != McStatus::kOk) return peer.status;
+  if (bytes == 0) return McStatus::kOk;
+  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
+  const auto* s = static_cast<const uint8_t*>(src);
   for (uint64_t done = 0; done < bytes;) {
     const uint64_t n = bytes - done < kMaxWriteBytes ? bytes - done : kMaxWriteBytes;
-    mlx5::build_rdma_write(&w, 0, qp->qpn, kPutFlags, raddr + done, peer.rkey, s + done, qp->lkey,
-                           static_cast<uint32_t>(n));
-    const McStatus st = mc_qp_post(qp, w);
+    mlx5::Wqe64 w;
+    McStatus st = build_put(peer, raddr + done, s + done, n, &w);
+    if (st == McStatus::kOk) st = mc_qp_post(peer.qp, w);
     if (st != McStatus::kOk) return st;
     done += n;
   }
@@ -215,7 +248,8 @@ MC_DEVICE McStatus put(const McPeer& peer, void* dst_sym, const void* src, size_
 
 // A strong write of one naturally aligned word (signals): inline, fenced.
 template <class T>
-MC_DEVICE McStatus store_word(const McPeer& peer, T* sig_sym, T value) {
+MC_DEVICE_OUTLINE McStatus store_word(McPeer peer, T* sig_sym, T value) {
+  if (peer.status != McStatus::kOk) return peer.status;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "signals are 4- or 8-byte integers");
   mlx5::Wqe64 w;
   mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, kOrderedFlags,
@@ -225,7 +259,8 @@ MC_DEVICE McStatus store_word(const McPeer& peer, T* sig_sym, T value) {
 }
 
 template <class T>
-MC_DEVICE McStatus add_word(const McPeer& peer, T* ptr_sym, T value) {
+MC_DEVICE_OUTLINE McStatus add_word(McPeer peer, T* ptr_sym, T value) {
+  if (peer.status != McStatus::kOk) return peer.status;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics take 4- or 8-byte integers");
   IbgdaQpDevCtx* qp = peer.qp;
   const uint64_t raddr = reinterpret_cast<uintptr_t>(ptr_sym) + peer.delta;
@@ -240,6 +275,18 @@ MC_DEVICE McStatus add_word(const McPeer& peer, T* ptr_sym, T value) {
   }
   return mc_qp_post(qp, w);
 }
+// One inline WRITE of a 16-byte LL slot (each half carries the flag, so a
+// NIC that writes it as two 8-byte pieces is still read correctly).
+MC_DEVICE_OUTLINE McStatus put_ll(McPeer peer, McLLSlot* slot_sym, uint64_t data, uint32_t flag) {
+  if (peer.status != McStatus::kOk) return peer.status;
+  const uint64_t halves[2] = {mc_ll_pack(static_cast<uint32_t>(data), flag),
+                              mc_ll_pack(static_cast<uint32_t>(data >> 32), flag)};
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, kPutFlags,
+                                reinterpret_cast<uintptr_t>(slot_sym) + peer.delta, peer.rkey,
+                                halves, sizeof(halves));
+  return mc_qp_post(peer.qp, w);
+}
 }  // namespace rdma_detail
 
 // ---- puts --------------------------------------------------------------------
@@ -249,8 +296,7 @@ MC_DEVICE McStatus add_word(const McPeer& peer, T* ptr_sym, T value) {
 // One thread copies `bytes` from local `src` to `dst_sym` at the peer. Any
 // size and alignment; the ranges must not overlap.
 MC_DEVICE McStatus mc_put_thread(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp != nullptr) return rdma_detail::put(peer, dst_sym, src, bytes);
+  if (mc_detail_slow_route(peer)) return rdma_detail::put(peer, dst_sym, src, bytes);
   mc_detail_copy_thread(mc_peer_ptr(peer, dst_sym), src, bytes);
   return McStatus::kOk;
 }
@@ -269,6 +315,37 @@ MC_DEVICE McStatus mc_put_warp(const McPeer& peer, void* dst_sym, const void* sr
   mc_detail_copy_warp(mc_peer_ptr(peer, dst_sym), src, bytes, lane);
   mc_syncwarp();
   return McStatus::kOk;
+}
+
+// Every lane of a warp puts its own `bytes` from its own `src` to its own
+// `dst_sym` at the same peer (a scatter of small messages: tokens, rows).
+// Called by all lanes, converged; `peer` must be the same in every lane; a
+// lane with nothing to send passes bytes = 0. Over P2P each lane copies its
+// own bytes; over RDMA each lane's put is one WQE, and the warp's WQEs go
+// out with one reservation and one doorbell (mc_qp_post_warp): the fast way
+// to post many small RDMA writes. Ends with mc_syncwarp(). A lane whose
+// own arguments are bad (kNotRegistered) returns that and posts nothing;
+// a posting failure of the batch (kRdmaError, kTimedOut) is returned by
+// every other lane.
+MC_DEVICE McStatus mc_put_lanes(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
+  if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp == nullptr) {
+    mc_detail_copy_thread(mc_peer_ptr(peer, dst_sym), src, bytes);
+    mc_syncwarp();
+    return McStatus::kOk;
+  }
+  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
+  const bool one_wqe = bytes != 0 && bytes <= rdma_detail::kMaxWriteBytes;
+  mlx5::Wqe64 w;
+  McStatus mine = one_wqe ? rdma_detail::build_put(peer, raddr, src, bytes, &w) : McStatus::kOk;
+  const McStatus batch = mc_qp_post_warp(peer.qp, w, one_wqe && mine == McStatus::kOk);
+  // Puts over 1 GiB take several WQEs: posted one by one after the batch.
+  if (mine == McStatus::kOk && bytes > rdma_detail::kMaxWriteBytes) {
+    mine = rdma_detail::put(peer, dst_sym, src, bytes);
+  }
+  mc_syncwarp();
+  if (mine != McStatus::kOk) return mine;
+  return batch;
 }
 
 // The threads of one block copy together. Ends with mc_syncthreads().
@@ -319,8 +396,7 @@ MC_DEVICE McStatus mc_put_grid(const McPeer& peer, void* dst_sym, const void* sr
 // value sees this thread's earlier writes (to any rank's memory).
 template <class T>
 MC_DEVICE McStatus mc_signal(const McPeer& peer, T* sig_sym, T value) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp != nullptr) return rdma_detail::store_word(peer, sig_sym, value);
+  if (mc_detail_slow_route(peer)) return rdma_detail::store_word(peer, sig_sym, value);
   mc_st_release(mc_peer_ptr(peer, sig_sym), value);
   return McStatus::kOk;
 }
@@ -329,8 +405,7 @@ MC_DEVICE McStatus mc_signal(const McPeer& peer, T* sig_sym, T value) {
 // mc_fence. Fastest signal.
 template <class T>
 MC_DEVICE McStatus mc_signal_relaxed(const McPeer& peer, T* sig_sym, T value) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp != nullptr) return rdma_detail::store_word(peer, sig_sym, value);
+  if (mc_detail_slow_route(peer)) return rdma_detail::store_word(peer, sig_sym, value);
   mc_st_relaxed(mc_peer_ptr(peer, sig_sym), value);
   return McStatus::kOk;
 }
@@ -340,8 +415,7 @@ MC_DEVICE McStatus mc_signal_relaxed(const McPeer& peer, T* sig_sym, T value) {
 // contributions; not so here).
 template <class T>
 MC_DEVICE McStatus mc_red_add(const McPeer& peer, T* ptr_sym, T value) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp != nullptr) return rdma_detail::add_word(peer, ptr_sym, value);
+  if (mc_detail_slow_route(peer)) return rdma_detail::add_word(peer, ptr_sym, value);
   mc_red_add_release(mc_peer_ptr(peer, ptr_sym), value);
   return McStatus::kOk;
 }
@@ -358,6 +432,12 @@ MC_DEVICE McStatus mc_put_thread(const CommCtx& ctx, int dst, void* dst_sym, con
 MC_DEVICE McStatus mc_put_warp(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
                                size_t bytes, unsigned lane) {
   return mc_put_warp(mc_peer(ctx, dst), dst_sym, src, bytes, lane);
+}
+
+// dst must be the same in every lane.
+MC_DEVICE McStatus mc_put_lanes(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
+                                size_t bytes) {
+  return mc_put_lanes(mc_peer(ctx, dst), dst_sym, src, bytes);
 }
 
 MC_DEVICE McStatus mc_put_block(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
@@ -461,18 +541,7 @@ MC_DEVICE McStatus mc_quiet(const CommCtx& ctx) {
 // means "empty").
 MC_DEVICE McStatus mc_put_signal_ll(const McPeer& peer, McLLSlot* slot_sym, uint64_t data,
                                     uint32_t flag) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp != nullptr) {
-    // One inline WRITE of the 16-byte slot (each half carries the flag, so a
-    // NIC that writes it as two 8-byte pieces is still read correctly).
-    const uint64_t halves[2] = {mc_ll_pack(static_cast<uint32_t>(data), flag),
-                                mc_ll_pack(static_cast<uint32_t>(data >> 32), flag)};
-    mlx5::Wqe64 w;
-    mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, rdma_detail::kPutFlags,
-                                  reinterpret_cast<uintptr_t>(slot_sym) + peer.delta, peer.rkey,
-                                  halves, sizeof(halves));
-    return mc_qp_post(peer.qp, w);
-  }
+  if (mc_detail_slow_route(peer)) return rdma_detail::put_ll(peer, slot_sym, data, flag);
   mc_st_relaxed_v2u64(mc_peer_ptr(peer, slot_sym), mc_ll_pack(static_cast<uint32_t>(data), flag),
                       mc_ll_pack(static_cast<uint32_t>(data >> 32), flag));
   return McStatus::kOk;

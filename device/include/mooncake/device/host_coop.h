@@ -39,12 +39,13 @@ void runBlock(unsigned threads, F&& fn) {
 
   const unsigned warps = (threads + kMcCudaWarpSize - 1) / kMcCudaWarpSize;
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+  std::vector<host_detail::CoopShared> warp_shared(warps);
   std::vector<host_detail::CoopGroup> warp_groups(warps);
   for (unsigned w = 0; w < warps; ++w) {
     const unsigned first = w * kMcCudaWarpSize;
     const unsigned width = std::min(kMcCudaWarpSize, threads - first);
     warp_barriers.push_back(std::make_unique<std::barrier<>>(static_cast<std::ptrdiff_t>(width)));
-    warp_groups[w] = host_detail::CoopGroup{width, warp_barriers.back().get()};
+    warp_groups[w] = host_detail::CoopGroup{width, warp_barriers.back().get(), &warp_shared[w]};
   }
 
   std::vector<std::thread> pool;
@@ -67,7 +68,8 @@ template <class F>
 void runWarp(unsigned width, F&& fn) {
   if (width == 0) return;
   std::barrier<> warp_barrier(static_cast<std::ptrdiff_t>(width));
-  const host_detail::CoopGroup warp{width, &warp_barrier};
+  host_detail::CoopShared warp_shared;
+  const host_detail::CoopGroup warp{width, &warp_barrier, &warp_shared};
   std::barrier<> block_barrier(static_cast<std::ptrdiff_t>(width));
   const host_detail::CoopGroup block{width, &block_barrier};
   std::vector<std::thread> pool;

@@ -76,6 +76,35 @@ MC_DEVICE void mc_st_release(T* p, T v) {
   }
 }
 
+// GPU-scope forms, for words only the threads of this GPU touch (a queue
+// pair's posting state): st.release.gpu waits for this GPU's memory system
+// only, where .sys also waits for writes still on their way across PCIe.
+template <class T>
+MC_DEVICE T mc_ld_acquire_gpu(const T* p) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    uint32_t v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  } else {
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  }
+}
+
+template <class T>
+MC_DEVICE void mc_st_release_gpu(T* p, T v) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(static_cast<uint32_t>(v))
+                 : "memory");
+  } else {
+    asm volatile("st.release.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(static_cast<uint64_t>(v))
+                 : "memory");
+  }
+}
+
 // A strong store that orders nothing: the cheapest flag (same SASS class as
 // a volatile store, STG.STRONG.SYS).
 template <class T>
@@ -271,6 +300,21 @@ MC_DEVICE unsigned mc_block_thread_index() {
 // All 32 lanes must reach it (full mask), as every cooperative put requires.
 MC_DEVICE void mc_syncwarp() { __syncwarp(); }
 MC_DEVICE void mc_syncthreads() { __syncthreads(); }
+
+// ---- warp collectives (all 32 lanes, converged) --------------------------
+
+MC_DEVICE uint64_t mc_warp_bcast_u64(uint64_t v, unsigned src_lane) {
+  return __shfl_sync(0xffffffffu, v, static_cast<int>(src_lane));
+}
+
+// Numbers the lanes whose `pred` holds, in lane order: index in [0, *total).
+MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
+  const unsigned mask = __ballot_sync(0xffffffffu, pred);
+  unsigned lt;
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(lt));
+  *total = static_cast<unsigned>(__popc(mask));
+  return static_cast<unsigned>(__popc(mask & lt));
+}
 
 // ---- spinning, time, abort ------------------------------------------------
 

@@ -45,9 +45,15 @@ namespace host_detail {
 // A group of threads that behaves as one warp or one block. The barrier
 // gives mc_syncwarp()/mc_syncthreads() both their rendezvous and their
 // memory ordering (arrive happens-before the return of every waiter).
+// `shared` holds the words the warp-wide collectives (mc_warp_bcast_u64,
+// mc_warp_rank) exchange; null for a block.
+struct CoopShared {
+  std::atomic<uint64_t> word[3] = {};
+};
 struct CoopGroup {
   unsigned size = 1;
   std::barrier<>* barrier = nullptr;
+  CoopShared* shared = nullptr;
 };
 
 // What this thread is inside its emulated warp and block. Set by
@@ -57,6 +63,7 @@ struct CoopState {
   unsigned lane = 0;
   const CoopGroup* block = nullptr;
   unsigned thread_index = 0;
+  unsigned collective_calls = 0;  // this lane's count of warp collectives
 };
 
 inline thread_local CoopState tls_coop{};
@@ -100,9 +107,22 @@ MC_DEVICE T mc_ld_relaxed(const T* p) {
   return host_detail::Ref(p).load(std::memory_order_relaxed);
 }
 
+// GPU-scope forms (ld.acquire.gpu / st.release.gpu on CUDA): for words only
+// the threads of this device touch (a queue pair's posting state), where a
+// system-scope release would wait for PCIe. Threads of one process here.
+template <class T>
+MC_DEVICE T mc_ld_acquire_gpu(const T* p) {
+  return mc_ld_acquire(p);
+}
+
 template <class T>
 MC_DEVICE void mc_st_release(T* p, T v) {
   host_detail::Ref(p).store(v, std::memory_order_release);
+}
+
+template <class T>
+MC_DEVICE void mc_st_release_gpu(T* p, T v) {
+  mc_st_release(p, v);
 }
 
 template <class T>
@@ -213,6 +233,60 @@ MC_DEVICE void mc_syncwarp() {
 MC_DEVICE void mc_syncthreads() {
   const auto* g = host_detail::tls_coop.block;
   if (g != nullptr && g->barrier != nullptr) g->barrier->arrive_and_wait();
+}
+
+// ---- warp collectives ---------------------------------------------------------
+// Every lane of the emulated warp must make the same sequence of collective
+// calls (as every lane of a CUDA warp must reach __shfl_sync with a full
+// mask). Each call is one barrier. Three rotating words: the word of call p
+// is written only after the barrier of call p - 1, by which time every lane
+// has read it for call p - 3, and lane 0 clears the word of call p - 1 after
+// the barrier of call p, when every lane is done with it.
+namespace host_detail {
+inline std::atomic<uint64_t>* CollectiveWord(unsigned* slot) {
+  CoopState& s = tls_coop;
+  *slot = s.collective_calls++ % 3u;
+  return &s.warp->shared->word[*slot];
+}
+inline void CollectiveDone(unsigned slot) {
+  if (tls_coop.lane == 0) {
+    tls_coop.warp->shared->word[(slot + 2u) % 3u].store(0, std::memory_order_relaxed);
+  }
+}
+inline bool InCollectiveWarp() {
+  const CoopGroup* g = tls_coop.warp;
+  return g != nullptr && g->barrier != nullptr && g->shared != nullptr;
+}
+}  // namespace host_detail
+
+// __shfl_sync(full mask, v, src_lane): every lane gets lane src_lane's v.
+MC_DEVICE uint64_t mc_warp_bcast_u64(uint64_t v, unsigned src_lane) {
+  if (!host_detail::InCollectiveWarp()) return v;
+  unsigned slot = 0;
+  std::atomic<uint64_t>* w = host_detail::CollectiveWord(&slot);
+  if (host_detail::tls_coop.lane == src_lane) w->store(v, std::memory_order_relaxed);
+  host_detail::tls_coop.warp->barrier->arrive_and_wait();
+  const uint64_t r = w->load(std::memory_order_relaxed);
+  host_detail::CollectiveDone(slot);
+  return r;
+}
+
+// Numbers the lanes whose `pred` holds: each gets a distinct index in
+// [0, *total) (in lane order on CUDA; in arrival order here, which is all a
+// caller may rely on); *total is the same on every lane.
+MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
+  if (!host_detail::InCollectiveWarp()) {
+    *total = pred ? 1u : 0u;
+    return 0;
+  }
+  unsigned slot = 0;
+  std::atomic<uint64_t>* w = host_detail::CollectiveWord(&slot);
+  const unsigned mine =
+      pred ? static_cast<unsigned>(w->fetch_add(1, std::memory_order_relaxed)) : 0u;
+  host_detail::tls_coop.warp->barrier->arrive_and_wait();
+  *total = static_cast<unsigned>(w->load(std::memory_order_relaxed));
+  host_detail::CollectiveDone(slot);
+  return mine;
 }
 
 // ---- spinning, time, abort ------------------------------------------------

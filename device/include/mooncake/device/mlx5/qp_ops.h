@@ -9,6 +9,8 @@
 //   mc_qp_poll(qp)        consume the valid CQEs (one poller at a time; others
 //                         return at once), advance cons_tail, record the first
 //                         error CQE in qp->error.
+//   mc_qp_post_warp(qp, wqe, have)  the lanes of a warp post together: one
+//                         reservation and one doorbell for up to 32 WQEs.
 //   mc_qp_quiet(qp)       wait until everything rung before the call completed.
 //
 // Every WQE asks for a CQE (kCtrlCqUpdate) and the CQ has at least as many
@@ -68,9 +70,9 @@ MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
     mc_st_relaxed(&qp->cq_ci, ci);
     mc_st_release(&qp->cq_dbrec[mlx5::kCqSetCi],
                   mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask));
-    mc_st_release(&qp->cons_tail, tail);
+    mc_st_release_gpu(&qp->cons_tail, tail);
   }
-  mc_st_release(&qp->poll_lock, 0u);
+  mc_st_release_gpu(&qp->poll_lock, 0u);
 }
 
 namespace qp_detail {
@@ -78,7 +80,7 @@ namespace qp_detail {
 MC_DEVICE bool wait_for_slot(IbgdaQpDevCtx* qp, uint64_t idx) {
   uint32_t spins = 0;
   uint64_t start = 0;
-  while (idx - mc_ld_acquire(&qp->cons_tail) >= qp->sq_wqe_cnt) {
+  while (idx - mc_ld_acquire_gpu(&qp->cons_tail) >= qp->sq_wqe_cnt) {
     mc_qp_poll(qp);
     if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return false;
     if (qp->timeout_ns != 0 && (spins & 255u) == 0) {
@@ -96,14 +98,18 @@ MC_DEVICE bool wait_for_slot(IbgdaQpDevCtx* qp, uint64_t idx) {
   }
   return true;
 }
-}  // namespace qp_detail
 
-// Posts `wqe` (built with any wqe_idx; its index bits are set here).
-// Returns kRdmaError when the QP already failed (nothing posted) or stalled.
-MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
+// Reserves slots [*base, *base + n) (1 <= n <= sq_wqe_cnt) and waits until
+// all of them may be written.
+MC_DEVICE McStatus reserve(IbgdaQpDevCtx* qp, uint32_t n, uint64_t* base) {
   if (mc_ld_relaxed(&qp->error) != 0) return McStatus::kRdmaError;
-  const uint64_t idx = mc_atomic_add_relaxed(&qp->resv_head, uint64_t{1});
-  if (!qp_detail::wait_for_slot(qp, idx)) return McStatus::kTimedOut;
+  *base = mc_atomic_add_relaxed(&qp->resv_head, uint64_t{n});
+  return wait_for_slot(qp, *base + n - 1) ? McStatus::kOk : McStatus::kTimedOut;
+}
+
+// Stores `wqe` in slot `idx`, with its index bits set. Returns the first 8
+// bytes of its control segment as the doorbell register takes them.
+MC_DEVICE uint64_t write_slot(IbgdaQpDevCtx* qp, uint64_t idx, mlx5::Wqe64 wqe) {
   const uint32_t w0 = mlx5::be32(wqe.word[0]);
   wqe.word[0] = mlx5::be32((w0 & 0xff0000ffu) | ((static_cast<uint32_t>(idx) & 0xffffu) << 8));
   uint8_t* slot = qp->sq + (idx & (qp->sq_wqe_cnt - 1)) * mlx5::kSendWqeBb;
@@ -111,29 +117,84 @@ MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
     McVec16 v{wqe.word[4 * i], wqe.word[4 * i + 1], wqe.word[4 * i + 2], wqe.word[4 * i + 3]};
     mc_st_v4(slot + 16 * i, v);
   }
-  // Doorbells go out in index order: wait for the previous poster's.
+  return (static_cast<uint64_t>(wqe.word[1]) << 32) | wqe.word[0];
+}
+
+// The first 8 bytes of slot `idx` as written (by any thread ordered before).
+MC_DEVICE uint64_t slot_ctrl(const IbgdaQpDevCtx* qp, uint64_t idx) {
+  const McVec16 v = mc_ld_v4(qp->sq + (idx & (qp->sq_wqe_cnt - 1)) * mlx5::kSendWqeBb);
+  return (static_cast<uint64_t>(v.y) << 32) | v.x;
+}
+
+// Rings the doorbell for slots [base, base + n), all written, once every
+// earlier reservation has rung: doorbells go out in index order.
+// `last_ctrl`: the first 8 bytes of slot base + n - 1 (for the UAR write).
+MC_DEVICE McStatus ring(IbgdaQpDevCtx* qp, uint64_t base, uint32_t n, uint64_t last_ctrl) {
   uint32_t spins = 0;
-  while (mc_ld_acquire(&qp->ready_head) != idx) {
+  while (mc_ld_acquire_gpu(&qp->ready_head) != base) {
     if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
     mc_spin_backoff(&spins);
   }
-  // A system-scope release: this WQE (and, through the acquire of
-  // ready_head above, every earlier one) is visible before the doorbell
+  // A system-scope release: these WQEs (and, through the acquire of
+  // ready_head above, every earlier one) are visible before the doorbell
   // record says so. No separate fence: it cost a PCIe round trip per post.
-  mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr], mlx5::be32(static_cast<uint32_t>(idx + 1) & 0xffffu));
-  if (qp->bf_reg != nullptr) {
-    mc_st_mmio64(qp->bf_reg, (static_cast<uint64_t>(wqe.word[1]) << 32) | wqe.word[0]);
-  }
-  mc_st_release(&qp->ready_head, idx + 1);
+  mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr],
+                mlx5::be32(static_cast<uint32_t>(base + n) & 0xffffu));
+  if (qp->bf_reg != nullptr) mc_st_mmio64(qp->bf_reg, last_ctrl);
+  // Only this GPU's posters read ready_head: a GPU-scope release suffices.
+  mc_st_release_gpu(&qp->ready_head, base + n);
   return McStatus::kOk;
+}
+}  // namespace qp_detail
+
+// Posts `wqe` (built with any wqe_idx; its index bits are set here).
+// Returns kRdmaError when the QP already failed (nothing posted) or stalled.
+MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
+  uint64_t idx = 0;
+  const McStatus st = qp_detail::reserve(qp, 1, &idx);
+  if (st != McStatus::kOk) return st;
+  return qp_detail::ring(qp, idx, 1, qp_detail::write_slot(qp, idx, wqe));
+}
+
+// Warp-cooperative post: every lane of the warp calls it (converged, as for
+// mc_put_warp); the lanes with `have` post their `wqe`. One reservation and
+// one doorbell for the whole warp, so a warp posts up to 32 WQEs for the
+// cost of one (the doorbell record's system-scope release is what a post
+// costs). The status is the same on every lane. A warp wider than the ring
+// (host stress tests only) posts lane by lane instead, each lane getting its
+// own status.
+MC_DEVICE McStatus mc_qp_post_warp(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool have) {
+  unsigned total = 0;
+  const unsigned pos = mc_warp_rank(have, &total);
+  if (total == 0) return McStatus::kOk;
+  if (total > qp->sq_wqe_cnt) return have ? mc_qp_post(qp, wqe) : McStatus::kOk;
+  const bool leader = mc_lane_id() == 0;
+  uint64_t base = 0;
+  McStatus st = McStatus::kOk;
+  if (leader) st = qp_detail::reserve(qp, total, &base);
+  // Status in the top byte, base below it (indices stay far below 2^56).
+  const uint64_t packed =
+      mc_warp_bcast_u64((static_cast<uint64_t>(static_cast<uint32_t>(st)) << 56) | base, 0);
+  st = static_cast<McStatus>(static_cast<int>(packed >> 56));
+  base = packed & ((uint64_t{1} << 56) - 1);
+  if (st != McStatus::kOk) return st;
+  if (have) qp_detail::write_slot(qp, base + pos, wqe);
+  // Orders every lane's slot writes before the leader's doorbell release.
+  mc_syncwarp();
+  if (leader) {
+    const uint64_t last = qp->bf_reg != nullptr ? qp_detail::slot_ctrl(qp, base + total - 1) : 0;
+    st = qp_detail::ring(qp, base, total, last);
+  }
+  return static_cast<McStatus>(
+      static_cast<int>(mc_warp_bcast_u64(static_cast<uint64_t>(static_cast<uint32_t>(st)), 0)));
 }
 
 // Waits until every WQE rung on `qp` before the call has completed.
 MC_DEVICE McStatus mc_qp_quiet(IbgdaQpDevCtx* qp) {
-  const uint64_t target = mc_ld_acquire(&qp->ready_head);
+  const uint64_t target = mc_ld_acquire_gpu(&qp->ready_head);
   uint32_t spins = 0;
   uint64_t start = 0;
-  while (mc_ld_acquire(&qp->cons_tail) < target) {
+  while (mc_ld_acquire_gpu(&qp->cons_tail) < target) {
     mc_qp_poll(qp);
     if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
     if (qp->timeout_ns != 0 && (spins & 255u) == 0) {

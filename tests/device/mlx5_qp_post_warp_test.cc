@@ -1,0 +1,190 @@
+// mc_qp_post_warp (mlx5/qp_ops.h) on the host platform, against a queue pair
+// in plain memory that nobody serves: what a warp's batch leaves in the
+// ring, the doorbell record and the doorbell register is checked directly.
+// (The softnic route tests run the same code against a live engine.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "mooncake/device/host_coop.h"
+#include "mooncake/device/ibgda_qp.h"
+#include "mooncake/device/mlx5/qp_ops.h"
+#include "mooncake/device/mlx5/wqe.h"
+
+namespace mooncake::device {
+namespace {
+
+// A QP whose rings live in this struct; the CQ stays empty (owner bits of
+// invalid CQEs), so posts only ever need ring space that was never used.
+struct PlainQp {
+  explicit PlainQp(uint32_t depth) : sq(depth * mlx5::kSendWqeBb), cq(depth) {
+    for (mlx5::Cqe64& c : cq) {
+      std::memset(&c, 0, sizeof(c));
+      reinterpret_cast<uint8_t*>(&c)[63] = static_cast<uint8_t>(mlx5::kCqeInvalid << 4) | 1u;
+    }
+    qp.sq = sq.data();
+    qp.sq_dbrec = dbrec;
+    qp.bf_reg = &bf;
+    qp.cq = cq.data();
+    qp.cq_dbrec = cq_dbrec;
+    qp.qpn = 0x1234;
+    qp.sq_wqe_cnt = depth;
+    qp.cq_cqe_cnt = depth;
+    qp.timeout_ns = 200'000'000;
+  }
+  // Index bits and inline payload (one 8-byte word) of slot i.
+  uint16_t index_of(uint64_t i) const {
+    const uint8_t* s = sq.data() + (i % qp.sq_wqe_cnt) * mlx5::kSendWqeBb;
+    return static_cast<uint16_t>(s[1] << 8 | s[2]);
+  }
+  uint64_t payload_of(uint64_t i) const {
+    uint64_t v = 0;
+    // ctrl (16) + raddr (16) + inline byte count (4): the data follows.
+    std::memcpy(&v, sq.data() + (i % qp.sq_wqe_cnt) * mlx5::kSendWqeBb + 36, sizeof(v));
+    return v;
+  }
+  uint64_t ctrl_of(uint64_t i) const {
+    uint64_t v = 0;
+    std::memcpy(&v, sq.data() + (i % qp.sq_wqe_cnt) * mlx5::kSendWqeBb, sizeof(v));
+    return v;
+  }
+
+  alignas(64) std::vector<uint8_t> sq;
+  std::vector<mlx5::Cqe64> cq;
+  alignas(8) uint32_t dbrec[2] = {};
+  alignas(8) uint32_t cq_dbrec[2] = {};
+  alignas(8) uint64_t bf = 0;
+  IbgdaQpDevCtx qp;
+};
+
+mlx5::Wqe64 InlineWrite(const IbgdaQpDevCtx& qp, uint64_t payload) {
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write_inline(&w, 0, qp.qpn, mlx5::kCtrlCqUpdate, 0x1000, 0x55, &payload,
+                                sizeof(payload));
+  return w;
+}
+
+uint32_t DbrecIndex(const PlainQp& p) { return mlx5::be32(p.dbrec[mlx5::kSndDbr]); }
+
+TEST(QpPostWarp, OneReservationAndOneDoorbellPerWarp) {
+  PlainQp p(64);
+  // Lanes 1, 4 and 6 have nothing to post; the others post lane + 100.
+  auto posts = [](unsigned lane) { return lane != 1 && lane != 4 && lane != 6; };
+  std::atomic<int> bad{0};
+  host::runWarp(8, [&](unsigned lane) {
+    const McStatus st = mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane + 100), posts(lane));
+    if (st != McStatus::kOk) bad++;
+  });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(p.qp.resv_head, 5u);
+  EXPECT_EQ(p.qp.ready_head, 5u);
+  EXPECT_EQ(DbrecIndex(p), 5u);
+  std::set<uint64_t> payloads;
+  for (uint64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(p.index_of(i), i);
+    payloads.insert(p.payload_of(i));
+  }
+  EXPECT_EQ(payloads, (std::set<uint64_t>{100, 102, 103, 105, 107}));
+  // The doorbell register got the control word of the batch's last WQE.
+  EXPECT_EQ(p.bf, p.ctrl_of(4));
+  EXPECT_EQ(p.index_of(5), 0u) << "nothing past the batch";
+}
+
+TEST(QpPostWarp, NobodyPostingTouchesNothing) {
+  PlainQp p(16);
+  host::runWarp(8, [&](unsigned) { EXPECT_EQ(mc_qp_post_warp(&p.qp, {}, false), McStatus::kOk); });
+  EXPECT_EQ(p.qp.resv_head, 0u);
+  EXPECT_EQ(DbrecIndex(p), 0u);
+  EXPECT_EQ(p.bf, 0u);
+}
+
+// Batches of several warps, and single posts, interleave on one QP: every
+// index is used once and the doorbell record ends at the total.
+TEST(QpPostWarp, WarpsAndSinglePostersShareAQp) {
+  PlainQp p(1024);
+  constexpr int kRounds = 20;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      host::runWarp(8, [&](unsigned lane) {
+        for (int r = 0; r < kRounds; ++r) {
+          const uint64_t v = (uint64_t{1} << 40) | (uint64_t(w) << 32) | (uint64_t(r) << 8) | lane;
+          if (mc_qp_post_warp(&p.qp, InlineWrite(p.qp, v), true) != McStatus::kOk) bad++;
+        }
+      });
+    });
+  }
+  threads.emplace_back([&] {
+    for (int r = 0; r < kRounds; ++r) {
+      if (mc_qp_post(&p.qp, InlineWrite(p.qp, 7000 + r)) != McStatus::kOk) bad++;
+    }
+  });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  const uint64_t total = 3 * kRounds * 8 + kRounds;
+  EXPECT_EQ(p.qp.resv_head, total);
+  EXPECT_EQ(p.qp.ready_head, total);
+  EXPECT_EQ(DbrecIndex(p), total);
+  std::set<uint64_t> seen;
+  for (uint64_t i = 0; i < total; ++i) {
+    EXPECT_EQ(p.index_of(i), i);
+    seen.insert(p.payload_of(i));
+  }
+  EXPECT_EQ(seen.size(), total) << "every post landed in its own slot";
+}
+
+// A batch waits for ring space like a single post: on a ring nobody drains it
+// times out, the QP is marked stalled, and every lane gets kTimedOut.
+TEST(QpPostWarp, FullRingTimesOutOnEveryLane) {
+  PlainQp p(8);
+  p.qp.timeout_ns = 20'000'000;
+  host::runWarp(8, [&](unsigned lane) {
+    EXPECT_EQ(mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane), true), McStatus::kOk);
+  });
+  EXPECT_EQ(DbrecIndex(p), 8u);
+  std::atomic<int> timed_out{0};
+  host::runWarp(8, [&](unsigned lane) {
+    if (mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane), lane % 2 == 0) == McStatus::kTimedOut) {
+      timed_out++;
+    }
+  });
+  EXPECT_EQ(timed_out.load(), 8);
+  EXPECT_EQ(p.qp.error, kQpErrStalled);
+  EXPECT_EQ(DbrecIndex(p), 8u) << "nothing rung past the full ring";
+}
+
+// A warp wider than the ring (host stress warps) posts lane by lane.
+TEST(QpPostWarp, WarpWiderThanTheRingPostsLaneByLane) {
+  PlainQp p(4);
+  // Long enough that the four posts that fit ring before a stalled one's
+  // timeout marks the QP (a poster waiting to ring then gives up too).
+  p.qp.timeout_ns = 300'000'000;
+  std::atomic<int> ok{0}, timed_out{0};
+  host::runWarp(6, [&](unsigned lane) {
+    const McStatus st = mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane), true);
+    (st == McStatus::kOk ? ok : timed_out)++;
+  });
+  // Four fit; nobody completes them, so the other two time out.
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(timed_out.load(), 2);
+}
+
+// An error already on the QP: nothing is reserved, every lane hears it.
+TEST(QpPostWarp, FailedQpPostsNothing) {
+  PlainQp p(16);
+  p.qp.error = kQpErrCqe | 0x13;
+  host::runWarp(4, [&](unsigned lane) {
+    EXPECT_EQ(mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane), lane != 2), McStatus::kRdmaError);
+  });
+  EXPECT_EQ(p.qp.resv_head, 0u);
+}
+
+}  // namespace
+}  // namespace mooncake::device

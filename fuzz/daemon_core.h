@@ -1,16 +1,20 @@
 // The daemon's core without its servers, for the RPC fuzzers: the real
-// SessionRegistry, FdBroker, GroupBroker and SessionLifecycle wired as
-// Daemon wires them, a made-up node with three GPUs, and small limits so a
-// short input can reach every ResourceExhausted. Sessions are opened with
-// made-up credentials, as tests/daemon/group_broker_test.cc does.
+// SessionRegistry, FdBroker, GroupBroker, RdmaResources (softnic) with its
+// RdmaService, and SessionLifecycle wired as Daemon wires them, a made-up
+// node with three GPUs, and small limits so a short input can reach the
+// ResourceExhausted errors. Sessions are opened with made-up credentials,
+// as tests/daemon/group_broker_test.cc does.
 //
 // One core serves every input of a run (a GroupBroker starts a thread), so
 // each input must end every session it opened; CheckReleased() then proves
 // the core holds nothing for anyone, which is itself an invariant: a
-// session's end releases its groups, tickets, exports and fds.
+// session's end releases its groups, tickets, exports, fds, queue pairs and
+// memory regions.
 #pragma once
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
@@ -23,6 +27,8 @@
 #include "fdchannel/fd_broker.h"
 #include "fuzz_support.h"
 #include "mooncake/common/escape.h"
+#include "rdma/rdma_resources.h"
+#include "rdma/rdma_service.h"
 #include "server/session_lifecycle.h"
 #include "session/session_registry.h"
 
@@ -71,6 +77,26 @@ inline daemon::BrokerLimits SmallLimits() {
   l.max_waiting_joins_per_uid = 8;
   l.max_view_bytes_per_uid = 4096;
   return l;
+}
+
+// Per session above per uid where two sessions of one uid can pass the
+// per-uid limit in one request (request_fuzzer.cc prepares what they hold).
+inline daemon::RdmaLimits SmallRdmaLimits() {
+  daemon::RdmaLimits l;
+  l.max_qps_per_session = 5;
+  l.max_mrs_per_session = 3;
+  l.max_registered_bytes_per_session = 192 << 10;
+  l.max_qps_per_uid = 5;
+  l.max_mrs_per_uid = 5;
+  l.max_registered_bytes_per_uid = 256 << 10;
+  return l;
+}
+
+// GPU registrations fail at once: no CUDA driver is loaded in a fuzzer.
+inline softnic::CudaMemoryOptions NoCuda() {
+  softnic::CudaMemoryOptions o;
+  o.cuda_library = "libcuda-not-loaded-by-the-fuzzer.so";
+  return o;
 }
 
 // One JoinAsync's outcome. `done` must run exactly once (CheckDone), with
@@ -141,8 +167,11 @@ struct DaemonCore {
   daemon::SessionRegistry sessions{8};
   daemon::FdBroker fds{absl::Seconds(600), &sessions, daemon::FdLimits{48, 96}};
   daemon::GroupBroker broker{"node-a", MakeTopology(), SmallLimits(), &sessions, &fds};
-  // RDMA resources are not driven by these fuzzers (rdma = null).
-  daemon::SessionLifecycle lifecycle{&sessions, &fds, /*rdma=*/nullptr, &broker};
+  daemon::RdmaResources rdma{&sessions, "softnic0", SmallRdmaLimits(), softnic::EngineOptions{},
+                             NoCuda()};
+  // The service's Handle* methods only: no connection table, no server.
+  daemon::RdmaService rdma_service{/*connections=*/nullptr, &sessions, &fds, &rdma};
+  daemon::SessionLifecycle lifecycle{&sessions, &fds, &rdma, &broker};
   int next_conn = 1000;
   std::vector<std::shared_ptr<JoinOutcome>> joins;  // this input's
 
@@ -185,6 +214,16 @@ struct DaemonCore {
     }
     FUZZ_CHECK(fds.TicketCount() == 0, fds.TicketCount(), " fd tickets outlive every session");
     FUZZ_CHECK(fds.FdsHeld() == 0, fds.FdsHeld(), " fds held after every session ended");
+    FUZZ_CHECK(rdma.ListQps(0, true).empty() && rdma.ListMrs(0, true).empty(),
+               rdma.ListQps(0, true).size(), " QPs and ", rdma.ListMrs(0, true).size(),
+               " regions outlive every session");
+    FUZZ_CHECK(rdma.ControlMappings() == 0 && rdma.SessionsHolding() == 0, rdma.ControlMappings(),
+               " control mappings, ", rdma.SessionsHolding(), " sessions still charged");
+    for (uint32_t uid : {kUidA, kUidB, 0u}) {
+      daemon::RdmaUsage u = rdma.UsageOfUid(uid);
+      FUZZ_CHECK(u.empty(), "uid ", uid, " still charged ", u.qps, " QPs, ", u.mrs, " regions, ",
+                 u.bytes, " bytes");
+    }
   }
 };
 
@@ -196,6 +235,16 @@ inline std::vector<UniqueFd> MemFds(size_t n) {
     FUZZ_CHECK(out.back().valid(), "memfd_create");
   }
   return out;
+}
+
+// A memfd of `bytes` (sparse) sealed against shrinking: what a client hands
+// over for RDMA memory.
+inline UniqueFd SealedMemfd(uint64_t bytes) {
+  UniqueFd fd(::memfd_create("fuzz-rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  FUZZ_CHECK(fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) == 0 &&
+                 ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0,
+             "sealed memfd");
+  return fd;
 }
 
 // What EscapeForDisplay promises for a string a client chose.

@@ -1,8 +1,9 @@
 // Every request message of the daemon's RPCs (proto/mooncake/v1/local.proto,
-// admin.proto, peer.proto, and the fd channel's FdRequest), parsed from
-// arbitrary bytes and handled as the services handle it, minus the server:
-// the same calls on the real SessionRegistry, FdBroker and GroupBroker
-// (daemon_core.h).
+// admin.proto, peer.proto, rdma.proto, and the fd channel's FdRequest),
+// parsed from arbitrary bytes and handled as the services handle it, minus
+// the server: the same calls on the real SessionRegistry, FdBroker and
+// GroupBroker, and the Rdma requests through RdmaService itself on a real
+// RdmaResources (softnic) (daemon_core.h, rdma_requests.h).
 //
 // Input: one byte that picks the message (modulo the number of messages,
 // in kMessages order), then the message's bytes.
@@ -11,13 +12,16 @@
 // "fuzz-forming" (waiting), an fd-channel PUT ticket that a request names
 // as "@ticket", and an export whose secret a request names as "@secret"
 // (export_id 0 then means its id); an FdRequest names A's session token as
-// "@token" (session_id 0 then means A's id).
+// "@token" (session_id 0 then means A's id). Before an Rdma request A, a
+// second session of its uid and one of another uid also hold regions and
+// queue pairs (rdma_requests.h says which and how a request names them).
 // Invariants, beyond no crash, leak or undefined behaviour: errors carry
 // the codes the protocol documents; a message that parses survives a
 // round trip; ValidateJoin accepts what its contract says; every JoinGroup
 // completes exactly once with a view of its own group; imported fds arrive
-// whole; strings a client chose are display-safe once escaped; and when
-// the input's sessions end, nothing is left (groups, usage, tickets, fds).
+// whole; strings a client chose are display-safe once escaped; the Rdma
+// invariants of rdma_requests.h; and when the input's sessions end,
+// nothing is left (groups, usage, tickets, fds, QPs, regions, charges).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -29,6 +33,8 @@
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.pb.h"
 #include "mooncake/v1/peer.pb.h"
+#include "mooncake/v1/rdma.pb.h"
+#include "rdma_requests.h"
 #include "server/admin_service.h"
 
 namespace mooncake::fuzz {
@@ -54,8 +60,16 @@ enum Message {
   kPeerHello,
   kGetPeerTopology,
   kFdRequest,
+  kGetRdmaInfo,
+  kRegisterMemory,
+  kDeregisterMemory,
+  kCreateQueuePairs,
+  kConnectQueuePairs,
+  kDestroyQueuePairs,
   kMessages
 };
+
+bool IsRdma(Message m) { return m >= kGetRdmaInfo && m < kMessages; }
 
 std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
   switch (m) {
@@ -74,6 +88,12 @@ std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
     case kPeerHello: return std::make_unique<v1::PeerHelloRequest>();
     case kGetPeerTopology: return std::make_unique<v1::GetPeerTopologyRequest>();
     case kFdRequest: return std::make_unique<v1::FdRequest>();
+    case kGetRdmaInfo: return std::make_unique<v1::GetRdmaInfoRequest>();
+    case kRegisterMemory: return std::make_unique<v1::RegisterMemoryRequest>();
+    case kDeregisterMemory: return std::make_unique<v1::DeregisterMemoryRequest>();
+    case kCreateQueuePairs: return std::make_unique<v1::CreateQueuePairsRequest>();
+    case kConnectQueuePairs: return std::make_unique<v1::ConnectQueuePairsRequest>();
+    case kDestroyQueuePairs: return std::make_unique<v1::DestroyQueuePairsRequest>();
     case kMessages: break;
   }
   return nullptr;
@@ -85,9 +105,10 @@ struct Caller {
   std::string ticket;  // "@ticket"
   uint64_t export_id = 0;
   std::string secret;  // "@secret"
+  RdmaCaller rdma;     // before an Rdma request only
 };
 
-Caller Prepare(DaemonCore& core) {
+Caller Prepare(DaemonCore& core, Message m) {
   Caller c;
   absl::StatusOr<SessionInfo> s = core.Open(kUidA, "fuzz-a");
   FUZZ_CHECK(s.ok(), s.status());
@@ -110,6 +131,7 @@ Caller Prepare(DaemonCore& core) {
   FUZZ_CHECK(rec.ok(), rec.status());
   c.export_id = rec->id;
   c.secret = rec->secret;
+  if (IsRdma(m)) c.rdma = PrepareRdma(core, c.session);
   return c;
 }
 
@@ -270,6 +292,12 @@ void Handle(DaemonCore& core, const Caller& c, Message m, const google::protobuf
       }
       break;
     }
+    case kGetRdmaInfo:
+    case kRegisterMemory:
+    case kDeregisterMemory:
+    case kCreateQueuePairs:
+    case kConnectQueuePairs:
+    case kDestroyQueuePairs: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
     case kMessages: break;
   }
 }
@@ -297,7 +325,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::unique_ptr<google::protobuf::Message> again = NewMessage(m);
     FUZZ_CHECK(again->ParseFromString(once), "a parsed message does not re-parse");
     FUZZ_CHECK(again->SerializeAsString() == once, "round trip changed the message");
-    Caller caller = Prepare(core);
+    Caller caller = Prepare(core, m);
     Handle(core, caller, m, *msg);
     core.Finish();
   }

@@ -17,6 +17,7 @@
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.pb.h"
 #include "mooncake/v1/peer.pb.h"
+#include "mooncake/v1/rdma.pb.h"
 
 namespace {
 
@@ -57,6 +58,12 @@ enum Selector : char {
   kPeerHello,
   kGetPeerTopology,
   kFdRequest,
+  kGetRdmaInfo,
+  kRegisterMemory,
+  kDeregisterMemory,
+  kCreateQueuePairs,
+  kConnectQueuePairs,
+  kDestroyQueuePairs,
 };
 
 std::string Req(Selector s, const google::protobuf::Message& m) {
@@ -72,6 +79,83 @@ mooncake::v1::JoinGroupRequest Join(const std::string& group, uint32_t rank, uin
   r.mutable_handle()->set_data("handle-bytes");
   r.mutable_handle()->set_size(1 << 20);
   return r;
+}
+
+// Rdma requests (fuzz/rdma_requests.h): qpns 1..4 and keys 1..3 name the
+// prepared objects, "@memfd" a sealed memfd of 1 MiB.
+mooncake::v1::QueuePairLayout Rings(uint64_t base, uint32_t depth) {
+  mooncake::v1::QueuePairLayout l;
+  l.set_sq_offset(base);
+  l.set_sq_wqe_cnt(depth);
+  l.set_cq_offset(base + depth * 64ull);
+  l.set_cq_cqe_cnt(depth);
+  l.set_sq_dbrec_offset(base + 2ull * depth * 64);
+  l.set_cq_dbrec_offset(base + 2ull * depth * 64 + 8);
+  return l;
+}
+
+void RdmaSeeds() {
+  const std::string t = "request_fuzzer";
+  namespace v1 = mooncake::v1;
+  Write(t, "rdma_info", Req(kGetRdmaInfo, v1::GetRdmaInfoRequest()));
+  v1::RegisterMemoryRequest reg;
+  reg.set_fd_ticket("@memfd");
+  reg.set_kind("memfd");
+  reg.set_iova(0x7f0000001000);
+  reg.set_length(8192);
+  reg.set_offset(4096);
+  reg.set_remote_write(true);
+  Write(t, "register_memfd", Req(kRegisterMemory, reg));
+  reg.set_length(130 << 10);  // past the per-uid bytes, within the session's
+  Write(t, "register_past_uid_bytes", Req(kRegisterMemory, reg));
+  reg.set_length(100);
+  reg.set_offset((1 << 20) - 100);
+  Write(t, "register_at_the_end", Req(kRegisterMemory, reg));
+  reg.set_kind("cuda-vmm-fd");
+  reg.set_offset(0);
+  reg.set_length(4096);
+  reg.set_allocation_bytes(64 << 10);
+  Write(t, "register_cuda", Req(kRegisterMemory, reg));
+  v1::DeregisterMemoryRequest dereg;
+  dereg.set_lkey(1);
+  Write(t, "deregister_own", Req(kDeregisterMemory, dereg));
+  dereg.set_lkey(3);
+  Write(t, "deregister_other_uid", Req(kDeregisterMemory, dereg));
+
+  v1::CreateQueuePairsRequest create;
+  create.set_fd_ticket("@memfd");
+  create.set_control_bytes(1 << 20);
+  *create.add_qps() = Rings(0, 4);
+  *create.add_qps() = Rings(576, 4);
+  Write(t, "create_two_qps", Req(kCreateQueuePairs, create));
+  *create.add_qps() = Rings(1152, 8);  // a third: past the per-uid QPs
+  Write(t, "create_past_uid_qps", Req(kCreateQueuePairs, create));
+  create.clear_qps();
+  *create.add_qps() = Rings((1 << 20) - 4096, 16);
+  Write(t, "create_far_rings", Req(kCreateQueuePairs, create));
+
+  v1::ConnectQueuePairsRequest connect;
+  v1::QueuePairConnection* pair = connect.add_connections();
+  pair->set_qpn(1);
+  pair->set_remote_qpn(3);  // the caller's uid, another session
+  Write(t, "connect_same_uid", Req(kConnectQueuePairs, connect));
+  *connect.add_connections() = *pair;
+  Write(t, "connect_twice", Req(kConnectQueuePairs, connect));
+  connect.clear_connections();
+  pair = connect.add_connections();
+  pair->set_qpn(1);
+  pair->set_remote_qpn(4);  // another uid's
+  Write(t, "connect_other_uid", Req(kConnectQueuePairs, connect));
+
+  v1::DestroyQueuePairsRequest destroy;
+  destroy.add_qpns(1);
+  Write(t, "destroy_own", Req(kDestroyQueuePairs, destroy));
+  destroy.add_qpns(1);
+  Write(t, "destroy_twice", Req(kDestroyQueuePairs, destroy));
+  destroy.clear_qpns();
+  destroy.add_qpns(2);
+  destroy.add_qpns(3);
+  Write(t, "destroy_with_another_sessions", Req(kDestroyQueuePairs, destroy));
 }
 
 void RequestSeeds() {
@@ -136,6 +220,7 @@ void RequestSeeds() {
   get.set_session_token("@token");
   get.set_ticket("@ticket");
   Write(t, "fd_get", Req(kFdRequest, get));
+  RdmaSeeds();
 }
 
 // ---- broker_fuzzer: [op][arg][u16 len][bytes] ...
@@ -283,7 +368,15 @@ void ConfigSeeds() {
         "max_ranks_per_uid = 8192\n"
         "max_waiting_joins_per_uid = 4096\n"
         "max_view_bytes_per_uid = 268435456\n"
-        "max_join_timeout_ms = 600000\n");
+        "max_join_timeout_ms = 600000\n"
+        "rdma_provider = auto\n"
+        "max_qps_per_session = 4096\n"
+        "max_mrs_per_session = 256\n"
+        "max_registered_bytes_per_session = 68719476736\n"
+        "max_qps_per_uid = 32768\n"
+        "max_mrs_per_uid = 2048\n"
+        "max_registered_bytes_per_uid = 549755813888\n"
+        "softnic_sink = false\n");
   Write(t, "ipv6_peer", "peer_listen = [::1]:7450\n\t\n  socket_mode=0600\r\n");
   Write(t, "command_line",
         "--socket /tmp/m.sock --node-id=n1 --log-level debug --peer-listen [::]:7450 "

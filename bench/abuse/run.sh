@@ -34,9 +34,12 @@ trap cleanup EXIT
 # An attack that outlives its time (a daemon too slow to answer) is cut
 # there; its figures then show the missing result line.
 as_nobody() { timeout "${ATTACK_TIMEOUT:-600}" setpriv --reuid=65534 --regid=65534 --clear-groups "$@" || true; }
-PHASES=" ${PHASES:-a1 a2 a3 a4 a5} "
+PHASES=" ${PHASES:-a1 a2 a3 a4 a5 a6} "
 phase() { [[ "$PHASES" == *" $1 "* ]]; }
 rss_kb() { awk '/^VmRSS/ {print $2}' /proc/$DAEMON_PID/status; }
+vm_kb() { awk '/^VmSize/ {print $2}' /proc/$DAEMON_PID/status; }
+anon_kb() { awk '/^RssAnon/ {print $2}' /proc/$DAEMON_PID/status; }
+maps() { wc -l <"/proc/$DAEMON_PID/maps"; }
 fds() { ls /proc/$DAEMON_PID/fd | wc -l; }
 cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' /proc/$DAEMON_PID/stat; }
 # Peak RSS and fd count while a command runs (sampled every 50 ms).
@@ -59,7 +62,7 @@ start_daemon() {
   for _ in $(seq 100); do [[ -S "$SOCK" ]] && break; sleep 0.05; done
   sleep 0.3
 }
-stop_daemon() { kill "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null || true; DAEMON_PID=; }
+stop_daemon() { kill "$DAEMON_PID" 2>/dev/null || true; wait "$DAEMON_PID" 2>/dev/null || true; DAEMON_PID=; }
 fig() { printf '%s %s %s\n' "$LABEL" "$1" "$2"; }
 
 # A1: 6400 fds in one fd-channel frame (100 bytes x 64 fds), on 2
@@ -154,3 +157,71 @@ for n in 5000 10000; do
   fig a5_cpu_ms_$n $(($(cpu_ms) - c0))
   stop_daemon
 done
+
+# A6: RDMA objects. One user opens 16 sessions (twice the eight that the
+# per-uid limits allow at the per-session ones) and in each creates QPs,
+# 4096 per call and each connected (softnic polls it), then registers
+# 64 MiB regions, until refused; meanwhile uid 1 creates 64 QPs and 2
+# regions. Then (A6b) one session registers 4 KiB regions 1 TiB into a
+# sparse memfd, which a daemon that maps from offset 0 pays in address
+# space, while uid 1 creates 8 QPs and a region. VmSize is the address
+# space, maps the daemon's memory map entries, RssAnon its own memory (RSS
+# also counts the pages of client memfds softnic touched).
+if phase a6; then
+start_daemon
+base_rss=$(rss_kb)
+base=$(fds)
+fig a6_idle_vm_kb "$(vm_kb)"
+fig a6_idle_maps "$(maps)"
+fig a6_rss_anon_idle_kb "$(anon_kb)"
+sample_start
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" rdma-flood 16 3000 --qps-per-call 4096 \
+  --region-bytes 67108864 --connect >"$WORK/a6.out" &
+A=$!
+for _ in $(seq 6000); do grep -q flooded "$WORK/a6.out" 2>/dev/null && break; sleep 0.05; done
+fig a6_flooded "$(grep flooded "$WORK/a6.out" | sed 's/ /,/g')"
+fig a6_rss_flooded_kb "$(rss_kb)"
+fig a6_rss_anon_flooded_kb "$(anon_kb)"
+fig a6_vm_flooded_kb "$(vm_kb)"
+fig a6_maps_flooded "$(maps)"
+fig a6_fds_flooded_over_idle $(($(fds) - base))
+t0=$(date +%s%N)
+if timeout 20 setpriv --reuid=1 --regid=1 --clear-groups "$WORK/bin/mc_abuse" "$SOCK" rdma-flood 1 0 \
+    --max-qps 64 --max-mrs 2 >"$WORK/a6v.out" 2>&1 && grep -q "qps=64 mrs=2 " "$WORK/a6v.out"; then
+  ok=1
+else
+  ok=0
+fi
+fig a6_victim_ok $ok
+fig a6_victim_ms $((($(date +%s%N) - t0) / 1000000))
+wait $A || true
+{ grep -E "result|refused" "$WORK/a6.out" || true; } | sed "s/^/$LABEL a6 /"
+sample_stop
+fig a6_rss_peak_kb "$PEAK_RSS"
+fig a6_fds_peak_over_idle $((PEAK_FDS - base))
+sleep 3  # the heap trimmer's quiet time
+fig a6_rss_after_kb "$(rss_kb)"
+fig a6_rss_anon_after_kb "$(anon_kb)"
+fig a6_rss_idle_kb "$base_rss"
+fig a6_fds_after_over_idle $(($(fds) - base))
+fig a6_maps_after "$(maps)"
+fig a6b_vm_before_kb "$(vm_kb)"
+as_nobody "$WORK/bin/mc_abuse" "$SOCK" rdma-flood 1 2000 --max-qps 0 --region-bytes 4096 \
+  --region-offset 1099511627776 >"$WORK/a6b.out" &
+A=$!
+for _ in $(seq 1200); do grep -q flooded "$WORK/a6b.out" 2>/dev/null && break; sleep 0.05; done
+fig a6b_vm_flooded_kb "$(vm_kb)"
+if timeout 20 setpriv --reuid=1 --regid=1 --clear-groups "$WORK/bin/mc_abuse" "$SOCK" rdma-flood 1 0 \
+    --max-qps 8 --max-mrs 1 >"$WORK/a6bv.out" 2>&1 && grep -q "qps=8 mrs=1 " "$WORK/a6bv.out"; then
+  ok=1
+else
+  ok=0
+fi
+fig a6b_victim_ok $ok
+{ grep refused "$WORK/a6bv.out" || true; } | sed "s/^/$LABEL a6b victim /"
+wait $A || true
+{ grep -E "result|refused" "$WORK/a6b.out" || true; } | sed "s/^/$LABEL a6b /"
+if timeout 5 "$BIN/mcctl" --socket "$SOCK" status >/dev/null 2>&1; then ok=1; else ok=0; fi
+fig a6b_root_status_ok $ok
+stop_daemon
+fi

@@ -28,6 +28,17 @@ absl::Status ParseU32(absl::string_view key, absl::string_view value, uint32_t l
   return absl::OkStatus();
 }
 
+absl::Status ParseU64(absl::string_view key, absl::string_view value, uint64_t lo, uint64_t hi,
+                      uint64_t* out) {
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " = '", value, "': expected an integer in [", lo, ", ", hi, "]"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
 absl::Status ParseMode(absl::string_view value, uint32_t* out) {
   uint32_t v = 0;
   if (value.empty() || value.size() > 4 ||
@@ -163,6 +174,14 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     return ParseU32(key, value, 1, 1 << 20, &c->max_qps_per_session);
   } else if (key == "max_mrs_per_session") {
     return ParseU32(key, value, 1, 1 << 16, &c->max_mrs_per_session);
+  } else if (key == "max_registered_bytes_per_session") {
+    return ParseU64(key, value, 4096, 1ull << 46, &c->max_registered_bytes_per_session);
+  } else if (key == "max_qps_per_uid") {
+    return ParseU32(key, value, 1, 1 << 24, &c->max_qps_per_uid);
+  } else if (key == "max_mrs_per_uid") {
+    return ParseU32(key, value, 1, 1 << 20, &c->max_mrs_per_uid);
+  } else if (key == "max_registered_bytes_per_uid") {
+    return ParseU64(key, value, 4096, 1ull << 46, &c->max_registered_bytes_per_uid);
   } else if (key == "softnic_sink") {
     if (value != "true" && value != "false") {
       return absl::InvalidArgumentError(

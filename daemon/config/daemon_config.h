@@ -44,6 +44,10 @@ struct DaemonConfig {
   std::string rdma_provider = "auto";  // auto | softnic | off
   uint32_t max_qps_per_session = 4096;
   uint32_t max_mrs_per_session = 256;
+  uint64_t max_registered_bytes_per_session = 64ull << 30;
+  uint32_t max_qps_per_uid = 32768;  // root and the daemon's uid: never refused
+  uint32_t max_mrs_per_uid = 2048;
+  uint64_t max_registered_bytes_per_uid = 512ull << 30;
   bool softnic_sink = false;  // benchmarks: complete WQEs without moving data
 };
 

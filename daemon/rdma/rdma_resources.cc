@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/log.h"
 
@@ -10,12 +11,14 @@ namespace mooncake::daemon {
 
 namespace {
 
-absl::Status Exhausted(const char* what, uint64_t have, uint64_t limit, const char* key) {
-  return absl::ResourceExhaustedError(absl::StrCat("this session already holds ", have, " ", what,
-                                                   " (limit ", limit, ", config key ", key, ")"));
+bool PowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// [offset, offset + bytes) inside [0, size), without overflow.
+bool Fits(uint64_t offset, uint64_t bytes, uint64_t size) {
+  return bytes <= size && offset <= size - bytes;
 }
 
-bool PowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+uint64_t PageFloor(uint64_t v) { return v - v % softnic::SharedMapping::PageSize(); }
 
 }  // namespace
 
@@ -26,7 +29,8 @@ RdmaResources::RdmaResources(const SessionRegistry* sessions, std::string nic_na
       nic_(std::move(nic_name)),
       limits_(limits),
       cuda_(softnic::CudaMemory::Create(std::move(cuda_options))),
-      engine_(engine_options) {
+      engine_(engine_options),
+      budget_(limits) {
   engine_.Start();
 }
 
@@ -39,35 +43,57 @@ absl::Status RdmaResources::CheckOpen(const SessionInfo& session) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
-    const SessionInfo& session, FdBundlePtr fds, const std::string& kind, uint64_t iova,
-    uint64_t length, uint64_t offset, uint32_t access, uint64_t allocation_bytes) {
-  const bool gpu = kind == "cuda-vmm-fd";
-  if (kind != "memfd" && !gpu) {
+absl::Status RdmaResources::CheckOpenAndBudget(const SessionInfo& session,
+                                               const RdmaUsage& more) const {
+  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+  return budget_.Check(session, more);
+}
+
+absl::Status RdmaResources::ValidateRegistration(const std::string& kind, uint64_t iova,
+                                                 uint64_t length, uint64_t offset) const {
+  if (kind != "memfd" && kind != "cuda-vmm-fd") {
     return absl::InvalidArgumentError(absl::StrCat(
         "memory kind \"", kind,
         "\" is not one the softnic provider registers: \"memfd\" (host memory, a sealed memfd) "
         "or \"cuda-vmm-fd\" (GPU memory, the POSIX fd of a cuMem allocation)"));
   }
-  if (!fds || fds->fds.size() != 1) {
-    return absl::InvalidArgumentError("RegisterMemory needs exactly one fd on its ticket");
-  }
   if (length == 0) return absl::InvalidArgumentError("RegisterMemory: length 0");
   if (offset > UINT64_MAX - length || iova > UINT64_MAX - length) {
     return absl::InvalidArgumentError("RegisterMemory: offset/iova + length overflows");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
+    const SessionInfo& session, FdBundlePtr fds, const std::string& kind, uint64_t iova,
+    uint64_t length, uint64_t offset, uint32_t access, uint64_t allocation_bytes) {
+  if (absl::Status s = ValidateRegistration(kind, iova, length, offset); !s.ok()) return s;
+  if (!fds || fds->fds.size() != 1) {
+    return absl::InvalidArgumentError("RegisterMemory needs exactly one fd on its ticket");
+  }
+  const bool gpu = kind == "cuda-vmm-fd";
+  // Host memory: only the pages holding the region are mapped. GPU memory:
+  // CUDA maps an imported allocation only whole, so the mapping covers
+  // allocation_bytes when the client says the allocation is larger than the
+  // region (the region's bounds stay offset + length).
+  const uint64_t map_offset = gpu ? 0 : PageFloor(offset);
+  const uint64_t map_bytes =
+      gpu ? std::max(offset + length, allocation_bytes) : offset + length - map_offset;
+  const RdmaUsage cost{0, 1, map_bytes};
+  {
+    // Before mapping anything: a refused call must not map first.
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
   softnic::RegionSpec spec;
   spec.pd = session.id;
   spec.iova = iova;
   spec.length = length;
   spec.access = access | softnic::kLocalWrite;
-  spec.offset = offset;
+  spec.offset = offset - map_offset;
   if (gpu) {
     // Imported and mapped in the daemon's CUDA context (created with the
-    // first GPU region). CUDA maps an imported allocation only whole, so the
-    // mapping covers allocation_bytes when the client says the allocation is
-    // larger than the region (the region's bounds stay offset + length).
-    const uint64_t map_bytes = std::max(offset + length, allocation_bytes);
+    // first GPU region).
     absl::StatusOr<std::shared_ptr<softnic::CudaBuffer>> buffer =
         cuda_->Import(fds->fds[0].get(), map_bytes);
     if (!buffer.ok()) {
@@ -78,7 +104,7 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     spec.cuda = *std::move(buffer);
   } else {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
-        softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), offset + length);
+        softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), map_offset, map_bytes);
     if (!mapping.ok()) return mapping.status();
     spec.kind = softnic::MemoryKind::kHost;
     spec.mapping = *std::move(mapping);
@@ -86,20 +112,14 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
   const std::string listed = gpu ? "cuda-vmm" : "host";
 
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
-  SessionUse& use = use_[session.id];
-  if (use.mrs >= limits_.max_mrs_per_session) {
-    return Exhausted("memory regions", use.mrs, limits_.max_mrs_per_session, "max_mrs_per_session");
-  }
-  if (use.registered_bytes + length > limits_.max_registered_bytes_per_session) {
-    return Exhausted("registered bytes", use.registered_bytes,
-                     limits_.max_registered_bytes_per_session, "max_registered_bytes_per_session");
-  }
+  // Again: the session may have ended, or its user spent the budget, while
+  // this call mapped.
+  if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   absl::StatusOr<uint32_t> key = engine_.RegisterRegion(std::move(spec));
   if (!key.ok()) return key.status();
-  use.mrs += 1;
-  use.registered_bytes += length;
-  mr_owner_[*key] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid}, length, listed};
+  budget_.Charge(session, cost);
+  mr_owner_[*key] =
+      MrEntry{Owner{session.id, session.cred.uid, session.cred.pid}, map_bytes, listed};
   return Registered{*key, *key, listed};
 }
 
@@ -110,21 +130,15 @@ absl::Status RdmaResources::DeregisterMemory(const SessionInfo& session, uint32_
     return absl::NotFoundError("no memory region with that key in this session");
   }
   if (absl::Status s = engine_.DeregisterRegion(session.id, lkey); !s.ok()) return s;
-  SessionUse& use = use_[session.id];
-  use.mrs -= 1;
-  use.registered_bytes -= std::min(use.registered_bytes, it->second.length);
+  budget_.Release(session.id, RdmaUsage{0, 1, it->second.charged_bytes});
   mr_owner_.erase(it);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
-    const SessionInfo& session, FdBundlePtr control, uint64_t control_bytes,
-    const std::vector<QpLayout>& layouts) {
+absl::Status RdmaResources::ValidateQueuePairs(uint64_t control_bytes,
+                                               const std::vector<QpLayout>& layouts) const {
   if (layouts.empty()) return absl::InvalidArgumentError("CreateQueuePairs: no queue pairs");
-  if (!control || control->fds.size() != 1) {
-    return absl::InvalidArgumentError(
-        "CreateQueuePairs needs exactly one control fd on its ticket");
-  }
+  if (control_bytes == 0) return absl::InvalidArgumentError("CreateQueuePairs: control_bytes 0");
   for (size_t i = 0; i < layouts.size(); ++i) {
     const QpLayout& l = layouts[i];
     if (!PowerOfTwo(l.sq_wqe_cnt) || l.sq_wqe_cnt > limits_.max_sq_wqes) {
@@ -132,17 +146,56 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
                                                      l.sq_wqe_cnt, " is not a power of two in 1..",
                                                      limits_.max_sq_wqes));
     }
+    if (!PowerOfTwo(l.cq_cqe_cnt) || l.cq_cqe_cnt < l.sq_wqe_cnt ||
+        l.cq_cqe_cnt > softnic::Engine::kMaxCqCqeCnt) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue pair ", i, ": cq_cqe_cnt ", l.cq_cqe_cnt,
+                       " is not a power of two in sq_wqe_cnt..", softnic::Engine::kMaxCqCqeCnt));
+    }
+    const std::pair<uint64_t, uint64_t> rings[] = {{l.sq_offset, uint64_t{l.sq_wqe_cnt} * 64},
+                                                   {l.sq_dbrec_offset, 8},
+                                                   {l.cq_offset, uint64_t{l.cq_cqe_cnt} * 64},
+                                                   {l.cq_dbrec_offset, 8}};
+    for (const auto& [at, bytes] : rings) {
+      if (!Fits(at, bytes, control_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat("queue pair ", i, ": a ring at offset ", at,
+                                                       " (", bytes, " bytes) is outside the ",
+                                                       control_bytes, " bytes of control memory"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
+    const SessionInfo& session, FdBundlePtr control, uint64_t control_bytes,
+    const std::vector<QpLayout>& layouts) {
+  if (absl::Status s = ValidateQueuePairs(control_bytes, layouts); !s.ok()) return s;
+  if (!control || control->fds.size() != 1) {
+    return absl::InvalidArgumentError(
+        "CreateQueuePairs needs exactly one control fd on its ticket");
+  }
+  // Only the span the rings use is mapped (and charged): a sparse memfd of
+  // terabytes costs the client nothing, the daemon address space.
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const QpLayout& l : layouts) {
+    lo = std::min({lo, l.sq_offset, l.sq_dbrec_offset, l.cq_offset, l.cq_dbrec_offset});
+    hi = std::max({hi, l.sq_offset + uint64_t{l.sq_wqe_cnt} * 64, l.sq_dbrec_offset + 8,
+                   l.cq_offset + uint64_t{l.cq_cqe_cnt} * 64, l.cq_dbrec_offset + 8});
+  }
+  const uint64_t map_offset = PageFloor(lo);
+  const uint64_t map_bytes = hi - map_offset;
+  const RdmaUsage cost{layouts.size(), 1, map_bytes};
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
   absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
-      softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), control_bytes);
+      softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), map_offset, map_bytes);
   if (!mapping.ok()) return mapping.status();
 
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
-  SessionUse& use = use_[session.id];
-  if (use.qps + layouts.size() > limits_.max_qps_per_session) {
-    return Exhausted("queue pairs", use.qps, limits_.max_qps_per_session, "max_qps_per_session");
-  }
+  if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   std::vector<uint32_t> qpns;
   qpns.reserve(layouts.size());
   for (size_t i = 0; i < layouts.size(); ++i) {
@@ -150,25 +203,25 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     softnic::QpSpec spec;
     spec.pd = session.id;
     spec.mapping = *mapping;
-    spec.sq_offset = l.sq_offset;
+    spec.sq_offset = l.sq_offset - map_offset;
     spec.sq_wqe_cnt = l.sq_wqe_cnt;
-    spec.sq_dbrec_offset = l.sq_dbrec_offset;
-    spec.cq_offset = l.cq_offset;
+    spec.sq_dbrec_offset = l.sq_dbrec_offset - map_offset;
+    spec.cq_offset = l.cq_offset - map_offset;
     spec.cq_cqe_cnt = l.cq_cqe_cnt;
-    spec.cq_dbrec_offset = l.cq_dbrec_offset;
+    spec.cq_dbrec_offset = l.cq_dbrec_offset - map_offset;
     absl::StatusOr<uint32_t> qpn = engine_.CreateQp(std::move(spec));
     if (!qpn.ok()) {
-      for (uint32_t done : qpns) {
-        (void)engine_.DestroyQp(session.id, done);
-        qp_owner_.erase(done);
-      }
-      use.qps -= static_cast<uint32_t>(qpns.size());
+      for (uint32_t done : qpns) (void)engine_.DestroyQp(session.id, done);
       return absl::Status(qpn.status().code(),
                           absl::StrCat("queue pair ", i, ": ", qpn.status().message()));
     }
     qpns.push_back(*qpn);
-    qp_owner_[*qpn] = Owner{session.id, session.cred.uid, session.cred.pid};
-    use.qps += 1;
+  }
+  budget_.Charge(session, cost);
+  const uint64_t id = next_control_++;
+  controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
+  for (uint32_t qpn : qpns) {
+    qp_owner_[qpn] = QpEntry{Owner{session.id, session.cred.uid, session.cred.pid}, id, false};
   }
   return qpns;
 }
@@ -177,55 +230,89 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
                                     const std::vector<QpConnection>& pairs) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+  absl::flat_hash_set<uint32_t> named;
   for (const QpConnection& c : pairs) {
     auto mine = qp_owner_.find(c.qpn);
-    if (mine == qp_owner_.end() || mine->second.session != session.id) {
+    if (mine == qp_owner_.end() || mine->second.owner.session != session.id) {
       return absl::NotFoundError(
           absl::StrCat("queue pair ", c.qpn, " is not one of this session's"));
     }
+    // Checked here, not left to the provider, so that no pair is connected
+    // when a later one is refused.
+    if (!named.insert(c.qpn).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue pair ", c.qpn, " is named twice: connect each queue pair once"));
+    }
+    if (mine->second.connected) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("queue pair ", c.qpn,
+                       " is already connected: a queue pair is connected once (destroy it and "
+                       "create another to change its peer)"));
+    }
     auto remote = qp_owner_.find(c.remote_qpn);
     // Another user's QP reads as missing: no oracle for probing numbers.
-    if (remote == qp_owner_.end() || remote->second.uid != session.cred.uid) {
+    if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid) {
       return absl::NotFoundError(
           absl::StrCat("remote queue pair ", c.remote_qpn, " does not exist on this node"));
     }
   }
   for (const QpConnection& c : pairs) {
-    if (absl::Status s = engine_.Connect(session.id, c.qpn, c.remote_qpn); !s.ok()) return s;
+    if (absl::Status s = engine_.Connect(session.id, c.qpn, c.remote_qpn); !s.ok()) {
+      return absl::InternalError(
+          absl::StrCat("softnic refused a connection it was checked for: ", s.message()));
+    }
+    qp_owner_[c.qpn].connected = true;
   }
   return absl::OkStatus();
+}
+
+void RdmaResources::ForgetQpLocked(uint32_t qpn) {
+  auto it = qp_owner_.find(qpn);
+  if (it == qp_owner_.end()) return;
+  const uint64_t session = it->second.owner.session;
+  budget_.Release(session, RdmaUsage{1, 0, 0});
+  auto c = controls_.find(it->second.control);
+  if (c != controls_.end() && --c->second.qps == 0) {
+    budget_.Release(session, RdmaUsage{0, 1, c->second.bytes});
+    controls_.erase(c);
+  }
+  qp_owner_.erase(it);
 }
 
 absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
                                               const std::vector<uint32_t>& qpns) {
   absl::MutexLock lock(&mu_);
+  absl::flat_hash_set<uint32_t> named;
   for (uint32_t qpn : qpns) {
     auto it = qp_owner_.find(qpn);
-    if (it == qp_owner_.end() || it->second.session != session.id) {
+    if (it == qp_owner_.end() || it->second.owner.session != session.id) {
       return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
     }
+    // A QP named twice would be given back twice.
+    if (!named.insert(qpn).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue pair ", qpn, " is named twice: destroy each queue pair once"));
+    }
   }
-  SessionUse& use = use_[session.id];
   for (uint32_t qpn : qpns) {
     (void)engine_.DestroyQp(session.id, qpn);
-    qp_owner_.erase(qpn);
-    use.qps -= 1;
+    ForgetQpLocked(qpn);
   }
   return absl::OkStatus();
 }
 
 void RdmaResources::SessionEnded(uint64_t session) {
   absl::MutexLock lock(&mu_);
-  auto use = use_.find(session);
-  if (use == use_.end()) return;
+  // Every object in the engine is charged to its session: one that holds
+  // nothing has nothing there.
+  const RdmaUsage held = budget_.EndSession(session);
+  if (held.empty()) return;
   engine_.DestroyPd(session);
-  absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.session == session; });
+  absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
   absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
-  if (use->second.qps != 0 || use->second.mrs != 0) {
-    MC_LOG(kInfo, "session ", session, ": released ", use->second.qps, " queue pairs and ",
-           use->second.mrs, " memory regions");
-  }
-  use_.erase(use);
+  absl::erase_if(controls_, [&](const auto& kv) { return kv.second.session == session; });
+  MC_LOG(kInfo, "session ", session, ": released ", held.qps, " queue pairs and ", held.mrs,
+         " memory regions (", held.bytes, " bytes mapped)");
 }
 
 std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
@@ -235,8 +322,9 @@ std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
   for (const softnic::QpInfo& q : qps) {
     auto it = qp_owner_.find(q.qpn);
     if (it == qp_owner_.end()) continue;
-    if (!all && it->second.uid != uid) continue;
-    rows.push_back(QpRow{q, it->second.session, it->second.uid, it->second.pid});
+    const Owner& o = it->second.owner;
+    if (!all && o.uid != uid) continue;
+    rows.push_back(QpRow{q, o.session, o.uid, o.pid});
   }
   return rows;
 }
@@ -256,9 +344,27 @@ std::vector<MrRow> RdmaResources::ListMrs(uint32_t uid, bool all) const {
 }
 
 size_t RdmaResources::QpCountOf(uint64_t session) const {
+  return static_cast<size_t>(UsageOfSession(session).qps);
+}
+
+RdmaUsage RdmaResources::UsageOfSession(uint64_t session) const {
   absl::MutexLock lock(&mu_);
-  auto it = use_.find(session);
-  return it == use_.end() ? 0 : it->second.qps;
+  return budget_.OfSession(session);
+}
+
+RdmaUsage RdmaResources::UsageOfUid(uint32_t uid) const {
+  absl::MutexLock lock(&mu_);
+  return budget_.OfUid(uid);
+}
+
+size_t RdmaResources::SessionsHolding() const {
+  absl::MutexLock lock(&mu_);
+  return budget_.sessions();
+}
+
+size_t RdmaResources::ControlMappings() const {
+  absl::MutexLock lock(&mu_);
+  return controls_.size();
 }
 
 }  // namespace mooncake::daemon

@@ -13,8 +13,9 @@
 // the same uid (groups are per-uid too). Keys are checked by the provider
 // against the protection domain of the QP that uses them.
 //
-// Limits per session (RdmaLimits; config keys in docs/limits.md):
-// ResourceExhausted names the key.
+// Limits per session and per uid (RdmaBudget, rdma_budget.h; config keys in
+// docs/limits.md): ResourceExhausted names the key. Only the part of client
+// memory a region or a QP's rings use is mapped, and that part is charged.
 // Thread-safe.
 #pragma once
 
@@ -27,18 +28,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
+#include "rdma/rdma_budget.h"
 #include "session/session_registry.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
 
 namespace mooncake::daemon {
-
-struct RdmaLimits {
-  uint32_t max_qps_per_session = 4096;  // max_qps_per_session
-  uint32_t max_mrs_per_session = 256;   // max_mrs_per_session
-  uint32_t max_sq_wqes = 32768;         // per QP (the 16-bit WQE counter's half)
-  uint64_t max_registered_bytes_per_session = 64ull << 30;
-};
 
 struct QpLayout {
   uint64_t sq_offset = 0;
@@ -95,24 +90,38 @@ class RdmaResources {
   //   "cuda-vmm-fd"  the POSIX fd of a cuMem VMM allocation holding at least
   //                  offset + length bytes (GPU memory; "cuda-vmm"), mapped
   //                  in the daemon's CUDA context (softnic/cuda_memory.h)
-  // InvalidArgument for another kind, a bad fd or range; GPU memory also
-  // fails when this node has no CUDA driver or GPU (NotFound /
-  // FailedPrecondition), when mooncaked was built without CUDA
-  // (FailedPrecondition), or with the CUDA error of the import, named.
+  // InvalidArgument for another kind, a bad fd or range; ResourceExhausted
+  // past a limit (a host region charges the bytes from the start of its
+  // first page, a GPU one its whole mapping); GPU memory also fails when
+  // this node has no CUDA driver or GPU (NotFound / FailedPrecondition),
+  // when mooncaked was built without CUDA (FailedPrecondition), or with the
+  // CUDA error of the import, named.
   absl::StatusOr<Registered> RegisterMemory(const SessionInfo& session, FdBundlePtr fds,
                                             const std::string& kind, uint64_t iova, uint64_t length,
                                             uint64_t offset, uint32_t access,
                                             uint64_t allocation_bytes = 0);
   absl::Status DeregisterMemory(const SessionInfo& session, uint32_t lkey);
+  // What RegisterMemory checks before it touches the fd (InvalidArgument),
+  // so that the service can refuse a bad request without taking its ticket.
+  absl::Status ValidateRegistration(const std::string& kind, uint64_t iova, uint64_t length,
+                                    uint64_t offset) const;
 
   // Creates one QP per layout, with rings in the control memfd (one fd of
-  // `control_bytes`). All or nothing.
+  // at least `control_bytes`; only the span the rings use is mapped, and it
+  // counts as one memory region until the last of these QPs is destroyed).
+  // All or nothing.
   absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(const SessionInfo& session,
                                                          FdBundlePtr control,
                                                          uint64_t control_bytes,
                                                          const std::vector<QpLayout>& layouts);
-  // All or nothing as far as validation goes (every pair is checked first).
+  // What CreateQueuePairs checks of the layouts before it touches the fd.
+  absl::Status ValidateQueuePairs(uint64_t control_bytes,
+                                  const std::vector<QpLayout>& layouts) const;
+  // All or nothing: every pair is checked first (the QP is the session's,
+  // in RESET and named once; the remote QP is of the same uid).
   absl::Status Connect(const SessionInfo& session, const std::vector<QpConnection>& pairs);
+  // All or nothing: NotFound unless every QP is the session's,
+  // InvalidArgument when one is named twice.
   absl::Status DestroyQueuePairs(const SessionInfo& session, const std::vector<uint32_t>& qpns);
 
   // Everything the session owned.
@@ -122,6 +131,12 @@ class RdmaResources {
   std::vector<QpRow> ListQps(uint32_t uid, bool all) const;
   std::vector<MrRow> ListMrs(uint32_t uid, bool all) const;
   size_t QpCountOf(uint64_t session) const;
+  // What a session or a uid holds against its limits (tests, the fuzzer).
+  RdmaUsage UsageOfSession(uint64_t session) const;
+  RdmaUsage UsageOfUid(uint32_t uid) const;
+  // Sessions holding anything; control mappings alive (tests, the fuzzer).
+  size_t SessionsHolding() const;
+  size_t ControlMappings() const;
 
  private:
   struct Owner {
@@ -129,12 +144,14 @@ class RdmaResources {
     uint32_t uid = 0;
     int32_t pid = 0;
   };
-  struct SessionUse {
-    uint32_t qps = 0;
-    uint32_t mrs = 0;
-    uint64_t registered_bytes = 0;
-  };
   absl::Status CheckOpen(const SessionInfo& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckOpen, then the budget; for the check before mapping client memory
+  // (so a refused call maps nothing) and again, authoritative, after it.
+  absl::Status CheckOpenAndBudget(const SessionInfo& session, const RdmaUsage& more) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets QP `qpn` (destroyed), giving back its budget and, with the last
+  // QP of its control mapping, the mapping's.
+  void ForgetQpLocked(uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionRegistry* const sessions_;
   const std::string provider_ = "softnic";
@@ -146,14 +163,28 @@ class RdmaResources {
   softnic::Engine engine_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint32_t, Owner> qp_owner_ ABSL_GUARDED_BY(mu_);
+  struct QpEntry {
+    Owner owner;
+    uint64_t control = 0;  // key of controls_
+    bool connected = false;
+  };
+  absl::flat_hash_map<uint32_t, QpEntry> qp_owner_ ABSL_GUARDED_BY(mu_);
   struct MrEntry {
     Owner owner;
-    uint64_t length = 0;
+    uint64_t charged_bytes = 0;  // what is mapped for it
     std::string kind;
   };
   absl::flat_hash_map<uint32_t, MrEntry> mr_owner_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, SessionUse> use_ ABSL_GUARDED_BY(mu_);
+  // The control memory of one CreateQueuePairs call: one memory region of
+  // `bytes`, charged until its last QP is gone.
+  struct ControlEntry {
+    uint64_t session = 0;
+    uint64_t bytes = 0;
+    uint32_t qps = 0;
+  };
+  absl::flat_hash_map<uint64_t, ControlEntry> controls_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_control_ ABSL_GUARDED_BY(mu_) = 1;
+  RdmaBudget budget_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace mooncake::daemon

@@ -23,14 +23,7 @@ grpc::ServerUnaryReactor* RdmaService::GetRdmaInfo(grpc::CallbackServerContext* 
                                                    v1::RdmaInfo* resp) {
   absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return Done(ctx, caller.status());
-  resp->set_provider(rdma_->provider());
-  resp->set_nic(rdma_->nic());
-  resp->set_doorbell_mode(rdma_->doorbell_mode());
-  resp->set_is_roce(false);
-  resp->set_gid_index(0);
-  resp->set_max_qps_per_session(rdma_->limits().max_qps_per_session);
-  resp->set_max_mrs_per_session(rdma_->limits().max_mrs_per_session);
-  resp->set_max_sq_wqes(rdma_->limits().max_sq_wqes);
+  HandleGetRdmaInfo(resp);
   return Done(ctx, absl::OkStatus());
 }
 
@@ -39,23 +32,7 @@ grpc::ServerUnaryReactor* RdmaService::RegisterMemory(grpc::CallbackServerContex
                                                       v1::RegisterMemoryResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  if (req->length() == 0) return Done(ctx, absl::InvalidArgumentError("length must be > 0"));
-  if (req->fd_ticket().empty()) {
-    return Done(ctx, absl::InvalidArgumentError("fd_ticket is empty: send the memfd first"));
-  }
-  absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(session->id, req->fd_ticket());
-  if (!fds.ok()) return Done(ctx, fds.status());
-  uint32_t access = 0;
-  if (req->remote_write()) access |= softnic::kRemoteWrite;
-  if (req->remote_atomic()) access |= softnic::kRemoteAtomic;
-  absl::StatusOr<RdmaResources::Registered> r =
-      rdma_->RegisterMemory(*session, *std::move(fds), req->kind(), req->iova(), req->length(),
-                            req->offset(), access, req->allocation_bytes());
-  if (!r.ok()) return Done(ctx, r.status());
-  resp->set_lkey(r->lkey);
-  resp->set_rkey(r->rkey);
-  resp->set_kind(r->kind);
-  return Done(ctx, absl::OkStatus());
+  return Done(ctx, HandleRegisterMemory(*session, *req, resp));
 }
 
 grpc::ServerUnaryReactor* RdmaService::DeregisterMemory(grpc::CallbackServerContext* ctx,
@@ -63,7 +40,7 @@ grpc::ServerUnaryReactor* RdmaService::DeregisterMemory(grpc::CallbackServerCont
                                                         v1::DeregisterMemoryResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  return Done(ctx, rdma_->DeregisterMemory(*session, req->lkey()));
+  return Done(ctx, HandleDeregisterMemory(*session, *req));
 }
 
 grpc::ServerUnaryReactor* RdmaService::CreateQueuePairs(grpc::CallbackServerContext* ctx,
@@ -71,28 +48,7 @@ grpc::ServerUnaryReactor* RdmaService::CreateQueuePairs(grpc::CallbackServerCont
                                                         v1::CreateQueuePairsResponse* resp) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  if (req->qps_size() == 0 || req->qps_size() > kMaxQpsPerCall) {
-    return Done(
-        ctx, absl::InvalidArgumentError(absl::StrCat(
-                 "ask for 1..", kMaxQpsPerCall, " queue pairs per call, not ", req->qps_size())));
-  }
-  if (req->control_bytes() == 0 || req->fd_ticket().empty()) {
-    return Done(ctx, absl::InvalidArgumentError(
-                         "control_bytes and fd_ticket (the control memfd) are required"));
-  }
-  std::vector<QpLayout> layouts;
-  layouts.reserve(req->qps_size());
-  for (const v1::QueuePairLayout& l : req->qps()) {
-    layouts.push_back(QpLayout{l.sq_offset(), l.sq_wqe_cnt(), l.sq_dbrec_offset(), l.cq_offset(),
-                               l.cq_cqe_cnt(), l.cq_dbrec_offset()});
-  }
-  absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(session->id, req->fd_ticket());
-  if (!fds.ok()) return Done(ctx, fds.status());
-  absl::StatusOr<std::vector<uint32_t>> qpns =
-      rdma_->CreateQueuePairs(*session, *std::move(fds), req->control_bytes(), layouts);
-  if (!qpns.ok()) return Done(ctx, qpns.status());
-  for (uint32_t q : *qpns) resp->add_qpns(q);
-  return Done(ctx, absl::OkStatus());
+  return Done(ctx, HandleCreateQueuePairs(*session, *req, resp));
 }
 
 grpc::ServerUnaryReactor* RdmaService::ConnectQueuePairs(grpc::CallbackServerContext* ctx,
@@ -100,21 +56,7 @@ grpc::ServerUnaryReactor* RdmaService::ConnectQueuePairs(grpc::CallbackServerCon
                                                          v1::ConnectQueuePairsResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  if (req->connections_size() > kMaxQpsPerCall) {
-    return Done(ctx, absl::InvalidArgumentError(
-                         absl::StrCat("at most ", kMaxQpsPerCall, " connections per call")));
-  }
-  std::vector<QpConnection> pairs;
-  pairs.reserve(req->connections_size());
-  for (const v1::QueuePairConnection& c : req->connections()) {
-    if (!c.remote_node().empty()) {
-      return Done(ctx, absl::UnimplementedError(
-                           "remote_node: queue pairs to other nodes need the multi-node peering, "
-                           "not built yet; leave it empty for this node"));
-    }
-    pairs.push_back(QpConnection{c.qpn(), c.remote_qpn()});
-  }
-  return Done(ctx, rdma_->Connect(*session, pairs));
+  return Done(ctx, HandleConnectQueuePairs(*session, *req));
 }
 
 grpc::ServerUnaryReactor* RdmaService::DestroyQueuePairs(grpc::CallbackServerContext* ctx,
@@ -122,8 +64,109 @@ grpc::ServerUnaryReactor* RdmaService::DestroyQueuePairs(grpc::CallbackServerCon
                                                          v1::DestroyQueuePairsResponse*) {
   absl::StatusOr<SessionInfo> session = CallerSession(ctx);
   if (!session.ok()) return Done(ctx, session.status());
-  std::vector<uint32_t> qpns(req->qpns().begin(), req->qpns().end());
-  return Done(ctx, rdma_->DestroyQueuePairs(*session, qpns));
+  return Done(ctx, HandleDestroyQueuePairs(*session, *req));
+}
+
+// ---- the RPCs for a session ------------------------------------------------------
+
+void RdmaService::HandleGetRdmaInfo(v1::RdmaInfo* resp) const {
+  resp->set_provider(rdma_->provider());
+  resp->set_nic(rdma_->nic());
+  resp->set_doorbell_mode(rdma_->doorbell_mode());
+  resp->set_is_roce(false);
+  resp->set_gid_index(0);
+  resp->set_max_qps_per_session(rdma_->limits().max_qps_per_session);
+  resp->set_max_mrs_per_session(rdma_->limits().max_mrs_per_session);
+  resp->set_max_sq_wqes(rdma_->limits().max_sq_wqes);
+}
+
+absl::Status RdmaService::HandleRegisterMemory(const SessionInfo& caller,
+                                               const v1::RegisterMemoryRequest& req,
+                                               v1::RegisterMemoryResponse* resp) {
+  if (req.fd_ticket().empty()) {
+    return absl::InvalidArgumentError("fd_ticket is empty: send the memfd first");
+  }
+  if (absl::Status s =
+          rdma_->ValidateRegistration(req.kind(), req.iova(), req.length(), req.offset());
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(caller.id, req.fd_ticket());
+  if (!fds.ok()) return fds.status();
+  uint32_t access = 0;
+  if (req.remote_write()) access |= softnic::kRemoteWrite;
+  if (req.remote_atomic()) access |= softnic::kRemoteAtomic;
+  absl::StatusOr<RdmaResources::Registered> r =
+      rdma_->RegisterMemory(caller, *std::move(fds), req.kind(), req.iova(), req.length(),
+                            req.offset(), access, req.allocation_bytes());
+  if (!r.ok()) return r.status();
+  resp->set_lkey(r->lkey);
+  resp->set_rkey(r->rkey);
+  resp->set_kind(r->kind);
+  return absl::OkStatus();
+}
+
+absl::Status RdmaService::HandleDeregisterMemory(const SessionInfo& caller,
+                                                 const v1::DeregisterMemoryRequest& req) {
+  return rdma_->DeregisterMemory(caller, req.lkey());
+}
+
+absl::Status RdmaService::HandleCreateQueuePairs(const SessionInfo& caller,
+                                                 const v1::CreateQueuePairsRequest& req,
+                                                 v1::CreateQueuePairsResponse* resp) {
+  if (req.qps_size() == 0 || req.qps_size() > kMaxQpsPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ask for 1..", kMaxQpsPerCall, " queue pairs per call, not ", req.qps_size()));
+  }
+  if (req.control_bytes() == 0 || req.fd_ticket().empty()) {
+    return absl::InvalidArgumentError(
+        "control_bytes and fd_ticket (the control memfd) are required");
+  }
+  std::vector<QpLayout> layouts;
+  layouts.reserve(req.qps_size());
+  for (const v1::QueuePairLayout& l : req.qps()) {
+    layouts.push_back(QpLayout{l.sq_offset(), l.sq_wqe_cnt(), l.sq_dbrec_offset(), l.cq_offset(),
+                               l.cq_cqe_cnt(), l.cq_dbrec_offset()});
+  }
+  if (absl::Status s = rdma_->ValidateQueuePairs(req.control_bytes(), layouts); !s.ok()) return s;
+  absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(caller.id, req.fd_ticket());
+  if (!fds.ok()) return fds.status();
+  absl::StatusOr<std::vector<uint32_t>> qpns =
+      rdma_->CreateQueuePairs(caller, *std::move(fds), req.control_bytes(), layouts);
+  if (!qpns.ok()) return qpns.status();
+  for (uint32_t q : *qpns) resp->add_qpns(q);
+  return absl::OkStatus();
+}
+
+absl::Status RdmaService::HandleConnectQueuePairs(const SessionInfo& caller,
+                                                  const v1::ConnectQueuePairsRequest& req) {
+  if (req.connections_size() > kMaxQpsPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", kMaxQpsPerCall, " connections per call"));
+  }
+  std::vector<QpConnection> pairs;
+  pairs.reserve(req.connections_size());
+  for (const v1::QueuePairConnection& c : req.connections()) {
+    if (!c.remote_node().empty()) {
+      return absl::UnimplementedError(
+          "remote_node: queue pairs to other nodes need the multi-node peering, "
+          "not built yet; leave it empty for this node");
+    }
+    pairs.push_back(QpConnection{c.qpn(), c.remote_qpn()});
+  }
+  return rdma_->Connect(caller, pairs);
+}
+
+absl::Status RdmaService::HandleDestroyQueuePairs(const SessionInfo& caller,
+                                                  const v1::DestroyQueuePairsRequest& req) {
+  // The QPs are checked under the resources' lock: a bounded list keeps
+  // that short for every other user.
+  if (req.qpns_size() > kMaxQpsPerCall) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", kMaxQpsPerCall, " queue pairs per DestroyQueuePairs call"));
+  }
+  std::vector<uint32_t> qpns(req.qpns().begin(), req.qpns().end());
+  return rdma_->DestroyQueuePairs(caller, qpns);
 }
 
 }  // namespace mooncake::daemon

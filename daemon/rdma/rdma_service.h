@@ -3,6 +3,11 @@
 // caller's session, takes the fds a request names from the FdBroker (after
 // validating what needs no fds, so a bad request does not burn its ticket),
 // and makes one call on RdmaResources. Unary callback methods; none blocks.
+//
+// Each RPC is its gRPC method (which only finds the caller's session and
+// finishes the call) over a Handle* method that does the rest for a given
+// session. The fuzzer drives the Handle* methods with arbitrary requests
+// (fuzz/request_fuzzer.cc): every line that reads a request runs there.
 #pragma once
 
 #include "fdchannel/fd_broker.h"
@@ -38,7 +43,22 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                               const v1::DestroyQueuePairsRequest* req,
                                               v1::DestroyQueuePairsResponse* resp) override;
 
-  // Most QPs one CreateQueuePairs call may ask for.
+  // The RPCs for `caller`, an open session (GetRdmaInfo needs none).
+  void HandleGetRdmaInfo(v1::RdmaInfo* resp) const;
+  absl::Status HandleRegisterMemory(const SessionInfo& caller, const v1::RegisterMemoryRequest& req,
+                                    v1::RegisterMemoryResponse* resp);
+  absl::Status HandleDeregisterMemory(const SessionInfo& caller,
+                                      const v1::DeregisterMemoryRequest& req);
+  absl::Status HandleCreateQueuePairs(const SessionInfo& caller,
+                                      const v1::CreateQueuePairsRequest& req,
+                                      v1::CreateQueuePairsResponse* resp);
+  absl::Status HandleConnectQueuePairs(const SessionInfo& caller,
+                                       const v1::ConnectQueuePairsRequest& req);
+  absl::Status HandleDestroyQueuePairs(const SessionInfo& caller,
+                                       const v1::DestroyQueuePairsRequest& req);
+
+  // Most QPs one CreateQueuePairs call may ask for, and most entries of
+  // one ConnectQueuePairs or DestroyQueuePairs call.
   static constexpr int kMaxQpsPerCall = 4096;
 
  private:

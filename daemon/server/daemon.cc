@@ -96,6 +96,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     RdmaLimits rl;
     rl.max_qps_per_session = cfg.max_qps_per_session;
     rl.max_mrs_per_session = cfg.max_mrs_per_session;
+    rl.max_registered_bytes_per_session = cfg.max_registered_bytes_per_session;
+    rl.max_qps_per_uid = cfg.max_qps_per_uid;
+    rl.max_mrs_per_uid = cfg.max_mrs_per_uid;
+    rl.max_registered_bytes_per_uid = cfg.max_registered_bytes_per_uid;
     softnic::EngineOptions eo;
     eo.sink = cfg.softnic_sink;
     softnic::CudaMemoryOptions co;  // GPU regions: loaded at the first one

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <limits>
 
 #include "absl/status/status.h"
@@ -13,9 +15,10 @@
 namespace mooncake::softnic {
 namespace {
 
-absl::StatusOr<uint8_t*> MapShared(int fd, uint64_t bytes, const char* what) {
+absl::StatusOr<uint8_t*> MapShared(int fd, uint64_t offset, uint64_t bytes, const char* what) {
   const int flags = fd < 0 ? MAP_SHARED | MAP_ANONYMOUS : MAP_SHARED;
-  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, flags, fd, 0);
+  void* p = ::mmap(nullptr, static_cast<size_t>(bytes), PROT_READ | PROT_WRITE, flags, fd,
+                   static_cast<off_t>(offset));
   if (p == MAP_FAILED) {
     const int err = errno;
     return absl::ErrnoToStatus(err, absl::StrCat("mmap(", what, ", ", bytes, " bytes)"));
@@ -34,9 +37,20 @@ absl::Status CheckBytes(uint64_t bytes) {
 
 }  // namespace
 
+uint64_t SharedMapping::PageSize() {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
 absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(int fd,
+                                                                              uint64_t offset,
                                                                               uint64_t bytes) {
   if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+  if (offset % PageSize() != 0 || offset > static_cast<uint64_t>(INT64_MAX) - bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared mapping at offset ", offset, " (", bytes,
+        " bytes): the offset must be a multiple of the page size and the end fit in an off_t"));
+  }
   // Only a memfd answers F_GET_SEALS; anything else (a file, a socket, a
   // closed fd) fails here, which is what we want: a plain file could be
   // truncated by anyone who can open it.
@@ -57,18 +71,19 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(in
     const int err = errno;
     return absl::ErrnoToStatus(err, absl::StrCat("fstat(memfd fd ", fd, ")"));
   }
-  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < bytes) {
+  if (st.st_size < 0 || static_cast<uint64_t>(st.st_size) < offset + bytes) {
     return absl::InvalidArgumentError(absl::StrCat("memfd (fd ", fd, ") holds ", st.st_size,
-                                                   " bytes, fewer than the ", bytes, " to map"));
+                                                   " bytes, fewer than the ", offset + bytes,
+                                                   " to map"));
   }
-  absl::StatusOr<uint8_t*> p = MapShared(fd, bytes, "memfd");
+  absl::StatusOr<uint8_t*> p = MapShared(fd, offset, bytes, "memfd");
   if (!p.ok()) return p.status();
   return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
 }
 
 absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::Anonymous(uint64_t bytes) {
   if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
-  absl::StatusOr<uint8_t*> p = MapShared(-1, bytes, "anonymous");
+  absl::StatusOr<uint8_t*> p = MapShared(-1, 0, bytes, "anonymous");
   if (!p.ok()) return p.status();
   return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
 }

@@ -14,10 +14,18 @@ namespace mooncake::softnic {
 
 class SharedMapping {
  public:
-  // Maps [0, bytes) of `fd` read-write, shared. Fails with InvalidArgument
-  // unless `fd` is a memfd carrying F_SEAL_SHRINK whose size is at least
-  // `bytes`, and bytes > 0. `fd` is borrowed (the mapping outlives it).
-  static absl::StatusOr<std::shared_ptr<SharedMapping>> FromSealedMemfd(int fd, uint64_t bytes);
+  // Maps [offset, offset + bytes) of `fd` read-write, shared; data() is the
+  // byte at `offset`. Fails with InvalidArgument unless `fd` is a memfd
+  // carrying F_SEAL_SHRINK whose size is at least offset + bytes, bytes > 0
+  // and `offset` is a multiple of the page size (PageSize()). `fd` is
+  // borrowed (the mapping outlives it). Callers map only the part they use:
+  // what is mapped is charged to the client (rdma/rdma_budget.h).
+  static absl::StatusOr<std::shared_ptr<SharedMapping>> FromSealedMemfd(int fd, uint64_t bytes) {
+    return FromSealedMemfd(fd, 0, bytes);
+  }
+  static absl::StatusOr<std::shared_ptr<SharedMapping>> FromSealedMemfd(int fd, uint64_t offset,
+                                                                        uint64_t bytes);
+  static uint64_t PageSize();
 
   // Anonymous memory of the daemon's own (tests, sink buffers).
   static absl::StatusOr<std::shared_ptr<SharedMapping>> Anonymous(uint64_t bytes);

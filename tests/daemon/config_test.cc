@@ -104,6 +104,40 @@ TEST(ParseConfigTextTest, EveryLimitKeyAndItsRange) {
   }
 }
 
+// The RDMA limits: per session and per uid, byte budgets as 64-bit values.
+TEST(ParseConfigTextTest, RdmaLimitKeysAndTheirRange) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("max_qps_per_session = 21\n"
+                              "max_mrs_per_session = 22\n"
+                              "max_registered_bytes_per_session = 137438953472\n"
+                              "max_qps_per_uid = 23\n"
+                              "max_mrs_per_uid = 24\n"
+                              "max_registered_bytes_per_uid = 1099511627776\n",
+                              "t", &c)
+                  .ok());
+  EXPECT_EQ(c.max_qps_per_session, 21u);
+  EXPECT_EQ(c.max_mrs_per_session, 22u);
+  EXPECT_EQ(c.max_registered_bytes_per_session, 128ull << 30);
+  EXPECT_EQ(c.max_qps_per_uid, 23u);
+  EXPECT_EQ(c.max_mrs_per_uid, 24u);
+  EXPECT_EQ(c.max_registered_bytes_per_uid, 1ull << 40);
+  // The per-uid defaults are at least the per-session ones.
+  const DaemonConfig d;
+  EXPECT_GE(d.max_qps_per_uid, d.max_qps_per_session);
+  EXPECT_GE(d.max_mrs_per_uid, d.max_mrs_per_session);
+  EXPECT_GE(d.max_registered_bytes_per_uid, d.max_registered_bytes_per_session);
+  for (const char* bad : {"max_qps_per_uid = 0", "max_mrs_per_uid = 0",
+                          "max_registered_bytes_per_uid = 100", "max_registered_bytes_per_uid = -1",
+                          "max_registered_bytes_per_session = 18446744073709551616"}) {
+    DaemonConfig e;
+    absl::Status s = ParseConfigText(bad, "t", &e);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find(std::string(bad).substr(0, std::string(bad).find(' '))),
+              std::string::npos)
+        << s;
+  }
+}
+
 TEST(ParseConfigTextTest, CommentsBlankLinesAndWhitespace) {
   const char* text =
       "# a full-line comment\n"

@@ -1,5 +1,6 @@
 // RdmaResources: ownership by session, the memfd seal rule, same-uid
-// connections, per-session limits, and cleanup when a session ends.
+// connections, per-session and per-uid limits, and cleanup when a session
+// ends.
 #include "rdma/rdma_resources.h"
 
 #include <fcntl.h>
@@ -7,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -119,6 +122,209 @@ TEST_F(RdmaResourcesTest, SessionEndReleasesEverythingAndLaterCallsFail) {
   auto late = rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, depth)});
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(rdma_.ListQps(0, true).empty());
+}
+
+// ---- per-uid budgets -----------------------------------------------------------
+
+// Small limits, per uid above per session, so that two sessions of one uid
+// reach the per-uid ones.
+class RdmaBudgetTest : public RdmaResourcesTest {
+ protected:
+  static constexpr uint32_t kDepth = 4;
+  static constexpr uint64_t kSlot = 2ull * kDepth * 64 + 64;
+  static RdmaLimits Limits() {
+    RdmaLimits l;
+    l.max_qps_per_session = 4;
+    l.max_mrs_per_session = 3;
+    l.max_registered_bytes_per_session = 64 << 10;
+    l.max_qps_per_uid = 6;
+    l.max_mrs_per_uid = 4;
+    l.max_registered_bytes_per_uid = 96 << 10;
+    return l;
+  }
+  absl::StatusOr<std::vector<uint32_t>> Qps(const SessionInfo& s, int n) {
+    std::vector<QpLayout> layouts;
+    for (int i = 0; i < n; ++i) layouts.push_back(Layout(i, kDepth));
+    return rdma_.CreateQueuePairs(s, Memfd(n * kSlot, true), n * kSlot, layouts);
+  }
+  absl::StatusOr<RdmaResources::Registered> Region(const SessionInfo& s, uint64_t bytes) {
+    return rdma_.RegisterMemory(s, Memfd(bytes, true), "memfd", 0x10000, bytes, 0, 0);
+  }
+  void End(const SessionInfo& s) {
+    sessions_.Close(s.id);
+    rdma_.SessionEnded(s.id);
+  }
+  RdmaResources rdma_{&sessions_, "softnic0", Limits(), softnic::EngineOptions{}};
+};
+
+void ExpectExhausted(const absl::Status& s, const std::string& key, const std::string& who) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find(key + " in mooncaked.conf"), std::string::npos) << s;
+  EXPECT_NE(s.message().find(who), std::string::npos) << s;
+}
+
+TEST_F(RdmaBudgetTest, QueuePairsPerUidSpanSessionsAndComeBack) {
+  SessionInfo a1 = Open(1000, 10), a2 = Open(1000, 11), b = Open(2000, 12);
+  absl::StatusOr<std::vector<uint32_t>> q1 = Qps(a1, 4);
+  ASSERT_TRUE(q1.ok()) << q1.status();
+  ASSERT_TRUE(Qps(a2, 2).ok());
+  // a2 holds 2 of its 4, but uid 1000 holds 6 of its 6.
+  ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_uid", "uid 1000 holds 6 queue pairs");
+  EXPECT_EQ(rdma_.UsageOfUid(1000).qps, 6u);
+  // Another uid is not affected.
+  EXPECT_TRUE(Qps(b, 4).ok());
+  // Destroying gives the budget back at once...
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(a1, {(*q1)[0]}).ok());
+  EXPECT_TRUE(Qps(a2, 1).ok());
+  ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_uid", "uid 1000");
+  // ... and so does the end of a session.
+  End(a1);
+  EXPECT_EQ(rdma_.UsageOfUid(1000).qps, 3u);
+  EXPECT_TRUE(Qps(a2, 1).ok());
+  ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_session", "session");
+  End(a2);
+  End(b);
+  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
+  EXPECT_TRUE(rdma_.UsageOfUid(2000).empty());
+  EXPECT_EQ(rdma_.SessionsHolding(), 0u);
+  EXPECT_EQ(rdma_.ControlMappings(), 0u);
+}
+
+TEST_F(RdmaBudgetTest, RegionsAndBytesPerUid) {
+  SessionInfo a1 = Open(1000, 10), a2 = Open(1000, 11), b = Open(2000, 12);
+  std::vector<uint32_t> keys;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<RdmaResources::Registered> r = Region(a1, 4096);
+    ASSERT_TRUE(r.ok()) << r.status();
+    keys.push_back(r->lkey);
+  }
+  ASSERT_TRUE(Region(a2, 4096).ok());
+  ExpectExhausted(Region(a2, 4096).status(), "max_mrs_per_uid", "uid 1000 holds 4 memory regions");
+  EXPECT_TRUE(Region(b, 4096).ok());
+  ASSERT_TRUE(rdma_.DeregisterMemory(a1, keys[0]).ok());
+  EXPECT_TRUE(Region(a2, 4096).ok());
+  End(a1);
+  End(a2);
+  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
+
+  // Bytes: 64 KiB per session, 96 KiB per uid.
+  SessionInfo c1 = Open(3000, 13), c2 = Open(3000, 14);
+  ASSERT_TRUE(Region(c1, 64 << 10).ok());
+  ExpectExhausted(Region(c1, 4096).status(), "max_registered_bytes_per_session", "session");
+  ASSERT_TRUE(Region(c2, 32 << 10).ok());
+  ExpectExhausted(Region(c2, 4096).status(), "max_registered_bytes_per_uid", "uid 3000");
+  End(c1);
+  EXPECT_TRUE(Region(c2, 4096).ok());
+  EXPECT_EQ(rdma_.UsageOfUid(3000).bytes, (32u << 10) + 4096);
+}
+
+// Root and the daemon's own uid are counted but never refused by the
+// per-uid limits (as max_ranks_per_uid treats them); per session they are.
+TEST_F(RdmaBudgetTest, PrivilegedUidsAreCountedNotRefused) {
+  SessionInfo r1 = Open(0, 10), r2 = Open(0, 11), r3 = Open(0, 12);
+  ASSERT_TRUE(Qps(r1, 4).ok());
+  ASSERT_TRUE(Qps(r2, 4).ok());
+  EXPECT_EQ(rdma_.UsageOfUid(0).qps, 8u);
+  ExpectExhausted(Qps(r3, 5).status(), "max_qps_per_session", "session");
+  const uint32_t self = static_cast<uint32_t>(::geteuid());
+  SessionInfo d1 = Open(self, 13), d2 = Open(self, 14);
+  ASSERT_TRUE(Qps(d1, 4).ok());
+  EXPECT_TRUE(Qps(d2, 4).ok());
+}
+
+// The control memory of each CreateQueuePairs call is a mapping in the
+// daemon like a region: it counts as one until the call's last QP is gone.
+TEST_F(RdmaBudgetTest, ControlMemoryCountsAsARegionUntilItsLastQp) {
+  SessionInfo s = Open(1000, 10);
+  ASSERT_TRUE(Region(s, 4096).ok());
+  ASSERT_TRUE(Region(s, 4096).ok());
+  absl::StatusOr<std::vector<uint32_t>> q = Qps(s, 2);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(rdma_.UsageOfSession(s.id).mrs, 3u);
+  EXPECT_EQ(rdma_.ControlMappings(), 1u);
+  ExpectExhausted(Qps(s, 1).status(), "max_mrs_per_session", "session");
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, {(*q)[0]}).ok());
+  ExpectExhausted(Qps(s, 1).status(), "max_mrs_per_session", "session");
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, {(*q)[1]}).ok());
+  EXPECT_EQ(rdma_.ControlMappings(), 0u);
+  EXPECT_TRUE(Qps(s, 1).ok());
+}
+
+uint64_t VmSizeKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    unsigned long kb = 0;
+    if (std::sscanf(line.c_str(), "VmSize: %lu kB", &kb) == 1) return kb;
+  }
+  return 0;
+}
+
+// A region or rings far into a sparse memfd: the daemon maps (and charges)
+// only the pages they use, not everything before them. Before, 1 TiB of
+// address space per call was mapped for 4 KiB charged.
+TEST_F(RdmaBudgetTest, OnlyWhatIsUsedIsMappedAndCharged) {
+  SessionInfo s = Open(1000, 10);
+  const uint64_t far = 1ull << 40;
+  FdBundlePtr sparse = Memfd(far + (64 << 10), true);
+  const uint64_t before = VmSizeKb();
+  absl::StatusOr<RdmaResources::Registered> r =
+      rdma_.RegisterMemory(s, sparse, "memfd", 0x10000, 100, far + 10, 0);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // From the start of the region's page: [far, far + 110).
+  EXPECT_EQ(rdma_.UsageOfSession(s.id).bytes, 110u);
+  QpLayout l = Layout(0, kDepth);
+  for (uint64_t* at : {&l.sq_offset, &l.cq_offset, &l.sq_dbrec_offset, &l.cq_dbrec_offset}) {
+    *at += far;
+  }
+  absl::StatusOr<std::vector<uint32_t>> q = rdma_.CreateQueuePairs(s, sparse, far + kSlot, {l});
+  ASSERT_TRUE(q.ok()) << q.status();
+  // The rings' span: SQ and CQ of 4 x 64 bytes, two 8-byte records.
+  EXPECT_EQ(rdma_.UsageOfSession(s.id).bytes, 110u + 2 * kDepth * 64 + 16);
+  EXPECT_LT(VmSizeKb(), before + 1024) << "the daemon mapped what precedes the region";
+  // The QP works on its rings at their real place: it connects and is listed.
+  ASSERT_TRUE(rdma_.Connect(s, {{(*q)[0], (*q)[0]}}).ok());
+  EXPECT_EQ(rdma_.ListQps(1000, false).at(0).info.state, softnic::QpState::kRts);
+  // A ring past control_bytes is refused before anything is mapped.
+  l.cq_offset = far + kSlot;
+  EXPECT_EQ(rdma_.CreateQueuePairs(s, sparse, far + kSlot, {l}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A QP named twice was destroyed once and given back twice: the counts
+// wrapped and the per-uid limit stopped counting that user.
+TEST_F(RdmaBudgetTest, DestroyingAQpNamedTwiceIsRefusedWhole) {
+  SessionInfo s = Open(1000, 10);
+  absl::StatusOr<std::vector<uint32_t>> q = Qps(s, 2);
+  ASSERT_TRUE(q.ok());
+  absl::Status d = rdma_.DestroyQueuePairs(s, {(*q)[0], (*q)[1], (*q)[0]});
+  EXPECT_EQ(d.code(), absl::StatusCode::kInvalidArgument) << d;
+  EXPECT_NE(d.message().find("named twice"), std::string::npos) << d;
+  EXPECT_EQ(rdma_.QpCountOf(s.id), 2u);
+  EXPECT_EQ(rdma_.ListQps(1000, false).size(), 2u);
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, *q).ok());
+  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
+  // An empty list on an idle session leaves no entry behind.
+  EXPECT_TRUE(rdma_.DestroyQueuePairs(s, {}).ok());
+  EXPECT_EQ(rdma_.SessionsHolding(), 0u);
+}
+
+// Connect is all or nothing: a pair named twice or already connected is
+// refused before any pair is connected.
+TEST_F(RdmaBudgetTest, ConnectRefusesWholeWhenOnePairCannotConnect) {
+  SessionInfo s = Open(1000, 10);
+  absl::StatusOr<std::vector<uint32_t>> q = Qps(s, 3);
+  ASSERT_TRUE(q.ok());
+  const uint32_t a = (*q)[0], b = (*q)[1], c = (*q)[2];
+  absl::Status twice = rdma_.Connect(s, {{a, c}, {a, b}});
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument) << twice;
+  ASSERT_TRUE(rdma_.Connect(s, {{c, a}}).ok());
+  absl::Status again = rdma_.Connect(s, {{b, a}, {c, b}});
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  for (const QpRow& row : rdma_.ListQps(1000, false)) {
+    EXPECT_EQ(row.info.state, row.info.qpn == c ? softnic::QpState::kRts : softnic::QpState::kReset)
+        << row.info.qpn;
+  }
 }
 
 }  // namespace

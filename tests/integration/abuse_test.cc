@@ -3,6 +3,8 @@
 // third uid's Communicator must keep working in their normal time, and the
 // daemon's fd count and RSS must return to where they were. The limits are
 // lowered in a config file so the attacks stay small enough for CI.
+// RDMA: the attacker creates queue pairs and registers regions over many
+// sessions until refused; another uid's RDMA job and raw QPs go on.
 #include <dirent.h>
 #include <grpcpp/support/status.h>
 #include <pwd.h>
@@ -20,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "daemon_process.h"
 #include "gtest/gtest.h"
+#include "test_util.h"
 
 namespace mooncake::testing {
 namespace {
@@ -112,15 +115,25 @@ class Abuse : public ::testing::Test {
 
   // A real two-rank Communicator job (host platform) of uid 1, which must
   // finish within its normal time whatever the attacker does.
-  void VictimJobSucceeds(const std::string& group) {
+  void VictimJobSucceeds(const std::string& group, const std::vector<std::string>& extra = {}) {
     absl::Time start = absl::Now();
     std::vector<Child> ranks;
     for (int r = 0; r < 2; ++r) {
-      ranks.push_back(
-          Child::Spawn({BinDir() + "/device_transport_example", "--platform", "host", "--socket",
-                        daemon_->socket(), "--group", group, "--rank", std::to_string(r),
-                        "--world-size", "2", "--timeout-ms", "10000"},
-                       /*uid=*/1));
+      std::vector<std::string> argv = {BinDir() + "/device_transport_example",
+                                       "--platform",
+                                       "host",
+                                       "--socket",
+                                       daemon_->socket(),
+                                       "--group",
+                                       group,
+                                       "--rank",
+                                       std::to_string(r),
+                                       "--world-size",
+                                       "2",
+                                       "--timeout-ms",
+                                       "10000"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      ranks.push_back(Child::Spawn(argv, /*uid=*/1));
     }
     for (Child& r : ranks) {
       EXPECT_EQ(r.Wait(15000), 0) << r.output();
@@ -220,6 +233,69 @@ TEST_F(AbuseFdChannelFull, IdleConnectionsAreClosedFirstToAdmitAnotherUser) {
   // The victim's two ranks each needed an fd-channel slot: at least one of
   // the attacker's idle connections was closed for them.
   EXPECT_EQ(flood.output().find("closed_by_daemon=0"), std::string::npos) << flood.output();
+}
+
+// RDMA objects of one user, bounded per uid whatever the number of its
+// sessions (lowered here from 32768 QPs, 2048 regions, 512 GiB).
+class AbuseRdma : public Abuse {
+ protected:
+  std::string ExtraConfig() const override {
+    return "max_qps_per_uid = 2048\n"
+           "max_mrs_per_uid = 64\n"
+           "max_registered_bytes_per_uid = 1073741824\n";
+  }
+};
+
+size_t QpsListedForRoot(const std::string& socket) {
+  auto stub = v1::Admin::NewStub(UnixChannel(socket));
+  grpc::ClientContext ctx;
+  Deadline(&ctx);
+  v1::ListQueuePairsResponse r;
+  EXPECT_TRUE(stub->ListQueuePairs(&ctx, {}, &r).ok());
+  return static_cast<size_t>(r.qps_size());
+}
+
+TEST_F(AbuseRdma, QueuePairAndRegionFloodIsRefusedPerUidAndGivenBack) {
+  FdSampler sampler(pid_);
+  // 8 sessions (the per-session limits, 4096 QPs and 256 regions each, would
+  // allow 32768 and 2048), each QP connected so that softnic polls it.
+  Child flood = Attack({"rdma-flood", "8", "4000", "--qps-per-call", "512", "--region-bytes",
+                        "8388608", "--connect"});
+  ASSERT_FALSE(flood.WaitForLine("flooded", 60000).empty()) << flood.output();
+  EXPECT_NE(flood.output().find("flooded sessions=8 qps=2048 "), std::string::npos)
+      << flood.output();
+  EXPECT_LT(RssKb(pid_), base_rss_kb_ + 32 * 1024) << "idle " << base_rss_kb_ << " kB";
+  // Another uid: a real job over RDMA, and QPs and regions of its own.
+  VictimJobSucceeds("victim-rdma", {"--route", "rdma"});
+  Child victim = Child::Spawn({BinDir() + "/mc_abuse", daemon_->socket(), "rdma-flood", "1", "0",
+                               "--max-qps", "64", "--max-mrs", "2"},
+                              /*uid=*/1);
+  ASSERT_EQ(victim.Wait(20000), 0) << victim.output();
+  EXPECT_NE(victim.output().find("qps=64 mrs=2 "), std::string::npos) << victim.output();
+  EXPECT_NE(victim.output().find("create=OK:1 "), std::string::npos) << victim.output();
+  RootStatusAnswers();
+
+  ASSERT_EQ(flood.Wait(30000), 0) << flood.output();
+  const size_t peak = sampler.Stop();
+  // Refused with RESOURCE_EXHAUSTED (8), naming the per-uid keys.
+  EXPECT_NE(flood.output().find("refused CreateQueuePairs: code=8 "), std::string::npos)
+      << flood.output();
+  EXPECT_NE(flood.output().find("(max_qps_per_uid in mooncaked.conf)"), std::string::npos)
+      << flood.output();
+  EXPECT_NE(flood.output().find("refused RegisterMemory: code=8 "), std::string::npos)
+      << flood.output();
+  EXPECT_NE(flood.output().find("(max_mrs_per_uid in mooncaked.conf)"), std::string::npos)
+      << flood.output();
+  // Mappings keep no fds: the attacker's connections, the victims', a few.
+  EXPECT_LT(peak, base_fds_ + 8 + 2 + 32) << "peak fds " << peak << ", idle " << base_fds_;
+  // The attacker's sessions closed: everything is given back.
+  EXPECT_TRUE(FdsBackTo(pid_, base_fds_, absl::Seconds(3)))
+      << "fds " << FdCount(pid_) << ", idle " << base_fds_;
+  for (int i = 0; i < 100 && QpsListedForRoot(daemon_->socket()) != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(QpsListedForRoot(daemon_->socket()), 0u);
+  EXPECT_LT(RssKb(pid_), base_rss_kb_ + 16 * 1024) << "idle " << base_rss_kb_ << " kB";
 }
 
 }  // namespace

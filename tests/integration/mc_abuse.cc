@@ -19,6 +19,14 @@
 //       world 2, one rank each) and waits until all have returned.
 //   mc_abuse SOCKET join-timeout TIMEOUT_MS
 //       one join with that timeout_ms; prints its status.
+//   mc_abuse SOCKET rdma-flood SESSIONS HOLD_MS [--qps-per-call N]
+//            [--region-bytes B] [--region-offset O] [--max-qps N] [--max-mrs N]
+//            [--connect]
+//       SESSIONS sessions one after the other, each creating queue pairs
+//       and then registering regions of B bytes (at offset O of a sparse
+//       memfd) until refused, or up to --max-qps/--max-mrs each; prints
+//       "flooded ...", holds them HOLD_MS, then the last refusal of each
+//       RPC (rdma_flood.h).
 // Every run ends with one line "result key=value ...".
 #include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
@@ -38,17 +46,22 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.grpc.pb.h"
+#include "raw_session.h"
+#include "rdma_flood.h"
 
 namespace {
 
 using mooncake::ConnectUnix;
 using mooncake::UniqueFd;
+using mooncake::abuse::CodesText;
+using mooncake::abuse::OpenRawSession;
+using mooncake::abuse::PutFd;
+using mooncake::abuse::RawSession;
 namespace v1 = mooncake::v1;
 
 int Usage() {
@@ -56,7 +69,9 @@ int Usage() {
       stderr,
       "usage: mc_abuse SOCKET fd-frame BYTES [CONNS [HOLD_MS]] | idle main|fd COUNT HOLD_MS |\n"
       "       join-all WORLD [--fds] [--timeout-ms T] | waiting-joins COUNT TIMEOUT_MS |\n"
-      "       join-timeout TIMEOUT_MS\n");
+      "       join-timeout TIMEOUT_MS |\n"
+      "       rdma-flood SESSIONS HOLD_MS [--qps-per-call N] [--region-bytes B]\n"
+      "                  [--region-offset O] [--max-qps N] [--max-mrs N] [--connect]\n");
   return 64;
 }
 
@@ -144,51 +159,6 @@ int Idle(const std::string& socket, bool main_socket, uint32_t count, uint32_t h
   return 0;
 }
 
-// A raw session on its own connection, as a client that skips the library.
-struct RawSession {
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Local::Stub> stub;
-  grpc::ClientContext ctx;
-  std::unique_ptr<grpc::ClientReader<v1::SessionEvent>> events;
-  v1::SessionOpened opened;
-};
-
-std::unique_ptr<RawSession> OpenRawSession(const std::string& socket) {
-  absl::StatusOr<UniqueFd> fd = ConnectUnix(socket);
-  if (!fd.ok()) return nullptr;
-  (void)mooncake::SetNonBlocking(fd->get());
-  auto s = std::make_unique<RawSession>();
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  s->channel = grpc::CreateCustomInsecureChannelFromFd("mooncaked", fd->release(), args);
-  s->stub = v1::Local::NewStub(s->channel);
-  v1::OpenSessionRequest req;
-  req.set_client_name("mc_abuse");
-  s->events = s->stub->OpenSession(&s->ctx, req);
-  v1::SessionEvent ev;
-  if (!s->events->Read(&ev) || !ev.has_opened()) return nullptr;
-  s->opened = ev.opened();
-  return s;
-}
-
-absl::StatusOr<std::string> PutFd(int conn, const v1::SessionOpened& session, int fd) {
-  v1::FdRequest req;
-  req.set_op(v1::FdRequest::PUT);
-  req.set_session_id(session.session_id());
-  req.set_session_token(session.token());
-  req.set_fd_count(1);
-  std::string bytes;
-  req.SerializeToString(&bytes);
-  if (absl::Status s = mooncake::SendFrame(conn, bytes, {fd}); !s.ok()) return s;
-  absl::StatusOr<mooncake::Frame> f = mooncake::RecvFrame(conn);
-  if (!f.ok()) return f.status();
-  v1::FdReply reply;
-  if (!reply.ParseFromString(f->payload) || !reply.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.error());
-  }
-  return reply.ticket();
-}
-
 // Starts `requests` as async JoinGroup calls on one session and waits for
 // all; returns counts by status code.
 std::map<std::string, int> JoinMany(RawSession* s, std::vector<v1::JoinGroupRequest> requests) {
@@ -223,12 +193,6 @@ std::map<std::string, int> JoinMany(RawSession* s, std::vector<v1::JoinGroupRequ
   while (cq.Next(&tag, &ok)) {
   }
   return codes;
-}
-
-std::string CodesText(const std::map<std::string, int>& codes) {
-  std::vector<std::string> parts;
-  for (const auto& [k, v] : codes) parts.push_back(absl::StrCat(k, ":", v));
-  return absl::StrJoin(parts, ",");
 }
 
 int JoinAll(const std::string& socket, uint32_t world, bool with_fds, uint32_t timeout_ms) {
@@ -354,5 +318,32 @@ int main(int argc, char** argv) {
   }
   if (attack == "waiting-joins" && num(3, &a) && num(4, &b)) return WaitingJoins(socket, a, b);
   if (attack == "join-timeout" && num(3, &a)) return JoinTimeout(socket, a);
+  if (attack == "rdma-flood" && num(3, &a) && num(4, &b)) {
+    mooncake::abuse::RdmaFloodOptions o;
+    o.sessions = a;
+    o.hold_ms = b;
+    for (int i = 5; i < argc; ++i) {
+      const std::string flag = argv[i];
+      bool ok = true;
+      if (flag == "--connect") {
+        o.connect = true;
+      } else if (flag == "--qps-per-call") {
+        ok = num(++i, &o.qps_per_call) && o.qps_per_call > 0;
+      } else if (flag == "--region-bytes") {
+        ok = ++i < argc && absl::SimpleAtoi(argv[i], &o.region_bytes) && o.region_bytes > 0;
+      } else if (flag == "--region-offset") {
+        ok = ++i < argc && absl::SimpleAtoi(argv[i], &o.region_offset);
+      } else if (flag == "--max-qps") {
+        ok = num(++i, &o.max_qps);
+      } else if (flag == "--max-mrs") {
+        ok = num(++i, &o.max_mrs);
+      } else {
+        ok = false;
+      }
+      if (!ok) return Usage();
+    }
+    RaiseFdLimit();
+    return mooncake::abuse::RdmaFlood(socket, o);
+  }
   return Usage();
 }

@@ -46,6 +46,27 @@ TEST(SharedMapping, MapsASealedMemfdShared) {
   (*m)->data()[0] = 1;
 }
 
+// Part of a memfd, from a page boundary: what the daemon maps of a region
+// or a QP's rings far into the client's memfd.
+TEST(SharedMapping, MapsPartOfAMemfdFromAPage) {
+  const uint64_t page = SharedMapping::PageSize();
+  const int fd = MakeMemfd(4 * page, true);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "far", 3, 2 * page + 5), 3);
+  auto m = SharedMapping::FromSealedMemfd(fd, 2 * page, 100);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->size(), 100u);
+  EXPECT_EQ(std::memcmp((*m)->data() + 5, "far", 3), 0);
+  // Not a page boundary, or past the end of the memfd.
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(fd, page + 1, 100).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(fd, 3 * page, page + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMapping::FromSealedMemfd(fd, UINT64_MAX - page + 1, page).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ::close(fd);
+}
+
 TEST(SharedMapping, RejectsWhatTheClientCouldTruncate) {
   const int unsealed = MakeMemfd(4096, false);
   ASSERT_GE(unsealed, 0);

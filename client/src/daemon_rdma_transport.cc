@@ -9,19 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/status.h"
+#include "mooncake/common/unique_fd.h"
 #include "mooncake/device/ibgda_qp.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/drivers/cuda_driver.h"
+#include "rdma_control_layout.h"
 
 namespace mooncake {
 namespace {
-
-constexpr uint64_t kMiscBytes = 64;  // per QP: sq dbrec, cq dbrec, fetch scratch
-constexpr uint64_t kSqDbrecAt = 0;
-constexpr uint64_t kCqDbrecAt = 8;
-constexpr uint64_t kScratchAt = 16;
-
-uint64_t SlotBytes(uint32_t depth) { return 2ull * depth * device::mlx5::kSendWqeBb + kMiscBytes; }
 
 drivers::CudaDriver& Cuda(const std::shared_ptr<void>& p) {
   return *static_cast<drivers::CudaDriver*>(p.get());
@@ -118,10 +113,34 @@ absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int 
                                                    const std::string& kind,
                                                    uint64_t allocation_bytes) {
   if (num_ranks_ == 0) return absl::FailedPreconditionError("registerMemoryFd before initialize");
+  // A NIC registers GPU memory from a dma-buf (ibv_reg_dmabuf_mr); softnic
+  // maps the VMM fd itself. Without dma-buf export in the driver the VMM fd
+  // goes anyway and the daemon says what its provider can do with it.
+  UniqueFd dmabuf;
+  std::string send_kind = kind;
+  int send_fd = fd;
+  if (cuda_ && kind == "cuda-vmm-fd" && info_.provider != "softnic") {
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t span =
+        allocation_bytes != 0 ? allocation_bytes : (bytes + page - 1) / page * page;
+    int out = -1;
+    drivers::CudaDriver& drv = Cuda(cuda_);
+    const drivers::CuResult r = drv.memGetDmabufFd(
+        &out, static_cast<drivers::CuDevicePtr>(reinterpret_cast<uintptr_t>(ptr)), span);
+    if (r == drivers::kCudaSuccess && out >= 0) {
+      dmabuf = UniqueFd(out);
+      send_kind = "dmabuf";
+      send_fd = dmabuf.get();
+    } else if (r != drivers::kCudaErrorNotSupported) {
+      return drivers::CuStatus(drv, r,
+                               "cuMemGetHandleForAddressRange (dma-buf of the RDMA buffer)");
+    }
+  }
   MC_ASSIGN_OR_RETURN(buffer_keys_,
-                      client_->registerMemory(fd, reinterpret_cast<uintptr_t>(ptr), bytes, offset,
-                                              /*remote_write=*/true, /*remote_atomic=*/true, kind,
-                                              allocation_bytes));
+                      client_->registerMemory(send_fd, reinterpret_cast<uintptr_t>(ptr), bytes,
+                                              send_kind == "dmabuf" ? 0 : offset,
+                                              /*remote_write=*/true, /*remote_atomic=*/true,
+                                              send_kind, allocation_bytes));
   buffer_ = ptr;
   buffer_bytes_ = bytes;
   buffer_registered_ = true;
@@ -134,7 +153,7 @@ int DaemonRdmaTransport::allocateControlBuffer() {
   if (control_ != nullptr) return 0;
   const uint64_t slots = qpns_.size();
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  control_bytes_ = (slots * SlotBytes(options_.sq_depth) + page - 1) / page * page;
+  control_bytes_ = (slots * QpControlSlotBytes(options_.sq_depth) + page - 1) / page * page;
   control_fd_ = ::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (control_fd_ < 0) return Fail(ErrnoStatus(errno, "memfd_create (RDMA control memory)"));
   if (::ftruncate(control_fd_, static_cast<off_t>(control_bytes_)) != 0 ||
@@ -205,19 +224,18 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
   for (size_t slot = 0; slot < qpns_.size(); ++slot) {
     const size_t peer = slot / static_cast<size_t>(qps_per_peer_);
     if (peer >= peer_mask.size() || !peer_mask[peer] || qpns_[slot] != 0) continue;
-    const uint64_t base = slot * SlotBytes(depth);
+    const QpControlLayout at = QpControlAt(depth, slot);
     RdmaQpLayout l;
-    l.sq_offset = base;
+    l.sq_offset = at.sq;
     l.sq_wqe_cnt = depth;
-    l.cq_offset = base + uint64_t{depth} * device::mlx5::kSendWqeBb;
+    l.cq_offset = at.cq;
     l.cq_cqe_cnt = depth;
-    const uint64_t misc = base + 2ull * depth * device::mlx5::kSendWqeBb;
-    l.sq_dbrec_offset = misc + kSqDbrecAt;
-    l.cq_dbrec_offset = misc + kCqDbrecAt;
+    l.sq_dbrec_offset = at.misc + kSqDbrecAt;
+    l.cq_dbrec_offset = at.misc + kCqDbrecAt;
     // Rings start clean: no WQEs, every CQE invalid (0xff) and owned by HW.
-    std::memset(control_ + base, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
-    std::memset(control_ + l.cq_offset, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
-    std::memset(control_ + misc, 0, kMiscBytes);
+    std::memset(control_ + at.sq, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
+    std::memset(control_ + at.cq, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
+    std::memset(control_ + at.misc, 0, kRdmaMiscBytes);
     layouts.push_back(l);
     slots.push_back(slot);
   }

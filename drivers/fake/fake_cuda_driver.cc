@@ -52,6 +52,7 @@ constexpr std::string_view kMethods[] = {"init",
                                          "memHostRegister",
                                          "memHostUnregister",
                                          "memHostGetDevicePointer",
+                                         "memGetDmabufFd",
                                          "ipcGetMemHandle",
                                          "ipcOpenMemHandle",
                                          "ipcCloseMemHandle",
@@ -775,6 +776,13 @@ CuResult FakeCudaDriver::memHostGetDevicePointer(CuDevicePtr* dptr, void* p, uns
   if (!hostRegisteredRange(addr, 1)) return kCudaErrorInvalidValue;
   *dptr = addr;
   return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::memGetDmabufFd(int* fd, CuDevicePtr, size_t) {
+  MC_FAKE_ENTER("memGetDmabufFd");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (fd == nullptr) return kCudaErrorInvalidValue;
+  return kCudaErrorNotSupported;
 }
 
 // --- Legacy IPC, modules, launches: no device code on the host ----------------------------

@@ -177,6 +177,9 @@ class FakeCudaDriver : public CudaDriver {
   CuResult memHostRegister(void* p, size_t bytes, unsigned flags) override;
   CuResult memHostUnregister(void* p) override;
   CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) override;
+  // No dma-buf exporter on the host: kCudaErrorNotSupported (what a driver
+  // without dma-buf support answers).
+  CuResult memGetDmabufFd(int* fd, CuDevicePtr ptr, size_t bytes) override;
   CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override;
   CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) override;
   CuResult ipcCloseMemHandle(CuDevicePtr ptr) override;

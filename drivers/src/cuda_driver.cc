@@ -123,6 +123,11 @@ class RealCudaDriver final : public CudaDriver {
   CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) override {
     return fn_.memHostGetDevicePointer(dptr, p, flags);
   }
+  CuResult memGetDmabufFd(int* fd, CuDevicePtr ptr, size_t bytes) override {
+    if (fn_.memGetHandleForAddressRange == nullptr) return kCudaErrorNotSupported;
+    // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1; no flags.
+    return fn_.memGetHandleForAddressRange(fd, ptr, bytes, 1, 0);
+  }
   CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) override {
     return fn_.ipcGetMemHandle(handle, ptr);
   }

@@ -114,6 +114,10 @@
   X(memHostGetDevicePointer, "cuMemHostGetDevicePointer", cuMemHostGetDevicePointer,               \
     "cuMemHostGetDevicePointer_v2", nullptr, true,                                                 \
     (::mooncake::drivers::CuDevicePtr*, void*, unsigned int))                                      \
+  /* CUDA 11.7+; optional: only the RDMA route on a NIC provider asks. */                          \
+  X(memGetHandleForAddressRange, "cuMemGetHandleForAddressRange", cuMemGetHandleForAddressRange,   \
+    "cuMemGetHandleForAddressRange", nullptr, false,                                               \
+    (void*, ::mooncake::drivers::CuDevicePtr, size_t, int, unsigned long long))                    \
   X(ipcGetMemHandle, "cuIpcGetMemHandle", cuIpcGetMemHandle, "cuIpcGetMemHandle", nullptr, true,   \
     (::mooncake::drivers::CuIpcMemHandle*, ::mooncake::drivers::CuDevicePtr))                      \
   /* _v2 since CUDA 11.0, same signature as the first version. */                                  \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # deploy/mooncaked.service: exposure 2.5 or better by systemd-analyze
 # security, and grants that match what mooncaked does today (a UNIX socket
-# in /run/mooncake chowned to a group, /sys, libcuda on /dev/nvidia*; no
-# RDMA verbs devices, no pinned memory).
+# in /run/mooncake chowned to a group, /sys, libcuda on /dev/nvidia*, the
+# verbs devices and pinned memory for RDMA; not rdma_cm or umad, which it
+# does not use, and no capability beyond CAP_CHOWN).
 #   unit_security_test.sh UNIT
 set -euo pipefail
 unit=${1:?usage: unit_security_test.sh UNIT}
@@ -34,12 +35,17 @@ value() { sed -n "s/^$1=//p" "$unit"; }
 [[ "$(value SystemCallFilter)" == *@system-service* ]] || bad "no SystemCallFilter=@system-service"
 [[ "$(value ProtectProc)" == invisible ]] || bad "ProtectProc is not invisible"
 [[ "$(value PrivateMounts)" == yes ]] || bad "PrivateMounts is not yes"
-if grep -Eq '^(DeviceAllow=.*infiniband|DeviceAllow=.*rdma_cm|LimitMEMLOCK=)' "$unit"; then
-  bad "grants for RDMA (verbs devices, pinned memory) the daemon does not use yet:"
-  grep -E '^(DeviceAllow=.*infiniband|DeviceAllow=.*rdma_cm|LimitMEMLOCK=)' "$unit"
+# RDMA: exactly the verbs devices and memlock (mlx5 DevX through
+# /dev/infiniband/uverbsN; registrations pin host memory).
+grep -qx 'DeviceAllow=char-infiniband_verbs rw' "$unit" || bad "no DeviceAllow=char-infiniband_verbs rw (verbs devices)"
+[[ "$(value LimitMEMLOCK)" == infinity ]] || bad "LimitMEMLOCK is '$(value LimitMEMLOCK)', expected infinity"
+if grep -Eq '^DeviceAllow=.*(rdma_cm|umad|infiniband_mad|misc)' "$unit"; then
+  bad "grants for devices the daemon does not use (rdma_cm, umad):"
+  grep -E '^DeviceAllow=.*(rdma_cm|umad|infiniband_mad|misc)' "$unit"
 fi
-if grep -Eiq 'softnic|software NIC' "$unit"; then
-  bad "the unit mentions a software NIC, which does not exist"
+if [[ $(grep -c '^DeviceAllow=' "$unit") -ne 2 ]]; then
+  bad "expected exactly two DeviceAllow= lines (nvidia, infiniband_verbs):"
+  grep '^DeviceAllow=' "$unit"
 fi
 (( fail == 0 )) && echo "PASS: $unit"
 exit $fail

@@ -251,6 +251,11 @@ class CudaDriver {
   virtual CuResult memHostUnregister(void* p) = 0;
   virtual CuResult memHostGetDevicePointer(CuDevicePtr* dptr, void* p, unsigned flags) = 0;
 
+  // A dma-buf fd for [ptr, ptr + bytes) of device memory (both page
+  // aligned), for a NIC to register (ibv_reg_dmabuf_mr). The caller owns
+  // *fd. kCudaErrorNotSupported when the driver or GPU has no dma-buf export.
+  virtual CuResult memGetDmabufFd(int* fd, CuDevicePtr ptr, size_t bytes) = 0;
+
   // Legacy IPC: a memAlloc allocation named to other processes by 64 bytes.
   virtual CuResult ipcGetMemHandle(CuIpcMemHandle* handle, CuDevicePtr ptr) = 0;
   virtual CuResult ipcOpenMemHandle(CuDevicePtr* ptr, CuIpcMemHandle handle, unsigned flags) = 0;

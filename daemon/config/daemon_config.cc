@@ -165,9 +165,9 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
   } else if (key == "max_join_timeout_ms") {
     return ParseU32(key, value, 1000, 24 * 3600 * 1000, &c->max_join_timeout_ms);
   } else if (key == "rdma_provider") {
-    if (value != "auto" && value != "softnic" && value != "off") {
+    if (value != "auto" && value != "mlx5" && value != "softnic" && value != "off") {
       return absl::InvalidArgumentError(
-          absl::StrCat("rdma_provider = '", value, "': expected auto, softnic or off"));
+          absl::StrCat("rdma_provider = '", value, "': expected auto, mlx5, softnic or off"));
     }
     c->rdma_provider = std::string(value);
   } else if (key == "max_qps_per_session") {

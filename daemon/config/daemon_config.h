@@ -41,7 +41,7 @@ struct DaemonConfig {
   uint32_t max_join_timeout_ms = 600000;
 
   // RDMA (docs/limits.md, deploy/mooncaked.conf.example).
-  std::string rdma_provider = "auto";  // auto | softnic | off
+  std::string rdma_provider = "auto";  // auto | mlx5 | softnic | off
   uint32_t max_qps_per_session = 4096;
   uint32_t max_mrs_per_session = 256;
   uint64_t max_registered_bytes_per_session = 64ull << 30;

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/log.h"
+#include "rdma/softnic_provider.h"
 
 namespace mooncake::daemon {
 
@@ -22,19 +23,23 @@ uint64_t PageFloor(uint64_t v) { return v - v % softnic::SharedMapping::PageSize
 
 }  // namespace
 
+RdmaResources::RdmaResources(const SessionRegistry* sessions, RdmaLimits limits,
+                             std::unique_ptr<RdmaProvider> provider,
+                             softnic::CudaMemoryOptions cuda_options)
+    : sessions_(sessions),
+      limits_(limits),
+      cuda_(softnic::CudaMemory::Create(std::move(cuda_options))),
+      provider_(std::move(provider)),
+      budget_(limits) {}
+
 RdmaResources::RdmaResources(const SessionRegistry* sessions, std::string nic_name,
                              RdmaLimits limits, softnic::EngineOptions engine_options,
                              softnic::CudaMemoryOptions cuda_options)
-    : sessions_(sessions),
-      nic_(std::move(nic_name)),
-      limits_(limits),
-      cuda_(softnic::CudaMemory::Create(std::move(cuda_options))),
-      engine_(engine_options),
-      budget_(limits) {
-  engine_.Start();
-}
+    : RdmaResources(sessions, limits,
+                    std::make_unique<SoftnicProvider>(std::move(nic_name), engine_options),
+                    std::move(cuda_options)) {}
 
-RdmaResources::~RdmaResources() { engine_.Stop(); }
+RdmaResources::~RdmaResources() = default;
 
 absl::Status RdmaResources::CheckOpen(const SessionInfo& session) const {
   if (!sessions_->Find(session.id)) {
@@ -51,12 +56,7 @@ absl::Status RdmaResources::CheckOpenAndBudget(const SessionInfo& session,
 
 absl::Status RdmaResources::ValidateRegistration(const std::string& kind, uint64_t iova,
                                                  uint64_t length, uint64_t offset) const {
-  if (kind != "memfd" && kind != "cuda-vmm-fd") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "memory kind \"", kind,
-        "\" is not one the softnic provider registers: \"memfd\" (host memory, a sealed memfd) "
-        "or \"cuda-vmm-fd\" (GPU memory, the POSIX fd of a cuMem allocation)"));
-  }
+  if (absl::Status s = provider_->CheckMemoryKind(kind); !s.ok()) return s;
   if (length == 0) return absl::InvalidArgumentError("RegisterMemory: length 0");
   if (offset > UINT64_MAX - length || iova > UINT64_MAX - length) {
     return absl::InvalidArgumentError("RegisterMemory: offset/iova + length overflows");
@@ -72,26 +72,32 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     return absl::InvalidArgumentError("RegisterMemory needs exactly one fd on its ticket");
   }
   const bool gpu = kind == "cuda-vmm-fd";
+  const bool dmabuf = kind == "dmabuf";
   // Host memory: only the pages holding the region are mapped. GPU memory:
   // CUDA maps an imported allocation only whole, so the mapping covers
   // allocation_bytes when the client says the allocation is larger than the
-  // region (the region's bounds stay offset + length).
-  const uint64_t map_offset = gpu ? 0 : PageFloor(offset);
-  const uint64_t map_bytes =
-      gpu ? std::max(offset + length, allocation_bytes) : offset + length - map_offset;
+  // region (the region's bounds stay offset + length). A dmabuf is not
+  // mapped here; the NIC pins the region's bytes, which are charged.
+  const uint64_t map_offset = gpu || dmabuf ? 0 : PageFloor(offset);
+  const uint64_t map_bytes = gpu      ? std::max(offset + length, allocation_bytes)
+                             : dmabuf ? length
+                                      : offset + length - map_offset;
   const RdmaUsage cost{0, 1, map_bytes};
   {
     // Before mapping anything: a refused call must not map first.
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
-  softnic::RegionSpec spec;
-  spec.pd = session.id;
-  spec.iova = iova;
-  spec.length = length;
-  spec.access = access | softnic::kLocalWrite;
-  spec.offset = offset - map_offset;
-  if (gpu) {
+  RegionMemory memory;
+  memory.session = session.id;
+  memory.kind = kind;
+  memory.iova = iova;
+  memory.length = length;
+  memory.access = access;
+  memory.offset = offset - map_offset;
+  if (dmabuf) {
+    memory.dmabuf_fd = fds->fds[0].get();
+  } else if (gpu) {
     // Imported and mapped in the daemon's CUDA context (created with the
     // first GPU region).
     absl::StatusOr<std::shared_ptr<softnic::CudaBuffer>> buffer =
@@ -100,27 +106,24 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
       return absl::Status(buffer.status().code(), absl::StrCat("registering GPU memory (", kind,
                                                                "): ", buffer.status().message()));
     }
-    spec.kind = softnic::MemoryKind::kCuda;
-    spec.cuda = *std::move(buffer);
+    memory.cuda = *std::move(buffer);
   } else {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
         softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), map_offset, map_bytes);
     if (!mapping.ok()) return mapping.status();
-    spec.kind = softnic::MemoryKind::kHost;
-    spec.mapping = *std::move(mapping);
+    memory.host = *std::move(mapping);
   }
-  const std::string listed = gpu ? "cuda-vmm" : "host";
 
   absl::MutexLock lock(&mu_);
   // Again: the session may have ended, or its user spent the budget, while
   // this call mapped.
   if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
-  absl::StatusOr<uint32_t> key = engine_.RegisterRegion(std::move(spec));
-  if (!key.ok()) return key.status();
+  absl::StatusOr<ProviderRegion> region = provider_->RegisterMemory(std::move(memory));
+  if (!region.ok()) return region.status();
   budget_.Charge(session, cost);
-  mr_owner_[*key] =
-      MrEntry{Owner{session.id, session.cred.uid, session.cred.pid}, map_bytes, listed};
-  return Registered{*key, *key, listed};
+  mr_owner_[region->lkey] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid},
+                                    map_bytes, region->listed_kind};
+  return Registered{region->lkey, region->rkey, region->listed_kind};
 }
 
 absl::Status RdmaResources::DeregisterMemory(const SessionInfo& session, uint32_t lkey) {
@@ -129,7 +132,7 @@ absl::Status RdmaResources::DeregisterMemory(const SessionInfo& session, uint32_
   if (it == mr_owner_.end() || it->second.owner.session != session.id) {
     return absl::NotFoundError("no memory region with that key in this session");
   }
-  if (absl::Status s = engine_.DeregisterRegion(session.id, lkey); !s.ok()) return s;
+  if (absl::Status s = provider_->DeregisterMemory(session.id, lkey); !s.ok()) return s;
   budget_.Release(session.id, RdmaUsage{0, 1, it->second.charged_bytes});
   mr_owner_.erase(it);
   return absl::OkStatus();
@@ -147,10 +150,10 @@ absl::Status RdmaResources::ValidateQueuePairs(uint64_t control_bytes,
                                                      limits_.max_sq_wqes));
     }
     if (!PowerOfTwo(l.cq_cqe_cnt) || l.cq_cqe_cnt < l.sq_wqe_cnt ||
-        l.cq_cqe_cnt > softnic::Engine::kMaxCqCqeCnt) {
+        l.cq_cqe_cnt > provider_->max_cq_cqe_cnt()) {
       return absl::InvalidArgumentError(
           absl::StrCat("queue pair ", i, ": cq_cqe_cnt ", l.cq_cqe_cnt,
-                       " is not a power of two in sq_wqe_cnt..", softnic::Engine::kMaxCqCqeCnt));
+                       " is not a power of two in sq_wqe_cnt..", provider_->max_cq_cqe_cnt()));
     }
     const std::pair<uint64_t, uint64_t> rings[] = {{l.sq_offset, uint64_t{l.sq_wqe_cnt} * 64},
                                                    {l.sq_dbrec_offset, 8},
@@ -164,7 +167,7 @@ absl::Status RdmaResources::ValidateQueuePairs(uint64_t control_bytes,
       }
     }
   }
-  return absl::OkStatus();
+  return provider_->CheckLayouts(layouts);
 }
 
 absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
@@ -196,27 +199,10 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
-  std::vector<uint32_t> qpns;
-  qpns.reserve(layouts.size());
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    const QpLayout& l = layouts[i];
-    softnic::QpSpec spec;
-    spec.pd = session.id;
-    spec.mapping = *mapping;
-    spec.sq_offset = l.sq_offset - map_offset;
-    spec.sq_wqe_cnt = l.sq_wqe_cnt;
-    spec.sq_dbrec_offset = l.sq_dbrec_offset - map_offset;
-    spec.cq_offset = l.cq_offset - map_offset;
-    spec.cq_cqe_cnt = l.cq_cqe_cnt;
-    spec.cq_dbrec_offset = l.cq_dbrec_offset - map_offset;
-    absl::StatusOr<uint32_t> qpn = engine_.CreateQp(std::move(spec));
-    if (!qpn.ok()) {
-      for (uint32_t done : qpns) (void)engine_.DestroyQp(session.id, done);
-      return absl::Status(qpn.status().code(),
-                          absl::StrCat("queue pair ", i, ": ", qpn.status().message()));
-    }
-    qpns.push_back(*qpn);
-  }
+  absl::StatusOr<std::vector<uint32_t>> created =
+      provider_->CreateQueuePairs(session.id, *std::move(mapping), map_offset, layouts);
+  if (!created.ok()) return created.status();
+  std::vector<uint32_t> qpns = *std::move(created);
   budget_.Charge(session, cost);
   const uint64_t id = next_control_++;
   controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
@@ -257,9 +243,15 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
     }
   }
   for (const QpConnection& c : pairs) {
-    if (absl::Status s = engine_.Connect(session.id, c.qpn, c.remote_qpn); !s.ok()) {
-      return absl::InternalError(
-          absl::StrCat("softnic refused a connection it was checked for: ", s.message()));
+    const uint64_t remote_session = qp_owner_[c.remote_qpn].owner.session;
+    if (absl::Status s = provider_->Connect(session.id, c.qpn, remote_session, c.remote_qpn);
+        !s.ok()) {
+      // softnic cannot refuse what was checked above; a NIC can (a port
+      // went down, the firmware refused a transition). The pairs before
+      // this one stay connected; this QP must be destroyed and made again.
+      return absl::Status(s.code(),
+                          absl::StrCat(provider_->name(), " refused connecting queue pair ", c.qpn,
+                                       " to ", c.remote_qpn, ": ", s.message()));
     }
     qp_owner_[c.qpn].connected = true;
   }
@@ -295,7 +287,10 @@ absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
     }
   }
   for (uint32_t qpn : qpns) {
-    (void)engine_.DestroyQp(session.id, qpn);
+    if (absl::Status s = provider_->DestroyQueuePair(session.id, qpn); !s.ok()) {
+      MC_LOG(kWarning, "destroying queue pair ", qpn, " of session ", session.id, ": ",
+             s.message());
+    }
     ForgetQpLocked(qpn);
   }
   return absl::OkStatus();
@@ -307,7 +302,7 @@ void RdmaResources::SessionEnded(uint64_t session) {
   // nothing has nothing there.
   const RdmaUsage held = budget_.EndSession(session);
   if (held.empty()) return;
-  engine_.DestroyPd(session);
+  provider_->SessionEnded(session);
   absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
   absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
   absl::erase_if(controls_, [&](const auto& kv) { return kv.second.session == session; });
@@ -316,7 +311,7 @@ void RdmaResources::SessionEnded(uint64_t session) {
 }
 
 std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
-  std::vector<softnic::QpInfo> qps = engine_.ListQps();
+  std::vector<softnic::QpInfo> qps = provider_->ListQps();
   absl::MutexLock lock(&mu_);
   std::vector<QpRow> rows;
   for (const softnic::QpInfo& q : qps) {
@@ -330,7 +325,7 @@ std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
 }
 
 std::vector<MrRow> RdmaResources::ListMrs(uint32_t uid, bool all) const {
-  std::vector<softnic::RegionInfo> regions = engine_.ListRegions();
+  std::vector<softnic::RegionInfo> regions = provider_->ListRegions();
   absl::MutexLock lock(&mu_);
   std::vector<MrRow> rows;
   for (const softnic::RegionInfo& r : regions) {

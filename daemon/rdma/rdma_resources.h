@@ -1,6 +1,8 @@
 // RdmaResources: the one owner of the RDMA objects mooncaked holds for
-// sessions — memory regions and queue pairs — on top of a provider (softnic
-// today; the mlx5 DevX provider plugs in behind the same calls).
+// sessions — memory regions and queue pairs — on top of a provider
+// (rdma/provider.h: softnic, or mlx5 DevX), which does the object work.
+// This class keeps the bookkeeping the providers share: ownership, budgets,
+// authorization, listings, and mapping the client memory a call names.
 //
 // Ownership: every region and QP belongs to exactly one session (its
 // protection domain is the session id) and is destroyed with it, by
@@ -28,21 +30,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
+#include "rdma/provider.h"
 #include "rdma/rdma_budget.h"
 #include "session/session_registry.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
 
 namespace mooncake::daemon {
-
-struct QpLayout {
-  uint64_t sq_offset = 0;
-  uint32_t sq_wqe_cnt = 0;
-  uint64_t sq_dbrec_offset = 0;
-  uint64_t cq_offset = 0;
-  uint32_t cq_cqe_cnt = 0;
-  uint64_t cq_dbrec_offset = 0;
-};
 
 struct QpConnection {
   uint32_t qpn = 0;
@@ -61,22 +55,27 @@ struct MrRow {
   uint64_t session = 0;
   uint32_t uid = 0;
   int32_t pid = 0;
-  std::string kind;  // "host" or "cuda-vmm"
+  std::string kind;  // "host", "cuda-vmm", "dmabuf" or "peermem"
 };
 
 class RdmaResources {
  public:
-  // `cuda_options`: how GPU memory is reached (the CUDA library to load
-  // when the first GPU region is registered; tests pass a fake driver).
+  // Over `provider` (not null). `cuda_options`: how GPU memory
+  // ("cuda-vmm-fd") is reached (the CUDA library to load when the first
+  // GPU region is registered; tests pass a fake driver).
+  RdmaResources(const SessionRegistry* sessions, RdmaLimits limits,
+                std::unique_ptr<RdmaProvider> provider,
+                softnic::CudaMemoryOptions cuda_options = {});
+  // Over a SoftnicProvider named `nic_name`.
   RdmaResources(const SessionRegistry* sessions, std::string nic_name, RdmaLimits limits,
                 softnic::EngineOptions engine_options,
                 softnic::CudaMemoryOptions cuda_options = {});
   ~RdmaResources();
 
-  const std::string& provider() const { return provider_; }
-  const std::string& nic() const { return nic_; }
+  const std::string& provider() const { return provider_->name(); }
+  const std::string& nic() const { return provider_->nic(); }
   // How doorbells reach the provider (see rdma.proto RdmaInfo).
-  const std::string& doorbell_mode() const { return doorbell_mode_; }
+  const std::string& doorbell_mode() const { return provider_->doorbell_mode(); }
   const RdmaLimits& limits() const { return limits_; }
 
   struct Registered {
@@ -88,9 +87,13 @@ class RdmaResources {
   // `fds` at `iova`, listed with the returned kind:
   //   "memfd"        a memfd sealed against shrinking (host memory; "host")
   //   "cuda-vmm-fd"  the POSIX fd of a cuMem VMM allocation holding at least
-  //                  offset + length bytes (GPU memory; "cuda-vmm"), mapped
-  //                  in the daemon's CUDA context (softnic/cuda_memory.h)
-  // InvalidArgument for another kind, a bad fd or range; ResourceExhausted
+  //                  offset + length bytes (GPU memory; "cuda-vmm", or
+  //                  "peermem" on mlx5), mapped in the daemon's CUDA context
+  //                  (softnic/cuda_memory.h)
+  //   "dmabuf"       (mlx5 only) a dmabuf fd of GPU memory, registered with
+  //                  ibv_reg_dmabuf_mr; nothing is mapped in the daemon
+  // InvalidArgument for a kind the provider does not take (its
+  // CheckMemoryKind), a bad fd or range; ResourceExhausted
   // past a limit (a host region charges the bytes from the start of its
   // first page, a GPU one its whole mapping); GPU memory also fails when
   // this node has no CUDA driver or GPU (NotFound / FailedPrecondition),
@@ -154,13 +157,10 @@ class RdmaResources {
   void ForgetQpLocked(uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SessionRegistry* const sessions_;
-  const std::string provider_ = "softnic";
-  const std::string nic_;
-  const std::string doorbell_mode_ = "doorbell-record";
   const RdmaLimits limits_;
-  // Before engine_: regions (destroyed with the engine) hold buffers of it.
+  // Before provider_: regions (destroyed with the provider) hold buffers of it.
   const std::shared_ptr<softnic::CudaMemory> cuda_;
-  softnic::Engine engine_;
+  const std::unique_ptr<RdmaProvider> provider_;
 
   mutable absl::Mutex mu_;
   struct QpEntry {

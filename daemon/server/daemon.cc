@@ -20,6 +20,9 @@
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/version.h"
+#include "rdma/mlx5/mlx5_provider.h"
+#include "rdma/provider_selection.h"
+#include "rdma/softnic_provider.h"
 #include "server/rpc_interceptor.h"
 #include "server/unix_listener.h"
 
@@ -77,22 +80,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   d->sessions_ = std::make_unique<SessionRegistry>(cfg.max_sessions_per_uid);
   d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get(),
                                        FdLimits{cfg.max_fds_per_uid, cfg.max_fds});
-  if (cfg.rdma_provider != "off") {
-    // No DevX provider is built yet, so every RDMA route on this node is
-    // served by softnic; it is listed as a NIC of its own.
-    const std::string nic_name = "softnic0";
-    v1::Nic* nic = node.topology.add_nics();
-    nic->set_name(nic_name);
-    nic->set_driver("mooncaked");
-    nic->set_provider("softnic");
-    nic->set_numa_node(-1);
-    v1::NicPort* port = nic->add_ports();
-    port->set_port(1);
-    port->set_state("ACTIVE");
-    port->set_link_layer("softnic");
-    for (v1::Nic& n : *node.topology.mutable_nics()) {
-      if (n.provider().empty()) n.set_provider("none (mlx5 provider not built; softnic serves)");
-    }
+  std::vector<v1::Nic> found(node.topology.nics().begin(), node.topology.nics().end());
+  absl::StatusOr<ProviderChoice> choice =
+      ChooseRdmaProvider(cfg.rdma_provider, found, [](const std::string& device, uint32_t port) {
+        mlx5::Mlx5SessionOptions o;
+        o.device = device;
+        o.port = port;
+        // Opened and closed at once: proves the context, caps, port and PD.
+        return mlx5::Mlx5Session::Open(o).status();
+      });
+  if (!choice.ok()) return choice.status();
+  if (choice->provider != "off") {
     RdmaLimits rl;
     rl.max_qps_per_session = cfg.max_qps_per_session;
     rl.max_mrs_per_session = cfg.max_mrs_per_session;
@@ -100,14 +98,45 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     rl.max_qps_per_uid = cfg.max_qps_per_uid;
     rl.max_mrs_per_uid = cfg.max_mrs_per_uid;
     rl.max_registered_bytes_per_uid = cfg.max_registered_bytes_per_uid;
-    softnic::EngineOptions eo;
-    eo.sink = cfg.softnic_sink;
     softnic::CudaMemoryOptions co;  // GPU regions: loaded at the first one
     co.cuda_library = cfg.cuda_library;
-    d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), nic_name, rl, eo, co);
-    MC_LOG(kInfo, "RDMA: provider softnic on ", nic_name, " (doorbell mode ",
-           d->rdma_->doorbell_mode(), cfg.softnic_sink ? ", sink: WQEs complete without data" : "",
-           ")");
+    std::unique_ptr<RdmaProvider> provider;
+    if (choice->provider == "mlx5") {
+      mlx5::Mlx5SessionOptions so;
+      so.device = choice->device;
+      so.port = choice->port;
+      provider = std::make_unique<mlx5::Mlx5Provider>(so);
+    } else {
+      // softnic is listed as a NIC of its own.
+      v1::Nic* nic = node.topology.add_nics();
+      nic->set_name("softnic0");
+      nic->set_driver("mooncaked");
+      nic->set_provider("softnic");
+      nic->set_numa_node(-1);
+      v1::NicPort* port = nic->add_ports();
+      port->set_port(1);
+      port->set_state("ACTIVE");
+      port->set_link_layer("softnic");
+      softnic::EngineOptions eo;
+      eo.sink = cfg.softnic_sink;
+      provider = std::make_unique<SoftnicProvider>("softnic0", eo);
+    }
+    const std::string serving = provider->nic();
+    for (v1::Nic& n : *node.topology.mutable_nics()) {
+      if (n.name() == serving) {
+        n.set_provider(provider->name());
+      } else if (n.provider().empty()) {
+        n.set_provider(absl::StrCat("none (", serving, " serves RDMA)"));
+      }
+    }
+    d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), rl, std::move(provider), co);
+    MC_LOG(kInfo, "RDMA: provider ", d->rdma_->provider(), " on ", d->rdma_->nic(),
+           " (doorbell mode ", d->rdma_->doorbell_mode(),
+           choice->provider == "softnic" && cfg.softnic_sink ? ", sink: WQEs complete without data"
+                                                             : "",
+           "); ", choice->reason);
+  } else {
+    MC_LOG(kInfo, "RDMA: off (rdma_provider = off)");
   }
   BrokerLimits limits;
   limits.max_world_size = cfg.max_world_size;

@@ -289,6 +289,10 @@ void Mlx5Session::ReleaseAll() {
 
 int Mlx5Session::command_fd() const { return context_ != nullptr ? context_->cmd_fd : -1; }
 
+volatile void* Mlx5Session::doorbell_register() const {
+  return uar_ != nullptr ? static_cast<volatile void*>(uar_->reg_addr) : nullptr;
+}
+
 absl::StatusOr<UniqueFd> Mlx5Session::DupCommandFd() const {
   const int fd = fcntl(command_fd(), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return VerbsError(VerbsCall::kDupCommandFd, options_.device, errno);
@@ -368,6 +372,26 @@ absl::StatusOr<Mlx5Session::MemoryRegion> Mlx5Session::RegisterHostMemory(
                       absl::StrFormat("(%d bytes, iova 0x%x)", length, iova));
   }
   return AddMr(mr, MrPath::kHost, std::move(keep_alive));
+}
+
+absl::StatusOr<Mlx5Session::MemoryRegion> Mlx5Session::RegisterPeermemMemory(
+    void* daemon_address, uint64_t length, uint64_t iova, uint32_t access,
+    std::shared_ptr<const void> keep_alive) {
+  const std::string& dev = options_.device;
+  if (daemon_address == nullptr || length == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPU memory on ", dev, ": no mapping or 0 bytes to register"));
+  }
+  MC_ASSIGN_OR_RETURN(const uint32_t verbs_access, RegistrationAccess(access));
+  absl::MutexLock lock(&mu_);
+  errno = 0;
+  ibv_mr* mr = ibv_reg_mr_iova2(pd_, daemon_address, length, iova, verbs_access);
+  if (mr == nullptr) {
+    return VerbsError(
+        VerbsCall::kRegPeermemMr, dev, errno,
+        absl::StrFormat("(GPU address %p, %d bytes, iova 0x%x)", daemon_address, length, iova));
+  }
+  return AddMr(mr, MrPath::kPeermem, std::move(keep_alive));
 }
 
 absl::Status Mlx5Session::DeregisterMemory(uint32_t lkey) {
@@ -708,11 +732,16 @@ absl::StatusOr<std::unique_ptr<Mlx5Session>> Mlx5Session::Open(const Mlx5Session
 }
 void Mlx5Session::ReleaseAll() {}
 int Mlx5Session::command_fd() const { return -1; }
+volatile void* Mlx5Session::doorbell_register() const { return nullptr; }
 absl::StatusOr<UniqueFd> Mlx5Session::DupCommandFd() const { return NotBuilt(); }
 absl::StatusOr<Mlx5Session::MemoryRegion> Mlx5Session::RegisterGpuMemory(const GpuMemory&) {
   return NotBuilt();
 }
 absl::StatusOr<Mlx5Session::MemoryRegion> Mlx5Session::RegisterHostMemory(
+    void*, uint64_t, uint64_t, uint32_t, std::shared_ptr<const void>) {
+  return NotBuilt();
+}
+absl::StatusOr<Mlx5Session::MemoryRegion> Mlx5Session::RegisterPeermemMemory(
     void*, uint64_t, uint64_t, uint32_t, std::shared_ptr<const void>) {
   return NotBuilt();
 }

@@ -117,6 +117,10 @@ class Mlx5Session {
   // port's GID table length as the kernel reports it (ibv_query_port).
   const HcaGeneralCaps& caps() const { return caps_; }
   const UarInfo& uar() const { return uar_info_; }
+  // The UAR's doorbell register as mapped in this process (the daemon's
+  // CPU-assisted doorbell writes it: rdma/mlx5/cpu_doorbell.h); null before
+  // Open succeeds or in a build without rdma-core.
+  volatile void* doorbell_register() const;
   uint32_t eqn() const { return eqn_; }
   const LocalEndpoint& endpoint() const { return endpoint_; }
 
@@ -162,6 +166,14 @@ class Mlx5Session {
   absl::StatusOr<MemoryRegion> RegisterHostMemory(void* daemon_address, uint64_t length,
                                                   uint64_t iova, uint32_t access,
                                                   std::shared_ptr<const void> keep_alive);
+
+  // GPU memory the daemon mapped itself (softnic's CudaMemory import of the
+  // client's cuMem VMM fd): `length` bytes at the device address
+  // `daemon_address`, registered by address through nvidia-peermem, seen
+  // by the NIC at `iova`. For clients that send no dmabuf.
+  absl::StatusOr<MemoryRegion> RegisterPeermemMemory(void* daemon_address, uint64_t length,
+                                                     uint64_t iova, uint32_t access,
+                                                     std::shared_ptr<const void> keep_alive);
 
   // NotFound for a key this session did not register; the call's error if
   // the kernel refuses (the region is then still held).

@@ -1,0 +1,276 @@
+#include "rdma/mlx5/mlx5_provider.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/log.h"
+#include "mooncake/common/status.h"
+#include "softnic/cuda_memory.h"
+
+namespace mooncake::daemon::mlx5 {
+
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+}  // namespace
+
+Mlx5Provider::Mlx5Provider(Mlx5SessionOptions session_options)
+    : options_(std::move(session_options)) {}
+
+Mlx5Provider::~Mlx5Provider() {
+  // Every session's QPs leave the doorbell thread before their UAR goes.
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, s] : sessions_) {
+    for (const auto& [qpn, qp] : s->qps) doorbell_.Unwatch(DoorbellKey(id, qpn));
+  }
+  sessions_.clear();
+}
+
+absl::Status Mlx5Provider::CheckMemoryKind(const std::string& kind) const {
+  if (kind == "memfd" || kind == "dmabuf" || kind == "cuda-vmm-fd") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "memory kind \"", kind, "\" is not one the mlx5 provider registers: \"memfd\" (host memory, ",
+      "a sealed memfd), \"dmabuf\" (GPU memory: the dmabuf fd of cuMemGetHandleForAddressRange) "
+      "or \"cuda-vmm-fd\" (GPU memory through nvidia-peermem)"));
+}
+
+absl::Status Mlx5Provider::CheckLayouts(const std::vector<QpLayout>& layouts) const {
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const QpLayout& l = layouts[i];
+    const std::pair<const char*, uint64_t> rings[] = {{"sq_offset", l.sq_offset},
+                                                      {"cq_offset", l.cq_offset}};
+    for (const auto& [name, at] : rings) {
+      if (at % kUmemPageSize != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queue pair ", i, ": ", name, " ", at, " is not a multiple of ", kUmemPageSize,
+            ": the mlx5 provider needs each ring on a 4 KiB boundary "
+            "of the control memory"));
+      }
+    }
+    const std::pair<const char*, uint64_t> records[] = {{"sq_dbrec_offset", l.sq_dbrec_offset},
+                                                        {"cq_dbrec_offset", l.cq_dbrec_offset}};
+    for (const auto& [name, at] : records) {
+      if (at % kDbrecBytes != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("queue pair ", i, ": ", name, " ", at,
+                                                       " is not a multiple of ", kDbrecBytes));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+Mlx5Provider::Session* Mlx5Provider::Find(uint64_t session) {
+  auto it = sessions_.find(session);
+  return it == sessions_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<Mlx5Provider::Session*> Mlx5Provider::SessionFor(uint64_t session) {
+  if (Session* s = Find(session)) return s;
+  absl::StatusOr<std::unique_ptr<Mlx5Session>> opened = Mlx5Session::Open(options_);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("opening the mlx5 context for session ", session, ": ",
+                                     opened.status().message()));
+  }
+  auto s = std::make_unique<Session>();
+  s->mlx5 = *std::move(opened);
+  Session* raw = s.get();
+  sessions_.emplace(session, std::move(s));
+  return raw;
+}
+
+absl::StatusOr<ProviderRegion> Mlx5Provider::RegisterMemory(RegionMemory m) {
+  absl::MutexLock lock(&mu_);
+  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(m.session));
+  absl::StatusOr<Mlx5Session::MemoryRegion> mr;
+  if (m.dmabuf_fd >= 0) {
+    Mlx5Session::GpuMemory gpu;
+    gpu.dmabuf_fd = m.dmabuf_fd;
+    gpu.offset = m.offset;
+    gpu.length = m.length;
+    gpu.iova = m.iova;
+    gpu.access = m.access;
+    mr = s->mlx5->RegisterGpuMemory(gpu);
+  } else if (m.cuda != nullptr) {
+    // The allocation as the daemon's CUDA context maps it; the buffer stays
+    // mapped while the region lives.
+    void* at = reinterpret_cast<void*>(static_cast<uintptr_t>(m.cuda->base() + m.offset));
+    mr = s->mlx5->RegisterPeermemMemory(at, m.length, m.iova, m.access, m.cuda);
+    if (!mr.ok()) {
+      mr = absl::Status(mr.status().code(),
+                        absl::StrCat(mr.status().message(),
+                                     " (\"cuda-vmm-fd\" needs nvidia-peermem on mlx5: send the "
+                                     "allocation's dmabuf fd as kind \"dmabuf\" instead)"));
+    }
+  } else if (m.host != nullptr) {
+    mr = s->mlx5->RegisterHostMemory(m.host->data() + m.offset, m.length, m.iova, m.access, m.host);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the mlx5 provider got no memory for a \"", m.kind, "\" region"));
+  }
+  if (!mr.ok()) return mr.status();
+  softnic::RegionInfo info;
+  info.key = mr->lkey;
+  info.pd = m.session;
+  info.iova = m.iova;
+  info.length = m.length;
+  info.access = m.access | softnic::kLocalWrite;
+  info.kind = m.host != nullptr ? softnic::MemoryKind::kHost : softnic::MemoryKind::kCuda;
+  s->regions[mr->lkey] = info;
+  return ProviderRegion{mr->lkey, mr->rkey, MrPathName(mr->path)};
+}
+
+absl::Status Mlx5Provider::DeregisterMemory(uint64_t session, uint32_t lkey) {
+  absl::MutexLock lock(&mu_);
+  Session* s = Find(session);
+  if (s == nullptr || !s->regions.contains(lkey)) {
+    return absl::NotFoundError("no memory region with that key in this session");
+  }
+  MC_RETURN_IF_ERROR(s->mlx5->DeregisterMemory(lkey));
+  s->regions.erase(lkey);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
+    uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
+    const std::vector<QpLayout>& layouts) {
+  MC_RETURN_IF_ERROR(CheckLayouts(layouts));
+  absl::MutexLock lock(&mu_);
+  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(session));
+  // The mapping starts on a page; a umem covers whole pages (the tail of
+  // the last one is mapped with it).
+  MC_ASSIGN_OR_RETURN(
+      const uint32_t umem,
+      s->mlx5->RegisterHostUmem(control->data(), RoundUp(control->size(), kUmemPageSize), control));
+  std::vector<uint32_t> qpns;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const QpLayout& l = layouts[i];
+    QpRings rings;
+    rings.sq = {umem, l.sq_offset - control_offset};
+    rings.sq_wqe_cnt = l.sq_wqe_cnt;
+    rings.sq_dbrec = {umem, l.sq_dbrec_offset - control_offset};
+    rings.cq = {umem, l.cq_offset - control_offset};
+    rings.cq_cqe_cnt = l.cq_cqe_cnt;
+    rings.cq_dbrec = {umem, l.cq_dbrec_offset - control_offset};
+    absl::StatusOr<Mlx5Session::QueuePair> qp = s->mlx5->CreateQueuePair(rings);
+    if (!qp.ok()) {
+      for (uint32_t done : qpns) (void)s->mlx5->DestroyQueuePair(done);
+      for (uint32_t done : qpns) s->qps.erase(done);
+      (void)s->mlx5->DeregisterUmem(umem);
+      return absl::Status(qp.status().code(),
+                          absl::StrCat("queue pair ", i, ": ", qp.status().message()));
+    }
+    Qp entry;
+    entry.info.qpn = qp->qpn;
+    entry.info.pd = session;
+    entry.info.sq_wqe_cnt = l.sq_wqe_cnt;
+    entry.umem = umem;
+    entry.sq = control->data() + rings.sq.offset;
+    entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
+    entry.control = control;
+    s->qps[qp->qpn] = std::move(entry);
+    qpns.push_back(qp->qpn);
+  }
+  s->umem_qps[umem] = static_cast<uint32_t>(qpns.size());
+  return qpns;
+}
+
+absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
+                                   uint32_t remote_qpn) {
+  absl::MutexLock lock(&mu_);
+  Session* s = Find(session);
+  Session* peer = Find(remote_session);
+  if (s == nullptr || !s->qps.contains(qpn) || peer == nullptr || !peer->qps.contains(remote_qpn)) {
+    return absl::NotFoundError(
+        absl::StrCat("queue pair ", qpn, " or ", remote_qpn, " is not on this mlx5 provider"));
+  }
+  // Both QPs are on this port: the peer's address is its session's endpoint.
+  const LocalEndpoint& ep = peer->mlx5->endpoint();
+  RemoteQp remote;
+  remote.qpn = remote_qpn;
+  remote.psn = 0;
+  remote.lid = ep.lid;
+  remote.gid = ep.gid.gid;
+  remote.gid_type = ep.gid.type;
+  remote.mtu = ep.active_mtu;
+  MC_RETURN_IF_ERROR(s->mlx5->Connect(qpn, /*local_psn=*/0, remote, ConnectTuning{}));
+  Qp& qp = s->qps[qpn];
+  qp.info.state = softnic::QpState::kRts;
+  qp.info.remote_qpn = remote_qpn;
+  CpuDoorbell::Qp watched;
+  watched.sq = qp.sq;
+  watched.sq_wqe_cnt = qp.info.sq_wqe_cnt;
+  watched.dbrec = qp.sq_dbrec;
+  watched.qpn = qpn;
+  watched.reg = s->mlx5->doorbell_register();
+  watched.keep_alive = qp.control;
+  doorbell_.Watch(DoorbellKey(session, qpn), std::move(watched));
+  return absl::OkStatus();
+}
+
+absl::Status Mlx5Provider::DestroyQpLocked(Session& s, uint32_t qpn) {
+  auto it = s.qps.find(qpn);
+  if (it == s.qps.end()) return absl::NotFoundError(absl::StrCat("no queue pair ", qpn));
+  MC_RETURN_IF_ERROR(s.mlx5->DestroyQueuePair(qpn));
+  const uint32_t umem = it->second.umem;
+  s.qps.erase(it);
+  auto u = s.umem_qps.find(umem);
+  if (u != s.umem_qps.end() && --u->second == 0) {
+    s.umem_qps.erase(u);
+    if (absl::Status st = s.mlx5->DeregisterUmem(umem); !st.ok()) {
+      MC_LOG(kWarning, "mlx5: ", st.message(), " (freed with the session)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlx5Provider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
+  absl::MutexLock lock(&mu_);
+  Session* s = Find(session);
+  if (s == nullptr || !s->qps.contains(qpn)) {
+    return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+  }
+  doorbell_.Unwatch(DoorbellKey(session, qpn));
+  return DestroyQpLocked(*s, qpn);
+}
+
+void Mlx5Provider::SessionEnded(uint64_t session) {
+  std::unique_ptr<Session> gone;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end()) return;
+    for (const auto& [qpn, qp] : it->second->qps) doorbell_.Unwatch(DoorbellKey(session, qpn));
+    gone = std::move(it->second);
+    sessions_.erase(it);
+  }
+  // ~Mlx5Session: QPs, CQs, umems, regions, UAR, PD, context.
+  gone.reset();
+}
+
+std::vector<softnic::QpInfo> Mlx5Provider::ListQps() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<softnic::QpInfo> out;
+  for (const auto& [id, s] : sessions_) {
+    for (const auto& [qpn, qp] : s->qps) out.push_back(qp.info);
+  }
+  return out;
+}
+
+std::vector<softnic::RegionInfo> Mlx5Provider::ListRegions() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<softnic::RegionInfo> out;
+  for (const auto& [id, s] : sessions_) {
+    for (const auto& [key, r] : s->regions) out.push_back(r);
+  }
+  return out;
+}
+
+size_t Mlx5Provider::sessions_open() const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.size();
+}
+
+}  // namespace mooncake::daemon::mlx5

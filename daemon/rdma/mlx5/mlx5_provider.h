@@ -1,0 +1,97 @@
+// Mlx5Provider: RdmaProvider over one ConnectX NIC through DevX. Each client
+// session gets its own Mlx5Session (verbs context, PD, UAR; opened on the
+// session's first RDMA call, destroyed by SessionEnded, which frees every
+// object it holds); nothing is shared between sessions.
+//
+//   memory   "memfd": ibv_reg_mr on the daemon's mapping (iova = client VA);
+//            "dmabuf": ibv_reg_dmabuf_mr on the client's dmabuf fd;
+//            "cuda-vmm-fd": the daemon's CUDA mapping of the allocation,
+//            registered by address through nvidia-peermem (listed "peermem").
+//   rings    one host umem over the control mapping per CreateQueuePairs
+//            call, deregistered with its last QP; rings 4 KiB aligned.
+//   connect  QPs of this node: loopback on the same port, the peer built
+//            from the other session's endpoint (PSN 0 both ways).
+//   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) while clients cannot
+//            map the UAR: a daemon thread rings for every connected QP.
+//
+// Keys are the NIC's (lkey != rkey). Called under RdmaResources' lock
+// (rdma/provider.h), so the slow verbs calls (a context open, pinning a
+// large region) hold that lock while they run. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "rdma/mlx5/cpu_doorbell.h"
+#include "rdma/mlx5/mlx5_session.h"
+#include "rdma/provider.h"
+
+namespace mooncake::daemon::mlx5 {
+
+class Mlx5Provider final : public RdmaProvider {
+ public:
+  // `session_options`: the device and port every session opens.
+  explicit Mlx5Provider(Mlx5SessionOptions session_options);
+  ~Mlx5Provider() override;
+
+  const std::string& name() const override { return name_; }
+  const std::string& nic() const override { return options_.device; }
+  const std::string& doorbell_mode() const override { return doorbell_mode_; }
+  uint32_t max_cq_cqe_cnt() const override { return kMaxCqCqeCnt; }
+  static constexpr uint32_t kMaxCqCqeCnt = 65536;
+
+  absl::Status CheckMemoryKind(const std::string& kind) const override;
+  // Every ring at a multiple of kUmemPageSize of the control memfd (the
+  // mapping starts on a page, so the umem offsets keep the alignment).
+  absl::Status CheckLayouts(const std::vector<QpLayout>& layouts) const override;
+  absl::StatusOr<ProviderRegion> RegisterMemory(RegionMemory memory) override;
+  absl::Status DeregisterMemory(uint64_t session, uint32_t lkey) override;
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
+      uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
+      const std::vector<QpLayout>& layouts) override;
+  absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
+                       uint32_t remote_qpn) override;
+  absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
+  void SessionEnded(uint64_t session) override;
+  std::vector<softnic::QpInfo> ListQps() const override;
+  std::vector<softnic::RegionInfo> ListRegions() const override;
+
+  size_t sessions_open() const;
+
+ private:
+  struct Qp {
+    softnic::QpInfo info;
+    uint32_t umem = 0;
+    const uint8_t* sq = nullptr;
+    const uint8_t* sq_dbrec = nullptr;
+    std::shared_ptr<softnic::SharedMapping> control;
+  };
+  struct Session {
+    std::unique_ptr<Mlx5Session> mlx5;
+    absl::flat_hash_map<uint32_t, softnic::RegionInfo> regions;  // by lkey
+    absl::flat_hash_map<uint32_t, Qp> qps;                       // by QPN
+    absl::flat_hash_map<uint32_t, uint32_t> umem_qps;            // umem id -> live QPs
+  };
+  // The session's state, opening its Mlx5Session on first use.
+  absl::StatusOr<Session*> SessionFor(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Session* Find(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Destroys `qpn` (already unwatched) and, with its umem's last QP, the umem.
+  absl::Status DestroyQpLocked(Session& s, uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static uint64_t DoorbellKey(uint64_t session, uint32_t qpn) {
+    return session << 24 ^ qpn;  // sessions count up from 1; QPNs are 24-bit
+  }
+
+  const Mlx5SessionOptions options_;
+  const std::string name_ = "mlx5";
+  const std::string doorbell_mode_ = "cpu-assisted";
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Last: stopped first, before any session's UAR goes.
+  CpuDoorbell doorbell_;
+};
+
+}  // namespace mooncake::daemon::mlx5

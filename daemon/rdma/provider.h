@@ -1,0 +1,105 @@
+// RdmaProvider: who does the object work behind RdmaResources — memory
+// regions and queue pairs on one NIC. Two implementations:
+//   SoftnicProvider (rdma/softnic_provider.h)  mooncaked's software NIC
+//   Mlx5Provider (rdma/mlx5/mlx5_provider.h)   a ConnectX NIC through DevX
+//
+// RdmaResources keeps what is common: which session owns what, budgets,
+// authorization (a QP connects only to a QP of the same uid) and the
+// validation that needs no provider. It maps client memory before calling
+// (RegionMemory, the control mapping), so a provider only registers what it
+// is given. Every mutating call is made with RdmaResources' lock held, after
+// the session was checked open: a provider must not call back into
+// RdmaResources. ListQps/ListRegions may be called from any thread.
+//
+// Keys and QPNs are the provider's own (softnic: lkey == rkey; mlx5: the
+// NIC's). A provider that refuses a call leaves nothing of it behind.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "softnic/shared_mapping.h"
+#include "softnic/types.h"
+
+namespace mooncake::daemon {
+
+// Where a QP's rings lie in the client's control memory (byte offsets into
+// the control memfd; sizes in entries, powers of two).
+struct QpLayout {
+  uint64_t sq_offset = 0;
+  uint32_t sq_wqe_cnt = 0;
+  uint64_t sq_dbrec_offset = 0;
+  uint64_t cq_offset = 0;
+  uint32_t cq_cqe_cnt = 0;
+  uint64_t cq_dbrec_offset = 0;
+};
+
+// Client memory to register, already reached by the daemon. Exactly one of
+// `host`, `cuda`, `dmabuf_fd` names it, by the request's kind:
+//   "memfd"        host: the daemon's mapping of the sealed memfd
+//   "cuda-vmm-fd"  cuda: the cuMem allocation imported in the daemon's context
+//   "dmabuf"       dmabuf_fd: the client's dmabuf fd (borrowed for the call)
+// The region is bytes [offset, offset + length) of that memory.
+struct RegionMemory {
+  uint64_t session = 0;  // the protection domain
+  std::string kind;
+  uint64_t iova = 0;  // the client's address of the region
+  uint64_t length = 0;
+  uint32_t access = 0;  // softnic::Access bits (the same as IBV_ACCESS_*)
+  uint64_t offset = 0;
+  std::shared_ptr<softnic::SharedMapping> host;
+  std::shared_ptr<softnic::CudaBuffer> cuda;
+  int dmabuf_fd = -1;
+};
+
+struct ProviderRegion {
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  std::string listed_kind;  // mcctl mrs: "host", "cuda-vmm", "dmabuf", "peermem"
+};
+
+class RdmaProvider {
+ public:
+  virtual ~RdmaProvider() = default;
+
+  virtual const std::string& name() const = 0;           // "softnic", "mlx5"
+  virtual const std::string& nic() const = 0;            // "softnic0", "mlx5_0"
+  virtual const std::string& doorbell_mode() const = 0;  // rdma.proto RdmaInfo
+  // Largest CQ the provider accepts (entries).
+  virtual uint32_t max_cq_cqe_cnt() const = 0;
+
+  // InvalidArgument, naming the kinds it takes, for a kind it cannot
+  // register (checked before the request's fds are taken).
+  virtual absl::Status CheckMemoryKind(const std::string& kind) const = 0;
+  // InvalidArgument for layouts it cannot place, beyond RdmaResources'
+  // bounds checks (also before the fds are taken).
+  virtual absl::Status CheckLayouts(const std::vector<QpLayout>& layouts) const = 0;
+
+  virtual absl::StatusOr<ProviderRegion> RegisterMemory(RegionMemory memory) = 0;
+  // NotFound unless `lkey` is a region of `session`.
+  virtual absl::Status DeregisterMemory(uint64_t session, uint32_t lkey) = 0;
+
+  // One QP per layout, in RESET, all or nothing. `control` maps the control
+  // memfd from byte `control_offset` (page aligned): a layout's ring at file
+  // offset x is at control->data() + (x - control_offset).
+  virtual absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
+      uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
+      const std::vector<QpLayout>& layouts) = 0;
+  // Connects QP `qpn` of `session` to `remote_qpn` of `remote_session` on
+  // this node and moves it to RTS (RdmaResources checked both exist, the
+  // uids match and `qpn` is in RESET).
+  virtual absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
+                               uint32_t remote_qpn) = 0;
+  virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
+  // Everything of `session`; returns once nothing of it is touched again.
+  virtual void SessionEnded(uint64_t session) = 0;
+
+  virtual std::vector<softnic::QpInfo> ListQps() const = 0;
+  virtual std::vector<softnic::RegionInfo> ListRegions() const = 0;
+};
+
+}  // namespace mooncake::daemon

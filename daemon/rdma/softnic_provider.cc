@@ -1,0 +1,89 @@
+#include "rdma/softnic_provider.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace mooncake::daemon {
+
+SoftnicProvider::SoftnicProvider(std::string nic_name, softnic::EngineOptions options)
+    : nic_(std::move(nic_name)), engine_(options) {
+  engine_.Start();
+}
+
+SoftnicProvider::~SoftnicProvider() { engine_.Stop(); }
+
+absl::Status SoftnicProvider::CheckMemoryKind(const std::string& kind) const {
+  if (kind == "memfd" || kind == "cuda-vmm-fd") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "memory kind \"", kind,
+      "\" is not one the softnic provider registers: \"memfd\" (host memory, a sealed memfd) "
+      "or \"cuda-vmm-fd\" (GPU memory, the POSIX fd of a cuMem allocation)"));
+}
+
+absl::StatusOr<ProviderRegion> SoftnicProvider::RegisterMemory(RegionMemory memory) {
+  softnic::RegionSpec spec;
+  spec.pd = memory.session;
+  spec.iova = memory.iova;
+  spec.length = memory.length;
+  spec.access = memory.access | softnic::kLocalWrite;
+  spec.offset = memory.offset;
+  const bool gpu = memory.cuda != nullptr;
+  if (gpu) {
+    spec.kind = softnic::MemoryKind::kCuda;
+    spec.cuda = std::move(memory.cuda);
+  } else if (memory.host != nullptr) {
+    spec.kind = softnic::MemoryKind::kHost;
+    spec.mapping = std::move(memory.host);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the softnic provider cannot register \"", memory.kind, "\" memory"));
+  }
+  absl::StatusOr<uint32_t> key = engine_.RegisterRegion(std::move(spec));
+  if (!key.ok()) return key.status();
+  return ProviderRegion{*key, *key, gpu ? "cuda-vmm" : "host"};
+}
+
+absl::Status SoftnicProvider::DeregisterMemory(uint64_t session, uint32_t lkey) {
+  return engine_.DeregisterRegion(session, lkey);
+}
+
+absl::StatusOr<std::vector<uint32_t>> SoftnicProvider::CreateQueuePairs(
+    uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
+    const std::vector<QpLayout>& layouts) {
+  std::vector<uint32_t> qpns;
+  qpns.reserve(layouts.size());
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const QpLayout& l = layouts[i];
+    softnic::QpSpec spec;
+    spec.pd = session;
+    spec.mapping = control;
+    spec.sq_offset = l.sq_offset - control_offset;
+    spec.sq_wqe_cnt = l.sq_wqe_cnt;
+    spec.sq_dbrec_offset = l.sq_dbrec_offset - control_offset;
+    spec.cq_offset = l.cq_offset - control_offset;
+    spec.cq_cqe_cnt = l.cq_cqe_cnt;
+    spec.cq_dbrec_offset = l.cq_dbrec_offset - control_offset;
+    absl::StatusOr<uint32_t> qpn = engine_.CreateQp(std::move(spec));
+    if (!qpn.ok()) {
+      for (uint32_t done : qpns) (void)engine_.DestroyQp(session, done);
+      return absl::Status(qpn.status().code(),
+                          absl::StrCat("queue pair ", i, ": ", qpn.status().message()));
+    }
+    qpns.push_back(*qpn);
+  }
+  return qpns;
+}
+
+absl::Status SoftnicProvider::Connect(uint64_t session, uint32_t qpn, uint64_t /*remote_session*/,
+                                      uint32_t remote_qpn) {
+  return engine_.Connect(session, qpn, remote_qpn);
+}
+
+absl::Status SoftnicProvider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
+  return engine_.DestroyQp(session, qpn);
+}
+
+void SoftnicProvider::SessionEnded(uint64_t session) { engine_.DestroyPd(session); }
+
+}  // namespace mooncake::daemon

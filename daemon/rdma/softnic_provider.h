@@ -1,0 +1,54 @@
+// SoftnicProvider: RdmaProvider over mooncaked's software NIC
+// (softnic/engine.h). The engine thread watches each QP's doorbell record
+// ("doorbell-record" mode) and executes the WQEs it finds; keys are both
+// lkey and rkey; a session's protection domain is its id.
+//
+// Takes "memfd" and "cuda-vmm-fd" regions (the GPU allocation imported by
+// RdmaResources' CudaMemory). Thread-safe (the engine is).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rdma/provider.h"
+#include "softnic/engine.h"
+
+namespace mooncake::daemon {
+
+class SoftnicProvider final : public RdmaProvider {
+ public:
+  // Starts the engine thread; the destructor stops it.
+  SoftnicProvider(std::string nic_name, softnic::EngineOptions options);
+  ~SoftnicProvider() override;
+
+  const std::string& name() const override { return name_; }
+  const std::string& nic() const override { return nic_; }
+  const std::string& doorbell_mode() const override { return doorbell_mode_; }
+  uint32_t max_cq_cqe_cnt() const override { return softnic::Engine::kMaxCqCqeCnt; }
+
+  absl::Status CheckMemoryKind(const std::string& kind) const override;
+  absl::Status CheckLayouts(const std::vector<QpLayout>&) const override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ProviderRegion> RegisterMemory(RegionMemory memory) override;
+  absl::Status DeregisterMemory(uint64_t session, uint32_t lkey) override;
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
+      uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
+      const std::vector<QpLayout>& layouts) override;
+  absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
+                       uint32_t remote_qpn) override;
+  absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
+  void SessionEnded(uint64_t session) override;
+  std::vector<softnic::QpInfo> ListQps() const override { return engine_.ListQps(); }
+  std::vector<softnic::RegionInfo> ListRegions() const override { return engine_.ListRegions(); }
+
+  softnic::Engine& engine() { return engine_; }
+
+ private:
+  const std::string name_ = "softnic";
+  const std::string nic_;
+  const std::string doorbell_mode_ = "doorbell-record";
+  softnic::Engine engine_;
+};
+
+}  // namespace mooncake::daemon

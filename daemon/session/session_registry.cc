@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "admission/admission_counter.h"
 #include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
@@ -43,9 +44,12 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
     }
     if (e.info.cred.uid == cred.uid) ++same_uid;
   }
-  if (same_uid >= max_per_uid_) {
-    return absl::ResourceExhaustedError(absl::StrCat("uid ", cred.uid, " already has ", same_uid,
-                                                     " sessions (max_sessions_per_uid)"));
+  // Root and the daemon's own uid are counted but never refused, as by every
+  // other per-uid limit (docs/limits.md).
+  if (same_uid >= max_per_uid_ && !AdmissionCounter::Privileged(cred.uid)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", cred.uid, " already has ", same_uid, " sessions; the limit is ", max_per_uid_,
+        " (max_sessions_per_uid in mooncaked.conf): close clients that are done"));
   }
   Entry e;
   e.info.id = next_id_++;

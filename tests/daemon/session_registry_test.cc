@@ -106,6 +106,19 @@ TEST(SessionRegistryTest, PerUidLimit) {
   EXPECT_TRUE(reg.Open(Cred(1000), 12, "").ok());
 }
 
+// Root and the daemon's own uid are counted but never refused (docs/limits.md),
+// as by the other per-uid limits: an unprivileged flood cannot lock root out.
+TEST(SessionRegistryTest, PrivilegedUidsAreNotRefused) {
+  SessionRegistry reg(2);
+  for (int fd = 10; fd < 15; ++fd) {
+    EXPECT_TRUE(reg.Open(Cred(0), fd, "").ok()) << "root session on fd " << fd;
+  }
+  const uint32_t me = static_cast<uint32_t>(::geteuid());
+  for (int fd = 20; fd < 25; ++fd) {
+    EXPECT_TRUE(reg.Open(Cred(me), fd, "").ok()) << "the daemon's own uid, fd " << fd;
+  }
+}
+
 TEST(SessionRegistryTest, Authenticate) {
   SessionRegistry reg(16);
   absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000), 10, "");

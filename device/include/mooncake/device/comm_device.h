@@ -133,15 +133,19 @@ struct McPeer {
 
 // The queue pair for (dst, channel), or null when the context has none for
 // dst (P2P-only contexts, self, peers without RDMA).
-MC_DEVICE IbgdaQpDevCtx* mc_rdma_qp(const CommCtx& ctx, int dst, int channel) {
-  const int qps = ctx.ibgda.qps_per_rank;
-  if (ctx.ibgda.qp_devctxs == nullptr || qps <= 0 || ctx.ibgda.raddrs == nullptr ||
-      ctx.ibgda.rkeys == nullptr) {
+MC_DEVICE IbgdaQpDevCtx* mc_detail_qp_of(const IbgdaContext& ibgda, int dst, int channel) {
+  const int qps = ibgda.qps_per_rank;
+  if (ibgda.qp_devctxs == nullptr || qps <= 0 || ibgda.raddrs == nullptr ||
+      ibgda.rkeys == nullptr) {
     return nullptr;
   }
   const unsigned ch = static_cast<unsigned>(channel) % static_cast<unsigned>(qps);
-  IbgdaQpDevCtx* qp = &ctx.ibgda.qp_devctxs[static_cast<size_t>(dst) * qps + ch];
+  IbgdaQpDevCtx* qp = &ibgda.qp_devctxs[static_cast<size_t>(dst) * qps + ch];
   return qp->sq != nullptr ? qp : nullptr;
+}
+
+MC_DEVICE IbgdaQpDevCtx* mc_rdma_qp(const CommCtx& ctx, int dst, int channel) {
+  return mc_detail_qp_of(ctx.ibgda, dst, channel);
 }
 
 // The RDMA half of mc_peer (out of line: P2P loops never run it). Takes
@@ -151,14 +155,8 @@ MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* loc
   McPeer p;
   p.rank = dst;
   p.status = McStatus::kNoRoute;
-  const int qps = ibgda.qps_per_rank;
-  if (ibgda.qp_devctxs == nullptr || qps <= 0 || ibgda.raddrs == nullptr ||
-      ibgda.rkeys == nullptr) {
-    return p;
-  }
-  const unsigned ch = static_cast<unsigned>(channel) % static_cast<unsigned>(qps);
-  IbgdaQpDevCtx* qp = &ibgda.qp_devctxs[static_cast<size_t>(dst) * qps + ch];
-  if (qp->sq == nullptr) return p;
+  IbgdaQpDevCtx* qp = mc_detail_qp_of(ibgda, dst, channel);
+  if (qp == nullptr) return p;
   p.qp = qp;
   p.rkey = ibgda.rkeys[dst];
   p.delta = static_cast<uintptr_t>(ibgda.raddrs[dst]) - reinterpret_cast<uintptr_t>(local_base);

@@ -724,4 +724,38 @@ std::optional<SessionEvent> Client::nextEvent(absl::Duration timeout) {
   return impl_->NextEvent(timeout);
 }
 
+absl::StatusOr<DoorbellAccess> Client::doorbellAccess() {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::GetDoorbellAccessRequest req;
+  v1::DoorbellAccess resp;
+  grpc::Status s = c->rdma->GetDoorbellAccess(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "GetDoorbellAccess", c.get());
+  MC_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, fetchFds(resp.fd_ticket()));
+  if (fds.size() != 1) {
+    return absl::InternalError(
+        absl::StrCat("GetDoorbellAccess: the daemon sent ", fds.size(), " fds, not 1"));
+  }
+  DoorbellAccess a;
+  a.command_fd = std::move(fds[0]);
+  a.device = resp.device();
+  a.uar_mmap_offset = resp.uar_mmap_offset();
+  a.uar_reg_offset = resp.uar_reg_offset();
+  a.uar_page_bytes = resp.uar_page_bytes();
+  a.uar_non_cached = resp.uar_non_cached();
+  return a;
+}
+
+absl::Status Client::releaseDoorbellAccess() {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ReleaseDoorbellAccessRequest req;
+  v1::ReleaseDoorbellAccessResponse resp;
+  grpc::Status s = c->rdma->ReleaseDoorbellAccess(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ReleaseDoorbellAccess", c.get());
+  return absl::OkStatus();
+}
+
 }  // namespace mooncake

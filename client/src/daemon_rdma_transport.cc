@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "gpu_doorbell.h"
+#include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/device/ibgda_qp.h"
@@ -39,15 +42,62 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
   if (options.cuda) {
     MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
     t->cuda_ = std::static_pointer_cast<void>(drv);
+    // The hand-off comes before any registration (the daemon's rule).
+    if (t->info_.provider == "mlx5") t->SetUpGpuDoorbells();
   }
   return t;
 }
 
 DaemonRdmaTransport::DaemonRdmaTransport(Client* client, DaemonRdmaOptions options,
                                          RdmaNodeInfo info)
-    : client_(client), options_(options), info_(std::move(info)) {}
+    : client_(client), options_(options), info_(std::move(info)) {
+  doorbell_mode_ = info_.doorbell_mode;
+}
 
-DaemonRdmaTransport::~DaemonRdmaTransport() { ReleaseQueues(); }
+DaemonRdmaTransport::~DaemonRdmaTransport() {
+  ReleaseQueues();
+  ReleaseGpuDoorbells();
+}
+
+void DaemonRdmaTransport::SetUpGpuDoorbells() {
+  absl::Status why;
+  absl::StatusOr<DoorbellAccess> access = client_->doorbellAccess();
+  if (access.ok()) {
+    absl::StatusOr<GpuUar> uar = MapUarForGpu(*access, Cuda(cuda_));
+    if (uar.ok()) {
+      uar_page_ = uar->page;
+      uar_page_bytes_ = uar->page_bytes;
+      uar_register_dev_ = uar->device_register;
+      doorbell_mode_ = "gpu-uar";
+      static std::once_flag logged;
+      std::call_once(logged, [&] {
+        MC_LOG(kInfo, "RDMA doorbells: gpu-uar (kernels ring ", access->device, "'s UAR directly)");
+      });
+      return;
+    }
+    why = uar.status();
+    // Nothing was registered yet: the daemon takes the ringing back.
+    if (absl::Status r = client_->releaseDoorbellAccess(); !r.ok()) {
+      why = absl::Status(
+          why.code(), absl::StrCat(why.message(), "; and releasing the hand-off: ", r.message()));
+    }
+  } else {
+    why = access.status();
+  }
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    MC_LOG(kWarning, "RDMA doorbells: ", info_.doorbell_mode,
+           " (the daemon rings for this process): ", why.message());
+  });
+}
+
+void DaemonRdmaTransport::ReleaseGpuDoorbells() {
+  if (uar_page_ == nullptr) return;
+  GpuUar uar{uar_page_, uar_page_bytes_, uar_register_dev_};
+  UnmapUarForGpu(uar, Cuda(cuda_));
+  uar_page_ = nullptr;
+  uar_register_dev_ = 0;
+}
 
 int DaemonRdmaTransport::Fail(absl::Status s) {
   last_error_ = std::move(s);
@@ -255,7 +305,9 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q = device::IbgdaQpDevCtx();
     q.sq = view + l.sq_offset;
     q.sq_dbrec = reinterpret_cast<uint32_t*>(view + l.sq_dbrec_offset);
-    q.bf_reg = nullptr;  // doorbell-record mode: the provider watches the record
+    // gpu-uar: the kernel rings the UAR; otherwise the provider watches the
+    // doorbell record (softnic, or the daemon's CPU-assisted thread).
+    q.bf_reg = reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(uar_register_dev_));
     q.cq = reinterpret_cast<device::mlx5::Cqe64*>(view + l.cq_offset);
     q.cq_dbrec = reinterpret_cast<uint32_t*>(view + l.cq_dbrec_offset);
     q.fetch_scratch =

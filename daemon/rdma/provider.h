@@ -22,6 +22,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/unique_fd.h"
 #include "softnic/shared_mapping.h"
 #include "softnic/types.h"
 
@@ -62,6 +64,16 @@ struct ProviderRegion {
   std::string listed_kind;  // mcctl mrs: "host", "cuda-vmm", "dmabuf", "peermem"
 };
 
+// What the doorbell hand-off gives a client (rdma.proto DoorbellAccess).
+struct DoorbellAccess {
+  UniqueFd command_fd;  // a duplicate of the session's verbs command fd
+  std::string device;
+  int64_t uar_mmap_offset = 0;
+  uint64_t uar_reg_offset = 0;
+  uint64_t uar_page_bytes = 0;
+  bool uar_non_cached = false;
+};
+
 class RdmaProvider {
  public:
   virtual ~RdmaProvider() = default;
@@ -97,6 +109,24 @@ class RdmaProvider {
   virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
   // Everything of `session`; returns once nothing of it is touched again.
   virtual void SessionEnded(uint64_t session) = 0;
+
+  // The doorbell hand-off ("gpu-uar"): the session's command fd and UAR,
+  // after which the provider never writes that session's UAR (the client
+  // can destroy objects of a context it holds; the daemon must not depend
+  // on them). FailedPrecondition once the session holds regions or QPs, and
+  // for a provider without a UAR (the default).
+  virtual absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(uint64_t session) {
+    (void)session;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", name(), " provider has no UAR to hand out: its doorbells are ", doorbell_mode()));
+  }
+  // Undoes OpenDoorbellAccess: the exposed context is closed (a fresh one
+  // serves the session) and its doorbells are the provider's again. Same
+  // precondition; OK when nothing was handed out.
+  virtual absl::Status ReleaseDoorbellAccess(uint64_t session) {
+    (void)session;
+    return absl::OkStatus();
+  }
 
   virtual std::vector<softnic::QpInfo> ListQps() const = 0;
   virtual std::vector<softnic::RegionInfo> ListRegions() const = 0;

@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/status.h"
 #include "rdma/softnic_provider.h"
 
 namespace mooncake::daemon {
@@ -118,6 +119,7 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
   // Again: the session may have ended, or its user spent the budget, while
   // this call mapped.
   if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+  provider_sessions_.insert(session.id);
   absl::StatusOr<ProviderRegion> region = provider_->RegisterMemory(std::move(memory));
   if (!region.ok()) return region.status();
   budget_.Charge(session, cost);
@@ -199,6 +201,7 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
 
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+  provider_sessions_.insert(session.id);
   absl::StatusOr<std::vector<uint32_t>> created =
       provider_->CreateQueuePairs(session.id, *std::move(mapping), map_offset, layouts);
   if (!created.ok()) return created.status();
@@ -298,16 +301,49 @@ absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
 
 void RdmaResources::SessionEnded(uint64_t session) {
   absl::MutexLock lock(&mu_);
-  // Every object in the engine is charged to its session: one that holds
-  // nothing has nothing there.
+  // A session the provider never saw has nothing there. One it saw may
+  // hold state no budget counts (an mlx5 context opened by a call that then
+  // failed, or by the doorbell hand-off): the provider is told either way.
   const RdmaUsage held = budget_.EndSession(session);
-  if (held.empty()) return;
+  doorbell_handed_out_.erase(session);
+  if (provider_sessions_.erase(session) == 0) return;
   provider_->SessionEnded(session);
+  if (held.empty()) return;
   absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
   absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
   absl::erase_if(controls_, [&](const auto& kv) { return kv.second.session == session; });
   MC_LOG(kInfo, "session ", session, ": released ", held.qps, " queue pairs and ", held.mrs,
          " memory regions (", held.bytes, " bytes mapped)");
+}
+
+absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionInfo& session) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+  // Once per session: each hand-off is a context and a command fd held
+  // until the ticket is redeemed or expires, so a loop of Open/Release
+  // must not pile them up.
+  if (doorbell_handed_out_.contains(session.id)) {
+    return absl::FailedPreconditionError(
+        "the doorbell hand-off was already made in this session (once per session; connect "
+        "again for another)");
+  }
+  provider_sessions_.insert(session.id);
+  absl::StatusOr<DoorbellAccess> access = provider_->OpenDoorbellAccess(session.id);
+  if (!access.ok()) return access.status();
+  doorbell_handed_out_.insert(session.id);
+  MC_LOG(kInfo, "session ", session.id, " (uid ", session.cred.uid, ", pid ", session.cred.pid,
+         "): doorbell hand-off on ", access->device, ": its kernels ring the NIC (gpu-uar)");
+  return access;
+}
+
+absl::Status RdmaResources::ReleaseDoorbellAccess(const SessionInfo& session) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+  if (!doorbell_handed_out_.contains(session.id)) return absl::OkStatus();
+  MC_RETURN_IF_ERROR(provider_->ReleaseDoorbellAccess(session.id));
+  MC_LOG(kInfo, "session ", session.id, ": doorbell hand-off released: doorbells are ",
+         provider_->doorbell_mode());
+  return absl::OkStatus();
 }
 
 std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
@@ -127,6 +128,13 @@ class RdmaResources {
   // InvalidArgument when one is named twice.
   absl::Status DestroyQueuePairs(const SessionInfo& session, const std::vector<uint32_t>& qpns);
 
+  // The doorbell hand-off (rdma.proto GetDoorbellAccess): at most once per
+  // session, before it holds regions or QPs (FailedPrecondition otherwise,
+  // and from a provider without a UAR). Release undoes it (OK when nothing
+  // was handed out); the session cannot take it again.
+  absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(const SessionInfo& session);
+  absl::Status ReleaseDoorbellAccess(const SessionInfo& session);
+
   // Everything the session owned.
   void SessionEnded(uint64_t session);
 
@@ -184,6 +192,10 @@ class RdmaResources {
   };
   absl::flat_hash_map<uint64_t, ControlEntry> controls_ ABSL_GUARDED_BY(mu_);
   uint64_t next_control_ ABSL_GUARDED_BY(mu_) = 1;
+  // Sessions that reached the provider (told of their end), and those
+  // that took the doorbell hand-off.
+  absl::flat_hash_set<uint64_t> provider_sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
   RdmaBudget budget_ ABSL_GUARDED_BY(mu_);
 };
 

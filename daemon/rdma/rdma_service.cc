@@ -67,6 +67,22 @@ grpc::ServerUnaryReactor* RdmaService::DestroyQueuePairs(grpc::CallbackServerCon
   return Done(ctx, HandleDestroyQueuePairs(*session, *req));
 }
 
+grpc::ServerUnaryReactor* RdmaService::GetDoorbellAccess(grpc::CallbackServerContext* ctx,
+                                                         const v1::GetDoorbellAccessRequest*,
+                                                         v1::DoorbellAccess* resp) {
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, HandleGetDoorbellAccess(*session, resp));
+}
+
+grpc::ServerUnaryReactor* RdmaService::ReleaseDoorbellAccess(
+    grpc::CallbackServerContext* ctx, const v1::ReleaseDoorbellAccessRequest*,
+    v1::ReleaseDoorbellAccessResponse*) {
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, rdma_->ReleaseDoorbellAccess(*session));
+}
+
 // ---- the RPCs for a session ------------------------------------------------------
 
 void RdmaService::HandleGetRdmaInfo(v1::RdmaInfo* resp) const {
@@ -167,6 +183,26 @@ absl::Status RdmaService::HandleDestroyQueuePairs(const SessionInfo& caller,
   }
   std::vector<uint32_t> qpns(req.qpns().begin(), req.qpns().end());
   return rdma_->DestroyQueuePairs(caller, qpns);
+}
+
+absl::Status RdmaService::HandleGetDoorbellAccess(const SessionInfo& caller,
+                                                  v1::DoorbellAccess* resp) {
+  absl::StatusOr<DoorbellAccess> access = rdma_->OpenDoorbellAccess(caller);
+  if (!access.ok()) return access.status();
+  auto bundle = std::make_shared<FdBundle>();
+  bundle->fds.push_back(std::move(access->command_fd));
+  absl::StatusOr<std::string> ticket = fds_->IssueOutgoing(caller.id, caller, std::move(bundle));
+  if (!ticket.ok()) {
+    (void)rdma_->ReleaseDoorbellAccess(caller);
+    return ticket.status();
+  }
+  resp->set_fd_ticket(*std::move(ticket));
+  resp->set_device(access->device);
+  resp->set_uar_mmap_offset(access->uar_mmap_offset);
+  resp->set_uar_reg_offset(access->uar_reg_offset);
+  resp->set_uar_page_bytes(access->uar_page_bytes);
+  resp->set_uar_non_cached(access->uar_non_cached);
+  return absl::OkStatus();
 }
 
 }  // namespace mooncake::daemon

@@ -43,6 +43,13 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                               const v1::DestroyQueuePairsRequest* req,
                                               v1::DestroyQueuePairsResponse* resp) override;
 
+  grpc::ServerUnaryReactor* GetDoorbellAccess(grpc::CallbackServerContext* ctx,
+                                              const v1::GetDoorbellAccessRequest* req,
+                                              v1::DoorbellAccess* resp) override;
+  grpc::ServerUnaryReactor* ReleaseDoorbellAccess(grpc::CallbackServerContext* ctx,
+                                                  const v1::ReleaseDoorbellAccessRequest* req,
+                                                  v1::ReleaseDoorbellAccessResponse* resp) override;
+
   // The RPCs for `caller`, an open session (GetRdmaInfo needs none).
   void HandleGetRdmaInfo(v1::RdmaInfo* resp) const;
   absl::Status HandleRegisterMemory(const SessionInfo& caller, const v1::RegisterMemoryRequest& req,
@@ -56,6 +63,9 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                        const v1::ConnectQueuePairsRequest& req);
   absl::Status HandleDestroyQueuePairs(const SessionInfo& caller,
                                        const v1::DestroyQueuePairsRequest& req);
+  // The command fd goes out on an fd-channel ticket only this session can
+  // redeem.
+  absl::Status HandleGetDoorbellAccess(const SessionInfo& caller, v1::DoorbellAccess* resp);
 
   // Most QPs one CreateQueuePairs call may ask for, and most entries of
   // one ConnectQueuePairs or DestroyQueuePairs call.

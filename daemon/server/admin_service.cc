@@ -143,7 +143,8 @@ grpc::Status AdminService::ListQueuePairs(grpc::ServerContext* ctx,
     q->set_session_id(r.session);
     q->set_uid(r.uid);
     q->set_pid(r.pid);
-    q->set_doorbell_mode(rdma_->doorbell_mode());
+    q->set_doorbell_mode(r.info.doorbell_mode != nullptr ? r.info.doorbell_mode
+                                                         : rdma_->doorbell_mode());
     q->set_remote_qpn(r.info.remote_qpn);
     q->set_sq_wqe_cnt(r.info.sq_wqe_cnt);
     q->set_wqes_done(r.info.wqes_done);

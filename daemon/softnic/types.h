@@ -80,6 +80,9 @@ struct QpInfo {
   uint32_t sq_wqe_cnt = 0;
   uint64_t wqes_done = 0;     // completed (successfully or not)
   uint8_t last_syndrome = 0;  // of the error CQE that moved it to kError
+  // How its doorbells reach the NIC when it differs from the provider's
+  // default (a static string, e.g. "gpu-uar"); null: the provider's.
+  const char* doorbell_mode = nullptr;
 };
 
 }  // namespace mooncake::softnic

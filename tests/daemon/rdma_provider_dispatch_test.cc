@@ -20,6 +20,7 @@ class CountingProvider final : public RdmaProvider {
  public:
   struct Calls {
     int register_memory = 0, deregister = 0, create = 0, connect = 0, destroy = 0, ended = 0;
+    int doorbell_open = 0, doorbell_release = 0;
     uint64_t last_remote_session = 0;
     uint64_t last_control_offset = 0;
     std::string last_kind;
@@ -104,6 +105,21 @@ class CountingProvider final : public RdmaProvider {
     ++calls_->ended;
     std::erase_if(qps_, [&](const softnic::QpInfo& q) { return q.pd == session; });
     std::erase_if(regions_, [&](const softnic::RegionInfo& r) { return r.pd == session; });
+  }
+  absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(uint64_t) override {
+    ++calls_->doorbell_open;
+    DoorbellAccess a;
+    // A memfd stands in for the command fd: the fd must reach the caller.
+    a.command_fd = UniqueFd(::memfd_create("fake-cmd-fd", MFD_CLOEXEC));
+    a.device = "fake0";
+    a.uar_mmap_offset = 8192;
+    a.uar_reg_offset = 0x800;
+    a.uar_page_bytes = 4096;
+    return a;
+  }
+  absl::Status ReleaseDoorbellAccess(uint64_t) override {
+    ++calls_->doorbell_release;
+    return absl::OkStatus();
   }
   std::vector<softnic::QpInfo> ListQps() const override { return qps_; }
   std::vector<softnic::RegionInfo> ListRegions() const override { return regions_; }
@@ -239,7 +255,47 @@ TEST_F(DispatchTest, QueuePairsConnectAndDestroyThroughTheProvider) {
   EXPECT_TRUE(rdma_->UsageOfSession(a.id).empty());
 }
 
-TEST_F(DispatchTest, SessionEndReachesTheProviderOnlyForSessionsHoldingSomething) {
+TEST_F(DispatchTest, DoorbellHandOffIsOncePerSessionAndItsEndReachesTheProvider) {
+  SessionInfo a = Open(1000, 1);
+  absl::StatusOr<DoorbellAccess> got = rdma_->OpenDoorbellAccess(a);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->command_fd.valid());
+  EXPECT_EQ(got->uar_mmap_offset, 8192);
+  // Once per session, released or not: a loop of hand-offs cannot pile up
+  // contexts and fds.
+  EXPECT_EQ(rdma_->OpenDoorbellAccess(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(rdma_->ReleaseDoorbellAccess(a).ok());
+  EXPECT_EQ(calls_.doorbell_release, 1);
+  EXPECT_EQ(rdma_->OpenDoorbellAccess(a).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(calls_.doorbell_open, 1);
+  // Release without a hand-off does not bother the provider.
+  SessionInfo b = Open(1000, 2);
+  EXPECT_TRUE(rdma_->ReleaseDoorbellAccess(b).ok());
+  EXPECT_EQ(calls_.doorbell_release, 1);
+  // The session holds nothing the budget counts, yet the provider opened a
+  // context for it: its end must reach the provider.
+  EXPECT_TRUE(rdma_->UsageOfSession(a.id).empty());
+  sessions_.Close(a.id);
+  rdma_->SessionEnded(a.id);
+  EXPECT_EQ(calls_.ended, 1);
+  sessions_.Close(b.id);
+  rdma_->SessionEnded(b.id);
+  EXPECT_EQ(calls_.ended, 1);
+  EXPECT_EQ(rdma_->OpenDoorbellAccess(a).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DispatchTest, AFailedFirstCallStillEndsTheProviderSession) {
+  // An mlx5 provider opens the session's context on its first call, even
+  // one it then refuses; that context must not outlive the session.
+  SessionInfo a = Open(1000, 1);
+  provider_->fail_next_ = true;
+  EXPECT_FALSE(rdma_->RegisterMemory(a, Memfd(4096), "memfd", 0x1000, 4096, 0, 0).ok());
+  sessions_.Close(a.id);
+  rdma_->SessionEnded(a.id);
+  EXPECT_EQ(calls_.ended, 1);
+}
+
+TEST_F(DispatchTest, SessionEndReachesTheProviderOnlyForSessionsItSaw) {
   SessionInfo a = Open(1000, 1), idle = Open(1000, 2);
   ASSERT_TRUE(rdma_->RegisterMemory(a, Memfd(4096), "memfd", 0x1000, 4096, 0, 0).ok());
   sessions_.Close(idle.id);

@@ -95,5 +95,17 @@ TEST_F(RdmaServiceTest, ListsAreBoundedPerCall) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// softnic has no UAR: the hand-off is refused with the reason, and no
+// ticket (no fd) is left behind for the caller.
+TEST_F(RdmaServiceTest, DoorbellHandOffIsRefusedBySoftnic) {
+  v1::DoorbellAccess access;
+  absl::Status s = service_.HandleGetDoorbellAccess(session_, &access);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("softnic"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("doorbell-record"), std::string::npos) << s;
+  EXPECT_TRUE(access.fd_ticket().empty());
+  EXPECT_TRUE(rdma_.ReleaseDoorbellAccess(session_).ok());
+}
+
 }  // namespace
 }  // namespace mooncake::daemon

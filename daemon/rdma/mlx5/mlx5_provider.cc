@@ -1,5 +1,7 @@
 #include "rdma/mlx5/mlx5_provider.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -206,7 +208,8 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   watched.qpn = qpn;
   watched.reg = s->mlx5->doorbell_register();
   watched.keep_alive = qp.control;
-  doorbell_.Watch(DoorbellKey(session, qpn), std::move(watched));
+  // A session that rings itself is never watched (the header says why).
+  if (!s->client_rings) doorbell_.Watch(DoorbellKey(session, qpn), std::move(watched));
   return absl::OkStatus();
 }
 
@@ -250,11 +253,55 @@ void Mlx5Provider::SessionEnded(uint64_t session) {
   gone.reset();
 }
 
+absl::Status Mlx5Provider::CheckNothingHeld(const Session& s, const char* what) {
+  if (s.regions.empty() && s.qps.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " must come before the session registers memory or creates queue pairs (it holds ",
+      s.regions.size(), " regions and ", s.qps.size(), " queue pairs)"));
+}
+
+absl::StatusOr<DoorbellAccess> Mlx5Provider::OpenDoorbellAccess(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(session));
+  MC_RETURN_IF_ERROR(CheckNothingHeld(*s, "the doorbell hand-off"));
+  MC_ASSIGN_OR_RETURN(UniqueFd fd, s->mlx5->DupCommandFd());
+  DoorbellAccess a;
+  a.command_fd = std::move(fd);
+  a.device = s->mlx5->device();
+  a.uar_mmap_offset = s->mlx5->uar().mmap_offset;
+  a.uar_reg_offset = s->mlx5->uar().reg_offset;
+  // mlx5_ib_mmap maps a UAR as exactly one system page.
+  a.uar_page_bytes = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  a.uar_non_cached = s->mlx5->uar().non_cached;
+  s->client_rings = true;
+  return a;
+}
+
+absl::Status Mlx5Provider::ReleaseDoorbellAccess(uint64_t session) {
+  std::unique_ptr<Session> exposed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session);
+    if (it == sessions_.end() || !it->second->client_rings) return absl::OkStatus();
+    MC_RETURN_IF_ERROR(CheckNothingHeld(*it->second, "releasing the doorbell hand-off"));
+    // The client's copy of the command fd keeps that context alive for as
+    // long as it holds it; the daemon stops using it. The session's next
+    // call opens a fresh context nobody else holds.
+    exposed = std::move(it->second);
+    sessions_.erase(it);
+  }
+  exposed.reset();
+  return absl::OkStatus();
+}
+
 std::vector<softnic::QpInfo> Mlx5Provider::ListQps() const {
   absl::MutexLock lock(&mu_);
   std::vector<softnic::QpInfo> out;
   for (const auto& [id, s] : sessions_) {
-    for (const auto& [qpn, qp] : s->qps) out.push_back(qp.info);
+    for (const auto& [qpn, qp] : s->qps) {
+      out.push_back(qp.info);
+      if (s->client_rings) out.back().doorbell_mode = "gpu-uar";
+    }
   }
   return out;
 }

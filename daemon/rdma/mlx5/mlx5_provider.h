@@ -11,8 +11,12 @@
 //            call, deregistered with its last QP; rings 4 KiB aligned.
 //   connect  QPs of this node: loopback on the same port, the peer built
 //            from the other session's endpoint (PSN 0 both ways).
-//   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) while clients cannot
-//            map the UAR: a daemon thread rings for every connected QP.
+//   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) by default: a daemon
+//            thread rings for every connected QP; "gpu-uar" for a session
+//            that took its command fd and UAR (OpenDoorbellAccess): its
+//            kernels ring, and the daemon never writes that UAR again (the
+//            client may free objects of a context it holds, so the daemon
+//            must not store through a mapping the client can revoke).
 //
 // Keys are the NIC's (lkey != rkey). Called under RdmaResources' lock
 // (rdma/provider.h), so the slow verbs calls (a context open, pinning a
@@ -57,6 +61,8 @@ class Mlx5Provider final : public RdmaProvider {
                        uint32_t remote_qpn) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
   void SessionEnded(uint64_t session) override;
+  absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(uint64_t session) override;
+  absl::Status ReleaseDoorbellAccess(uint64_t session) override;
   std::vector<softnic::QpInfo> ListQps() const override;
   std::vector<softnic::RegionInfo> ListRegions() const override;
 
@@ -75,7 +81,11 @@ class Mlx5Provider final : public RdmaProvider {
     absl::flat_hash_map<uint32_t, softnic::RegionInfo> regions;  // by lkey
     absl::flat_hash_map<uint32_t, Qp> qps;                       // by QPN
     absl::flat_hash_map<uint32_t, uint32_t> umem_qps;            // umem id -> live QPs
+    bool client_rings = false;  // its command fd was handed out ("gpu-uar")
   };
+  // FailedPrecondition when `s` holds regions or QPs (the doorbell hand-off
+  // comes first, so no object ever changes hands).
+  static absl::Status CheckNothingHeld(const Session& s, const char* what);
   // The session's state, opening its Mlx5Session on first use.
   absl::StatusOr<Session*> SessionFor(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Session* Find(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -133,6 +133,21 @@ struct RdmaQpLayout {
   uint64_t cq_dbrec_offset = 0;
 };
 
+// The doorbell hand-off (rdma.proto GetDoorbellAccess; mlx5 only): the
+// session's own verbs command fd and where its UAR doorbell register is.
+// Mapping `uar_page_bytes` of the fd at `uar_mmap_offset` gives the page;
+// the register is at `uar_reg_offset` in it. The mapping (not the fd) keeps
+// the context alive, with every QP and region in it, until it is unmapped,
+// even after the daemon is gone: unmap it when the session ends.
+struct DoorbellAccess {
+  UniqueFd command_fd;
+  std::string device;  // "mlx5_0"
+  int64_t uar_mmap_offset = 0;
+  uint64_t uar_reg_offset = 0;
+  uint64_t uar_page_bytes = 0;
+  bool uar_non_cached = false;
+};
+
 struct GroupView {
   std::string group;
   uint32_t rank = 0;
@@ -230,6 +245,14 @@ class MOONCAKE_API Client {
   // Connects (my qpn, remote qpn) pairs on this node.
   absl::Status connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs);
   absl::Status destroyQueuePairs(const std::vector<uint32_t>& qpns);
+  // The doorbell hand-off, before any registerMemory or createQueuePairs
+  // (FailedPrecondition after; also from a provider without a UAR, such as
+  // softnic). Once per session. From then on the daemon does not ring this
+  // session's doorbells: its kernels write the UAR. If they cannot (the GPU
+  // refused to map it), releaseDoorbellAccess() hands the ringing back to
+  // the daemon (CPU-assisted); unmap the page first.
+  absl::StatusOr<DoorbellAccess> doorbellAccess();
+  absl::Status releaseDoorbellAccess();
 
   // Next membership event (LEFT/LOST/READY/...), or nullopt on timeout.
   std::optional<SessionEvent> nextEvent(absl::Duration timeout);

@@ -101,6 +101,10 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
                                 const std::vector<int>& peer_mask);
   device::IbgdaContext ibgdaContext() const;
   const RdmaNodeInfo& nodeInfo() const { return info_; }
+  // How this transport's doorbells reach the NIC: the provider's mode, or
+  // "gpu-uar" once the kernels ring a UAR page the GPU mapped (CUDA on a
+  // mlx5 provider whose GPU accepts the mapping; see gpu_doorbell.h).
+  const std::string& doorbellMode() const { return doorbell_mode_; }
   int qpsPerPeer() const { return qps_per_peer_; }
   absl::Status lastError() const { return last_error_; }
 
@@ -111,6 +115,10 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // CUDA: copies the QP contexts / the raddr and rkey tables to the device.
   absl::Status PublishQps();
   absl::Status PublishTables();
+  // CUDA over mlx5: the doorbell hand-off; on refusal, logs once why and
+  // leaves the daemon ringing (CPU-assisted).
+  void SetUpGpuDoorbells();
+  void ReleaseGpuDoorbells();
 
   Client* const client_;
   const DaemonRdmaOptions options_;
@@ -137,6 +145,12 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   std::shared_ptr<void> cuda_;  // drivers::CudaDriver, kept opaque here
   uint64_t control_dev_ = 0;
   uint64_t qps_dev_ = 0, raddrs_dev_ = 0, rkeys_dev_ = 0;
+  // "gpu-uar": the UAR page as mapped here and its register as the GPU
+  // addresses it (0: the daemon rings).
+  std::string doorbell_mode_;
+  void* uar_page_ = nullptr;
+  size_t uar_page_bytes_ = 0;
+  uint64_t uar_register_dev_ = 0;
 };
 
 }  // namespace mooncake

@@ -1,0 +1,42 @@
+// The client's half of the doorbell hand-off ("gpu-uar"): maps the UAR page
+// of the session's verbs context (rdma.proto GetDoorbellAccess) and
+// registers it with CUDA as I/O memory, so kernels ring the NIC's doorbell
+// register themselves and no daemon thread sits between a post and the NIC.
+//
+// Why mmap and not ibv_import_device: importing builds a second libmlx5
+// context over the same command fd, which allocates UAR pages of its own and
+// queries the device, only for us to mmap the one page the daemon already
+// allocated; mmap on the command fd at the UAR's offset is the same mapping
+// with no libibverbs in the application (it runs without rdma-core).
+//
+// The GPU may refuse I/O memory (cuMemHostRegister(IOMEMORY) needs the
+// driver's peer-mapping support: NVreg_RegistryDwords=PeerMappingOverride=1
+// or nvidia-peermem); MapUarForGpu then undoes the mapping and says so, and
+// the caller hands ringing back to the daemon (CPU-assisted).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "mooncake/client/client.h"
+#include "mooncake/drivers/cuda_driver.h"
+
+namespace mooncake {
+
+struct GpuUar {
+  void* page = nullptr;  // the process's mapping of the UAR page
+  size_t page_bytes = 0;
+  drivers::CuDevicePtr device_register = 0;  // what kernels store the doorbell to
+};
+
+// Maps and registers `access`'s UAR page in the CUDA context current on this
+// thread. The command fd is not kept: the mapping holds the context.
+// InvalidArgument for a page size or register offset that cannot be right;
+// the mmap's errno or CUDA's refusal, named, with what to change.
+absl::StatusOr<GpuUar> MapUarForGpu(const DoorbellAccess& access, drivers::CudaDriver& cuda);
+
+// Unregisters and unmaps (no-op for an empty GpuUar).
+void UnmapUarForGpu(GpuUar& uar, drivers::CudaDriver& cuda);
+
+}  // namespace mooncake

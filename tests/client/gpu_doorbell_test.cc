@@ -1,0 +1,114 @@
+// The client's half of the doorbell hand-off (client/src/gpu_doorbell.h)
+// against the fake CUDA driver: a memfd stands in for the verbs command fd,
+// so the mapping at the UAR's offset is real and a store through the
+// "device" register lands in the page the daemon handed out. The real NIC
+// path (mlx5_ib_mmap of a DevX UAR, cuMemHostRegister(IOMEMORY) on a GPU)
+// needs a ConnectX NIC and a GPU together.
+#include "gpu_doorbell.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fake_cuda_driver.h"
+#include "gtest/gtest.h"
+
+namespace mooncake {
+namespace {
+
+using drivers::FakeCudaDriver;
+
+class GpuDoorbellTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cu_.addGpu(drivers::FakeGpu::Hopper(0));
+    ASSERT_EQ(cu_.init(0), drivers::kCudaSuccess);
+    drivers::CuContext ctx = nullptr;
+    ASSERT_EQ(cu_.devicePrimaryCtxRetain(&ctx, FakeCudaDriver::kHandleBase), drivers::kCudaSuccess);
+    ASSERT_EQ(cu_.ctxSetCurrent(ctx), drivers::kCudaSuccess);
+    memfd_ = ::memfd_create("fake-uverbs", MFD_CLOEXEC);
+    ASSERT_GE(memfd_, 0);
+    ASSERT_EQ(::ftruncate(memfd_, 3 * kPage), 0);
+  }
+  void TearDown() override {
+    if (memfd_ >= 0) ::close(memfd_);
+    cu_.devicePrimaryCtxRelease(FakeCudaDriver::kHandleBase);
+  }
+  DoorbellAccess Access() const {
+    DoorbellAccess a;
+    a.command_fd = UniqueFd(::dup(memfd_));
+    a.device = "mlx5_0";
+    a.uar_mmap_offset = 2 * kPage;  // the third page is "the UAR"
+    a.uar_reg_offset = 0x800;
+    a.uar_page_bytes = kPage;
+    return a;
+  }
+  uint64_t ReadBack(uint64_t file_offset) const {
+    uint64_t v = 0;
+    EXPECT_EQ(::pread(memfd_, &v, sizeof(v), static_cast<off_t>(file_offset)), 8);
+    return v;
+  }
+  static constexpr uint64_t kPage = 4096;
+  FakeCudaDriver cu_;
+  int memfd_ = -1;
+};
+
+TEST_F(GpuDoorbellTest, TheRegisterTheKernelStoresToIsTheHandedOutUarRegister) {
+  absl::StatusOr<GpuUar> uar = MapUarForGpu(Access(), cu_);
+  ASSERT_TRUE(uar.ok()) << uar.status();
+  EXPECT_EQ(cu_.liveHostRegistrations(), 1u);
+  EXPECT_EQ(cu_.calls("memHostRegister"), 1);
+  // The fake answers host addresses as device addresses: the register is
+  // the mapped page plus the offset, and a store reaches the fd's page.
+  EXPECT_EQ(uar->device_register, reinterpret_cast<uintptr_t>(uar->page) + 0x800);
+  *reinterpret_cast<volatile uint64_t*>(uar->device_register) = 0x1122334455667788ull;
+  EXPECT_EQ(ReadBack(2 * kPage + 0x800), 0x1122334455667788ull);
+  EXPECT_EQ(ReadBack(0x800), 0u) << "mapped at the UAR's offset, not the fd's start";
+  UnmapUarForGpu(*uar, cu_);
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
+  EXPECT_EQ(uar->page, nullptr);
+}
+
+TEST_F(GpuDoorbellTest, AGpuThatRefusesIoMemorySaysWhatToEnableAndLeavesNothingMapped) {
+  cu_.failNext("memHostRegister", drivers::kCudaErrorNotSupported);
+  absl::StatusOr<GpuUar> uar = MapUarForGpu(Access(), cu_);
+  ASSERT_FALSE(uar.ok());
+  EXPECT_NE(uar.status().message().find("cuMemHostRegister(IOMEMORY)"), std::string::npos)
+      << uar.status();
+  EXPECT_NE(uar.status().message().find("PeerMappingOverride"), std::string::npos) << uar.status();
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
+
+  cu_.failNext("memHostGetDevicePointer", drivers::kCudaErrorInvalidValue);
+  uar = MapUarForGpu(Access(), cu_);
+  ASSERT_FALSE(uar.ok());
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u) << "registered, then unregistered on the failure";
+}
+
+TEST_F(GpuDoorbellTest, ImplausibleHandOffsAreRefusedBeforeAnyMapping) {
+  DoorbellAccess a = Access();
+  a.uar_reg_offset = kPage - 4;  // the 8-byte register would cross the page
+  EXPECT_EQ(MapUarForGpu(a, cu_).status().code(), absl::StatusCode::kInvalidArgument);
+  a = Access();
+  a.uar_page_bytes = 3000;
+  EXPECT_EQ(MapUarForGpu(a, cu_).status().code(), absl::StatusCode::kInvalidArgument);
+  a = Access();
+  a.command_fd = UniqueFd();
+  EXPECT_EQ(MapUarForGpu(a, cu_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cu_.calls("memHostRegister"), 0);
+  // An offset past the fd's end: the mmap's own error, named.
+  a = Access();
+  a.uar_mmap_offset = 64 * kPage;
+  absl::StatusOr<GpuUar> uar = MapUarForGpu(a, cu_);
+  if (uar.ok()) {
+    // Linux maps a memfd past its end (SIGBUS only on access): nothing to
+    // assert about the mmap; the mapping must still be undone cleanly.
+    UnmapUarForGpu(*uar, cu_);
+  } else {
+    EXPECT_NE(uar.status().message().find("mmap"), std::string::npos) << uar.status();
+  }
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
+}
+
+}  // namespace
+}  // namespace mooncake

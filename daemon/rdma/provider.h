@@ -7,9 +7,12 @@
 // authorization (a QP connects only to a QP of the same uid) and the
 // validation that needs no provider. It maps client memory before calling
 // (RegionMemory, the control mapping), so a provider only registers what it
-// is given. Every mutating call is made with RdmaResources' lock held, after
-// the session was checked open: a provider must not call back into
-// RdmaResources. ListQps/ListRegions may be called from any thread.
+// is given. Calls for one session never overlap (RdmaResources serializes
+// them, and SessionEnded waits for them); calls for different sessions may
+// run at once, with no lock of RdmaResources held, so a slow NIC call
+// stalls only its own session: a provider guards its shared state itself.
+// A provider must not call back into RdmaResources. ListQps/ListRegions
+// may be called from any thread at any time.
 //
 // Keys and QPNs are the provider's own (softnic: lkey == rkey; mlx5: the
 // NIC's). A provider that refuses a call leaves nothing of it behind.

@@ -42,6 +42,18 @@ RdmaResources::RdmaResources(const SessionRegistry* sessions, std::string nic_na
 
 RdmaResources::~RdmaResources() = default;
 
+std::shared_ptr<absl::Mutex> RdmaResources::GateOf(uint64_t session) {
+  absl::MutexLock lock(&mu_);
+  auto it = gates_.find(session);
+  if (it != gates_.end()) return it->second;
+  // A session already closed gets a gate of its own, not kept: its call is
+  // refused by CheckOpen, and its end (which erased the entry, or finds
+  // none because no call ever reached the provider) has nothing to wait for.
+  auto gate = std::make_shared<absl::Mutex>();
+  if (sessions_->Find(session)) gates_.emplace(session, gate);
+  return gate;
+}
+
 absl::Status RdmaResources::CheckOpen(const SessionInfo& session) const {
   if (!sessions_->Find(session.id)) {
     return absl::FailedPreconditionError(absl::StrCat("session ", session.id, " has ended"));
@@ -84,6 +96,8 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
                              : dmabuf ? length
                                       : offset + length - map_offset;
   const RdmaUsage cost{0, 1, map_bytes};
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
   {
     // Before mapping anything: a refused call must not map first.
     absl::MutexLock lock(&mu_);
@@ -115,26 +129,43 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     memory.host = *std::move(mapping);
   }
 
-  absl::MutexLock lock(&mu_);
-  // Again: the session may have ended, or its user spent the budget, while
-  // this call mapped.
-  if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
-  provider_sessions_.insert(session.id);
+  {
+    absl::MutexLock lock(&mu_);
+    // Again: the session may have ended, or its user spent the budget, while
+    // this call mapped. Charged now (reserved), so that calls of other
+    // sessions of the uid, running while the provider works, see it.
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+    budget_.Charge(session, cost);
+    provider_sessions_.insert(session.id);
+  }
+  // The provider's work (pinning, a NIC context) runs with mu_ free.
   absl::StatusOr<ProviderRegion> region = provider_->RegisterMemory(std::move(memory));
-  if (!region.ok()) return region.status();
-  budget_.Charge(session, cost);
+  absl::MutexLock lock(&mu_);
+  if (!region.ok()) {
+    budget_.Release(session.id, cost);
+    return region.status();
+  }
   mr_owner_[region->lkey] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid},
                                     map_bytes, region->listed_kind};
   return Registered{region->lkey, region->rkey, region->listed_kind};
 }
 
 absl::Status RdmaResources::DeregisterMemory(const SessionInfo& session, uint32_t lkey) {
-  absl::MutexLock lock(&mu_);
-  auto it = mr_owner_.find(lkey);
-  if (it == mr_owner_.end() || it->second.owner.session != session.id) {
-    return absl::NotFoundError("no memory region with that key in this session");
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mr_owner_.find(lkey);
+    if (it == mr_owner_.end() || it->second.owner.session != session.id) {
+      return absl::NotFoundError("no memory region with that key in this session");
+    }
   }
   if (absl::Status s = provider_->DeregisterMemory(session.id, lkey); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  // Still there: only this session's calls (serialized) or its end (which
+  // waits for them) remove it.
+  auto it = mr_owner_.find(lkey);
+  if (it == mr_owner_.end()) return absl::OkStatus();
   budget_.Release(session.id, RdmaUsage{0, 1, it->second.charged_bytes});
   mr_owner_.erase(it);
   return absl::OkStatus();
@@ -191,6 +222,8 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
   const uint64_t map_offset = PageFloor(lo);
   const uint64_t map_bytes = hi - map_offset;
   const RdmaUsage cost{layouts.size(), 1, map_bytes};
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
@@ -199,14 +232,20 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
       softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), map_offset, map_bytes);
   if (!mapping.ok()) return mapping.status();
 
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
-  provider_sessions_.insert(session.id);
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+    budget_.Charge(session, cost);  // reserved, as in RegisterMemory
+    provider_sessions_.insert(session.id);
+  }
   absl::StatusOr<std::vector<uint32_t>> created =
       provider_->CreateQueuePairs(session.id, *std::move(mapping), map_offset, layouts);
-  if (!created.ok()) return created.status();
+  absl::MutexLock lock(&mu_);
+  if (!created.ok()) {
+    budget_.Release(session.id, cost);
+    return created.status();
+  }
   std::vector<uint32_t> qpns = *std::move(created);
-  budget_.Charge(session, cost);
   const uint64_t id = next_control_++;
   controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
   for (uint32_t qpn : qpns) {
@@ -217,37 +256,47 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
 
 absl::Status RdmaResources::Connect(const SessionInfo& session,
                                     const std::vector<QpConnection>& pairs) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
-  absl::flat_hash_set<uint32_t> named;
-  for (const QpConnection& c : pairs) {
-    auto mine = qp_owner_.find(c.qpn);
-    if (mine == qp_owner_.end() || mine->second.owner.session != session.id) {
-      return absl::NotFoundError(
-          absl::StrCat("queue pair ", c.qpn, " is not one of this session's"));
-    }
-    // Checked here, not left to the provider, so that no pair is connected
-    // when a later one is refused.
-    if (!named.insert(c.qpn).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("queue pair ", c.qpn, " is named twice: connect each queue pair once"));
-    }
-    if (mine->second.connected) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("queue pair ", c.qpn,
-                       " is already connected: a queue pair is connected once (destroy it and "
-                       "create another to change its peer)"));
-    }
-    auto remote = qp_owner_.find(c.remote_qpn);
-    // Another user's QP reads as missing: no oracle for probing numbers.
-    if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid) {
-      return absl::NotFoundError(
-          absl::StrCat("remote queue pair ", c.remote_qpn, " does not exist on this node"));
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  std::vector<uint64_t> remote_sessions;
+  remote_sessions.reserve(pairs.size());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+    absl::flat_hash_set<uint32_t> named;
+    for (const QpConnection& c : pairs) {
+      auto mine = qp_owner_.find(c.qpn);
+      if (mine == qp_owner_.end() || mine->second.owner.session != session.id) {
+        return absl::NotFoundError(
+            absl::StrCat("queue pair ", c.qpn, " is not one of this session's"));
+      }
+      // Checked here, not left to the provider, so that no pair is connected
+      // when a later one is refused.
+      if (!named.insert(c.qpn).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue pair ", c.qpn, " is named twice: connect each queue pair once"));
+      }
+      if (mine->second.connected) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("queue pair ", c.qpn,
+                         " is already connected: a queue pair is connected once (destroy it and "
+                         "create another to change its peer)"));
+      }
+      auto remote = qp_owner_.find(c.remote_qpn);
+      // Another user's QP reads as missing: no oracle for probing numbers.
+      if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid) {
+        return absl::NotFoundError(
+            absl::StrCat("remote queue pair ", c.remote_qpn, " does not exist on this node"));
+      }
+      remote_sessions.push_back(remote->second.owner.session);
     }
   }
-  for (const QpConnection& c : pairs) {
-    const uint64_t remote_session = qp_owner_[c.remote_qpn].owner.session;
-    if (absl::Status s = provider_->Connect(session.id, c.qpn, remote_session, c.remote_qpn);
+  // The provider pins each responder to the session checked here (a QP of
+  // another session destroyed meanwhile is not found, and its number, if
+  // reused, names no QP of that session).
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const QpConnection& c = pairs[i];
+    if (absl::Status s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
         !s.ok()) {
       // softnic cannot refuse what was checked above; a NIC can (a port
       // went down, the firmware refused a transition). The pairs before
@@ -256,6 +305,7 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
                           absl::StrCat(provider_->name(), " refused connecting queue pair ", c.qpn,
                                        " to ", c.remote_qpn, ": ", s.message()));
     }
+    absl::MutexLock lock(&mu_);
     qp_owner_[c.qpn].connected = true;
   }
   return absl::OkStatus();
@@ -276,17 +326,22 @@ void RdmaResources::ForgetQpLocked(uint32_t qpn) {
 
 absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
                                               const std::vector<uint32_t>& qpns) {
-  absl::MutexLock lock(&mu_);
-  absl::flat_hash_set<uint32_t> named;
-  for (uint32_t qpn : qpns) {
-    auto it = qp_owner_.find(qpn);
-    if (it == qp_owner_.end() || it->second.owner.session != session.id) {
-      return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
-    }
-    // A QP named twice would be given back twice.
-    if (!named.insert(qpn).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("queue pair ", qpn, " is named twice: destroy each queue pair once"));
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    absl::flat_hash_set<uint32_t> named;
+    for (uint32_t qpn : qpns) {
+      auto it = qp_owner_.find(qpn);
+      if (it == qp_owner_.end() || it->second.owner.session != session.id) {
+        return absl::NotFoundError(
+            absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+      }
+      // A QP named twice would be given back twice.
+      if (!named.insert(qpn).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue pair ", qpn, " is named twice: destroy each queue pair once"));
+      }
     }
   }
   for (uint32_t qpn : qpns) {
@@ -294,52 +349,73 @@ absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
       MC_LOG(kWarning, "destroying queue pair ", qpn, " of session ", session.id, ": ",
              s.message());
     }
+    absl::MutexLock lock(&mu_);
     ForgetQpLocked(qpn);
   }
   return absl::OkStatus();
 }
 
 void RdmaResources::SessionEnded(uint64_t session) {
-  absl::MutexLock lock(&mu_);
-  // A session the provider never saw has nothing there. One it saw may
-  // hold state no budget counts (an mlx5 context opened by a call that then
-  // failed, or by the doorbell hand-off): the provider is told either way.
-  const RdmaUsage held = budget_.EndSession(session);
-  doorbell_handed_out_.erase(session);
-  if (provider_sessions_.erase(session) == 0) return;
+  // After the session's calls in flight: none starts once it is closed in
+  // the registry (CheckOpen), which happens before this is called.
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session);
+  absl::MutexLock serial(gate.get());
+  RdmaUsage held;
+  {
+    absl::MutexLock lock(&mu_);
+    gates_.erase(session);
+    // A session the provider never saw has nothing there. One it saw may
+    // hold state no budget counts (an mlx5 context opened by a call that then
+    // failed, or by the doorbell hand-off): the provider is told either way.
+    held = budget_.EndSession(session);
+    doorbell_handed_out_.erase(session);
+    if (provider_sessions_.erase(session) == 0) return;
+    absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
+    absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
+    absl::erase_if(controls_, [&](const auto& kv) { return kv.second.session == session; });
+  }
+  // Tearing down a NIC context can take a while: not under mu_.
   provider_->SessionEnded(session);
   if (held.empty()) return;
-  absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
-  absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
-  absl::erase_if(controls_, [&](const auto& kv) { return kv.second.session == session; });
   MC_LOG(kInfo, "session ", session, ": released ", held.qps, " queue pairs and ", held.mrs,
          " memory regions (", held.bytes, " bytes mapped)");
 }
 
 absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionInfo& session) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
-  // Once per session: each hand-off is a context and a command fd held
-  // until the ticket is redeemed or expires, so a loop of Open/Release
-  // must not pile them up.
-  if (doorbell_handed_out_.contains(session.id)) {
-    return absl::FailedPreconditionError(
-        "the doorbell hand-off was already made in this session (once per session; connect "
-        "again for another)");
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+    // Once per session: each hand-off is a context and a command fd held
+    // until the ticket is redeemed or expires, so a loop of Open/Release
+    // must not pile them up.
+    if (doorbell_handed_out_.contains(session.id)) {
+      return absl::FailedPreconditionError(
+          "the doorbell hand-off was already made in this session (once per session; connect "
+          "again for another)");
+    }
+    provider_sessions_.insert(session.id);
   }
-  provider_sessions_.insert(session.id);
   absl::StatusOr<DoorbellAccess> access = provider_->OpenDoorbellAccess(session.id);
   if (!access.ok()) return access.status();
-  doorbell_handed_out_.insert(session.id);
+  {
+    absl::MutexLock lock(&mu_);
+    doorbell_handed_out_.insert(session.id);
+  }
   MC_LOG(kInfo, "session ", session.id, " (uid ", session.cred.uid, ", pid ", session.cred.pid,
          "): doorbell hand-off on ", access->device, ": its kernels ring the NIC (gpu-uar)");
   return access;
 }
 
 absl::Status RdmaResources::ReleaseDoorbellAccess(const SessionInfo& session) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckOpen(session); !s.ok()) return s;
-  if (!doorbell_handed_out_.contains(session.id)) return absl::OkStatus();
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+    if (!doorbell_handed_out_.contains(session.id)) return absl::OkStatus();
+  }
   MC_RETURN_IF_ERROR(provider_->ReleaseDoorbellAccess(session.id));
   MC_LOG(kInfo, "session ", session.id, ": doorbell hand-off released: doorbells are ",
          provider_->doorbell_mode());

@@ -155,6 +155,9 @@ class RdmaResources {
     uint32_t uid = 0;
     int32_t pid = 0;
   };
+  // The mutex that serializes `session`'s calls reaching the provider (and
+  // its end, which waits for them); made on first use.
+  std::shared_ptr<absl::Mutex> GateOf(uint64_t session) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status CheckOpen(const SessionInfo& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CheckOpen, then the budget; for the check before mapping client memory
   // (so a refused call maps nothing) and again, authoritative, after it.
@@ -196,6 +199,9 @@ class RdmaResources {
   // that took the doorbell hand-off.
   absl::flat_hash_set<uint64_t> provider_sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
+  // Per session: held over its calls into the provider, which run without
+  // mu_ (so one user's slow NIC call stalls nobody else, nor the listings).
+  absl::flat_hash_map<uint64_t, std::shared_ptr<absl::Mutex>> gates_ ABSL_GUARDED_BY(mu_);
   RdmaBudget budget_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -75,9 +75,9 @@ absl::StatusOr<std::vector<uint32_t>> SoftnicProvider::CreateQueuePairs(
   return qpns;
 }
 
-absl::Status SoftnicProvider::Connect(uint64_t session, uint32_t qpn, uint64_t /*remote_session*/,
+absl::Status SoftnicProvider::Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                                       uint32_t remote_qpn) {
-  return engine_.Connect(session, qpn, remote_qpn);
+  return engine_.Connect(session, qpn, remote_qpn, remote_session);
 }
 
 absl::Status SoftnicProvider::DestroyQueuePair(uint64_t session, uint32_t qpn) {

@@ -322,15 +322,17 @@ absl::StatusOr<uint32_t> Engine::CreateQp(QpSpec spec) {
   return qpn;
 }
 
-absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn) {
+absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId remote_pd) {
   absl::MutexLock lock(&mu_);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->pd != pd) {
     return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
   }
-  // Any known QP may be the responder: the daemon decides who connects to
-  // whom before it gets here.
-  if (!qps_.contains(remote_qpn)) {
+  // The daemon decides who connects to whom before it gets here; with
+  // `remote_pd` it also pins the responder's owner, so a QPN freed and
+  // reused in between is not mistaken for the one it checked.
+  auto remote = qps_.find(remote_qpn);
+  if (remote == qps_.end() || (remote_pd != 0 && remote->second->pd != remote_pd)) {
     return absl::NotFoundError(absl::StrCat("no remote QP ", remote_qpn));
   }
   Qp& qp = *it->second;

@@ -134,7 +134,8 @@ class Engine {
   // PD: deciding who may connect to whom is the daemon's job (the broker
   // connects only QPs of one group). NotFound: either QP unknown (or `qpn`
   // not of `pd`); FailedPrecondition: `qpn` is not in RESET.
-  absl::Status Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn);
+  // remote_pd: the responder's pd, checked when nonzero.
+  absl::Status Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId remote_pd = 0);
   // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);

@@ -8,8 +8,11 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma_resources.h"
 
@@ -310,6 +313,91 @@ TEST_F(DispatchTest, SessionEndReachesTheProviderOnlyForSessionsItSaw) {
   EXPECT_EQ(rdma_->RegisterMemory(a, Memfd(4096), "memfd", 0x1000, 4096, 0, 0).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(calls_.register_memory, 1);
+}
+
+// A provider whose RegisterMemory for one session blocks until released,
+// as pinning a large region or opening a NIC context does.
+class SlowProvider final : public RdmaProvider {
+ public:
+  const std::string& name() const override { return name_; }
+  const std::string& nic() const override { return name_; }
+  const std::string& doorbell_mode() const override { return name_; }
+  uint32_t max_cq_cqe_cnt() const override { return 1024; }
+  absl::Status CheckMemoryKind(const std::string&) const override { return absl::OkStatus(); }
+  absl::Status CheckLayouts(const std::vector<QpLayout>&) const override {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ProviderRegion> RegisterMemory(RegionMemory m) override {
+    if (m.session == slow_session) {
+      entered.Notify();
+      release.WaitForNotification();
+    }
+    absl::MutexLock lock(&mu_);
+    const uint32_t key = next_++;
+    regions_.push_back({key, m.session, m.iova, m.length, m.access, softnic::MemoryKind::kHost});
+    return ProviderRegion{key, key, "host"};
+  }
+  absl::Status DeregisterMemory(uint64_t, uint32_t) override { return absl::OkStatus(); }
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(uint64_t,
+                                                         std::shared_ptr<softnic::SharedMapping>,
+                                                         uint64_t,
+                                                         const std::vector<QpLayout>&) override {
+    return absl::UnimplementedError("slow: no QPs");
+  }
+  absl::Status Connect(uint64_t, uint32_t, uint64_t, uint32_t) override { return absl::OkStatus(); }
+  absl::Status DestroyQueuePair(uint64_t, uint32_t) override { return absl::OkStatus(); }
+  void SessionEnded(uint64_t session) override {
+    absl::MutexLock lock(&mu_);
+    ended_after_release = release.HasBeenNotified();
+    std::erase_if(regions_, [&](const softnic::RegionInfo& r) { return r.pd == session; });
+  }
+  std::vector<softnic::QpInfo> ListQps() const override { return {}; }
+  std::vector<softnic::RegionInfo> ListRegions() const override {
+    absl::MutexLock lock(&mu_);
+    return regions_;
+  }
+
+  uint64_t slow_session = 0;
+  absl::Notification entered, release;
+  bool ended_after_release = false;
+
+ private:
+  const std::string name_ = "slow";
+  mutable absl::Mutex mu_;
+  uint32_t next_ = 1;
+  std::vector<softnic::RegionInfo> regions_;
+};
+
+// Before, RdmaResources held its one lock over every provider call: a user
+// pinning a large region (seconds on a NIC) stalled every other user's RDMA
+// calls and mcctl's listings for that long.
+TEST(RdmaResourcesLocking, OneSessionsSlowProviderCallStallsNoOtherSession) {
+  SessionRegistry sessions{64};
+  auto provider = std::make_unique<SlowProvider>();
+  SlowProvider* slow = provider.get();
+  RdmaResources rdma(&sessions, RdmaLimits{}, std::move(provider));
+  absl::StatusOr<SessionInfo> a = sessions.Open(PeerCred{100, 1000, 1000}, 1, "a");
+  absl::StatusOr<SessionInfo> b = sessions.Open(PeerCred{101, 1001, 1001}, 2, "b");
+  ASSERT_TRUE(a.ok() && b.ok());
+  slow->slow_session = a->id;
+  std::thread stuck(
+      [&] { EXPECT_TRUE(rdma.RegisterMemory(*a, Memfd(4096), "memfd", 0x1000, 4096, 0, 0).ok()); });
+  slow->entered.WaitForNotification();
+  // A is inside the provider. B registers, and the listing answers.
+  EXPECT_TRUE(rdma.RegisterMemory(*b, Memfd(4096), "memfd", 0x2000, 4096, 0, 0).ok());
+  EXPECT_EQ(rdma.ListMrs(0, true).size(), 1u);
+  // A's reservation is already charged: its budget cannot be spent twice.
+  EXPECT_EQ(rdma.UsageOfSession(a->id).mrs, 1u);
+  // A's end waits for A's call in flight, then releases its region too.
+  sessions.Close(a->id);
+  std::thread ending([&] { rdma.SessionEnded(a->id); });
+  absl::SleepFor(absl::Milliseconds(50));
+  slow->release.Notify();
+  stuck.join();
+  ending.join();
+  EXPECT_TRUE(slow->ended_after_release);
+  EXPECT_EQ(rdma.ListMrs(0, true).size(), 1u);  // B's
+  EXPECT_TRUE(rdma.UsageOfSession(a->id).empty());
 }
 
 }  // namespace

@@ -63,29 +63,29 @@ absl::Status Mlx5Provider::CheckLayouts(const std::vector<QpLayout>& layouts) co
   return absl::OkStatus();
 }
 
-Mlx5Provider::Session* Mlx5Provider::Find(uint64_t session) {
+std::shared_ptr<Mlx5Provider::Session> Mlx5Provider::Find(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session);
-  return it == sessions_.end() ? nullptr : it->second.get();
+  return it == sessions_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<Mlx5Provider::Session*> Mlx5Provider::SessionFor(uint64_t session) {
-  if (Session* s = Find(session)) return s;
+absl::StatusOr<std::shared_ptr<Mlx5Provider::Session>> Mlx5Provider::SessionFor(uint64_t session) {
+  if (std::shared_ptr<Session> s = Find(session)) return s;
   absl::StatusOr<std::unique_ptr<Mlx5Session>> opened = Mlx5Session::Open(options_);
   if (!opened.ok()) {
     return absl::Status(opened.status().code(),
                         absl::StrCat("opening the mlx5 context for session ", session, ": ",
                                      opened.status().message()));
   }
-  auto s = std::make_unique<Session>();
+  auto s = std::make_shared<Session>();
   s->mlx5 = *std::move(opened);
-  Session* raw = s.get();
-  sessions_.emplace(session, std::move(s));
-  return raw;
+  absl::MutexLock lock(&mu_);
+  sessions_.emplace(session, s);
+  return s;
 }
 
 absl::StatusOr<ProviderRegion> Mlx5Provider::RegisterMemory(RegionMemory m) {
-  absl::MutexLock lock(&mu_);
-  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(m.session));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(m.session));
   absl::StatusOr<Mlx5Session::MemoryRegion> mr;
   if (m.dmabuf_fd >= 0) {
     Mlx5Session::GpuMemory gpu;
@@ -120,17 +120,21 @@ absl::StatusOr<ProviderRegion> Mlx5Provider::RegisterMemory(RegionMemory m) {
   info.length = m.length;
   info.access = m.access | softnic::kLocalWrite;
   info.kind = m.host != nullptr ? softnic::MemoryKind::kHost : softnic::MemoryKind::kCuda;
+  absl::MutexLock lock(&mu_);
   s->regions[mr->lkey] = info;
   return ProviderRegion{mr->lkey, mr->rkey, MrPathName(mr->path)};
 }
 
 absl::Status Mlx5Provider::DeregisterMemory(uint64_t session, uint32_t lkey) {
-  absl::MutexLock lock(&mu_);
-  Session* s = Find(session);
-  if (s == nullptr || !s->regions.contains(lkey)) {
-    return absl::NotFoundError("no memory region with that key in this session");
+  std::shared_ptr<Session> s = Find(session);
+  {
+    absl::MutexLock lock(&mu_);
+    if (s == nullptr || !s->regions.contains(lkey)) {
+      return absl::NotFoundError("no memory region with that key in this session");
+    }
   }
   MC_RETURN_IF_ERROR(s->mlx5->DeregisterMemory(lkey));
+  absl::MutexLock lock(&mu_);
   s->regions.erase(lkey);
   return absl::OkStatus();
 }
@@ -139,14 +143,14 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
     const std::vector<QpLayout>& layouts) {
   MC_RETURN_IF_ERROR(CheckLayouts(layouts));
-  absl::MutexLock lock(&mu_);
-  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(session));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(session));
   // The mapping starts on a page; a umem covers whole pages (the tail of
   // the last one is mapped with it).
   MC_ASSIGN_OR_RETURN(
       const uint32_t umem,
       s->mlx5->RegisterHostUmem(control->data(), RoundUp(control->size(), kUmemPageSize), control));
   std::vector<uint32_t> qpns;
+  std::vector<Qp> made;
   for (size_t i = 0; i < layouts.size(); ++i) {
     const QpLayout& l = layouts[i];
     QpRings rings;
@@ -159,7 +163,6 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     absl::StatusOr<Mlx5Session::QueuePair> qp = s->mlx5->CreateQueuePair(rings);
     if (!qp.ok()) {
       for (uint32_t done : qpns) (void)s->mlx5->DestroyQueuePair(done);
-      for (uint32_t done : qpns) s->qps.erase(done);
       (void)s->mlx5->DeregisterUmem(umem);
       return absl::Status(qp.status().code(),
                           absl::StrCat("queue pair ", i, ": ", qp.status().message()));
@@ -172,8 +175,13 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     entry.sq = control->data() + rings.sq.offset;
     entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
     entry.control = control;
-    s->qps[qp->qpn] = std::move(entry);
+    made.push_back(std::move(entry));
     qpns.push_back(qp->qpn);
+  }
+  absl::MutexLock lock(&mu_);
+  for (Qp& q : made) {
+    const uint32_t qpn = q.info.qpn;
+    s->qps[qpn] = std::move(q);
   }
   s->umem_qps[umem] = static_cast<uint32_t>(qpns.size());
   return qpns;
@@ -181,14 +189,18 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
 
 absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                                    uint32_t remote_qpn) {
-  absl::MutexLock lock(&mu_);
-  Session* s = Find(session);
-  Session* peer = Find(remote_session);
-  if (s == nullptr || !s->qps.contains(qpn) || peer == nullptr || !peer->qps.contains(remote_qpn)) {
-    return absl::NotFoundError(
-        absl::StrCat("queue pair ", qpn, " or ", remote_qpn, " is not on this mlx5 provider"));
+  std::shared_ptr<Session> s = Find(session);
+  std::shared_ptr<Session> peer = Find(remote_session);
+  {
+    absl::MutexLock lock(&mu_);
+    if (s == nullptr || !s->qps.contains(qpn) || peer == nullptr ||
+        !peer->qps.contains(remote_qpn)) {
+      return absl::NotFoundError(
+          absl::StrCat("queue pair ", qpn, " or ", remote_qpn, " is not on this mlx5 provider"));
+    }
   }
-  // Both QPs are on this port: the peer's address is its session's endpoint.
+  // Both QPs are on this port: the peer's address is its session's endpoint
+  // (fixed when its context opened).
   const LocalEndpoint& ep = peer->mlx5->endpoint();
   RemoteQp remote;
   remote.qpn = remote_qpn;
@@ -198,9 +210,12 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   remote.gid_type = ep.gid.type;
   remote.mtu = ep.active_mtu;
   MC_RETURN_IF_ERROR(s->mlx5->Connect(qpn, /*local_psn=*/0, remote, ConnectTuning{}));
+  absl::MutexLock lock(&mu_);
   Qp& qp = s->qps[qpn];
   qp.info.state = softnic::QpState::kRts;
   qp.info.remote_qpn = remote_qpn;
+  // A session that rings itself is never watched (the header says why).
+  if (s->client_rings) return absl::OkStatus();
   CpuDoorbell::Qp watched;
   watched.sq = qp.sq;
   watched.sq_wqe_cnt = qp.info.sq_wqe_cnt;
@@ -208,52 +223,59 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   watched.qpn = qpn;
   watched.reg = s->mlx5->doorbell_register();
   watched.keep_alive = qp.control;
-  // A session that rings itself is never watched (the header says why).
-  if (!s->client_rings) doorbell_.Watch(DoorbellKey(session, qpn), std::move(watched));
+  doorbell_.Watch(DoorbellKey(session, qpn), std::move(watched));
   return absl::OkStatus();
 }
 
-absl::Status Mlx5Provider::DestroyQpLocked(Session& s, uint32_t qpn) {
-  auto it = s.qps.find(qpn);
-  if (it == s.qps.end()) return absl::NotFoundError(absl::StrCat("no queue pair ", qpn));
-  MC_RETURN_IF_ERROR(s.mlx5->DestroyQueuePair(qpn));
-  const uint32_t umem = it->second.umem;
-  s.qps.erase(it);
-  auto u = s.umem_qps.find(umem);
-  if (u != s.umem_qps.end() && --u->second == 0) {
-    s.umem_qps.erase(u);
-    if (absl::Status st = s.mlx5->DeregisterUmem(umem); !st.ok()) {
+absl::Status Mlx5Provider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
+  std::shared_ptr<Session> s = Find(session);
+  uint32_t umem = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (s == nullptr || !s->qps.contains(qpn)) {
+      return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+    }
+    umem = s->qps.at(qpn).umem;
+  }
+  // Out of the doorbell thread before the QP goes.
+  doorbell_.Unwatch(DoorbellKey(session, qpn));
+  MC_RETURN_IF_ERROR(s->mlx5->DestroyQueuePair(qpn));
+  bool last_of_umem = false;
+  {
+    absl::MutexLock lock(&mu_);
+    s->qps.erase(qpn);
+    auto u = s->umem_qps.find(umem);
+    if (u != s->umem_qps.end() && --u->second == 0) {
+      s->umem_qps.erase(u);
+      last_of_umem = true;
+    }
+  }
+  if (last_of_umem) {
+    if (absl::Status st = s->mlx5->DeregisterUmem(umem); !st.ok()) {
       MC_LOG(kWarning, "mlx5: ", st.message(), " (freed with the session)");
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Mlx5Provider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
-  absl::MutexLock lock(&mu_);
-  Session* s = Find(session);
-  if (s == nullptr || !s->qps.contains(qpn)) {
-    return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
-  }
-  doorbell_.Unwatch(DoorbellKey(session, qpn));
-  return DestroyQpLocked(*s, qpn);
-}
-
 void Mlx5Provider::SessionEnded(uint64_t session) {
-  std::unique_ptr<Session> gone;
+  std::shared_ptr<Session> gone;
+  std::vector<uint32_t> qpns;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) return;
-    for (const auto& [qpn, qp] : it->second->qps) doorbell_.Unwatch(DoorbellKey(session, qpn));
     gone = std::move(it->second);
     sessions_.erase(it);
+    for (const auto& [qpn, qp] : gone->qps) qpns.push_back(qpn);
   }
-  // ~Mlx5Session: QPs, CQs, umems, regions, UAR, PD, context.
+  for (uint32_t qpn : qpns) doorbell_.Unwatch(DoorbellKey(session, qpn));
+  // ~Mlx5Session (QPs, CQs, umems, regions, UAR, PD, context) with the last
+  // reference: here, or after a peer's Connect that still holds it.
   gone.reset();
 }
 
-absl::Status Mlx5Provider::CheckNothingHeld(const Session& s, const char* what) {
+absl::Status Mlx5Provider::CheckNothingHeld(const Session& s, const char* what) const {
   if (s.regions.empty() && s.qps.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       what, " must come before the session registers memory or creates queue pairs (it holds ",
@@ -261,9 +283,11 @@ absl::Status Mlx5Provider::CheckNothingHeld(const Session& s, const char* what) 
 }
 
 absl::StatusOr<DoorbellAccess> Mlx5Provider::OpenDoorbellAccess(uint64_t session) {
-  absl::MutexLock lock(&mu_);
-  MC_ASSIGN_OR_RETURN(Session * s, SessionFor(session));
-  MC_RETURN_IF_ERROR(CheckNothingHeld(*s, "the doorbell hand-off"));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(session));
+  {
+    absl::MutexLock lock(&mu_);
+    MC_RETURN_IF_ERROR(CheckNothingHeld(*s, "the doorbell hand-off"));
+  }
   MC_ASSIGN_OR_RETURN(UniqueFd fd, s->mlx5->DupCommandFd());
   DoorbellAccess a;
   a.command_fd = std::move(fd);
@@ -273,12 +297,13 @@ absl::StatusOr<DoorbellAccess> Mlx5Provider::OpenDoorbellAccess(uint64_t session
   // mlx5_ib_mmap maps a UAR as exactly one system page.
   a.uar_page_bytes = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   a.uar_non_cached = s->mlx5->uar().non_cached;
+  absl::MutexLock lock(&mu_);
   s->client_rings = true;
   return a;
 }
 
 absl::Status Mlx5Provider::ReleaseDoorbellAccess(uint64_t session) {
-  std::unique_ptr<Session> exposed;
+  std::shared_ptr<Session> exposed;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(session);

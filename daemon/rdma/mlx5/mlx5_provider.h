@@ -18,9 +18,13 @@
 //            client may free objects of a context it holds, so the daemon
 //            must not store through a mapping the client can revoke).
 //
-// Keys are the NIC's (lkey != rkey). Called under RdmaResources' lock
-// (rdma/provider.h), so the slow verbs calls (a context open, pinning a
-// large region) hold that lock while they run. Thread-safe.
+// Keys are the NIC's (lkey != rkey). Locking: RdmaResources never overlaps
+// two calls of one session (rdma/provider.h), so a session's slow verbs
+// calls (a context open, pinning a large region, firmware commands) run
+// with no lock of this provider held: mu_ guards only the maps, held for
+// lookups and updates, so one user's slow call never stalls another's, nor
+// mcctl's listings. Sessions are shared_ptr: a peer's Connect may still
+// read a session that is ending. Thread-safe.
 #pragma once
 
 #include <memory>
@@ -85,12 +89,12 @@ class Mlx5Provider final : public RdmaProvider {
   };
   // FailedPrecondition when `s` holds regions or QPs (the doorbell hand-off
   // comes first, so no object ever changes hands).
-  static absl::Status CheckNothingHeld(const Session& s, const char* what);
-  // The session's state, opening its Mlx5Session on first use.
-  absl::StatusOr<Session*> SessionFor(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Session* Find(uint64_t session) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Destroys `qpn` (already unwatched) and, with its umem's last QP, the umem.
-  absl::Status DestroyQpLocked(Session& s, uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckNothingHeld(const Session& s, const char* what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The session's state, opening its Mlx5Session on first use (outside
+  // mu_: only this session's calls could race, and they do not overlap).
+  absl::StatusOr<std::shared_ptr<Session>> SessionFor(uint64_t session) ABSL_LOCKS_EXCLUDED(mu_);
+  std::shared_ptr<Session> Find(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
   static uint64_t DoorbellKey(uint64_t session, uint32_t qpn) {
     return session << 24 ^ qpn;  // sessions count up from 1; QPNs are 24-bit
   }
@@ -99,7 +103,9 @@ class Mlx5Provider final : public RdmaProvider {
   const std::string name_ = "mlx5";
   const std::string doorbell_mode_ = "cpu-assisted";
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::unique_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
+  // A Session's maps and flag are guarded by mu_ too; its Mlx5Session
+  // (const pointer, own mutex) is called without mu_.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   // Last: stopped first, before any session's UAR goes.
   CpuDoorbell doorbell_;
 };

@@ -301,6 +301,20 @@ inline void HandleRdma(DaemonCore& core, const daemon::SessionInfo& a,
                    qpn);
       }
     }
+  } else if (const auto* r = dynamic_cast<const v1::SelectNicRequest*>(&msg)) {
+    v1::SelectNicResponse resp;
+    absl::Status s = svc.HandleSelectNic(a, *r, &resp);
+    // softnic serves one NIC: any GPU gets it; a name other than it, too
+    // many names or an overlong field is refused.
+    FUZZ_CHECK(Allowed(s, {StatusCode::kInvalidArgument, StatusCode::kFailedPrecondition}), s);
+    if (s.ok()) FUZZ_CHECK(resp.nic() == core.rdma.nic(), "SelectNic chose ", resp.nic());
+    FUZZ_CHECK(s.message().find('\x1b') == std::string::npos, "unescaped input in: ", s);
+  } else if (const auto* r = dynamic_cast<const v1::GetDoorbellAccessRequest*>(&msg)) {
+    (void)r;
+    v1::DoorbellAccess resp;
+    absl::Status s = svc.HandleGetDoorbellAccess(a, &resp);
+    FUZZ_CHECK(s.code() == StatusCode::kFailedPrecondition, "softnic handed out a doorbell: ", s);
+    FUZZ_CHECK(resp.fd_ticket().empty(), "a ticket with a refusal");
   } else if (const auto* r = dynamic_cast<const v1::DestroyQueuePairsRequest*>(&msg)) {
     v1::DestroyQueuePairsRequest req;
     for (uint32_t q : r->qpns()) req.add_qpns(Named(q, c.qpns));

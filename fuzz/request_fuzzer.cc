@@ -66,6 +66,8 @@ enum Message {
   kCreateQueuePairs,
   kConnectQueuePairs,
   kDestroyQueuePairs,
+  kSelectNic,
+  kGetDoorbellAccess,
   kMessages
 };
 
@@ -94,6 +96,8 @@ std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
     case kCreateQueuePairs: return std::make_unique<v1::CreateQueuePairsRequest>();
     case kConnectQueuePairs: return std::make_unique<v1::ConnectQueuePairsRequest>();
     case kDestroyQueuePairs: return std::make_unique<v1::DestroyQueuePairsRequest>();
+    case kSelectNic: return std::make_unique<v1::SelectNicRequest>();
+    case kGetDoorbellAccess: return std::make_unique<v1::GetDoorbellAccessRequest>();
     case kMessages: break;
   }
   return nullptr;
@@ -297,7 +301,9 @@ void Handle(DaemonCore& core, const Caller& c, Message m, const google::protobuf
     case kDeregisterMemory:
     case kCreateQueuePairs:
     case kConnectQueuePairs:
-    case kDestroyQueuePairs: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
+    case kDestroyQueuePairs:
+    case kSelectNic:
+    case kGetDoorbellAccess: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
     case kMessages: break;
   }
 }

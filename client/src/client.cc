@@ -724,6 +724,20 @@ std::optional<SessionEvent> Client::nextEvent(absl::Duration timeout) {
   return impl_->NextEvent(timeout);
 }
 
+absl::StatusOr<std::pair<std::string, std::string>> Client::selectNic(
+    const std::vector<std::string>& allowed, const std::string& gpu_pci_bus_id) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::SelectNicRequest req;
+  for (const std::string& n : allowed) req.add_allowed(n);
+  req.set_gpu_pci_bus_id(gpu_pci_bus_id);
+  v1::SelectNicResponse resp;
+  grpc::Status s = c->rdma->SelectNic(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "SelectNic", c.get());
+  return std::make_pair(resp.nic(), resp.reason());
+}
+
 absl::StatusOr<DoorbellAccess> Client::doorbellAccess() {
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;

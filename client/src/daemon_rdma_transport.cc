@@ -42,8 +42,6 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
   if (options.cuda) {
     MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
     t->cuda_ = std::static_pointer_cast<void>(drv);
-    // The hand-off comes before any registration (the daemon's rule).
-    if (t->info_.provider == "mlx5") t->SetUpGpuDoorbells();
   }
   return t;
 }
@@ -140,10 +138,27 @@ int DaemonRdmaTransport::initialize(const std::string& device_name, int num_rank
         absl::StrCat("initialize: num_qps (", num_qps,
                      ") must be a positive multiple of num_ranks (", num_ranks, ")")));
   }
-  if (!device_name.empty() && device_name != info_.nic) {
-    return Fail(absl::NotFoundError(absl::StrCat("initialize: NIC '", device_name,
-                                                 "' is not served by mooncaked here (it serves ",
-                                                 info_.nic, ")")));
+  // The NIC first (the session's objects go on it), then the doorbell
+  // hand-off, then registrations: the daemon's order.
+  const std::vector<std::string> allowed =
+      device_name.empty() ? options_.nics : std::vector<std::string>{device_name};
+  std::string gpu;
+  if (cuda_) {
+    drivers::CudaDriver& drv = Cuda(cuda_);
+    drivers::CuDevice dev = 0;
+    char bus[32] = {};
+    if (drv.ctxGetDevice(&dev) == drivers::kCudaSuccess &&
+        drv.deviceGetPCIBusId(bus, sizeof(bus), dev) == drivers::kCudaSuccess) {
+      gpu = bus;
+    }
+  }
+  absl::StatusOr<std::pair<std::string, std::string>> nic = client_->selectNic(allowed, gpu);
+  if (!nic.ok()) return Fail(nic.status());
+  nic_ = nic->first;
+  nic_reason_ = nic->second;
+  if (cuda_ && info_.provider == "mlx5" && !doorbell_tried_) {
+    doorbell_tried_ = true;  // once per session (the daemon's rule)
+    SetUpGpuDoorbells();
   }
   num_ranks_ = num_ranks;
   qps_per_peer_ = num_qps / num_ranks;

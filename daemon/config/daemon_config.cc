@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
@@ -170,6 +171,22 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
           absl::StrCat("rdma_provider = '", value, "': expected auto, mlx5, softnic or off"));
     }
     c->rdma_provider = std::string(value);
+  } else if (key == "rdma_devices") {
+    c->rdma_devices.clear();
+    for (absl::string_view name : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+      name = absl::StripAsciiWhitespace(name);
+      if (name.empty() || name.size() > 64 || !std::all_of(name.begin(), name.end(), [](char ch) {
+            return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+          })) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rdma_devices: '", EscapeForDisplay(name, 64),
+                         "' is not a NIC name (letters, digits, '_' and '-', e.g. mlx5_0)"));
+      }
+      c->rdma_devices.emplace_back(name);
+    }
+    if (c->rdma_devices.size() > 64) {
+      return absl::InvalidArgumentError("rdma_devices: at most 64 NICs");
+    }
   } else if (key == "max_qps_per_session") {
     return ParseU32(key, value, 1, 1 << 20, &c->max_qps_per_session);
   } else if (key == "max_mrs_per_session") {

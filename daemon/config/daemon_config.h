@@ -42,6 +42,9 @@ struct DaemonConfig {
 
   // RDMA (docs/limits.md, deploy/mooncaked.conf.example).
   std::string rdma_provider = "auto";  // auto | mlx5 | softnic | off
+  // mlx5: the NICs that may serve RDMA (names, comma-separated in the
+  // file); empty = every mlx5 NIC that opens.
+  std::vector<std::string> rdma_devices;
   uint32_t max_qps_per_session = 4096;
   uint32_t max_mrs_per_session = 256;
   uint64_t max_registered_bytes_per_session = 64ull << 30;

@@ -84,6 +84,22 @@ class RdmaProvider {
   virtual const std::string& name() const = 0;           // "softnic", "mlx5"
   virtual const std::string& nic() const = 0;            // "softnic0", "mlx5_0"
   virtual const std::string& doorbell_mode() const = 0;  // rdma.proto RdmaInfo
+  // Every NIC it serves, the default (nic()) first.
+  virtual std::vector<std::string> served_nics() const { return {nic()}; }
+  // Puts `session`'s objects on `nic` (one of served_nics()). Called
+  // before the session's first object; FailedPrecondition once the session
+  // holds something on another NIC.
+  virtual absl::Status BindSessionNic(uint64_t session, const std::string& nic) {
+    (void)session;
+    if (nic == this->nic()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", name(), " provider serves only ", this->nic(), ", not ", nic));
+  }
+  // The NIC `session`'s objects go on (nic() until bound).
+  virtual std::string SessionNic(uint64_t session) const {
+    (void)session;
+    return nic();
+  }
   // Largest CQ the provider accepts (entries).
   virtual uint32_t max_cq_cqe_cnt() const = 0;
 

@@ -408,6 +408,27 @@ absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionIn
   return access;
 }
 
+absl::StatusOr<NicChoice> RdmaResources::SelectNic(const SessionInfo& session,
+                                                   const NicRequest& request) {
+  MC_ASSIGN_OR_RETURN(NicChoice choice,
+                      ChooseSessionNic(topology_, provider_->served_nics(), request));
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+    if (!budget_.OfSession(session.id).empty()) {
+      if (provider_->SessionNic(session.id) == choice.nic) return choice;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this session's queue pairs and regions are on ", provider_->SessionNic(session.id),
+          " already: choose the NIC before registering memory or creating queue pairs"));
+    }
+    provider_sessions_.insert(session.id);
+  }
+  MC_RETURN_IF_ERROR(provider_->BindSessionNic(session.id, choice.nic));
+  return choice;
+}
+
 absl::Status RdmaResources::ReleaseDoorbellAccess(const SessionInfo& session) {
   const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
   absl::MutexLock serial(gate.get());

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
+#include "rdma/nic_choice.h"
 #include "rdma/provider.h"
 #include "rdma/rdma_budget.h"
 #include "session/session_registry.h"
@@ -75,6 +76,7 @@ class RdmaResources {
 
   const std::string& provider() const { return provider_->name(); }
   const std::string& nic() const { return provider_->nic(); }
+  std::vector<std::string> served_nics() const { return provider_->served_nics(); }
   // How doorbells reach the provider (see rdma.proto RdmaInfo).
   const std::string& doorbell_mode() const { return provider_->doorbell_mode(); }
   const RdmaLimits& limits() const { return limits_; }
@@ -135,6 +137,14 @@ class RdmaResources {
   absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(const SessionInfo& session);
   absl::Status ReleaseDoorbellAccess(const SessionInfo& session);
 
+  // Which NIC the session's QPs and regions go on (nic_choice.h), before
+  // its first object: FailedPrecondition after one, InvalidArgument for a
+  // NIC the provider does not serve. Affinity comes from set_topology.
+  absl::StatusOr<NicChoice> SelectNic(const SessionInfo& session, const NicRequest& request);
+  // Discovery's view of this node (GPU-NIC affinity), set once before the
+  // daemon serves.
+  void set_topology(v1::Topology topology) { topology_ = std::move(topology); }
+
   // Everything the session owned.
   void SessionEnded(uint64_t session);
 
@@ -172,6 +182,7 @@ class RdmaResources {
   // Before provider_: regions (destroyed with the provider) hold buffers of it.
   const std::shared_ptr<softnic::CudaMemory> cuda_;
   const std::unique_ptr<RdmaProvider> provider_;
+  v1::Topology topology_;  // set before serving, read-only then
 
   mutable absl::Mutex mu_;
   struct QpEntry {

@@ -67,6 +67,14 @@ grpc::ServerUnaryReactor* RdmaService::DestroyQueuePairs(grpc::CallbackServerCon
   return Done(ctx, HandleDestroyQueuePairs(*session, *req));
 }
 
+grpc::ServerUnaryReactor* RdmaService::SelectNic(grpc::CallbackServerContext* ctx,
+                                                 const v1::SelectNicRequest* req,
+                                                 v1::SelectNicResponse* resp) {
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, HandleSelectNic(*session, *req, resp));
+}
+
 grpc::ServerUnaryReactor* RdmaService::GetDoorbellAccess(grpc::CallbackServerContext* ctx,
                                                          const v1::GetDoorbellAccessRequest*,
                                                          v1::DoorbellAccess* resp) {
@@ -202,6 +210,20 @@ absl::Status RdmaService::HandleGetDoorbellAccess(const SessionInfo& caller,
   resp->set_uar_reg_offset(access->uar_reg_offset);
   resp->set_uar_page_bytes(access->uar_page_bytes);
   resp->set_uar_non_cached(access->uar_non_cached);
+  return absl::OkStatus();
+}
+
+absl::Status RdmaService::HandleSelectNic(const SessionInfo& caller,
+                                          const v1::SelectNicRequest& req,
+                                          v1::SelectNicResponse* resp) {
+  NicRequest request;
+  request.allowed.assign(req.allowed().begin(), req.allowed().end());
+  request.gpu_pci_bus_id = req.gpu_pci_bus_id();
+  absl::StatusOr<NicChoice> choice = rdma_->SelectNic(caller, request);
+  if (!choice.ok()) return choice.status();
+  resp->set_nic(choice->nic);
+  resp->set_reason(choice->reason);
+  for (const std::string& n : rdma_->served_nics()) resp->add_served(n);
   return absl::OkStatus();
 }
 

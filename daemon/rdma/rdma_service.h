@@ -43,6 +43,9 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                               const v1::DestroyQueuePairsRequest* req,
                                               v1::DestroyQueuePairsResponse* resp) override;
 
+  grpc::ServerUnaryReactor* SelectNic(grpc::CallbackServerContext* ctx,
+                                      const v1::SelectNicRequest* req,
+                                      v1::SelectNicResponse* resp) override;
   grpc::ServerUnaryReactor* GetDoorbellAccess(grpc::CallbackServerContext* ctx,
                                               const v1::GetDoorbellAccessRequest* req,
                                               v1::DoorbellAccess* resp) override;
@@ -63,6 +66,8 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                        const v1::ConnectQueuePairsRequest& req);
   absl::Status HandleDestroyQueuePairs(const SessionInfo& caller,
                                        const v1::DestroyQueuePairsRequest& req);
+  absl::Status HandleSelectNic(const SessionInfo& caller, const v1::SelectNicRequest& req,
+                               v1::SelectNicResponse* resp);
   // The command fd goes out on an fd-channel ticket only this session can
   // redeem.
   absl::Status HandleGetDoorbellAccess(const SessionInfo& caller, v1::DoorbellAccess* resp);

@@ -138,7 +138,7 @@ grpc::Status AdminService::ListQueuePairs(grpc::ServerContext* ctx,
   for (const QpRow& r : rdma_->ListQps(uid, uid == 0)) {
     v1::QueuePairInfo* q = resp->add_qps();
     q->set_qpn(r.info.qpn);
-    q->set_nic(rdma_->nic());
+    q->set_nic(r.info.nic.empty() ? rdma_->nic() : r.info.nic);
     q->set_state(softnic::QpStateName(r.info.state));
     q->set_session_id(r.session);
     q->set_uid(r.uid);

@@ -10,10 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "admission/fd_capacity.h"
 #include "discovery/discovery.h"
 #include "mooncake/common/log.h"
@@ -81,14 +83,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get(),
                                        FdLimits{cfg.max_fds_per_uid, cfg.max_fds});
   std::vector<v1::Nic> found(node.topology.nics().begin(), node.topology.nics().end());
-  absl::StatusOr<ProviderChoice> choice =
-      ChooseRdmaProvider(cfg.rdma_provider, found, [](const std::string& device, uint32_t port) {
+  absl::StatusOr<ProviderChoice> choice = ChooseRdmaProvider(
+      cfg.rdma_provider, found,
+      [](const std::string& device, uint32_t port) {
         mlx5::Mlx5SessionOptions o;
         o.device = device;
         o.port = port;
         // Opened and closed at once: proves the context, caps, port and PD.
         return mlx5::Mlx5Session::Open(o).status();
-      });
+      },
+      cfg.rdma_devices);
   if (!choice.ok()) return choice.status();
   if (choice->provider != "off") {
     RdmaLimits rl;
@@ -102,10 +106,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     co.cuda_library = cfg.cuda_library;
     std::unique_ptr<RdmaProvider> provider;
     if (choice->provider == "mlx5") {
-      mlx5::Mlx5SessionOptions so;
-      so.device = choice->device;
-      so.port = choice->port;
-      provider = std::make_unique<mlx5::Mlx5Provider>(so);
+      std::vector<mlx5::Mlx5SessionOptions> served;
+      for (const Mlx5Device& dev : choice->devices) {
+        mlx5::Mlx5SessionOptions so;
+        so.device = dev.device;
+        so.port = dev.port;
+        served.push_back(std::move(so));
+      }
+      provider = std::make_unique<mlx5::Mlx5Provider>(std::move(served));
     } else {
       // softnic is listed as a NIC of its own.
       v1::Nic* nic = node.topology.add_nics();
@@ -121,15 +129,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
       eo.sink = cfg.softnic_sink;
       provider = std::make_unique<SoftnicProvider>("softnic0", eo);
     }
-    const std::string serving = provider->nic();
+    const std::vector<std::string> serving = provider->served_nics();
     for (v1::Nic& n : *node.topology.mutable_nics()) {
-      if (n.name() == serving) {
+      if (std::find(serving.begin(), serving.end(), n.name()) != serving.end()) {
         n.set_provider(provider->name());
       } else if (n.provider().empty()) {
-        n.set_provider(absl::StrCat("none (", serving, " serves RDMA)"));
+        n.set_provider(absl::StrCat("none (", absl::StrJoin(serving, ", "), " serve RDMA)"));
       }
     }
     d->rdma_ = std::make_unique<RdmaResources>(d->sessions_.get(), rl, std::move(provider), co);
+    d->rdma_->set_topology(node.topology);
     MC_LOG(kInfo, "RDMA: provider ", d->rdma_->provider(), " on ", d->rdma_->nic(),
            " (doorbell mode ", d->rdma_->doorbell_mode(),
            choice->provider == "softnic" && cfg.softnic_sink ? ", sink: WQEs complete without data"

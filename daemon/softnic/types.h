@@ -83,6 +83,7 @@ struct QpInfo {
   // How its doorbells reach the NIC when it differs from the provider's
   // default (a static string, e.g. "gpu-uar"); null: the provider's.
   const char* doorbell_mode = nullptr;
+  std::string nic;  // the NIC it is on, when the provider serves several
 };
 
 }  // namespace mooncake::softnic

@@ -138,6 +138,20 @@ TEST(ParseConfigTextTest, RdmaLimitKeysAndTheirRange) {
   }
 }
 
+TEST(ParseConfigTextTest, RdmaDevicesIsAListOfNicNames) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("rdma_devices = mlx5_0, mlx5_3 ,mlx5_bond_0\n", "t", &c).ok());
+  EXPECT_EQ(c.rdma_devices, (std::vector<std::string>{"mlx5_0", "mlx5_3", "mlx5_bond_0"}));
+  ASSERT_TRUE(ParseConfigText("rdma_devices =\n", "t", &c).ok());
+  EXPECT_TRUE(c.rdma_devices.empty());
+  for (const char* bad : {"rdma_devices = mlx5_0;rm\n", "rdma_devices = ../x\n"}) {
+    DaemonConfig d;
+    absl::Status s = ParseConfigText(bad, "t", &d);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("rdma_devices"), std::string::npos) << s;
+  }
+}
+
 TEST(ParseConfigTextTest, CommentsBlankLinesAndWhitespace) {
   const char* text =
       "# a full-line comment\n"

@@ -86,6 +86,36 @@ TEST(ProviderSelectionTest, FirstMlx5NicThatOpensWinsOnItsActivePort) {
   }
 }
 
+TEST(ProviderSelectionTest, EveryMlx5NicThatOpensIsServedAndTheFilterNarrows) {
+  std::vector<v1::Nic> nics = {
+      MakeNic("mlx5_0", "mlx5_core", "ACTIVE"), MakeNic("mlx5_1", "mlx5_core", "ACTIVE"),
+      MakeNic("mlx5_2", "mlx5_core", "ACTIVE"), MakeNic("eth0", "virtio_net", "ACTIVE")};
+  std::vector<std::string> probed;
+  Mlx5Probe probe = [&](const std::string& device, uint32_t) {
+    probed.push_back(device);
+    return device == "mlx5_1" ? absl::FailedPreconditionError("no DevX") : absl::OkStatus();
+  };
+  auto c = ChooseRdmaProvider("auto", nics, probe);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 2u);
+  EXPECT_EQ(c->devices[0].device, "mlx5_0");
+  EXPECT_EQ(c->devices[1].device, "mlx5_2");
+  EXPECT_EQ(c->device, "mlx5_0");
+  EXPECT_NE(c->reason.find("mlx5_1: no DevX"), std::string::npos) << c->reason;
+  // rdma_devices: only those are probed and served.
+  probed.clear();
+  c = ChooseRdmaProvider("auto", nics, probe, {"mlx5_2"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->devices.size(), 1u);
+  EXPECT_EQ(c->device, "mlx5_2");
+  EXPECT_EQ(probed, std::vector<std::string>{"mlx5_2"});
+  // A name discovery did not find is a typo to report, not a fallback.
+  c = ChooseRdmaProvider("auto", nics, probe, {"mlx5_7"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("mlx5_7"), std::string::npos);
+}
+
 TEST(ProviderSelectionTest, SoftnicAndOffAreTakenAsSaidAndOthersRefused) {
   Mlx5Probe never = [](const std::string&, uint32_t) -> absl::Status {
     ADD_FAILURE() << "probed";

@@ -287,6 +287,22 @@ TEST_F(DispatchTest, DoorbellHandOffIsOncePerSessionAndItsEndReachesTheProvider)
   EXPECT_EQ(rdma_->OpenDoorbellAccess(a).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_F(DispatchTest, TheNicIsChosenBeforeTheFirstObjectAndNotChangedAfter) {
+  SessionInfo a = Open(1000, 1);
+  absl::StatusOr<NicChoice> c = rdma_->SelectNic(a, NicRequest{{"fake9"}, ""});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  c = rdma_->SelectNic(a, NicRequest{{}, "0000:1b:00.0"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->nic, "fake0");
+  ASSERT_TRUE(rdma_->RegisterMemory(a, Memfd(4096), "memfd", 0x1000, 4096, 0, 0).ok());
+  // The same NIC again is fine (a second initialize); nothing moves.
+  EXPECT_TRUE(rdma_->SelectNic(a, NicRequest{{"fake0"}, ""}).ok());
+  // The session's end reaches the provider (it bound a NIC there).
+  sessions_.Close(a.id);
+  rdma_->SessionEnded(a.id);
+  EXPECT_EQ(calls_.ended, 1);
+}
+
 TEST_F(DispatchTest, AFailedFirstCallStillEndsTheProviderSession) {
   // An mlx5 provider opens the session's context on its first call, even
   // one it then refuses; that context must not outlive the session.

@@ -95,6 +95,20 @@ TEST_F(RdmaServiceTest, ListsAreBoundedPerCall) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(RdmaServiceTest, SelectNicOnSoftnicAnswersItsOneNic) {
+  v1::SelectNicRequest req;
+  req.set_gpu_pci_bus_id("0000:1b:00.0");
+  v1::SelectNicResponse resp;
+  absl::Status s = service_.HandleSelectNic(session_, req, &resp);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(resp.nic(), "softnic0");
+  ASSERT_EQ(resp.served_size(), 1);
+  req.add_allowed("mlx5_0");
+  s = service_.HandleSelectNic(session_, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("softnic0"), std::string::npos) << s;
+}
+
 // softnic has no UAR: the hand-off is refused with the reason, and no
 // ticket (no fd) is left behind for the caller.
 TEST_F(RdmaServiceTest, DoorbellHandOffIsRefusedBySoftnic) {

@@ -18,8 +18,38 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
-Mlx5Provider::Mlx5Provider(Mlx5SessionOptions session_options)
-    : options_(std::move(session_options)) {}
+Mlx5Provider::Mlx5Provider(std::vector<Mlx5SessionOptions> nics) : nics_(std::move(nics)) {}
+
+std::vector<std::string> Mlx5Provider::served_nics() const {
+  std::vector<std::string> out;
+  for (const Mlx5SessionOptions& o : nics_) out.push_back(o.device);
+  return out;
+}
+
+absl::Status Mlx5Provider::BindSessionNic(uint64_t session, const std::string& nic) {
+  size_t index = nics_.size();
+  for (size_t i = 0; i < nics_.size(); ++i) {
+    if (nics_[i].device == nic) index = i;
+  }
+  if (index == nics_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("the mlx5 provider does not serve ", nic));
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session);
+  if (it != sessions_.end() && it->second->mlx5->device() != nic) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the session's objects are on ", it->second->mlx5->device(),
+                     " already: choose the NIC before registering memory or creating queue pairs"));
+  }
+  bound_[session] = index;
+  return absl::OkStatus();
+}
+
+std::string Mlx5Provider::SessionNic(uint64_t session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = bound_.find(session);
+  return nics_[it == bound_.end() ? 0 : it->second].device;
+}
 
 Mlx5Provider::~Mlx5Provider() {
   // Every session's QPs leave the doorbell thread before their UAR goes.
@@ -71,7 +101,12 @@ std::shared_ptr<Mlx5Provider::Session> Mlx5Provider::Find(uint64_t session) cons
 
 absl::StatusOr<std::shared_ptr<Mlx5Provider::Session>> Mlx5Provider::SessionFor(uint64_t session) {
   if (std::shared_ptr<Session> s = Find(session)) return s;
-  absl::StatusOr<std::unique_ptr<Mlx5Session>> opened = Mlx5Session::Open(options_);
+  size_t nic = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = bound_.find(session); it != bound_.end()) nic = it->second;
+  }
+  absl::StatusOr<std::unique_ptr<Mlx5Session>> opened = Mlx5Session::Open(nics_[nic]);
   if (!opened.ok()) {
     return absl::Status(opened.status().code(),
                         absl::StrCat("opening the mlx5 context for session ", session, ": ",
@@ -171,6 +206,7 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     entry.info.qpn = qp->qpn;
     entry.info.pd = session;
     entry.info.sq_wqe_cnt = l.sq_wqe_cnt;
+    entry.info.nic = s->mlx5->device();
     entry.umem = umem;
     entry.sq = control->data() + rings.sq.offset;
     entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
@@ -263,6 +299,7 @@ void Mlx5Provider::SessionEnded(uint64_t session) {
   std::vector<uint32_t> qpns;
   {
     absl::MutexLock lock(&mu_);
+    bound_.erase(session);
     auto it = sessions_.find(session);
     if (it == sessions_.end()) return;
     gone = std::move(it->second);

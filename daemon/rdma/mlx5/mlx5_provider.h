@@ -42,12 +42,19 @@ namespace mooncake::daemon::mlx5 {
 
 class Mlx5Provider final : public RdmaProvider {
  public:
-  // `session_options`: the device and port every session opens.
-  explicit Mlx5Provider(Mlx5SessionOptions session_options);
+  // `nics`: the device and port of each NIC served (not empty; distinct
+  // devices), the default first. A session opens on the NIC bound to it
+  // (BindSessionNic), else on the default.
+  explicit Mlx5Provider(std::vector<Mlx5SessionOptions> nics);
+  explicit Mlx5Provider(Mlx5SessionOptions nic)
+      : Mlx5Provider(std::vector<Mlx5SessionOptions>{std::move(nic)}) {}
   ~Mlx5Provider() override;
 
   const std::string& name() const override { return name_; }
-  const std::string& nic() const override { return options_.device; }
+  const std::string& nic() const override { return nics_.front().device; }
+  std::vector<std::string> served_nics() const override;
+  absl::Status BindSessionNic(uint64_t session, const std::string& nic) override;
+  std::string SessionNic(uint64_t session) const override;
   const std::string& doorbell_mode() const override { return doorbell_mode_; }
   uint32_t max_cq_cqe_cnt() const override { return kMaxCqCqeCnt; }
   static constexpr uint32_t kMaxCqCqeCnt = 65536;
@@ -99,7 +106,9 @@ class Mlx5Provider final : public RdmaProvider {
     return session << 24 ^ qpn;  // sessions count up from 1; QPNs are 24-bit
   }
 
-  const Mlx5SessionOptions options_;
+  const std::vector<Mlx5SessionOptions> nics_;
+  // Sessions bound to a NIC other than the default: index into nics_.
+  absl::flat_hash_map<uint64_t, size_t> bound_ ABSL_GUARDED_BY(mu_);
   const std::string name_ = "mlx5";
   const std::string doorbell_mode_ = "cpu-assisted";
   mutable absl::Mutex mu_;

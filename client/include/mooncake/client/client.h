@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -245,6 +246,11 @@ class MOONCAKE_API Client {
   // Connects (my qpn, remote qpn) pairs on this node.
   absl::Status connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs);
   absl::Status destroyQueuePairs(const std::vector<uint32_t>& qpns);
+  // Which NIC this session's QPs and regions go on: the closest to GPU
+  // `gpu_pci_bus_id` (empty: none) among `allowed` (empty: any). Before any
+  // registerMemory or createQueuePairs. Returns the NIC and why.
+  absl::StatusOr<std::pair<std::string, std::string>> selectNic(
+      const std::vector<std::string>& allowed, const std::string& gpu_pci_bus_id);
   // The doorbell hand-off, before any registerMemory or createQueuePairs
   // (FailedPrecondition after; also from a provider without a UAR, such as
   // softnic). Once per session. From then on the daemon does not ring this

@@ -50,6 +50,11 @@ struct DaemonRdmaOptions {
   // declared stalled (kTimedOut). Zero: forever.
   uint64_t timeout_ns = 10'000'000'000ull;
   bool cuda = false;  // kernels post (see the header comment)
+  // NICs this rank may use (upstream's createIbgdaDeviceTransport filter);
+  // empty = any the daemon serves. initialize() picks the one closest to
+  // the current CUDA device (CUDA) among them; a device_name given to
+  // initialize() narrows it to that one.
+  std::vector<std::string> nics;
 };
 
 class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
@@ -101,6 +106,9 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
                                 const std::vector<int>& peer_mask);
   device::IbgdaContext ibgdaContext() const;
   const RdmaNodeInfo& nodeInfo() const { return info_; }
+  // The NIC this rank's QPs are on (after initialize), and why.
+  const std::string& nic() const { return nic_; }
+  const std::string& nicReason() const { return nic_reason_; }
   // How this transport's doorbells reach the NIC: the provider's mode, or
   // "gpu-uar" once the kernels ring a UAR page the GPU mapped (CUDA on a
   // mlx5 provider whose GPU accepts the mapping; see gpu_doorbell.h).
@@ -148,6 +156,8 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // "gpu-uar": the UAR page as mapped here and its register as the GPU
   // addresses it (0: the daemon rings).
   std::string doorbell_mode_;
+  std::string nic_, nic_reason_;
+  bool doorbell_tried_ = false;
   void* uar_page_ = nullptr;
   size_t uar_page_bytes_ = 0;
   uint64_t uar_register_dev_ = 0;

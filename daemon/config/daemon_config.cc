@@ -171,6 +171,28 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
           absl::StrCat("rdma_provider = '", value, "': expected auto, mlx5, softnic or off"));
     }
     c->rdma_provider = std::string(value);
+  } else if (key == "peer_advertise") {
+    if (value.size() > 256) return absl::InvalidArgumentError("peer_advertise: at most 256 bytes");
+    c->peer_advertise = std::string(value);
+  } else if (key == "etcd_endpoints") {
+    if (value.size() > 4096)
+      return absl::InvalidArgumentError("etcd_endpoints: at most 4096 bytes");
+    c->etcd_endpoints = std::string(value);
+  } else if (key == "etcd_prefix") {
+    if (value.empty() || value.front() != '/' || value.back() == '/' || value.size() > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "etcd_prefix = '", EscapeForDisplay(value, 128),
+          "': start it with '/', do not end it with one, at most 128 bytes (e.g. /mooncake)"));
+    }
+    c->etcd_prefix = std::string(value);
+  } else if (key == "etcd_ca_file") {
+    c->etcd_ca_file = std::string(value);
+  } else if (key == "etcd_cert_file") {
+    c->etcd_cert_file = std::string(value);
+  } else if (key == "etcd_key_file") {
+    c->etcd_key_file = std::string(value);
+  } else if (key == "etcd_lease_ttl_s") {
+    return ParseU32(key, value, 2, 600, &c->etcd_lease_ttl_s);
   } else if (key == "rdma_devices") {
     c->rdma_devices.clear();
     for (absl::string_view name : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
@@ -255,6 +277,7 @@ std::string UsageText() {
   return "usage: mooncaked [--config FILE] [--socket PATH] [--node-id ID]\n"
          "                 [--log-level debug|info|warning|error] [--peer-listen HOST:PORT]\n"
          "                 [--sysfs-root DIR] [--socket-mode MODE] [--cuda-library NAME]\n"
+         "                 [--etcd URL[,URL...]]\n"
          "                 [--version] [--help]\n"
          "Runs with embedded defaults when no config file is given; flags override the file.\n"
          "Default socket: /run/mooncake/mooncaked.sock (fd channel: <socket>.fd).\n";
@@ -275,6 +298,7 @@ absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_
       {"--sysfs-root", "sysfs_root"},
       {"--socket-mode", "socket_mode"},
       {"--cuda-library", "cuda_library"},
+      {"--etcd", "etcd_endpoints"},
       {"--config", ""}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -19,6 +19,15 @@ struct DaemonConfig {
   std::string node_id;       // empty: hostname
   LogLevel log_level = LogLevel::kInfo;
   std::string peer_listen;  // host:port; empty: no peer server
+  // What other nodes dial for this one's Peer service (etcd's NodeRecord):
+  // empty = peer_listen, with a wildcard host replaced by the hostname.
+  std::string peer_advertise;
+  // Cluster membership (etcd v3): client URLs, comma-separated in the file
+  // and in --etcd; empty = this node alone, as before.
+  std::string etcd_endpoints;
+  std::string etcd_prefix = "/mooncake";
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file;  // TLS (mTLS with cert + key)
+  uint32_t etcd_lease_ttl_s = 5;  // a lost node is reported within about this
   std::string sysfs_root = "/sys";
   std::string cuda_library = "libcuda.so.1";
   uint32_t join_timeout_ms = 30000;  // JoinGroup default deadline

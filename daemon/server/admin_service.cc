@@ -44,6 +44,8 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext* ctx, const v1::GetStat
   resp->set_node_id(node_->node_id);
   resp->set_hostname(node_->hostname);
   resp->set_socket_path(endpoints_.socket_path);
+  resp->set_etcd_state(nodes_ != nullptr ? nodes_->state() : "off");
+  resp->set_etcd_endpoints(endpoints_.etcd_endpoints);
   resp->set_fd_socket_path(FdSocketPath(endpoints_.socket_path));
   resp->set_pid(::getpid());
   resp->set_uptime_ms(
@@ -170,6 +172,31 @@ grpc::Status AdminService::ListMemoryRegions(grpc::ServerContext* ctx,
     m->set_kind(r.kind);
     m->set_access(AccessText(r.info.access));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListPeers(grpc::ServerContext* ctx, const v1::ListPeersRequest*,
+                                     v1::ListPeersResponse* resp) {
+  absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
+  if (!caller.ok()) return ToGrpc(caller.status());
+  resp->set_self_node_id(node_->node_id);
+  if (nodes_ == nullptr) {
+    // No cluster: this node alone, as it would register itself.
+    resp->set_etcd_state("off");
+    v1::NodeRecord* self = resp->add_nodes();
+    self->set_node_id(node_->node_id);
+    self->set_instance_id(node_->instance_id);
+    self->set_peer_address(endpoints_.peer_listen);
+    self->set_daemon_version(kMooncakeVersion);
+    self->set_protocol_version(kProtocolVersion);
+    self->set_hostname(node_->hostname);
+    self->set_gpu_count(static_cast<uint32_t>(node_->topology.gpus_size()));
+    self->set_nic_count(static_cast<uint32_t>(node_->topology.nics_size()));
+    self->set_rdma_provider(rdma_ != nullptr ? rdma_->provider() : "off");
+    return grpc::Status::OK;
+  }
+  resp->set_etcd_state(nodes_->state());
+  for (v1::NodeRecord& n : nodes_->Nodes()) *resp->add_nodes() = std::move(n);
   return grpc::Status::OK;
 }
 

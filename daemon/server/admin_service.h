@@ -12,6 +12,7 @@
 #include "broker/group_broker.h"
 #include "fdchannel/fd_broker.h"
 #include "mooncake/v1/admin.grpc.pb.h"
+#include "peering/node_registry.h"
 #include "rdma/rdma_resources.h"
 #include "server/connection_table.h"
 #include "server/node_identity.h"
@@ -24,19 +25,21 @@ class AdminService final : public v1::Admin::Service {
   // Where the daemon serves, for GetStatus.
   struct Endpoints {
     std::string socket_path;
-    std::string peer_listen;  // empty: no peer API
+    std::string peer_listen;     // empty: no peer API
+    std::string etcd_endpoints;  // empty: no cluster membership
   };
 
   AdminService(const NodeIdentity* node, Endpoints endpoints, const ConnectionTable* connections,
                const SessionRegistry* sessions, const GroupBroker* broker, const FdBroker* fds,
-               const RdmaResources* rdma = nullptr)
+               const RdmaResources* rdma = nullptr, const peering::NodeRegistry* nodes = nullptr)
       : node_(node),
         endpoints_(std::move(endpoints)),
         connections_(connections),
         sessions_(sessions),
         broker_(broker),
         fds_(fds),
-        rdma_(rdma) {}
+        rdma_(rdma),
+        nodes_(nodes) {}
 
   grpc::Status GetStatus(grpc::ServerContext* ctx, const v1::GetStatusRequest* req,
                          v1::DaemonStatus* resp) override;
@@ -50,6 +53,8 @@ class AdminService final : public v1::Admin::Service {
                               v1::ListQueuePairsResponse* resp) override;
   grpc::Status ListMemoryRegions(grpc::ServerContext* ctx, const v1::ListMemoryRegionsRequest* req,
                                  v1::ListMemoryRegionsResponse* resp) override;
+  grpc::Status ListPeers(grpc::ServerContext* ctx, const v1::ListPeersRequest* req,
+                         v1::ListPeersResponse* resp) override;
 
  private:
   const NodeIdentity* const node_;
@@ -58,7 +63,8 @@ class AdminService final : public v1::Admin::Service {
   const SessionRegistry* const sessions_;
   const GroupBroker* const broker_;
   const FdBroker* const fds_;
-  const RdmaResources* const rdma_;  // null: RDMA off
+  const RdmaResources* const rdma_;           // null: RDMA off
+  const peering::NodeRegistry* const nodes_;  // null: no etcd
 };
 
 // The wire form of a group listing entry.

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "admission/fd_capacity.h"
@@ -180,12 +181,73 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
 
 Daemon::~Daemon() { Shutdown("daemon destroyed"); }
 
+absl::Status Daemon::JoinCluster() {
+  absl::StatusOr<etcd::EtcdOptions> options;
+  {
+    etcd::EtcdOptions base;
+    base.ca_file = config_.etcd_ca_file;
+    base.cert_file = config_.etcd_cert_file;
+    base.key_file = config_.etcd_key_file;
+    options = etcd::ParseEtcdEndpoints(config_.etcd_endpoints, base);
+  }
+  if (!options.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("etcd_endpoints: ", options.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<etcd::EtcdClient>> client = etcd::EtcdClient::Connect(*options);
+  if (!client.ok()) {
+    return absl::Status(client.status().code(),
+                        absl::StrCat("cannot reach etcd (", config_.etcd_endpoints,
+                                     "): ", client.status().message(),
+                                     "; start etcd, fix etcd_endpoints, or remove it to run this "
+                                     "node alone"));
+  }
+  etcd_ = *std::move(client);
+  v1::NodeRecord self;
+  self.set_node_id(node_.node_id);
+  self.set_instance_id(node_.instance_id);
+  std::string advertise = config_.peer_advertise;
+  if (advertise.empty() && !config_.peer_listen.empty()) {
+    advertise = config_.peer_listen;
+    // A wildcard host is no address to dial: the hostname stands for it.
+    for (const char* wild : {"0.0.0.0:", "[::]:", ":"}) {
+      if (absl::StartsWith(advertise, wild)) {
+        advertise = absl::StrCat(node_.hostname, ":", advertise.substr(std::strlen(wild)));
+        break;
+      }
+    }
+  }
+  if (advertise.empty()) {
+    MC_LOG(kWarning, "etcd: peer_listen is not set: other nodes see this one but cannot reach it");
+  }
+  self.set_peer_address(advertise);
+  self.set_daemon_version(kMooncakeVersion);
+  self.set_protocol_version(kProtocolVersion);
+  self.set_hostname(node_.hostname);
+  self.set_gpu_count(static_cast<uint32_t>(node_.topology.gpus_size()));
+  self.set_nic_count(static_cast<uint32_t>(node_.topology.nics_size()));
+  self.set_rdma_provider(rdma_ ? rdma_->provider() : "off");
+  self.set_started_unix_ms(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())));
+  self.set_peer_insecure(true);  // the peer port has no TLS yet
+  peering::NodeRegistryOptions ro;
+  ro.prefix = config_.etcd_prefix;
+  ro.lease_ttl = absl::Seconds(config_.etcd_lease_ttl_s);
+  absl::StatusOr<std::unique_ptr<peering::NodeRegistry>> nodes =
+      peering::NodeRegistry::Start(etcd_.get(), ro, std::move(self));
+  if (!nodes.ok()) return nodes.status();
+  nodes_ = *std::move(nodes);
+  MC_LOG(kInfo, "etcd: node ", node_.node_id, " registered under ", config_.etcd_prefix,
+         "/nodes/ (lease TTL ", config_.etcd_lease_ttl_s, " s); ", nodes_->Nodes().size(),
+         " node(s) live");
+  return absl::OkStatus();
+}
+
 absl::Status Daemon::Start() {
+  if (!config_.etcd_endpoints.empty()) MC_RETURN_IF_ERROR(JoinCluster());
   local_service_ = std::make_unique<LocalService>(&node_, connections_.get(), sessions_.get(),
                                                   lifecycle_.get(), broker_.get(), fds_.get());
   admin_service_ = std::make_unique<AdminService>(
-      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen}, connections_.get(),
-      sessions_.get(), broker_.get(), fds_.get(), rdma_.get());
+      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen, config_.etcd_endpoints},
+      connections_.get(), sessions_.get(), broker_.get(), fds_.get(), rdma_.get(), nodes_.get());
   std::vector<std::string> served = {v1::Local::service_full_name(),
                                      v1::Admin::service_full_name()};
   if (rdma_) {
@@ -247,6 +309,8 @@ void Daemon::Shutdown(const std::string& reason) {
   ::unlink(config_.socket.c_str());
   ::unlink(FdSocketPath(config_.socket).c_str());
   if (acceptor_) acceptor_->Stop();
+  // Leave the cluster now: the others see this node go at once.
+  if (nodes_) nodes_->Stop();
   broker_->Shutdown();
   sessions_->Shutdown(reason);
   if (server_) server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING, watchers told

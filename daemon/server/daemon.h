@@ -30,8 +30,10 @@
 #include "admission/admission_counter.h"
 #include "broker/group_broker.h"
 #include "config/daemon_config.h"
+#include "etcd/etcd_client.h"
 #include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
+#include "peering/node_registry.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 #include "server/admin_service.h"
@@ -55,6 +57,8 @@ class Daemon {
   // Starts serving (gRPC on the UNIX socket, the fd channel, the optional
   // peer TCP server) and tells systemd READY=1 when run under it.
   absl::Status Start();
+  // Joins the cluster in etcd (Start does, when etcd_endpoints is set).
+  absl::Status JoinCluster();
   // Tells clients, stops serving, removes the sockets. Idempotent.
   void Shutdown(const std::string& reason);
 
@@ -82,6 +86,10 @@ class Daemon {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<grpc::Server> peer_server_;
+  // Cluster membership (etcd_endpoints set): the client first, so that the
+  // registry (which uses it) goes first.
+  std::unique_ptr<etcd::EtcdClient> etcd_;
+  std::unique_ptr<peering::NodeRegistry> nodes_;
   std::atomic<bool> shut_down_{false};
   // Set once Create succeeded: a daemon that failed to start (its socket
   // may be another daemon's) must not unlink the sockets on destruction.

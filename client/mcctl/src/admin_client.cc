@@ -93,6 +93,11 @@ absl::StatusOr<v1::ListGroupsResponse> AdminClient::ListGroups() {
                                                              &v1::Admin::Stub::ListGroups);
 }
 
+absl::StatusOr<v1::ListPeersResponse> AdminClient::ListPeers() {
+  return Call<v1::ListPeersRequest, v1::ListPeersResponse>(stub_.get(), path_status_, timeout_ms_,
+                                                           &v1::Admin::Stub::ListPeers);
+}
+
 absl::StatusOr<v1::ListQueuePairsResponse> AdminClient::ListQueuePairs() {
   return Call<v1::ListQueuePairsRequest, v1::ListQueuePairsResponse>(
       stub_.get(), path_status_, timeout_ms_, &v1::Admin::Stub::ListQueuePairs);

@@ -16,8 +16,8 @@
 namespace mooncake::mcctl {
 namespace {
 
-constexpr std::array<std::string_view, 9> kCommands = {"status", "gpus", "nics", "topo", "sessions",
-                                                       "groups", "qps",  "mrs",  "help"};
+constexpr std::array<std::string_view, 10> kCommands = {
+    "status", "gpus", "nics", "topo", "sessions", "groups", "qps", "mrs", "peers", "help"};
 constexpr int kMaxTimeoutMs = 3600 * 1000;
 
 // Signals that the daemon was not reached, as opposed to an answered error.
@@ -70,6 +70,11 @@ absl::StatusOr<std::string> Render(const CliOptions& opt, AdminClient& client, F
     if (!r.ok()) return fail("ListQueuePairs", r.status());
     return opt.json ? QueuePairsJson(*r) : FormatQueuePairs(*r);
   }
+  if (cmd == "peers") {
+    auto r = client.ListPeers();
+    if (!r.ok()) return fail("ListPeers", r.status());
+    return opt.json ? PeersJson(*r) : FormatPeers(*r);
+  }
   if (cmd == "mrs") {
     auto r = client.ListMemoryRegions();
     if (!r.ok()) return fail("ListMemoryRegions", r.status());
@@ -107,6 +112,7 @@ std::string UsageText() {
       "  sessions  client sessions (your own; all of them as root)\n"
       "  groups    groups with their members\n"
       "  qps       RDMA queue pairs: number, NIC, state, owner session, doorbell mode\n"
+      "  peers     the cluster's live nodes in etcd (this one included)\n"
       "  mrs       registered memory regions: NIC, size, owner session, kind\n"
       "  help      this text\n"
       "\n"

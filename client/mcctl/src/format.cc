@@ -138,6 +138,26 @@ std::string FormatQueuePairs(const v1::ListQueuePairsResponse& r) {
   return t.Render();
 }
 
+std::string FormatPeers(const v1::ListPeersResponse& r) {
+  std::string out;
+  if (r.etcd_state() == "off") {
+    out = "etcd: off (this node alone; set etcd_endpoints to form a cluster)\n";
+  } else if (r.etcd_state() != "registered") {
+    out = absl::StrCat("etcd: ", EscapeForDisplay(r.etcd_state(), 400), "\n");
+  }
+  TextTable t({"NODE", "", "PEER ADDRESS", "HOST", "GPUS", "NICS", "RDMA", "VERSION", "INSTANCE"});
+  for (std::size_t c : {4, 5}) t.SetAlignment(c, TextTable::Align::kRight);
+  for (const auto& n : r.nodes()) {
+    t.AddRow({EscapeForDisplay(n.node_id(), 64), n.node_id() == r.self_node_id() ? "*" : "",
+              OrDash(EscapeForDisplay(n.peer_address(), 80)),
+              OrDash(EscapeForDisplay(n.hostname(), 64)), absl::StrCat(n.gpu_count()),
+              absl::StrCat(n.nic_count()), OrDash(EscapeForDisplay(n.rdma_provider(), 16)),
+              OrDash(EscapeForDisplay(n.daemon_version(), 32)),
+              OrDash(EscapeForDisplay(n.instance_id(), 40))});
+  }
+  return absl::StrCat(out, r.nodes().empty() ? "no nodes\n" : t.Render());
+}
+
 std::string FormatMemoryRegions(const v1::ListMemoryRegionsResponse& r) {
   if (r.regions().empty()) return "no memory regions\n";
   TextTable t({"NIC", "SIZE", "KIND", "ACCESS", "SESSION", "PID", "UID"});
@@ -240,21 +260,25 @@ std::string FormatStatus(const v1::DaemonStatus& s, const Topology& topology) {
                                    : topology.nic_discovery_note();
   std::string out =
       absl::StrCat("mooncaked ", OrDash(s.version()), " (protocol ", s.protocol_version(), ")\n");
-  absl::StrAppend(&out,
-                  KeyValues({{"node", OrDash(s.node_id())},
-                             {"hostname", OrDash(s.hostname())},
-                             {"instance", OrDash(s.instance_id())},
-                             {"pid", absl::StrCat(s.pid())},
-                             {"uptime", FormatDurationMs(s.uptime_ms())},
-                             {"socket", OrDash(s.socket_path())},
-                             {"fd socket", OrDash(s.fd_socket_path())},
-                             {"peer listen", s.peer_listen().empty() ? "off" : s.peer_listen()},
-                             {"sessions", absl::StrCat(s.sessions())},
-                             {"groups", absl::StrCat(s.groups())},
-                             {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
-                             {"gpus", absl::StrCat(s.gpu_count())},
-                             {"nics", absl::StrCat(s.nic_count())}},
-                            "  "));
+  absl::StrAppend(
+      &out, KeyValues({{"node", OrDash(s.node_id())},
+                       {"hostname", OrDash(s.hostname())},
+                       {"instance", OrDash(s.instance_id())},
+                       {"pid", absl::StrCat(s.pid())},
+                       {"uptime", FormatDurationMs(s.uptime_ms())},
+                       {"socket", OrDash(s.socket_path())},
+                       {"fd socket", OrDash(s.fd_socket_path())},
+                       {"peer listen", s.peer_listen().empty() ? "off" : s.peer_listen()},
+                       {"etcd", s.etcd_state().empty() || s.etcd_state() == "off"
+                                    ? "off"
+                                    : absl::StrCat(EscapeForDisplay(s.etcd_state(), 400), " (",
+                                                   EscapeForDisplay(s.etcd_endpoints(), 400), ")")},
+                       {"sessions", absl::StrCat(s.sessions())},
+                       {"groups", absl::StrCat(s.groups())},
+                       {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
+                       {"gpus", absl::StrCat(s.gpu_count())},
+                       {"nics", absl::StrCat(s.nic_count())}},
+                      "  "));
   // Show the discovery notes from the status too when the topology carried
   // none, so a user sees why a list is empty.
   Topology annotated = topology;

@@ -209,6 +209,10 @@ absl::StatusOr<std::string> QueuePairsJson(const v1::ListQueuePairsResponse& qps
   return ArrayOf(qps.qps());
 }
 
+absl::StatusOr<std::string> PeersJson(const v1::ListPeersResponse& peers) {
+  return MessageToCompactJson(peers);
+}
+
 absl::StatusOr<std::string> MemoryRegionsJson(const v1::ListMemoryRegionsResponse& mrs) {
   return ArrayOf(mrs.regions());
 }

@@ -37,6 +37,7 @@ class AdminClient {
   absl::StatusOr<mooncake::v1::ListSessionsResponse> ListSessions();
   absl::StatusOr<mooncake::v1::ListGroupsResponse> ListGroups();
   absl::StatusOr<mooncake::v1::ListQueuePairsResponse> ListQueuePairs();
+  absl::StatusOr<mooncake::v1::ListPeersResponse> ListPeers();
   absl::StatusOr<mooncake::v1::ListMemoryRegionsResponse> ListMemoryRegions();
 
   const std::string& socket_path() const { return socket_path_; }

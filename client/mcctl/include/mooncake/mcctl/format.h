@@ -60,6 +60,7 @@ std::string FormatSessions(const mooncake::v1::ListSessionsResponse& sessions);
 std::string FormatGroups(const mooncake::v1::ListGroupsResponse& groups);
 // One row per queue pair / registered memory region; a line when there are none.
 std::string FormatQueuePairs(const mooncake::v1::ListQueuePairsResponse& qps);
+std::string FormatPeers(const mooncake::v1::ListPeersResponse& peers);
 std::string FormatMemoryRegions(const mooncake::v1::ListMemoryRegionsResponse& mrs);
 
 }  // namespace mooncake::mcctl

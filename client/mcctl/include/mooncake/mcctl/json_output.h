@@ -49,6 +49,8 @@ absl::StatusOr<std::string> SessionsJson(const mooncake::v1::ListSessionsRespons
 absl::StatusOr<std::string> GroupsJson(const mooncake::v1::ListGroupsResponse& groups);
 // Arrays of QueuePairInfo / MemoryRegionInfo objects.
 absl::StatusOr<std::string> QueuePairsJson(const mooncake::v1::ListQueuePairsResponse& qps);
+// {"self_node_id", "etcd_state", "nodes": [NodeRecord...]}.
+absl::StatusOr<std::string> PeersJson(const mooncake::v1::ListPeersResponse& peers);
 absl::StatusOr<std::string> MemoryRegionsJson(const mooncake::v1::ListMemoryRegionsResponse& mrs);
 
 // The ranks counted as joined in GroupsJson.

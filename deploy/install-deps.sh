@@ -14,6 +14,12 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   clang-format git
   clang-14 libclang-rt-14-dev
+  # A real etcd (3.4) for the etcd client's tests (tests/daemon/etcd_client_test.cc):
+  # cross-node membership (daemon/etcd/) is tested against the server, not a fake.
+  etcd-server
+  # The Python package (python/, tests/python/): pybind11 2.10 and the
+  # Debian interpreter's headers and numpy (zero-copy buffer tests).
+  pybind11-dev python3-dev python3-numpy
 )
 
 check_only=0

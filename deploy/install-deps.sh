@@ -17,9 +17,19 @@ PACKAGES=(
   # A real etcd (3.4) for the etcd client's tests (tests/daemon/etcd_client_test.cc):
   # cross-node membership (daemon/etcd/) is tested against the server, not a fake.
   etcd-server
+  # openssl makes the certificates of the peer-port mTLS test
+  # (tests/integration/peer_tls_test.cc).
+  openssl
   # The Python package (python/, tests/python/): pybind11 2.10 and the
   # Debian interpreter's headers and numpy (zero-copy buffer tests).
   pybind11-dev python3-dev python3-numpy
+  # Prometheus metrics (daemon/metrics/): prometheus-cpp core + pull (its
+  # embedded civetweb HTTP exposer), served only when metrics_listen is set.
+  prometheus-cpp-dev
+  # The Debian packages (cmake/MooncakePackaging.cmake, tests/packaging):
+  # lintian checks the .debs that `cpack -G DEB` makes (dpkg-shlibdeps comes
+  # with dpkg-dev, in build-essential).
+  lintian
 )
 
 check_only=0

@@ -334,6 +334,18 @@ std::string MissingRanks(const MemberMap& members, uint32_t world_size, size_t* 
 
 void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBundlePtr fds,
                             JoinDone done) {
+  if (counters_ != nullptr) {
+    // Counted wherever the join ends (formation, deadline, error, cancel).
+    done = [counters = counters_, start = absl::Now(),
+            inner = std::move(done)](absl::StatusOr<EncodedView> r) {
+      counters->RecordJoin(r.ok() ? metrics::JoinResult::kFormed
+                           : r.status().code() == absl::StatusCode::kDeadlineExceeded
+                               ? metrics::JoinResult::kTimedOut
+                               : metrics::JoinResult::kFailed,
+                           absl::Now() - start);
+      inner(std::move(r));
+    };
+  }
   Member m;
   m.rank = req.rank();
   m.session = caller.id;
@@ -672,6 +684,7 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     NotifyOthers(g, rank, v1::MemberEvent::LOST,
                  absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));
     MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " (pid ", m.cred.pid, ") lost");
+    if (counters_ != nullptr) counters_->RecordLost();
   }
   for (const GroupKey& k : touched) EraseIfEmpty(k);
   mu_.Unlock();
@@ -750,6 +763,13 @@ std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
     }
   }
   std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::map<std::string, uint64_t> GroupBroker::CountByState() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, uint64_t> out;
+  for (const auto& [key, g] : groups_) out[GroupStateName(StateOf(*g))] += 1;
   return out;
 }
 

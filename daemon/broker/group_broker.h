@@ -43,6 +43,7 @@
 #include "broker/validated_join.h"
 #include "fdchannel/fd_ticket_issuer.h"
 #include "fdchannel/ticket_store.h"
+#include "metrics/event_counters.h"
 #include "mooncake/v1/local.pb.h"
 #include "mooncake/v1/node.pb.h"
 #include "session/session_registry.h"
@@ -126,6 +127,12 @@ class GroupBroker {
   };
   Usage UsageOf(uint32_t uid) const;
 
+  // Groups per state (GroupStateName), for the metrics: no names, no copies.
+  std::map<std::string, uint64_t> CountByState() const;
+  // Where joins and lost members are counted (metrics on; null: off). Set
+  // before serving; not owned, outlives the broker.
+  void set_counters(metrics::EventCounters* counters) { counters_ = counters; }
+
  private:
   struct Group;
   struct Member {
@@ -206,6 +213,7 @@ class GroupBroker {
   const BrokerLimits limits_;
   SessionRegistry* sessions_;
   FdTicketIssuer* fd_tickets_;
+  metrics::EventCounters* counters_ = nullptr;
 
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

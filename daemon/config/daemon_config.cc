@@ -63,10 +63,11 @@ absl::Status ParseMode(absl::string_view value, uint32_t* out) {
 // HOST:PORT or [IPv6]:PORT, checked here so that gRPC, which logs its own
 // error lines for an address it cannot use, never sees a malformed one.
 // Whether a host name resolves is left to the daemon's start.
-absl::Status ParsePeerListen(absl::string_view value, std::string* out) {
+// For peer_listen and metrics_listen (`key`).
+absl::Status ParseListenAddress(absl::string_view key, absl::string_view value, std::string* out) {
   auto bad = [&](absl::string_view why) {
     return absl::InvalidArgumentError(
-        absl::StrCat("peer_listen = '", value, "': ", why,
+        absl::StrCat(key, " = '", value, "': ", why,
                      "; expected HOST:PORT or [IPv6]:PORT with PORT in 1..65535, e.g. "
                      "0.0.0.0:7450 or [::]:7450"));
   };
@@ -130,7 +131,9 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
           absl::StrCat("log_level = '", value, "': expected debug, info, warning or error"));
     }
   } else if (key == "peer_listen") {
-    return ParsePeerListen(value, &c->peer_listen);
+    return ParseListenAddress(key, value, &c->peer_listen);
+  } else if (key == "metrics_listen") {
+    return ParseListenAddress(key, value, &c->metrics_listen);
   } else if (key == "sysfs_root") {
     c->sysfs_root = std::string(value);
   } else if (key == "cuda_library") {
@@ -174,6 +177,18 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
   } else if (key == "peer_advertise") {
     if (value.size() > 256) return absl::InvalidArgumentError("peer_advertise: at most 256 bytes");
     c->peer_advertise = std::string(value);
+  } else if (key == "peer_tls_ca_file") {
+    c->peer_tls_ca_file = std::string(value);
+  } else if (key == "peer_tls_cert_file") {
+    c->peer_tls_cert_file = std::string(value);
+  } else if (key == "peer_tls_key_file") {
+    c->peer_tls_key_file = std::string(value);
+  } else if (key == "peer_insecure") {
+    if (value != "true" && value != "false") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "peer_insecure = '", EscapeForDisplay(value, 32), "': expected true or false"));
+    }
+    c->peer_insecure = value == "true";
   } else if (key == "etcd_endpoints") {
     if (value.size() > 4096)
       return absl::InvalidArgumentError("etcd_endpoints: at most 4096 bytes");
@@ -277,7 +292,7 @@ std::string UsageText() {
   return "usage: mooncaked [--config FILE] [--socket PATH] [--node-id ID]\n"
          "                 [--log-level debug|info|warning|error] [--peer-listen HOST:PORT]\n"
          "                 [--sysfs-root DIR] [--socket-mode MODE] [--cuda-library NAME]\n"
-         "                 [--etcd URL[,URL...]]\n"
+         "                 [--etcd URL[,URL...]] [--metrics-listen HOST:PORT]\n"
          "                 [--version] [--help]\n"
          "Runs with embedded defaults when no config file is given; flags override the file.\n"
          "Default socket: /run/mooncake/mooncaked.sock (fd channel: <socket>.fd).\n";
@@ -295,6 +310,7 @@ absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_
       {"--node-id", "node_id"},
       {"--log-level", "log_level"},
       {"--peer-listen", "peer_listen"},
+      {"--metrics-listen", "metrics_listen"},
       {"--sysfs-root", "sysfs_root"},
       {"--socket-mode", "socket_mode"},
       {"--cuda-library", "cuda_library"},

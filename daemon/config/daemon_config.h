@@ -19,9 +19,14 @@ struct DaemonConfig {
   std::string node_id;       // empty: hostname
   LogLevel log_level = LogLevel::kInfo;
   std::string peer_listen;  // host:port; empty: no peer server
+  // Prometheus text at http://HOST:PORT/metrics (docs/metrics.md); empty: off.
+  std::string metrics_listen;
   // What other nodes dial for this one's Peer service (etcd's NodeRecord):
   // empty = peer_listen, with a wildcard host replaced by the hostname.
   std::string peer_advertise;
+  // mTLS on the peer port (peering/peer_tls.h): all three PEM files, or none.
+  std::string peer_tls_ca_file, peer_tls_cert_file, peer_tls_key_file;
+  bool peer_insecure = false;  // plaintext even with the files (explicit)
   // Cluster membership (etcd v3): client URLs, comma-separated in the file
   // and in --etcd; empty = this node alone, as before.
   std::string etcd_endpoints;
@@ -71,8 +76,9 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
 // Parses argv: --config FILE is applied first, then the other flags
 // (--socket, --node-id, --log-level, --peer-listen, --sysfs-root,
-// --socket-mode, --cuda-library). Returns the usage text in an InvalidArgument on error;
-// sets *show_help for --help and *show_version for --version.
+// --socket-mode, --cuda-library, --etcd, --metrics-listen). Returns the
+// usage text in an InvalidArgument on error; sets *show_help for --help
+// and *show_version for --version.
 absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_help,
                                               bool* show_version);
 

@@ -42,6 +42,11 @@ void ExportRegistry::DropSession(uint64_t session) {
   std::erase_if(exports_, [session](const auto& kv) { return kv.second.owner_session == session; });
 }
 
+size_t ExportRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return exports_.size();
+}
+
 size_t ExportRegistry::CountFor(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   size_t n = 0;

@@ -37,6 +37,7 @@ class ExportRegistry {
   absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid) const;
   void DropSession(uint64_t session);
   size_t CountFor(uint64_t session) const;
+  size_t size() const;
 
  private:
   mutable absl::Mutex mu_;

@@ -101,4 +101,6 @@ size_t FdBroker::PendingTicketsFor(uint64_t session) const { return tickets_.Pen
 
 size_t FdBroker::TicketCount() const { return tickets_.size(); }
 
+size_t FdBroker::ExportCount() const { return exports_.size(); }
+
 }  // namespace mooncake::daemon

@@ -149,6 +149,9 @@ class RdmaProvider {
 
   virtual std::vector<softnic::QpInfo> ListQps() const = 0;
   virtual std::vector<softnic::RegionInfo> ListRegions() const = 0;
+  // Payload bytes the provider moved itself (softnic, for the metrics);
+  // -1 for a NIC, which moves them in hardware. Cheap; any thread.
+  virtual int64_t bytes_moved() const { return -1; }
 };
 
 }  // namespace mooncake::daemon

@@ -490,6 +490,15 @@ size_t RdmaResources::SessionsHolding() const {
   return budget_.sessions();
 }
 
+RdmaUsage RdmaResources::Totals() const {
+  absl::MutexLock lock(&mu_);
+  RdmaUsage u;
+  u.qps = qp_owner_.size();
+  u.mrs = mr_owner_.size();
+  for (const auto& [key, mr] : mr_owner_) u.bytes += mr.charged_bytes;
+  return u;
+}
+
 size_t RdmaResources::ControlMappings() const {
   absl::MutexLock lock(&mu_);
   return controls_.size();

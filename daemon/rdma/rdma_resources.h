@@ -158,6 +158,11 @@ class RdmaResources {
   // Sessions holding anything; control mappings alive (tests, the fuzzer).
   size_t SessionsHolding() const;
   size_t ControlMappings() const;
+  // Over every session (the metrics): qps, mrs = registered regions (not
+  // QP control memory), bytes = what those regions map.
+  RdmaUsage Totals() const;
+  // RdmaProvider::bytes_moved (-1: a NIC moves the bytes).
+  int64_t provider_bytes_moved() const { return provider_->bytes_moved(); }
 
  private:
   struct Owner {

@@ -41,6 +41,7 @@ class SoftnicProvider final : public RdmaProvider {
   void SessionEnded(uint64_t session) override;
   std::vector<softnic::QpInfo> ListQps() const override { return engine_.ListQps(); }
   std::vector<softnic::RegionInfo> ListRegions() const override { return engine_.ListRegions(); }
+  int64_t bytes_moved() const override { return static_cast<int64_t>(engine_.bytes_written()); }
 
   softnic::Engine& engine() { return engine_; }
 

@@ -46,6 +46,7 @@ grpc::Status AdminService::GetStatus(grpc::ServerContext* ctx, const v1::GetStat
   resp->set_socket_path(endpoints_.socket_path);
   resp->set_etcd_state(nodes_ != nullptr ? nodes_->state() : "off");
   resp->set_etcd_endpoints(endpoints_.etcd_endpoints);
+  resp->set_peer_security(endpoints_.peer_security);
   resp->set_fd_socket_path(FdSocketPath(endpoints_.socket_path));
   resp->set_pid(::getpid());
   resp->set_uptime_ms(

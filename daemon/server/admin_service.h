@@ -27,6 +27,7 @@ class AdminService final : public v1::Admin::Service {
     std::string socket_path;
     std::string peer_listen;     // empty: no peer API
     std::string etcd_endpoints;  // empty: no cluster membership
+    std::string peer_security;   // "mTLS (...)" / "plaintext (...)"; empty: no peer API
   };
 
   AdminService(const NodeIdentity* node, Endpoints endpoints, const ConnectionTable* connections,

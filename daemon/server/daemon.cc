@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_posix.h>
@@ -23,9 +25,11 @@
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/version.h"
+#include "peering/peer_tls.h"
 #include "rdma/mlx5/mlx5_provider.h"
 #include "rdma/provider_selection.h"
 #include "rdma/softnic_provider.h"
+#include "server/daemon_metrics.h"
 #include "server/rpc_interceptor.h"
 #include "server/unix_listener.h"
 
@@ -175,6 +179,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   fd_limits.connections = cfg.fd_channel_connections;
   d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(),
                                                      d->fds_.get(), fd_limits);
+  if (!cfg.metrics_listen.empty()) {  // served from Start()
+    d->metrics_ = std::make_unique<metrics::Metrics>(CountedRpcMethods(), metrics::GaugeSources{},
+                                                     kMooncakeVersion);
+    d->broker_->set_counters(d->metrics_->counters());
+    d->acceptor_->set_counters(d->metrics_->counters());
+  }
   d->created_ = true;
   return d;
 }
@@ -227,7 +237,8 @@ absl::Status Daemon::JoinCluster() {
   self.set_nic_count(static_cast<uint32_t>(node_.topology.nics_size()));
   self.set_rdma_provider(rdma_ ? rdma_->provider() : "off");
   self.set_started_unix_ms(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())));
-  self.set_peer_insecure(true);  // the peer port has no TLS yet
+  absl::StatusOr<peering::PeerSecurity> security = peering::DescribePeerSecurity(PeerTls());
+  self.set_peer_insecure(!security.ok() || !security->tls);
   peering::NodeRegistryOptions ro;
   ro.prefix = config_.etcd_prefix;
   ro.lease_ttl = absl::Seconds(config_.etcd_lease_ttl_s);
@@ -241,12 +252,72 @@ absl::Status Daemon::JoinCluster() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Drops the reflection plugin from one server: linking grpc++_reflection
+// registers it for every ServerBuilder of the process, and the peer port
+// must not let other hosts enumerate the daemon's services.
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    std::erase_if(*plugins, [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+      return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(p.get()) != nullptr;
+    });
+  }
+};
+
+}  // namespace
+
+absl::Status Daemon::StartPeerServer() {
+  const peering::PeerTlsFiles tls = PeerTls();
+  MC_ASSIGN_OR_RETURN(peering::PeerSecurity security, peering::DescribePeerSecurity(tls));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      peering::PeerServerCredentials(tls));
+  peer_security_ = security.description;
+  peer_service_ = std::make_unique<PeerService>(&node_);
+  grpc::ServerBuilder pb;
+  pb.SetOption(std::make_unique<WithoutReflection>());
+  int port = 0;
+  pb.AddListeningPort(config_.peer_listen, credentials, &port);
+  pb.RegisterService(peer_service_.get());
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> peer_icpt;
+  peer_icpt.push_back(std::make_unique<RpcInterceptorFactory>(
+      nullptr, std::vector<std::string>{v1::Peer::service_full_name()},
+      metrics_ ? metrics_->counters() : nullptr));
+  pb.experimental().SetInterceptorCreators(std::move(peer_icpt));
+  peer_server_ = pb.BuildAndStart();
+  if (!peer_server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", config_.peer_listen,
+                                               ": address in use or invalid (peer_listen)"));
+  }
+  if (security.tls) {
+    MC_LOG(kInfo, "peer API on ", config_.peer_listen, ": ", security.description);
+  } else {
+    MC_LOG(kWarning, "peer API on ", config_.peer_listen, ": ", security.description,
+           "; set peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file for mTLS");
+  }
+  return absl::OkStatus();
+}
+
+peering::PeerTlsFiles Daemon::PeerTls() const {
+  return peering::PeerTlsFiles{config_.peer_tls_ca_file, config_.peer_tls_cert_file,
+                               config_.peer_tls_key_file, config_.peer_insecure};
+}
+
 absl::Status Daemon::Start() {
+  if (!config_.peer_listen.empty()) {
+    // Checked before anything starts: half the TLS files is a config error.
+    MC_ASSIGN_OR_RETURN(peering::PeerSecurity security, peering::DescribePeerSecurity(PeerTls()));
+    peer_security_ = security.description;
+  }
   if (!config_.etcd_endpoints.empty()) MC_RETURN_IF_ERROR(JoinCluster());
   local_service_ = std::make_unique<LocalService>(&node_, connections_.get(), sessions_.get(),
                                                   lifecycle_.get(), broker_.get(), fds_.get());
   admin_service_ = std::make_unique<AdminService>(
-      &node_, AdminService::Endpoints{config_.socket, config_.peer_listen, config_.etcd_endpoints},
+      &node_,
+      AdminService::Endpoints{config_.socket, config_.peer_listen, config_.etcd_endpoints,
+                              peer_security_},
       connections_.get(), sessions_.get(), broker_.get(), fds_.get(), rdma_.get(), nodes_.get());
   std::vector<std::string> served = {v1::Local::service_full_name(),
                                      v1::Admin::service_full_name()};
@@ -255,6 +326,7 @@ absl::Status Daemon::Start() {
         std::make_unique<RdmaService>(connections_.get(), sessions_.get(), fds_.get(), rdma_.get());
     served.push_back(v1::Rdma::service_full_name());
   }
+  if (!config_.peer_listen.empty()) MC_RETURN_IF_ERROR(StartPeerServer());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -264,7 +336,8 @@ absl::Status Daemon::Start() {
   builder.RegisterService(admin_service_.get());
   if (rdma_service_) builder.RegisterService(rdma_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<RpcInterceptorFactory>(connections_.get(), served));
+  interceptors.push_back(std::make_unique<RpcInterceptorFactory>(
+      connections_.get(), served, metrics_ ? metrics_->counters() : nullptr));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server_ = builder.BuildAndStart();
   if (!server_) return absl::InternalError("gRPC server failed to start");
@@ -274,24 +347,11 @@ absl::Status Daemon::Start() {
     server_->GetHealthCheckService()->SetServingStatus(name, true);
   }
 
-  if (!config_.peer_listen.empty()) {
-    peer_service_ = std::make_unique<PeerService>(&node_);
-    grpc::ServerBuilder pb;
-    int port = 0;
-    pb.AddListeningPort(config_.peer_listen, grpc::InsecureServerCredentials(), &port);
-    pb.RegisterService(peer_service_.get());
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> peer_icpt;
-    peer_icpt.push_back(std::make_unique<RpcInterceptorFactory>(
-        nullptr, std::vector<std::string>{v1::Peer::service_full_name()}));
-    pb.experimental().SetInterceptorCreators(std::move(peer_icpt));
-    peer_server_ = pb.BuildAndStart();
-    if (!peer_server_ || port == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", config_.peer_listen,
-                                                 ": address in use or invalid (peer_listen)"));
-    }
-    MC_LOG(kInfo, "peer API on ", config_.peer_listen);
+  if (metrics_) {
+    metrics_->set_sources(
+        DaemonGaugeSources(sessions_.get(), broker_.get(), fds_.get(), rdma_.get(), nodes_.get()));
+    MC_RETURN_IF_ERROR(metrics_->Serve(config_.metrics_listen));
   }
-
   fd_channel_->Start();
   acceptor_->Start(server_.get());
   heap_trimmer_ = std::make_unique<HeapTrimmer>();
@@ -305,6 +365,7 @@ void Daemon::Shutdown(const std::string& reason) {
   if (shut_down_.exchange(true)) return;
   if (!created_) return;
   MC_LOG(kInfo, "shutting down: ", reason);
+  if (metrics_) metrics_->Stop();  // no scrape reads what is torn down below
   // Remove the socket names first: new clients fail fast instead of hanging.
   ::unlink(config_.socket.c_str());
   ::unlink(FdSocketPath(config_.socket).c_str());

@@ -17,6 +17,8 @@
 //   RdmaResources     → RdmaService, SessionLifecycle, AdminService (const)
 //   GroupBroker       → LocalService, AdminService (const)
 //   SessionLifecycle  → LocalService
+//   Metrics           → GroupBroker, GrpcAcceptor, RpcInterceptor (count
+//                       events); reads the others at scrape time
 #pragma once
 
 #include <grpcpp/server.h>
@@ -33,7 +35,9 @@
 #include "etcd/etcd_client.h"
 #include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
+#include "metrics/metrics.h"
 #include "peering/node_registry.h"
+#include "peering/peer_tls.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 #include "server/admin_service.h"
@@ -59,6 +63,9 @@ class Daemon {
   absl::Status Start();
   // Joins the cluster in etcd (Start does, when etcd_endpoints is set).
   absl::Status JoinCluster();
+  // The Peer service on peer_listen, mTLS or plaintext (peering/peer_tls.h).
+  absl::Status StartPeerServer();
+  peering::PeerTlsFiles PeerTls() const;
   // Tells clients, stops serving, removes the sockets. Idempotent.
   void Shutdown(const std::string& reason);
 
@@ -69,6 +76,9 @@ class Daemon {
 
   DaemonConfig config_;
   NodeIdentity node_;
+  // metrics_listen set: the counters the components below record into
+  // (declared first: destroyed last) and the /metrics server.
+  std::unique_ptr<metrics::Metrics> metrics_;
   std::unique_ptr<AdmissionCounter> connection_admission_;  // main socket
   std::unique_ptr<ConnectionTable> connections_;
   std::unique_ptr<SessionRegistry> sessions_;
@@ -90,6 +100,7 @@ class Daemon {
   // registry (which uses it) goes first.
   std::unique_ptr<etcd::EtcdClient> etcd_;
   std::unique_ptr<peering::NodeRegistry> nodes_;
+  std::string peer_security_;  // DescribePeerSecurity's words; "" without a peer port
   std::atomic<bool> shut_down_{false};
   // Set once Create succeeded: a daemon that failed to start (its socket
   // may be another daemon's) must not unlink the sockets on destruction.

@@ -59,6 +59,9 @@ void GrpcAcceptor::Loop() {
     if (now >= next_sweep) {
       ConnectionTable::SweepResult r = table_->Sweep(now, handshake_timeout_);
       if (r.shut_down > 0) {
+        if (counters_ != nullptr) {
+          counters_->RecordRefused(metrics::RefusalReason::kHandshake, r.shut_down);
+        }
         handshake_log_.Log(
             LogLevel::kInfo,
             absl::StrCat("closed ", r.shut_down, " connection(s) that started no RPC within ",
@@ -101,10 +104,14 @@ void GrpcAcceptor::Loop() {
       if (!admitted.ok() && absl::Now() - last_refusal_sweep_ >= kRefusalSweepPeriod) {
         // Maybe some of the uid's connections ended since the last sweep.
         last_refusal_sweep_ = absl::Now();
-        table_->Sweep(last_refusal_sweep_, handshake_timeout_);
+        ConnectionTable::SweepResult swept = table_->Sweep(last_refusal_sweep_, handshake_timeout_);
+        if (counters_ != nullptr && swept.shut_down > 0) {
+          counters_->RecordRefused(metrics::RefusalReason::kHandshake, swept.shut_down);
+        }
         admitted = admission_->TryTake(cred->uid);
       }
       if (!admitted.ok()) {
+        if (counters_ != nullptr) counters_->RecordRefused(metrics::RefusalReason::kCap);
         refused_log_.Log(LogLevel::kWarning, absl::StrCat("refused a connection from pid ",
                                                           cred->pid, ": ", admitted.message()));
         continue;  // closed by `conn`

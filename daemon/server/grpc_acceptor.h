@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "admission/admission_counter.h"
 #include "admission/rate_limited_log.h"
+#include "metrics/event_counters.h"
 #include "mooncake/common/unique_fd.h"
 #include "server/connection_table.h"
 
@@ -37,6 +38,9 @@ class GrpcAcceptor {
   void Start(grpc::Server* server);
   // Stops accepting (connections already handed to gRPC are gRPC's).
   void Stop();
+  // Where refusals are counted (metrics on; null: off). Before Start; not
+  // owned, outlives this.
+  void set_counters(metrics::EventCounters* counters) { counters_ = counters; }
 
  private:
   void Loop();
@@ -47,6 +51,7 @@ class GrpcAcceptor {
   AdmissionCounter* const admission_;
   const absl::Duration handshake_timeout_;
   grpc::Server* server_ = nullptr;
+  metrics::EventCounters* counters_ = nullptr;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   absl::Time last_refusal_sweep_ = absl::InfinitePast();

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
 
 namespace mooncake::daemon {
@@ -33,8 +34,14 @@ const google::protobuf::MethodDescriptor* ServedMethod(const char* path,
 class RpcInterceptor final : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(grpc::experimental::ServerRpcInfo* info, ConnectionTable* connections,
-                 const std::vector<std::string>* services)
-      : info_(info), connections_(connections), services_(services) {}
+                 const std::vector<std::string>* services, metrics::EventCounters* counters)
+      : info_(info),
+        connections_(connections),
+        services_(services),
+        counters_(counters),
+        method_(counters != nullptr
+                    ? counters->MethodIndex(absl::NullSafeStringView(info->method()))
+                    : 0) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::POST_RECV_INITIAL_METADATA) &&
@@ -44,6 +51,7 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status s = methods->GetSendStatus();
+      grpc::StatusCode code = s.error_code();
       const google::protobuf::MethodDescriptor* method = nullptr;
       if ((s.error_code() == grpc::StatusCode::INTERNAL ||
            s.error_code() == grpc::StatusCode::UNIMPLEMENTED) &&
@@ -55,7 +63,9 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
                          method->input_type()->full_name(),
                          ": malformed protobuf, or invalid UTF-8 in a string field (build the "
                          "client from the same .proto files)")));
+        code = grpc::StatusCode::INVALID_ARGUMENT;
       }
+      if (counters_ != nullptr) counters_->RecordRpc(method_, code);
     }
     methods->Proceed();
   }
@@ -64,6 +74,8 @@ class RpcInterceptor final : public grpc::experimental::Interceptor {
   grpc::experimental::ServerRpcInfo* const info_;
   ConnectionTable* const connections_;
   const std::vector<std::string>* const services_;
+  metrics::EventCounters* const counters_;
+  const size_t method_;  // counters_->MethodIndex of the call
 };
 
 }  // namespace
@@ -77,7 +89,7 @@ grpc::experimental::Interceptor* RpcInterceptorFactory::CreateServerInterceptor(
   // connection's first call is a unary Hello (OpenSession also marks it,
   // through ConnectionTable::CallerOf).
   if (info->type() != grpc::experimental::ServerRpcInfo::Type::UNARY) return nullptr;
-  return new RpcInterceptor(info, connections_, &services_);
+  return new RpcInterceptor(info, connections_, &services_, counters_);
 }
 
 }  // namespace mooncake::daemon

@@ -531,7 +531,10 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
     }
     op.kind = ResponderOp::Kind::kWrite;
     const ResponderResult r = executor_->Execute(op);
-    if (r.syndrome == 0) *byte_count = static_cast<uint32_t>(op.source.length);
+    if (r.syndrome == 0) {
+      *byte_count = static_cast<uint32_t>(op.source.length);
+      bytes_written_.fetch_add(op.source.length, std::memory_order_relaxed);
+    }
     return r.syndrome;
   }
 

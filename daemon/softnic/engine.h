@@ -146,6 +146,9 @@ class Engine {
 
   std::vector<QpInfo> ListQps() const;
   std::vector<RegionInfo> ListRegions() const;
+  // Payload bytes of the RDMA WRITEs executed so far (metrics; the sink
+  // mode moves none). One relaxed atomic, added per successful WRITE.
+  uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
 
   // The responder side of op.remote_qpn, one of this engine's QPs: checks
   // the rkey against that QP's PD and executes. For callers outside the
@@ -192,6 +195,7 @@ class Engine {
   uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bytes_written_{0};
   absl::Mutex thread_mu_;  // serialises Start/Stop
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
 };

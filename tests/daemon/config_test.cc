@@ -138,6 +138,28 @@ TEST(ParseConfigTextTest, RdmaLimitKeysAndTheirRange) {
   }
 }
 
+TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
+  DaemonConfig c;
+  ASSERT_TRUE(ParseConfigText("etcd_endpoints = http://a:2379,http://b:2379\n"
+                              "etcd_prefix = /mc\netcd_lease_ttl_s = 3\n"
+                              "peer_tls_ca_file = /ca.pem\npeer_tls_cert_file = /n.pem\n"
+                              "peer_tls_key_file = /n.key\npeer_insecure = true\n"
+                              "peer_advertise = node1:7450\n",
+                              "t", &c)
+                  .ok());
+  EXPECT_EQ(c.etcd_endpoints, "http://a:2379,http://b:2379");
+  EXPECT_EQ(c.etcd_prefix, "/mc");
+  EXPECT_EQ(c.etcd_lease_ttl_s, 3u);
+  EXPECT_EQ(c.peer_tls_key_file, "/n.key");
+  EXPECT_TRUE(c.peer_insecure);
+  EXPECT_EQ(c.peer_advertise, "node1:7450");
+  for (const char* bad : {"etcd_prefix = mc\n", "etcd_prefix = /mc/\n", "etcd_lease_ttl_s = 1\n",
+                          "peer_insecure = yes\n"}) {
+    DaemonConfig d;
+    EXPECT_EQ(ParseConfigText(bad, "t", &d).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(ParseConfigTextTest, RdmaDevicesIsAListOfNicNames) {
   DaemonConfig c;
   ASSERT_TRUE(ParseConfigText("rdma_devices = mlx5_0, mlx5_3 ,mlx5_bond_0\n", "t", &c).ok());
@@ -499,6 +521,33 @@ TEST(UsageTextTest, MentionsEveryFlag) {
                            "--sysfs-root", "--socket-mode", "--version", "--help"}) {
     EXPECT_TRUE(Contains(u, flag)) << flag;
   }
+}
+
+// metrics_listen (and --metrics-listen): the same HOST:PORT forms as
+// peer_listen, empty = off (the default), errors naming the key.
+TEST(ParseConfigTextTest, MetricsListen) {
+  DaemonConfig c;
+  EXPECT_EQ(c.metrics_listen, "") << "metrics are off unless configured";
+  for (const char* good : {"127.0.0.1:9400", "0.0.0.0:1", "[::1]:9400", "localhost:65535"}) {
+    absl::Status s = ParseConfigText(absl::StrCat("metrics_listen = ", good), "f.conf", &c);
+    EXPECT_TRUE(s.ok()) << good << ": " << s;
+    EXPECT_EQ(c.metrics_listen, good);
+  }
+  ASSERT_TRUE(ParseConfigText("metrics_listen =", "f.conf", &c).ok());
+  EXPECT_EQ(c.metrics_listen, "");
+  for (const char* bad : {"9400", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", ":9400",
+                          "::1:9400", "300.0.0.1:9400"}) {
+    DaemonConfig d;
+    absl::Status s = ParseConfigText(absl::StrCat("metrics_listen = ", bad), "f.conf", &d);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(Contains(s.message(), "f.conf:1: metrics_listen = '")) << s;
+    EXPECT_EQ(d.metrics_listen, "") << bad;
+  }
+  absl::StatusOr<DaemonConfig> flag = Parse({"--metrics-listen", "127.0.0.1:9401"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->metrics_listen, "127.0.0.1:9401");
+  EXPECT_EQ(Parse({"--metrics-listen=nope"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(UsageText(), "--metrics-listen"));
 }
 
 }  // namespace

@@ -261,24 +261,28 @@ std::string FormatStatus(const v1::DaemonStatus& s, const Topology& topology) {
   std::string out =
       absl::StrCat("mooncaked ", OrDash(s.version()), " (protocol ", s.protocol_version(), ")\n");
   absl::StrAppend(
-      &out, KeyValues({{"node", OrDash(s.node_id())},
-                       {"hostname", OrDash(s.hostname())},
-                       {"instance", OrDash(s.instance_id())},
-                       {"pid", absl::StrCat(s.pid())},
-                       {"uptime", FormatDurationMs(s.uptime_ms())},
-                       {"socket", OrDash(s.socket_path())},
-                       {"fd socket", OrDash(s.fd_socket_path())},
-                       {"peer listen", s.peer_listen().empty() ? "off" : s.peer_listen()},
-                       {"etcd", s.etcd_state().empty() || s.etcd_state() == "off"
-                                    ? "off"
-                                    : absl::StrCat(EscapeForDisplay(s.etcd_state(), 400), " (",
-                                                   EscapeForDisplay(s.etcd_endpoints(), 400), ")")},
-                       {"sessions", absl::StrCat(s.sessions())},
-                       {"groups", absl::StrCat(s.groups())},
-                       {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
-                       {"gpus", absl::StrCat(s.gpu_count())},
-                       {"nics", absl::StrCat(s.nic_count())}},
-                      "  "));
+      &out,
+      KeyValues({{"node", OrDash(s.node_id())},
+                 {"hostname", OrDash(s.hostname())},
+                 {"instance", OrDash(s.instance_id())},
+                 {"pid", absl::StrCat(s.pid())},
+                 {"uptime", FormatDurationMs(s.uptime_ms())},
+                 {"socket", OrDash(s.socket_path())},
+                 {"fd socket", OrDash(s.fd_socket_path())},
+                 {"peer listen", s.peer_listen().empty()
+                                     ? "off"
+                                     : absl::StrCat(s.peer_listen(), ", ",
+                                                    EscapeForDisplay(s.peer_security(), 200))},
+                 {"etcd", s.etcd_state().empty() || s.etcd_state() == "off"
+                              ? "off"
+                              : absl::StrCat(EscapeForDisplay(s.etcd_state(), 400), " (",
+                                             EscapeForDisplay(s.etcd_endpoints(), 400), ")")},
+                 {"sessions", absl::StrCat(s.sessions())},
+                 {"groups", absl::StrCat(s.groups())},
+                 {"cuda driver", FormatCudaDriverVersion(s.cuda_driver_version())},
+                 {"gpus", absl::StrCat(s.gpu_count())},
+                 {"nics", absl::StrCat(s.nic_count())}},
+                "  "));
   // Show the discovery notes from the status too when the topology carried
   // none, so a user sees why a list is empty.
   Topology annotated = topology;

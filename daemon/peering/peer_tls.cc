@@ -1,0 +1,92 @@
+#include "peering/peer_tls.h"
+
+#include <grpcpp/security/server_credentials.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace mooncake::daemon::peering {
+
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* key) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " = ", path, ": cannot be read"));
+  }
+  std::stringstream s;
+  s << in.rdbuf();
+  std::string pem = s.str();
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " = ", path, ": not a PEM file"));
+  }
+  return pem;
+}
+
+bool AnyFile(const PeerTlsFiles& f) {
+  return !f.ca_file.empty() || !f.cert_file.empty() || !f.key_file.empty();
+}
+
+}  // namespace
+
+absl::StatusOr<PeerSecurity> DescribePeerSecurity(const PeerTlsFiles& f) {
+  if (AnyFile(f)) {
+    std::vector<std::string> missing;
+    if (f.ca_file.empty()) missing.push_back("peer_tls_ca_file");
+    if (f.cert_file.empty()) missing.push_back("peer_tls_cert_file");
+    if (f.key_file.empty()) missing.push_back("peer_tls_key_file");
+    if (!missing.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer TLS needs all three files; missing: ", absl::StrJoin(missing, ", ")));
+    }
+  }
+  if (AnyFile(f) && !f.insecure) {
+    return PeerSecurity{true, absl::StrCat("mTLS (peers need a certificate of ", f.ca_file, ")")};
+  }
+  if (AnyFile(f)) {
+    return PeerSecurity{false, "plaintext (peer_insecure = true: the TLS files are not used)"};
+  }
+  return PeerSecurity{
+      false, "plaintext (no peer_tls_* files: any host that reaches the port can call it)"};
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
+    const PeerTlsFiles& f) {
+  absl::StatusOr<PeerSecurity> sec = DescribePeerSecurity(f);
+  if (!sec.ok()) return sec.status();
+  if (!sec->tls) return grpc::InsecureServerCredentials();
+  absl::StatusOr<std::string> ca = ReadPem(f.ca_file, "peer_tls_ca_file");
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::string> cert = ReadPem(f.cert_file, "peer_tls_cert_file");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(f.key_file, "peer_tls_key_file");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = *ca;
+  o.pem_key_cert_pairs.push_back({*key, *cert});
+  return grpc::SslServerCredentials(o);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
+    const PeerTlsFiles& f) {
+  absl::StatusOr<PeerSecurity> sec = DescribePeerSecurity(f);
+  if (!sec.ok()) return sec.status();
+  if (!sec->tls) return grpc::InsecureChannelCredentials();
+  absl::StatusOr<std::string> ca = ReadPem(f.ca_file, "peer_tls_ca_file");
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::string> cert = ReadPem(f.cert_file, "peer_tls_cert_file");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(f.key_file, "peer_tls_key_file");
+  if (!key.ok()) return key.status();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = *ca;
+  o.pem_private_key = *key;
+  o.pem_cert_chain = *cert;
+  return grpc::SslCredentials(o);
+}
+
+}  // namespace mooncake::daemon::peering

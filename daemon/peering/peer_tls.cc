@@ -27,6 +27,20 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* key) {
   return pem;
 }
 
+struct Pems {
+  std::string ca, cert, key;
+};
+
+absl::StatusOr<Pems> ReadPems(const PeerTlsFiles& f) {
+  absl::StatusOr<std::string> ca = ReadPem(f.ca_file, "peer_tls_ca_file");
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::string> cert = ReadPem(f.cert_file, "peer_tls_cert_file");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadPem(f.key_file, "peer_tls_key_file");
+  if (!key.ok()) return key.status();
+  return Pems{*std::move(ca), *std::move(cert), *std::move(key)};
+}
+
 bool AnyFile(const PeerTlsFiles& f) {
   return !f.ca_file.empty() || !f.cert_file.empty() || !f.key_file.empty();
 }
@@ -59,15 +73,11 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
   absl::StatusOr<PeerSecurity> sec = DescribePeerSecurity(f);
   if (!sec.ok()) return sec.status();
   if (!sec->tls) return grpc::InsecureServerCredentials();
-  absl::StatusOr<std::string> ca = ReadPem(f.ca_file, "peer_tls_ca_file");
-  if (!ca.ok()) return ca.status();
-  absl::StatusOr<std::string> cert = ReadPem(f.cert_file, "peer_tls_cert_file");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(f.key_file, "peer_tls_key_file");
-  if (!key.ok()) return key.status();
+  absl::StatusOr<Pems> pems = ReadPems(f);
+  if (!pems.ok()) return pems.status();
   grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  o.pem_root_certs = *ca;
-  o.pem_key_cert_pairs.push_back({*key, *cert});
+  o.pem_root_certs = pems->ca;
+  o.pem_key_cert_pairs.push_back({pems->key, pems->cert});
   return grpc::SslServerCredentials(o);
 }
 
@@ -76,16 +86,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials
   absl::StatusOr<PeerSecurity> sec = DescribePeerSecurity(f);
   if (!sec.ok()) return sec.status();
   if (!sec->tls) return grpc::InsecureChannelCredentials();
-  absl::StatusOr<std::string> ca = ReadPem(f.ca_file, "peer_tls_ca_file");
-  if (!ca.ok()) return ca.status();
-  absl::StatusOr<std::string> cert = ReadPem(f.cert_file, "peer_tls_cert_file");
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadPem(f.key_file, "peer_tls_key_file");
-  if (!key.ok()) return key.status();
+  absl::StatusOr<Pems> pems = ReadPems(f);
+  if (!pems.ok()) return pems.status();
   grpc::SslCredentialsOptions o;
-  o.pem_root_certs = *ca;
-  o.pem_private_key = *key;
-  o.pem_cert_chain = *cert;
+  o.pem_root_certs = pems->ca;
+  o.pem_private_key = pems->key;
+  o.pem_cert_chain = pems->cert;
   return grpc::SslCredentials(o);
 }
 

@@ -27,33 +27,9 @@ namespace mooncake::daemon::metrics {
 namespace {
 
 using ::mooncake::testing::BadExpositionLines;
+using ::mooncake::testing::Body;
+using ::mooncake::testing::HttpGet;
 using ::mooncake::testing::ParseSamples;
-
-// GET `path` from 127.0.0.1:`port` over a plain socket; the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    const std::string req =
-        absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
-std::string Body(const std::string& response) {
-  size_t at = response.find("\r\n\r\n");
-  return at == std::string::npos ? "" : response.substr(at + 4);
-}
 
 TEST(EventCountersTest, MethodsAreAFixedSetWithOther) {
   EventCounters c({"mooncake.v1.Local/Hello", "mooncake.v1.Local/JoinGroup", "other"});

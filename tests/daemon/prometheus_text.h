@@ -1,7 +1,13 @@
 // Test helpers for the Prometheus text exposition format (version 0.0.4):
-// a line-by-line format check and a parser of samples, for the metrics
-// unit test and the metrics integration test.
+// a plain HTTP scrape, a line-by-line format check and a parser of samples,
+// for the metrics unit test and the metrics integration test.
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <map>
@@ -9,9 +15,38 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
 namespace mooncake::testing {
+
+// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole response,
+// "" when nothing listens.
+inline std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    timeval tv{10, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const std::string req =
+        absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+inline std::string Body(const std::string& response) {
+  size_t at = response.find("\r\n\r\n");
+  return at == std::string::npos ? "" : response.substr(at + 4);
+}
 
 // Every line that is neither a `# HELP name text` / `# TYPE name type`
 // comment nor a `name{label="value",...} value [timestamp]` sample, with

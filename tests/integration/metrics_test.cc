@@ -46,34 +46,6 @@ int FreePort() {
   return port;
 }
 
-// A plain HTTP/1.0 GET of `path` on 127.0.0.1:`port`; the whole response,
-// "" when nothing listens.
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string out;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-    timeval tv{10, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    const std::string req =
-        absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    if (::write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, n);
-    }
-  }
-  ::close(fd);
-  return out;
-}
-
-std::string Body(const std::string& response) {
-  size_t at = response.find("\r\n\r\n");
-  return at == std::string::npos ? "" : response.substr(at + 4);
-}
-
 // The TCP sockets `pid` listens on, as "ADDR:PORT" in /proc/net/tcp{,6}
 // hex ("0100007F:2328" is 127.0.0.1:9000).
 std::set<std::string> ListeningTcp(pid_t pid) {

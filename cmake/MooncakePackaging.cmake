@@ -77,9 +77,17 @@ string(TIMESTAMP MOONCAKE_COPYRIGHT_YEAR "%Y" UTC)
 configure_file(${_pkg_src}/debian/changelog.in ${_pkg_out}/changelog.Debian @ONLY)
 configure_file(${_pkg_src}/debian/copyright.in ${_pkg_out}/copyright @ONLY)
 _mooncake_gzip(${_pkg_out}/changelog.Debian ${_pkg_out}/changelog.Debian.gz)
-foreach(page mooncaked.8 mcctl.1 device_transport_example.1)
-  _mooncake_gzip(${_pkg_src}/man/${page} ${_pkg_out}/${page}.gz)
-endforeach()
+# Man pages from each program's --help (help2man; cmake/MooncakeManPages.cmake).
+include(MooncakeManPages)
+mooncake_man_page(TARGET mooncaked SECTION 8 NAME "Mooncake device-transport broker, one per node"
+                  OUT_VAR _man_mooncaked)
+mooncake_man_page(TARGET mcctl SECTION 1 NAME "query, watch and diagnose the local Mooncake daemon"
+                  OUT_VAR _man_mcctl)
+if(TARGET device_transport_example)
+  mooncake_man_page(TARGET device_transport_example SECTION 1
+                    NAME "run one rank of a Mooncake Device API example group"
+                    OUT_VAR _man_example)
+endif()
 
 # _mooncake_package_docs(PACKAGE COMPONENT): copyright, changelog and the
 # lintian overrides: deploy/debian/common.lintian-overrides, then
@@ -116,7 +124,7 @@ install(FILES ${_pkg_out}/mooncaked.service DESTINATION lib/systemd/system
 install(FILES ${_pkg_out}/mooncaked.conf DESTINATION /etc/mooncake COMPONENT pkg_daemon EXCLUDE_FROM_ALL)
 install(FILES ${_pkg_src}/mooncake.sysusers DESTINATION lib/sysusers.d RENAME mooncake.conf
         COMPONENT pkg_daemon EXCLUDE_FROM_ALL)
-install(FILES ${_pkg_out}/mooncaked.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8
+install(FILES ${_man_mooncaked} DESTINATION ${CMAKE_INSTALL_MANDIR}/man8
         COMPONENT pkg_daemon EXCLUDE_FROM_ALL)
 _mooncake_package_docs(mooncaked pkg_daemon)
 
@@ -131,12 +139,15 @@ _mooncake_package_docs(libmooncake-client-dev pkg_dev)
 
 # mooncake-tools
 install(TARGETS mcctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT pkg_tools EXCLUDE_FROM_ALL)
-install(FILES ${_pkg_out}/mcctl.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+install(FILES ${_man_mcctl} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+        COMPONENT pkg_tools EXCLUDE_FROM_ALL)
+install(FILES ${PROJECT_SOURCE_DIR}/client/mcctl/completion/mcctl.bash
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions RENAME mcctl
         COMPONENT pkg_tools EXCLUDE_FROM_ALL)
 if(TARGET device_transport_example)
   install(TARGETS device_transport_example RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
           COMPONENT pkg_tools EXCLUDE_FROM_ALL)
-  install(FILES ${_pkg_out}/device_transport_example.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+  install(FILES ${_man_example} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
           COMPONENT pkg_tools EXCLUDE_FROM_ALL)
 endif()
 _mooncake_package_docs(mooncake-tools pkg_tools)
@@ -233,7 +244,9 @@ set(CPACK_DEBIAN_TOOLS_PACKAGE_DEPENDS "libmooncake-client ${_same}")
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SUGGESTS "mooncaked")
 set(CPACK_DEBIAN_TOOLS_DESCRIPTION "Mooncake command-line tools: mcctl and an example
 mcctl queries the node's mooncaked: status, GPUs, NICs, topology, sessions,
-groups, queue pairs, memory regions and cluster peers, as tables or JSON.
+groups, queue pairs, memory regions and cluster peers, as tables or JSON;
+streams group events (mcctl watch) and checks the node for GPU-initiated
+transfers (mcctl doctor). With bash completion.
 .
 device_transport_example runs one rank of a Device API example group (on
 CPU threads with --platform host, on GPUs with --platform cuda).")

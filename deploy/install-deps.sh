@@ -30,6 +30,9 @@ PACKAGES=(
   # lintian checks the .debs that `cpack -G DEB` makes (dpkg-shlibdeps comes
   # with dpkg-dev, in build-essential).
   lintian
+  # Man pages generated from each program's --help at build time
+  # (cmake/MooncakeManPages.cmake); without it the hand-written deploy/man pages.
+  help2man
 )
 
 check_only=0
@@ -50,6 +53,30 @@ if ! command -v dpkg-query >/dev/null 2>&1; then
   exit 1
 fi
 
+# The Kubernetes manifests' validator (deploy/k8s/validate, CTest
+# deploy_k8s_manifests): kubernetes-models and js-yaml from the npm registry,
+# versions and hashes pinned by its package-lock.json, into its own
+# node_modules (about 30 MiB; nothing global). Node.js itself is the
+# machine's (nodejs, with npm). Runs after the Debian packages below.
+k8s_validate_deps() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/k8s/validate"
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "install-deps.sh: npm not found: install nodejs (with npm) for deploy/k8s/validate" >&2
+    return 1
+  fi
+  # `npm ls` fails when a pinned package is missing or another version.
+  if (cd "$dir" && npm ls --depth=0 >/dev/null 2>&1); then
+    echo "install-deps.sh: deploy/k8s/validate node_modules are installed"
+    return 0
+  fi
+  if [[ $check_only -eq 1 ]]; then
+    echo "install-deps.sh: missing: deploy/k8s/validate node_modules (npm ci)"
+    return 1
+  fi
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+}
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   state=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
@@ -58,10 +85,12 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps.sh: all ${#PACKAGES[@]} packages are installed"
-  exit 0
+  k8s_validate_deps
+  exit $?
 fi
 echo "install-deps.sh: missing: ${missing[*]}"
 if [[ $check_only -eq 1 ]]; then
+  k8s_validate_deps || true
   exit 1
 fi
 
@@ -91,3 +120,4 @@ if [[ ${#still[@]} -gt 0 ]]; then
   exit 1
 fi
 echo "install-deps.sh: installed ${missing[*]}"
+k8s_validate_deps

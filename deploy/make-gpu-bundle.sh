@@ -9,7 +9,8 @@
 #      and benchmarks from being installed;
 #   3. copy every shared library that ldd names for the installed binaries
 #      and that the GPU machine lacks (gRPC, protobuf, Abseil, c-ares, re2,
-#      upb, address_sorting) into .gpu/prefix/lib; the binaries find them
+#      upb, address_sorting, and prometheus-cpp with civetweb for mooncaked's
+#      metrics) into .gpu/prefix/lib; the binaries find them
 #      through DT_RPATH=$ORIGIN/../lib. NCCL, the CUDA driver, glibc,
 #      libstdc++, zlib, OpenSSL, rdma-core, systemd are on that machine and
 #      are never copied;
@@ -19,6 +20,10 @@
 # falls back to a GPU-only project made of bench/gpu and tests/gpu, and says so.
 #
 # Usage: deploy/make-gpu-bundle.sh [--build-dir DIR] [--prefix DIR] [--jobs N] [--gpu-only]
+#                                  [--targets "T1 T2 ..."]
+# --targets builds only those targets (and what they need), e.g.
+# "mooncaked mooncake_client" for tests/gpu/python_check.sh; the
+# install step then skips the directories whose targets were not built.
 # Then, on the GPU machine, from the repository root:
 #   tests/gpu/run.sh .gpu/prefix
 set -euo pipefail
@@ -28,13 +33,15 @@ build="$root/build-gpu"
 prefix="$root/.gpu/prefix"
 jobs=2
 gpu_only=0
+targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build-dir) build=$(realpath -m "$2"); shift 2 ;;
     --prefix) prefix=$(realpath -m "$2"); shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --gpu-only) gpu_only=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --targets) read -r -a targets <<<"$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "make-gpu-bundle: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,7 +51,7 @@ log() { echo "make-gpu-bundle: $*"; }
 
 # Libraries the GPU machine does not have (gpu.md); everything else ldd
 # lists must already be there.
-bundled_re='^lib(grpc|gpr|protobuf|protoc|absl_|cares|re2|upb|address_sorting)'
+bundled_re='^lib(grpc|gpr|protobuf|protoc|absl_|cares|re2|upb|address_sorting|prometheus-cpp|civetweb)'
 # Never ship these, whatever pattern matches.
 never_re='^lib(nccl|cuda|cudart|nvidia|c\.so|m\.so|stdc\+\+|gcc_s|pthread|dl\.so|rt\.so|z\.so|ssl|crypto|ibverbs|mlx5|nl-|systemd)'
 
@@ -90,7 +97,7 @@ fi
 
 # Keep going past targets that fail to build: install whatever was built.
 build_rc=0
-cmake --build "$build" -j "$jobs" -- -k 0 || build_rc=$?
+cmake --build "$build" -j "$jobs" ${targets[@]+--target "${targets[@]}"} -- -k 0 || build_rc=$?
 if [[ $build_rc -ne 0 ]]; then
   log "WARNING: some targets failed to build (rc=$build_rc); installing the ones that did"
 fi

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "config/daemon_config.h"
 #include "fuzz_support.h"
@@ -59,6 +60,11 @@ std::string ToText(const DaemonConfig& c) {
   key("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid);
   key("max_view_bytes_per_uid", c.max_view_bytes_per_uid);
   key("max_join_timeout_ms", c.max_join_timeout_ms);
+  std::vector<std::string> tenants;
+  for (const TenantSocket& ts : c.tenant_sockets) {
+    tenants.push_back(ts.path.empty() ? ts.name : absl::StrCat(ts.name, ":", ts.path));
+  }
+  key("tenant_sockets", absl::StrJoin(tenants, ","));
   return t;
 }
 
@@ -86,6 +92,28 @@ void CheckRanges(const DaemonConfig& c) {
   CheckRange("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid, 1, 1 << 24);
   CheckRange("max_view_bytes_per_uid", c.max_view_bytes_per_uid, 4096, 0xffffffffu);
   CheckRange("max_join_timeout_ms", c.max_join_timeout_ms, 1000, 24 * 3600 * 1000);
+  FUZZ_CHECK(c.tenant_sockets.size() <= kMaxTenantSockets, c.tenant_sockets.size(), " tenants");
+  for (size_t i = 0; i < c.tenant_sockets.size(); ++i) {
+    const TenantSocket& ts = c.tenant_sockets[i];
+    FUZZ_CHECK(!ts.name.empty() && ts.name.size() <= kMaxTenantNameBytes &&
+                   absl::ascii_isalnum(static_cast<unsigned char>(ts.name[0])),
+               "tenant name '", ts.name, "'");
+    FUZZ_CHECK(ts.name.find_first_of(":,/ ") == std::string::npos, "tenant name '", ts.name, "'");
+    FUZZ_CHECK(ts.path.empty() || (ts.path[0] == '/' && ts.path.size() <= 104 &&
+                                   ts.path.find("/..") == std::string::npos &&
+                                   ts.path.find(',') == std::string::npos),
+               "tenant socket path '", ts.path, "'");
+    for (size_t j = 0; j < i; ++j) {
+      FUZZ_CHECK(c.tenant_sockets[j].name != ts.name, "tenant '", ts.name, "' twice");
+    }
+  }
+  // A parsed list always resolves or fails with InvalidArgument, never worse.
+  if (absl::StatusOr<std::vector<TenantSocket>> r = ResolveTenantSockets(c); !r.ok()) {
+    FUZZ_CHECK(r.status().code() == absl::StatusCode::kInvalidArgument, r.status());
+  } else {
+    FUZZ_CHECK(r->size() == c.tenant_sockets.size(), "resolve changed the tenant count");
+    for (const TenantSocket& ts : *r) FUZZ_CHECK(!ts.path.empty(), "unresolved tenant path");
+  }
   if (!c.peer_listen.empty()) {
     FUZZ_CHECK(c.peer_listen.find(':') != std::string::npos, "peer_listen '", c.peer_listen,
                "' has no port");

@@ -225,10 +225,13 @@ inline void HandleRdma(DaemonCore& core, const daemon::SessionInfo& a,
   if (const auto* r = dynamic_cast<const v1::GetRdmaInfoRequest*>(&msg)) {
     (void)r;
     v1::RdmaInfo info;
-    svc.HandleGetRdmaInfo(&info);
-    FUZZ_CHECK(info.provider() == "softnic" &&
-                   info.max_qps_per_session() == core.rdma.limits().max_qps_per_session,
-               "RdmaInfo differs from the resources");
+    absl::Status s = svc.HandleGetRdmaInfo(&a, &info);
+    FUZZ_CHECK(Allowed(s, {StatusCode::kFailedPrecondition}), s);  // a session that ended
+    FUZZ_CHECK(
+        !s.ok() || (info.provider() == "softnic" &&
+                    info.max_qps_per_session() == core.rdma.limits().max_qps_per_session &&
+                    !info.is_roce() && info.gid_index() == 0 && info.nic() == core.rdma.nic()),
+        "RdmaInfo differs from the resources");
   } else if (const auto* r = dynamic_cast<const v1::RegisterMemoryRequest*>(&msg)) {
     v1::RegisterMemoryRequest req = *r;
     req.set_fd_ticket(ticket(req.fd_ticket()));

@@ -381,6 +381,10 @@ void ConfigSeeds() {
   Write(t, "command_line",
         "--socket /tmp/m.sock --node-id=n1 --log-level debug --peer-listen [::]:7450 "
         "--socket-mode 0666");
+  Write(t, "tenants",
+        "socket = /run/mooncake/mooncaked.sock\n"
+        "tenant_sockets = team-a, team-b:/run/mooncake/b/mooncaked.sock,ns.3\n");
+  Write(t, "tenants_command_line", "--socket /tmp/m.sock --tenant-sockets a,b:/tmp/b.sock");
 }
 
 // ---- escape_fuzzer: u8 max_len, then the text.

@@ -160,6 +160,13 @@ int DaemonRdmaTransport::initialize(const std::string& device_name, int num_rank
     doorbell_tried_ = true;  // once per session (the daemon's rule)
     SetUpGpuDoorbells();
   }
+  // The session's NIC is chosen now: its link (isRoce, gidIndex) and name
+  // replace the default NIC's that Create() saw.
+  absl::StatusOr<RdmaNodeInfo> now = client_->rdmaInfo();
+  if (!now.ok()) return Fail(now.status());
+  info_.nic = now->nic;
+  info_.is_roce = now->is_roce;
+  info_.gid_index = now->gid_index;
   num_ranks_ = num_ranks;
   qps_per_peer_ = num_qps / num_ranks;
   if (qps_per_peer_ > 64) return Fail(absl::InvalidArgumentError("at most 64 QPs per peer"));

@@ -172,9 +172,30 @@ std::shared_ptr<const std::string> GroupBroker::EncodeShared(
   resp.set_group(g.name);
   resp.set_world_size(g.world_size);
   resp.set_epoch(g.epoch);
-  resp.mutable_members()->Reserve(static_cast<int>(g.members.size()));
+  resp.mutable_members()->Reserve(static_cast<int>(g.members.size() + g.remote.size()));
   size_t i = 0;
+  auto remote = g.remote.begin();
+  // Members in rank order: remote ranks interleave with this node's.
+  auto add_remote_before = [&](uint32_t limit) {
+    for (; remote != g.remote.end() && remote->first < limit; ++remote) {
+      const ClusterMember& c = remote->second;
+      v1::MemberView* v = resp.add_members();
+      v->set_rank(c.rank);
+      v->set_node_id(c.node_id);
+      v->set_pid(c.pid);
+      v->set_gpu_index(c.gpu_index);
+      v->set_gpu_uuid(c.gpu_uuid);
+      v->set_gpu_pci_bus_id(c.gpu_pci);
+      v->set_handle_kind(c.handle_kind);
+      v->set_handle_size(c.handle_size);
+      if (c.rdma) *v->mutable_rdma() = *c.rdma;
+      // Another node: no handle bytes, no fds, no load/store path.
+      v->set_same_node(false);
+      v->set_p2p_reachable(false);
+    }
+  };
   for (const auto& [r, m] : g.members) {
+    add_remote_before(r);
     v1::MemberView* v = resp.add_members();
     v->set_rank(r);
     v->set_node_id(node_id_);
@@ -196,6 +217,7 @@ std::shared_ptr<const std::string> GroupBroker::EncodeShared(
     }
     ++i;
   }
+  add_remote_before(g.world_size);
   auto bytes = std::make_shared<std::string>();
   resp.SerializeToString(bytes.get());
   return bytes;
@@ -272,12 +294,32 @@ void GroupBroker::AddMemberLocked(Group& g, Member m) {
   u.view_bytes += m.view_bytes;
   by_session_[m.session].insert(MemberRef{&g, m.rank});
   uint32_t rank = m.rank;
+  Emit(g, GroupEvent::Kind::kJoined, rank, m.cred.pid, "");
   g.members.insert_or_assign(rank, std::move(m));
+}
+
+// The event feed (mcctl watch): one report per group event, under mu_.
+void GroupBroker::Emit(const Group& g, GroupEvent::Kind kind, uint32_t rank, int pid,
+                       std::string detail) const {
+  if (events_ == nullptr) return;
+  GroupEvent ev;
+  ev.kind = kind;
+  ev.uid = g.uid;
+  ev.group = g.name;
+  ev.rank = rank;
+  ev.pid = pid;
+  ev.world_size = g.world_size;
+  ev.epoch = g.epoch;
+  ev.detail = std::move(detail);
+  events_->OnGroupEvent(ev);
 }
 
 void GroupBroker::EraseMemberLocked(Group& g, uint32_t rank) {
   auto it = g.members.find(rank);
   if (it == g.members.end()) return;
+  if (directory_ != nullptr && it->second.claim != Member::Claim::kNone) {
+    directory_->Withdraw(g.uid, g.tenant, g.name, rank);
+  }
   if (auto u = usage_.find(g.uid); u != usage_.end()) {
     u->second.ranks -= std::min<uint64_t>(1, u->second.ranks);
     u->second.view_bytes -= std::min(it->second.view_bytes, u->second.view_bytes);
@@ -287,6 +329,7 @@ void GroupBroker::EraseMemberLocked(Group& g, uint32_t rank) {
     s->second.erase(MemberRef{&g, rank});
     if (s->second.empty()) by_session_.erase(s);
   }
+  if (!g.formed) Emit(g, GroupEvent::Kind::kWithdrew, rank, it->second.cred.pid, "");
   g.members.erase(it);
 }
 
@@ -359,7 +402,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
   m.view_bytes = EntryBytes(m);
 
   const uint32_t timeout_ms = req.timeout_ms_;
-  const GroupKey key{caller.cred.uid, req.group()};
+  const GroupKey key = KeyOf(caller, req.group());
   std::optional<Formation> formation;
   // Registers under the lock; completions run after it is released.
   absl::Status error = [&]() -> absl::Status {
@@ -389,6 +432,12 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
                                                      "' is already taken by pid ",
                                                      it->second.cred.pid));
       }
+      if (auto it = g->remote.find(req.rank());
+          it != g->remote.end() && it->second.state == MemberState::kJoined) {
+        return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g->name,
+                                                     "' is already taken by pid ", it->second.pid,
+                                                     " on node ", it->second.node_id));
+      }
       if (g->formed) {
         return absl::FailedPreconditionError(absl::StrCat(
             "group '", g->name, "' already formed (epoch ", g->epoch, ") and rank ", req.rank(),
@@ -396,64 +445,216 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
             "or use a new group name"));
       }
     }
-    const size_t joined = g == nullptr ? 0 : g->members.size();
-    const bool completes = joined + 1 == req.world_size();
+    const size_t joined = g == nullptr ? 0 : g->members.size() + g->remote.size();
+    const bool completes = joined + 1 == req.world_size() && directory_ == nullptr;
     if (absl::Status s = CheckBudget(caller.cred.uid, m.view_bytes, !completes); !s.ok()) {
       return s;
     }
     if (g == nullptr) {
+      std::vector<ClusterMember> remote;
+      if (directory_ != nullptr)
+        remote = directory_->RemoteMembers(caller.cred.uid, caller.tenant, req.group());
+      for (const ClusterMember& c : remote) {
+        if (c.world_size != req.world_size()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("group '", req.group(), "' has world size ", c.world_size, " (rank ",
+                           c.rank, " on node ", c.node_id, ") but rank ", req.rank(), " asked for ",
+                           req.world_size(), ": start every rank with the same world size"));
+        }
+        if (c.rank == req.rank() && c.state == MemberState::kJoined) {
+          return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '",
+                                                       req.group(), "' is already taken by pid ",
+                                                       c.pid, " on node ", c.node_id));
+        }
+      }
       auto fresh = std::make_shared<Group>();
       fresh->name = req.group();
       fresh->uid = caller.cred.uid;
+      fresh->tenant = caller.tenant;
       fresh->world_size = req.world_size();
       fresh->created = absl::Now();
+      for (ClusterMember& c : remote) {
+        const uint32_t r = c.rank;
+        fresh->remote.emplace(r, std::move(c));
+      }
       g = fresh.get();
       groups_.emplace(key, std::move(fresh));
     }
     const uint32_t rank = req.rank();
+    std::optional<ClusterMember> claim;
+    if (directory_ != nullptr) {
+      m.claim = Member::Claim::kPending;
+      claim.emplace();
+      claim->rank = rank;
+      claim->world_size = req.world_size();
+      claim->pid = m.cred.pid;
+      claim->gpu_index = m.gpu_index;
+      claim->gpu_uuid = m.gpu_uuid;
+      claim->gpu_pci = m.gpu_pci;
+      claim->handle_kind = m.handle.kind();
+      claim->handle_size = m.handle.size();
+      claim->rdma = m.rdma;
+    }
     AddMemberLocked(*g, std::move(m));
-    if (!completes) {
-      AddWaiterLocked(*g, rank, caller, std::move(done), timeout_ms);
-      if (absl::Time d = g->waiters.at(rank).deadline->first; d < timer_next_) {
-        // Only an earlier deadline needs the timer thread awake now.
-        timer_next_ = d;
-        timer_kick_ = true;
-      }
+    AddWaiterLocked(*g, rank, caller, std::move(done), timeout_ms);
+    if (absl::Time d = g->waiters.at(rank).deadline->first; d < timer_next_) {
+      // Only an earlier deadline needs the timer thread awake now.
+      timer_next_ = d;
+      timer_kick_ = true;
+    }
+    if (claim) {
+      // Queued only; the answer comes on the directory's thread.
+      directory_->Claim(
+          g->uid, g->tenant, g->name, *claim,
+          [this, key, rank, session = caller.id](ClaimOutcome outcome, const absl::Status& status) {
+            ClaimAnswered(key, rank, session, outcome, status);
+          });
       return absl::OkStatus();
     }
-    g->formed = true;
-    g->epoch += 1;
-    MC_LOG(kInfo, "group '", g->name, "' (uid ", g->uid, ") formed with ", g->world_size,
-           " ranks, epoch ", g->epoch);
-    Formation f;
-    auto snapshot = std::make_shared<Group>();
-    snapshot->name = g->name;
-    snapshot->uid = g->uid;
-    snapshot->world_size = g->world_size;
-    snapshot->formed = true;
-    snapshot->epoch = g->epoch;
-    snapshot->members = g->members;
-    for (auto it = g->waiters.begin(); it != g->waiters.end();) {
-      uint32_t r = it->first;
-      SessionInfo who = it->second.caller;
-      uint32_t t = it->second.timeout_ms;
-      JoinDone d = TakeWaiterLocked(*g, it++);
-      f.waiters.emplace_back(r, Waiter{std::move(who), std::move(d), t, {}});
-    }
-    f.waiters.emplace_back(rank, Waiter{caller, std::move(done), timeout_ms, {}});
-    f.group = std::move(snapshot);
-    formation = std::move(f);
+    formation = MaybeFormLocked(*g);
     return absl::OkStatus();
   }();
   if (!error.ok()) return done(error);
   if (formation) CompleteFormation(std::move(*formation));
 }
 
+std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
+  if (g.formed) return std::nullopt;
+  size_t remote_joined = 0;
+  for (const auto& [r, c] : g.remote) {
+    if (c.state == MemberState::kJoined && g.members.count(r) == 0) ++remote_joined;
+  }
+  if (g.members.size() + remote_joined < g.world_size) return std::nullopt;
+  bool all_claimed = true;
+  for (const auto& [r, m] : g.members) {
+    if (m.claim == Member::Claim::kPending) return std::nullopt;
+    all_claimed &= m.claim != Member::Claim::kUnreachable;
+  }
+  // Ranks on other nodes count only once every local rank is agreed; a
+  // group entirely on this node forms even while the directory is away.
+  if (remote_joined > 0 && !all_claimed) return std::nullopt;
+  g.formed = true;
+  g.epoch += 1;
+  MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") formed with ", g.world_size, " ranks",
+         remote_joined > 0 ? absl::StrCat(" (", remote_joined, " on other nodes)") : "",
+         !all_claimed ? " on this node alone: the cluster directory is unreachable" : "",
+         ", epoch ", g.epoch);
+  Emit(g, GroupEvent::Kind::kFormed, 0, 0, absl::StrCat("all ", g.world_size, " ranks in"));
+  Formation f;
+  auto snapshot = std::make_shared<Group>();
+  snapshot->name = g.name;
+  snapshot->uid = g.uid;
+  snapshot->tenant = g.tenant;
+  snapshot->world_size = g.world_size;
+  snapshot->formed = true;
+  snapshot->epoch = g.epoch;
+  snapshot->members = g.members;
+  for (const auto& [r, c] : g.remote) {
+    if (c.state == MemberState::kJoined && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
+  }
+  for (auto it = g.waiters.begin(); it != g.waiters.end();) {
+    uint32_t r = it->first;
+    SessionInfo who = it->second.caller;
+    uint32_t t = it->second.timeout_ms;
+    JoinDone d = TakeWaiterLocked(g, it++);
+    f.waiters.emplace_back(r, Waiter{std::move(who), std::move(d), t, {}});
+  }
+  f.group = std::move(snapshot);
+  return f;
+}
+
+void GroupBroker::ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t session,
+                                ClaimOutcome outcome, const absl::Status& status) {
+  std::optional<Formation> formation;
+  std::vector<Completion> completions;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = groups_.find(key);
+    if (it == groups_.end()) return;
+    Group& g = *it->second;
+    auto m = g.members.find(rank);
+    if (m == g.members.end() || m->second.session != session) return;  // gone meanwhile
+    switch (outcome) {
+      case ClaimOutcome::kClaimed: m->second.claim = Member::Claim::kClaimed; break;
+      case ClaimOutcome::kUnreachable:
+        if (m->second.claim == Member::Claim::kPending) {
+          m->second.claim = Member::Claim::kUnreachable;
+        }
+        break;
+      case ClaimOutcome::kFailed:
+        if (g.formed) {
+          // Formed on this node alone while the directory was away, and
+          // another node holds the rank now: the cluster disagrees.
+          MC_LOG(kWarning, "group '", g.name, "' (uid ", g.uid, "): rank ", rank,
+                 " formed here while the cluster directory was unreachable, and the cluster "
+                 "refuses it now: ",
+                 status.message());
+          return;
+        }
+        m->second.claim = Member::Claim::kNone;  // nothing of ours to withdraw
+        if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
+          completions.push_back({TakeWaiterLocked(g, w), status});
+        }
+        EraseMemberLocked(g, rank);
+        EraseIfEmpty(key);
+        break;
+    }
+    if (outcome != ClaimOutcome::kFailed) formation = MaybeFormLocked(g);
+  }
+  Complete(&completions);
+  if (formation) CompleteFormation(std::move(*formation));
+}
+
+void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const std::string& group,
+                                uint32_t rank, std::optional<ClusterMember> member) {
+  std::optional<Formation> formation;
+  absl::MutexLock lock(&mu_);
+  // The directory knows no tenants: what it reports is of the main socket's
+  // groups (tenant ""), never of a tenant's.
+  auto it = groups_.find(GroupKey{uid, tenant, group});
+  if (it == groups_.end()) return;
+  Group& g = *it->second;
+  auto known = g.remote.find(rank);
+  if (!g.formed) {
+    // Forming: only who holds which rank matters.
+    if (member && member->state == MemberState::kJoined) {
+      g.remote.insert_or_assign(rank, *std::move(member));
+      formation = MaybeFormLocked(g);
+    } else if (known != g.remote.end()) {
+      g.remote.erase(known);
+    }
+  } else if (known != g.remote.end() && known->second.state == MemberState::kJoined) {
+    // Formed: a member of the view left or was lost on its node, or its
+    // claim vanished (its node's lease expired: the node died or was cut
+    // off).
+    MemberState now = member ? member->state : MemberState::kLost;
+    if (now != MemberState::kJoined) {
+      known->second.state = now;
+      const bool lost = now == MemberState::kLost;
+      NotifyOthers(g, rank, lost ? v1::MemberEvent::LOST : v1::MemberEvent::LEFT,
+                   !member ? absl::StrCat("node ", known->second.node_id,
+                                          " is gone from the cluster (its lease expired)")
+                   : lost
+                       ? absl::StrCat("pid ", known->second.pid,
+                                      " exited or lost its session on node ", known->second.node_id)
+                       : absl::StrCat("left the group (node ", known->second.node_id, ")"));
+      MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " on node ", known->second.node_id,
+             lost ? " lost" : " left");
+      if (lost && counters_ != nullptr) counters_->RecordLost();
+    }
+  }
+  if (formation) {
+    mu_.Unlock();
+    CompleteFormation(std::move(*formation));
+    mu_.Lock();
+  }
+}
+
 void GroupBroker::CancelJoin(const SessionInfo& caller, const std::string& group, uint32_t rank) {
   std::vector<Completion> completions;
   {
     absl::MutexLock lock(&mu_);
-    GroupKey key{caller.cred.uid, group};
+    GroupKey key = KeyOf(caller, group);
     auto it = groups_.find(key);
     if (it == groups_.end()) return;
     Group& g = *it->second;
@@ -482,9 +683,22 @@ void GroupBroker::TimerLoop() {
       auto m = missing.find(&g);
       if (m == missing.end()) {
         size_t total = 0;
-        std::string list = MissingRanks(g.members, g.world_size, &total);
+        std::string list;
+        if (g.remote.empty()) {
+          list = MissingRanks(g.members, g.world_size, &total);
+        } else {
+          std::map<uint32_t, bool> present;
+          for (const auto& [r, mem] : g.members) present.emplace(r, true);
+          for (const auto& [r, c] : g.remote) present.emplace(r, true);
+          list = MissingRanks(present, g.world_size, &total);
+        }
+        if (directory_ != nullptr) {
+          if (std::string trouble = directory_->Trouble(); !trouble.empty()) {
+            absl::StrAppend(&list, "; ", trouble);
+          }
+        }
         m = missing.emplace(&g, std::make_pair(std::move(list), total)).first;
-        touched.emplace_back(g.uid, g.name);
+        touched.push_back(KeyOf(g));
       }
       auto w = g.waiters.find(ref.rank);
       uint32_t timeout_ms = w->second.timeout_ms;
@@ -549,7 +763,17 @@ absl::StatusOr<v1::JoinGroupResponse> GroupBroker::Join(const SessionInfo& calle
 
 void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
                                const std::string& detail) {
-  const Member& about = g.members.at(about_rank);
+  int32_t pid = 0;
+  if (auto local = g.members.find(about_rank); local != g.members.end()) {
+    pid = local->second.cred.pid;
+  } else if (auto remote = g.remote.find(about_rank); remote != g.remote.end()) {
+    pid = remote->second.pid;
+  }
+  Emit(g,
+       kind == v1::MemberEvent::LEFT   ? GroupEvent::Kind::kLeft
+       : kind == v1::MemberEvent::LOST ? GroupEvent::Kind::kLost
+                                       : GroupEvent::Kind::kFailed,
+       about_rank, pid, detail);
   for (const auto& [r, m] : g.members) {
     if (r == about_rank || m.state == MemberState::kLeft || m.state == MemberState::kLost) continue;
     v1::SessionEvent ev;
@@ -557,7 +781,7 @@ void GroupBroker::NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEv
     me->set_group(g.name);
     me->set_rank(about_rank);
     me->set_kind(kind);
-    me->set_pid(about.cred.pid);
+    me->set_pid(pid);
     me->set_detail(detail);
     sessions_->Post(m.session, std::move(ev));
   }
@@ -572,8 +796,9 @@ void GroupBroker::EraseIfEmpty(const GroupKey& key) {
       });
   if (!any_alive) {
     Group& g = *it->second;
-    if (g.formed) MC_LOG(kInfo, "group '", g.name, "' (uid ", key.first, ") released");
+    if (g.formed) MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") released");
     while (!g.members.empty()) EraseMemberLocked(g, g.members.begin()->first);
+    Emit(g, GroupEvent::Kind::kReleased, 0, 0, "");
     groups_.erase(it);
   }
 }
@@ -581,7 +806,7 @@ void GroupBroker::EraseIfEmpty(const GroupKey& key) {
 absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& group,
                                 uint32_t rank) {
   absl::MutexLock lock(&mu_);
-  GroupKey key{caller.cred.uid, group};
+  GroupKey key = KeyOf(caller, group);
   auto it = groups_.find(key);
   if (it == groups_.end()) {
     return absl::NotFoundError(absl::StrCat("no group '", group, "' for this user"));
@@ -605,6 +830,9 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
     m->second.state = MemberState::kLeft;
     m->second.fds.reset();
     NotifyOthers(g, rank, v1::MemberEvent::LEFT, "left the group");
+    if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
+      directory_->MarkGone(g.uid, g.tenant, g.name, rank, MemberState::kLeft);
+    }
   }
   EraseIfEmpty(key);
   mu_.Unlock();
@@ -615,7 +843,7 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
 
 absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::ReportReadyRequest& r) {
   absl::MutexLock lock(&mu_);
-  GroupKey key{caller.cred.uid, r.group()};
+  GroupKey key = KeyOf(caller, r.group());
   auto it = groups_.find(key);
   if (it == groups_.end()) {
     return absl::NotFoundError(absl::StrCat("no group '", r.group(), "' for this user"));
@@ -640,10 +868,12 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
     NotifyOthers(g, r.rank(), v1::MemberEvent::FAILED, detail);
     return absl::OkStatus();
   }
+  Emit(g, GroupEvent::Kind::kReady, r.rank(), m->second.cred.pid, "");
   bool all_ready = std::all_of(g.members.begin(), g.members.end(), [](const auto& kv) {
     return kv.second.state == MemberState::kReady;
   });
   if (all_ready && g.members.size() == g.world_size) {
+    Emit(g, GroupEvent::Kind::kGroupReady, r.rank(), 0, "all ranks verified their peers");
     for (const auto& [rank, mem] : g.members) {
       v1::SessionEvent ev;
       ev.mutable_member()->set_group(g.name);
@@ -670,7 +900,7 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     if (it == g.members.end() || it->second.session != session_id) continue;
     Member& m = it->second;
     if (m.state == MemberState::kLeft || m.state == MemberState::kLost) continue;
-    touched.emplace_back(g.uid, g.name);
+    touched.push_back(KeyOf(g));
     if (!g.formed) {
       if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
         completions.push_back(
@@ -681,6 +911,9 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     }
     m.state = MemberState::kLost;
     m.fds.reset();
+    if (directory_ != nullptr && m.claim == Member::Claim::kClaimed) {
+      directory_->MarkGone(g.uid, g.tenant, g.name, rank, MemberState::kLost);
+    }
     NotifyOthers(g, rank, v1::MemberEvent::LOST,
                  absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));
     MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " (pid ", m.cred.pid, ") lost");
@@ -717,18 +950,26 @@ GroupState GroupBroker::StateOf(const Group& g) {
     }
     all_ready &= (m.state == MemberState::kReady);
   }
+  for (const auto& [r, c] : g.remote) {
+    if (c.state != MemberState::kJoined) return GroupState::kDegraded;
+  }
   return all_ready ? GroupState::kReady : GroupState::kFormed;
 }
 
 std::vector<GroupSummary> GroupBroker::List(uint32_t uid, bool all) const {
+  return List(Scope{uid, "", all, all});
+}
+
+std::vector<GroupSummary> GroupBroker::List(const Scope& scope) const {
   absl::MutexLock lock(&mu_);
   std::vector<GroupSummary> out;
   absl::Time now = absl::Now();
   for (const auto& [key, g] : groups_) {
-    if (!all && key.first != uid) continue;
+    if (!scope.Sees(g->uid, g->tenant)) continue;
     GroupSummary info;
     info.name = g->name;
     info.uid = g->uid;
+    info.tenant = g->tenant;
     info.world_size = g->world_size;
     info.state = StateOf(*g);
     info.epoch = g->epoch;
@@ -736,18 +977,28 @@ std::vector<GroupSummary> GroupBroker::List(uint32_t uid, bool all) const {
     info.members.reserve(g->members.size());
     for (const auto& [r, m] : g->members) {
       info.members.push_back(GroupMemberSummary{r, m.state, m.cred.pid, m.session, m.gpu_index,
-                                                m.handle.kind(), m.handle.size()});
+                                                m.handle.kind(), m.handle.size(), ""});
     }
+    for (const auto& [r, c] : g->remote) {
+      info.members.push_back(GroupMemberSummary{r, c.state, c.pid, 0, c.gpu_index, c.handle_kind,
+                                                c.handle_size, c.node_id});
+    }
+    std::sort(info.members.begin(), info.members.end(),
+              [](const auto& a, const auto& b) { return a.rank < b.rank; });
     out.push_back(std::move(info));
   }
   return out;
 }
 
 size_t GroupBroker::CountVisible(uint32_t uid, bool all) const {
+  return CountVisible(Scope{uid, "", all, all});
+}
+
+size_t GroupBroker::CountVisible(const Scope& scope) const {
   absl::MutexLock lock(&mu_);
-  if (all) return groups_.size();
   return static_cast<size_t>(std::count_if(
-      groups_.begin(), groups_.end(), [uid](const auto& kv) { return kv.first.first == uid; }));
+      groups_.begin(), groups_.end(),
+      [&scope](const auto& kv) { return scope.Sees(kv.second->uid, kv.second->tenant); }));
 }
 
 std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {

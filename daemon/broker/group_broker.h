@@ -6,8 +6,10 @@
 // the receiver can reach it directly (P2P). Members that leave or whose
 // session ends are reported to the others as events.
 //
-// Groups are scoped by the caller's uid: the same name under two uids is two
-// unrelated groups, and no caller can see or join another user's group.
+// Groups are scoped by the caller's uid and tenant (the tenant socket its
+// session came through; "" for the main socket): the same name under two
+// uids, or two tenants of one uid, is two unrelated groups, and no caller
+// can see or join another user's or another tenant's group.
 // Thread-safe. JoinAsync never blocks: the daemon's RPC threads are not
 // held while a rendezvous waits (a 256-rank join would otherwise park 256
 // threads); deadlines are enforced by one timer thread from an index
@@ -19,6 +21,18 @@
 // the broker hold is bounded (BrokerLimits: ranks, waiting joins, view
 // bytes, join timeout); a join past a limit fails with ResourceExhausted
 // naming the config key. Root and the daemon's own uid are not limited.
+//
+// Across nodes (set_directory, with etcd): every local rank is claimed in
+// the GroupDirectory before it counts, the ranks other nodes claimed come in
+// through RemoteChanged, and the group forms when local and remote ranks
+// together fill the world. Remote members appear in the view with their
+// node, GPU and RDMA endpoint (never P2P-reachable, no handle bytes or
+// fds). What becomes of a rank after formation travels the same way, so a
+// rank left or lost on one node, or a whole node gone, is reported to the
+// members on every other node. While the directory cannot be reached a
+// group whose ranks all join here still forms (node-local work never waits
+// on etcd); one with remote ranks waits, and its joins time out naming
+// the directory's trouble.
 //
 // A join is validated once, by ValidateJoin, which yields the ValidatedJoin
 // that JoinAsync requires. The broker sees the rest of the daemon through
@@ -34,11 +48,14 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "broker/group_directory.h"
+#include "broker/group_events.h"
 #include "broker/group_summary.h"
 #include "broker/validated_join.h"
 #include "fdchannel/fd_ticket_issuer.h"
@@ -113,11 +130,15 @@ class GroupBroker {
   // Fails every waiting Join with Unavailable.
   void Shutdown();
 
-  // Groups visible to `uid` (all of them for root when `all` is set).
+  // Groups `scope` sees (session_registry.h: Scope, ScopeOf).
+  std::vector<GroupSummary> List(const Scope& scope) const;
+  size_t CountVisible(const Scope& scope) const;
+  // The main socket's groups of `uid` (every group for root when `all` is
+  // set): List(Scope{uid, "", all, all}).
   std::vector<GroupSummary> List(uint32_t uid, bool all) const;
+  size_t CountVisible(uint32_t uid, bool all) const;
   // "name/rank" for each live membership of the session.
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
-  size_t CountVisible(uint32_t uid, bool all) const;
 
   // What `uid` holds against its limits (tests, diagnostics).
   struct Usage {
@@ -132,6 +153,26 @@ class GroupBroker {
   // Where joins and lost members are counted (metrics on; null: off). Set
   // before serving; not owned, outlives the broker.
   void set_counters(metrics::EventCounters* counters) { counters_ = counters; }
+  // Where every group event is reported (the admin event feed behind
+  // `mcctl watch`; null: nowhere). Not owned; called under the broker's
+  // lock (GroupEventSink). Set it to null before the sink goes away.
+  void set_event_sink(GroupEventSink* sink) {
+    absl::MutexLock lock(&mu_);
+    events_ = sink;
+  }
+  // Where groups meet across nodes (null: this node alone). Set before
+  // serving; not owned, outlives the broker.
+  // Null detaches it (the daemon's shutdown, before the directory goes).
+  void set_directory(GroupDirectory* directory) {
+    absl::MutexLock lock(&mu_);
+    directory_ = directory;
+  }
+
+  // From the directory: rank `rank` of (uid, tenant, group) on another node is now
+  // `member` (nullopt: its claim is gone: withdrawn, or its node's lease
+  // expired). Ignored for groups with no local member.
+  void RemoteChanged(uint32_t uid, const std::string& tenant, const std::string& group,
+                     uint32_t rank, std::optional<ClusterMember> member);
 
  private:
   struct Group;
@@ -146,6 +187,8 @@ class GroupBroker {
     FdBundlePtr fds;
     MemberState state = MemberState::kJoined;
     uint64_t view_bytes = 0;  // its entry in the view, charged to the uid
+    // With a directory: whether the cluster agreed this rank is ours.
+    enum class Claim { kNone, kPending, kUnreachable, kClaimed } claim = Claim::kNone;
   };
   // A waiting join's place in the deadline index.
   struct DeadlineRef {
@@ -162,12 +205,14 @@ class GroupBroker {
   struct Group {
     std::string name;
     uint32_t uid = 0;
+    std::string tenant;  // the creating session's; part of its GroupKey
     uint32_t world_size = 0;
     bool formed = false;
     uint64_t epoch = 0;
     absl::Time created;
-    std::map<uint32_t, Member> members;
-    std::map<uint32_t, Waiter> waiters;  // ranks whose JoinAsync has not completed
+    std::map<uint32_t, Member> members;        // this node's ranks
+    std::map<uint32_t, ClusterMember> remote;  // other nodes' ranks (with a directory)
+    std::map<uint32_t, Waiter> waiters;        // ranks whose JoinAsync has not completed
   };
   // A completion to run once the lock is released.
   struct Completion {
@@ -179,7 +224,13 @@ class GroupBroker {
     std::shared_ptr<const Group> group;  // immutable snapshot (no waiters)
     std::vector<std::pair<uint32_t, Waiter>> waiters;
   };
-  using GroupKey = std::pair<uint32_t, std::string>;
+  // (uid, tenant, name). A tuple, not a struct, so that a key built
+  // without the tenant does not compile.
+  using GroupKey = std::tuple<uint32_t, std::string, std::string>;
+  static GroupKey KeyOf(const SessionInfo& caller, const std::string& group) {
+    return GroupKey{caller.cred.uid, caller.tenant, group};
+  }
+  static GroupKey KeyOf(const Group& g) { return GroupKey{g.uid, g.tenant, g.name}; }
   using MemberRef = std::pair<Group*, uint32_t>;
 
   absl::StatusOr<int> ResolveGpu(const v1::DeviceSelector& device, std::string* uuid,
@@ -197,6 +248,12 @@ class GroupBroker {
   void TimerLoop();
   void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
                     const std::string& detail) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forms `g` when every rank is present (local, claimed where needed, or
+  // remote): marks it formed and takes its waiters.
+  std::optional<Formation> MaybeFormLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The directory's answer to the claim of `rank` made for `session`.
+  void ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t session, ClaimOutcome outcome,
+                     const absl::Status& status);
   // Every change to members and waiters goes through these, which keep the
   // per-uid usage, the session index and the deadline index in step.
   void AddMemberLocked(Group& g, Member m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -207,6 +264,9 @@ class GroupBroker {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseIfEmpty(const GroupKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static GroupState StateOf(const Group& g);
+  // Reports to the event sink, when one is set.
+  void Emit(const Group& g, GroupEvent::Kind kind, uint32_t rank, int pid, std::string detail) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string node_id_;
   const v1::Topology topology_;
@@ -217,12 +277,14 @@ class GroupBroker {
 
   mutable absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  GroupDirectory* directory_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool timer_kick_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time timer_next_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   DeadlineIndex deadlines_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::set<MemberRef>> by_session_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  GroupEventSink* events_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread timer_;
 };
 

@@ -27,11 +27,13 @@ struct GroupMemberSummary {
   int gpu_index = -1;  // -1: host memory
   std::string handle_kind;
   uint64_t handle_size = 0;
+  std::string node_id;  // another node's rank (cross-node groups); "" = this node
 };
 
 struct GroupSummary {
   std::string name;
   uint32_t uid = 0;
+  std::string tenant;  // "" = the main socket's
   uint32_t world_size = 0;
   GroupState state = GroupState::kForming;
   uint64_t epoch = 0;

@@ -115,10 +115,86 @@ absl::Status ParseListenAddress(absl::string_view key, absl::string_view value, 
   return absl::OkStatus();
 }
 
+// The longest socket path whose fd channel (<path>.fd) still fits a UNIX
+// socket address (sun_path: 108 bytes with the terminating NUL).
+constexpr size_t kMaxSocketPathBytes = 107 - 3;
+
+bool ValidTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+           ch == '.';
+  });
+}
+
+// An absolute path without ".", ".." or empty components, so that two
+// spellings of one file cannot pass as two tenants' sockets.
+absl::Status CheckSocketPath(absl::string_view what, absl::string_view path) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": socket path '", EscapeForDisplay(path, 128), "' ", why));
+  };
+  if (path.empty() || path.front() != '/') return bad("is not absolute");
+  if (path.size() > kMaxSocketPathBytes) {
+    return bad(absl::StrCat("is longer than ", kMaxSocketPathBytes,
+                            " bytes (a UNIX socket address, with the fd channel's \".fd\")"));
+  }
+  if (path.back() == '/') return bad("ends with '/'");
+  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
+    if (part.empty() || part == "." || part == "..") {
+      return bad("has an empty, '.' or '..' component");
+    }
+  }
+  if (!std::all_of(path.begin(), path.end(), [](char ch) {
+        return absl::ascii_isgraph(static_cast<unsigned char>(ch)) && ch != ',';
+      })) {
+    return bad("has spaces, control characters or ','");
+  }
+  return absl::OkStatus();
+}
+
+// tenant_sockets = NAME[:PATH][,NAME[:PATH]...]; empty: none.
+absl::Status ParseTenantSockets(absl::string_view value, std::vector<TenantSocket>* out) {
+  std::vector<TenantSocket> tenants;
+  for (absl::string_view entry : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+    entry = absl::StripAsciiWhitespace(entry);
+    absl::string_view name = entry, path;
+    if (size_t colon = entry.find(':'); colon != absl::string_view::npos) {
+      name = entry.substr(0, colon);
+      path = entry.substr(colon + 1);
+      MC_RETURN_IF_ERROR(CheckSocketPath(
+          absl::StrCat("tenant_sockets: tenant '", EscapeForDisplay(name, 64), "'"), path));
+    }
+    if (!ValidTenantName(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenant_sockets: '", EscapeForDisplay(name, 64),
+                       "' is not a tenant name (1-", kMaxTenantNameBytes,
+                       " letters, digits, '-', '_' or '.', starting with a letter or digit, e.g. a "
+                       "Kubernetes namespace)"));
+    }
+    for (const TenantSocket& t : tenants) {
+      if (t.name == name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tenant_sockets: tenant '", name, "' is listed twice"));
+      }
+    }
+    tenants.push_back(TenantSocket{std::string(name), std::string(path)});
+  }
+  if (tenants.size() > kMaxTenantSockets) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant_sockets: ", tenants.size(), " tenants; at most ", kMaxTenantSockets));
+  }
+  *out = std::move(tenants);
+  return absl::OkStatus();
+}
+
 absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig* c) {
   if (key == "socket") {
     if (value.empty()) return absl::InvalidArgumentError("socket: empty path");
     c->socket = std::string(value);
+  } else if (key == "tenant_sockets") {
+    return ParseTenantSockets(value, &c->tenant_sockets);
   } else if (key == "socket_mode") {
     return ParseMode(value, &c->socket_mode);
   } else if (key == "socket_group") {
@@ -288,11 +364,43 @@ absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config) {
   return ParseConfigText(ss.str(), path, config);
 }
 
+absl::StatusOr<std::vector<TenantSocket>> ResolveTenantSockets(const DaemonConfig& config) {
+  std::vector<TenantSocket> out = config.tenant_sockets;
+  std::string dir = config.socket.substr(0, config.socket.rfind('/') + 1);
+  if (dir.empty()) dir = "./";
+  for (TenantSocket& t : out) {
+    if (t.path.empty()) {
+      t.path = absl::StrCat(dir, "tenants/", t.name, "/mooncaked.sock");
+      MC_RETURN_IF_ERROR(
+          CheckSocketPath(absl::StrCat("tenant_sockets: tenant '", t.name, "'"), t.path));
+    }
+  }
+  const std::string main_fd = config.socket + ".fd";
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string fd = out[i].path + ".fd";
+    if (out[i].path == config.socket || out[i].path == main_fd || fd == config.socket) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenant_sockets: tenant '", out[i].name, "' would share ", out[i].path,
+                       " with the main socket (", config.socket, "); give it a path of its own"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const std::string other_fd = out[j].path + ".fd";
+      if (out[i].path == out[j].path || out[i].path == other_fd || fd == out[j].path) {
+        return absl::InvalidArgumentError(absl::StrCat("tenant_sockets: tenants '", out[j].name,
+                                                       "' and '", out[i].name,
+                                                       "' would share the socket ", out[i].path));
+      }
+    }
+  }
+  return out;
+}
+
 std::string UsageText() {
   return "usage: mooncaked [--config FILE] [--socket PATH] [--node-id ID]\n"
          "                 [--log-level debug|info|warning|error] [--peer-listen HOST:PORT]\n"
          "                 [--sysfs-root DIR] [--socket-mode MODE] [--cuda-library NAME]\n"
          "                 [--etcd URL[,URL...]] [--metrics-listen HOST:PORT]\n"
+         "                 [--tenant-sockets NAME[:PATH][,...]]\n"
          "                 [--version] [--help]\n"
          "Runs with embedded defaults when no config file is given; flags override the file.\n"
          "Default socket: /run/mooncake/mooncaked.sock (fd channel: <socket>.fd).\n";
@@ -315,6 +423,7 @@ absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_
       {"--socket-mode", "socket_mode"},
       {"--cuda-library", "cuda_library"},
       {"--etcd", "etcd_endpoints"},
+      {"--tenant-sockets", "tenant_sockets"},
       {"--config", ""}};
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];

@@ -12,8 +12,26 @@
 
 namespace mooncake::daemon {
 
+// One tenant's socket (tenant_sockets): callers that connect through it
+// belong to `name`, and see and join only that tenant's groups, sessions
+// and exports (docs/architecture.md, "Tenants"). The fd channel is
+// `<path>.fd`. `path` empty: <directory of socket>/tenants/<name>/mooncaked.sock
+// (ResolveTenantSockets fills it in).
+struct TenantSocket {
+  std::string name;
+  std::string path;
+};
+
+// The longest tenant name (a Kubernetes namespace is a DNS label of 63).
+inline constexpr size_t kMaxTenantNameBytes = 63;
+// The most tenant sockets one daemon serves.
+inline constexpr size_t kMaxTenantSockets = 256;
+
 struct DaemonConfig {
   std::string socket = "/run/mooncake/mooncaked.sock";
+  // Extra sockets, one per tenant (tenant_sockets = NAME[:PATH],...). The
+  // main socket serves the tenant "" (no tenant).
+  std::vector<TenantSocket> tenant_sockets;
   uint32_t socket_mode = 0660;
   std::string socket_group;  // empty: leave the daemon's group
   std::string node_id;       // empty: hostname
@@ -74,9 +92,16 @@ absl::Status ParseConfigText(absl::string_view text, absl::string_view origin,
                              DaemonConfig* config);
 absl::Status LoadConfigFile(const std::string& path, DaemonConfig* config);
 
+// The tenant sockets with every path filled in (a bare name's default is
+// <directory of config.socket>/tenants/<name>/mooncaked.sock), checked
+// against each other and the main socket: InvalidArgument for two tenants
+// on one path, a tenant on the main socket (or its .fd), or a path too long
+// for a UNIX socket address (with its ".fd" suffix).
+absl::StatusOr<std::vector<TenantSocket>> ResolveTenantSockets(const DaemonConfig& config);
+
 // Parses argv: --config FILE is applied first, then the other flags
 // (--socket, --node-id, --log-level, --peer-listen, --sysfs-root,
-// --socket-mode, --cuda-library, --etcd, --metrics-listen). Returns the
+// --socket-mode, --cuda-library, --etcd, --metrics-listen, --tenant-sockets). Returns the
 // usage text in an InvalidArgument on error; sets *show_help for --help
 // and *show_version for --version.
 absl::StatusOr<DaemonConfig> ParseCommandLine(int argc, char** argv, bool* show_help,

@@ -6,16 +6,24 @@
 namespace mooncake::daemon {
 
 ExportRecord ExportRegistry::Add(uint64_t session, uint32_t uid, int pid, std::string kind,
-                                 uint64_t size, FdBundlePtr bundle) {
+                                 uint64_t size, FdBundlePtr bundle, std::string tenant) {
   absl::MutexLock lock(&mu_);
-  ExportRecord r{next_id_++, RandomBytes(16), session, uid,
-                 pid,        std::move(kind), size,    std::move(bundle)};
+  ExportRecord r;
+  r.id = next_id_++;
+  r.secret = RandomBytes(16);
+  r.owner_session = session;
+  r.uid = uid;
+  r.tenant = std::move(tenant);
+  r.pid = pid;
+  r.kind = std::move(kind);
+  r.size = size;
+  r.bundle = std::move(bundle);
   exports_[r.id] = r;
   return r;
 }
 
 absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_view secret,
-                                                    uint32_t uid) const {
+                                                    uint32_t uid, absl::string_view tenant) const {
   absl::MutexLock lock(&mu_);
   // One answer for "no such export" and "not yours": a different one
   // would tell another user which (sequential) ids are live.
@@ -23,8 +31,8 @@ absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_vi
     return absl::NotFoundError(absl::StrCat(
         "export ", id,
         " is not available to this user: it does not exist (its owner exited or withdrew it), "
-        "its secret does not match, or it belongs to another uid (exports are importable only "
-        "by processes of the exporter's uid)"));
+        "its secret does not match, or it belongs to another uid or tenant (exports are "
+        "importable only by processes of the exporter's uid, through the same tenant's socket)"));
   };
   auto it = exports_.find(id);
   if (it == exports_.end()) return unavailable();
@@ -33,7 +41,7 @@ absl::StatusOr<ExportRecord> ExportRegistry::Lookup(uint64_t id, absl::string_vi
   for (size_t i = 0; i < r.secret.size() && i < secret.size(); ++i) {
     diff |= static_cast<unsigned char>(r.secret[i] ^ secret[i]);
   }
-  if (diff != 0 || r.uid != uid) return unavailable();
+  if (diff != 0 || r.uid != uid || r.tenant != tenant) return unavailable();
   return r;
 }
 

@@ -1,9 +1,9 @@
 // ExportRegistry: fds a session publishes for other processes of the same
-// uid to import (the upstream exportIpcHandle/importPeerHandles flow, where
-// the application exchanges the handle bytes itself). An export lives until
-// its session ends or it is withdrawn. Knowing (id, secret) is required to
-// import; the uid must match the exporter's. Owned by FdBroker, which orders
-// additions against session end. Thread-safe.
+// uid (and tenant) to import (the upstream exportIpcHandle/importPeerHandles
+// flow, where the application exchanges the handle bytes itself). An export
+// lives until its session ends or it is withdrawn. Knowing (id, secret) is
+// required to import; the uid and the tenant must match the exporter's. Owned by FdBroker, which
+// orders additions against session end. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct ExportRecord {
   std::string secret;
   uint64_t owner_session = 0;
   uint32_t uid = 0;
+  std::string tenant;  // the exporter's session's tenant
   int pid = 0;
   std::string kind;
   uint64_t size = 0;
@@ -31,10 +32,11 @@ struct ExportRecord {
 class ExportRegistry {
  public:
   ExportRecord Add(uint64_t session, uint32_t uid, int pid, std::string kind, uint64_t size,
-                   FdBundlePtr bundle);
-  // The export when it exists, `secret` matches and `uid` owns it; one
-  // NotFound for every other case, so ids cannot be probed.
-  absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid) const;
+                   FdBundlePtr bundle, std::string tenant = {});
+  // The export when it exists, `secret` matches and `uid` and `tenant` own
+  // it; one NotFound for every other case, so ids cannot be probed.
+  absl::StatusOr<ExportRecord> Lookup(uint64_t id, absl::string_view secret, uint32_t uid,
+                                      absl::string_view tenant = {}) const;
   void DropSession(uint64_t session);
   size_t CountFor(uint64_t session) const;
   size_t size() const;

@@ -73,7 +73,7 @@ absl::StatusOr<ExportRecord> FdBroker::Export(const SessionInfo& session, const 
   absl::StatusOr<FdBundlePtr> fds = tickets_.TakeIncoming(ticket, session.id);
   if (!fds.ok()) return fds.status();
   return exports_.Add(session.id, session.cred.uid, session.cred.pid, std::move(kind), size,
-                      std::move(*fds));
+                      std::move(*fds), session.tenant);
 }
 
 absl::StatusOr<FdBroker::Imported> FdBroker::Import(const SessionInfo& session, uint64_t id,
@@ -82,7 +82,7 @@ absl::StatusOr<FdBroker::Imported> FdBroker::Import(const SessionInfo& session, 
   if (absl::Status s = CheckOpen(session.id); !s.ok()) return s;
   // A found export's owner has not been dropped yet (DropSession removes its
   // exports), so a ticket it owns is freed by that DropSession at the latest.
-  absl::StatusOr<ExportRecord> r = exports_.Lookup(id, secret, session.cred.uid);
+  absl::StatusOr<ExportRecord> r = exports_.Lookup(id, secret, session.cred.uid, session.tenant);
   if (!r.ok()) return r.status();
   std::string ticket =
       tickets_.IssueOutgoing(r->owner_session, session.id, session.cred.uid, r->bundle);

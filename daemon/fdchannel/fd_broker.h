@@ -90,7 +90,8 @@ class FdBroker final : public FdTicketIssuer {
     ExportRecord record;
     std::string ticket;  // outgoing, for the importer to GET the fds
   };
-  // Opens export `id` for `session` (same uid as the exporter, right secret).
+  // Opens export `id` for `session` (same uid and tenant as the exporter,
+  // right secret).
   absl::StatusOr<Imported> Import(const SessionInfo& session, uint64_t id,
                                   absl::string_view secret);
 

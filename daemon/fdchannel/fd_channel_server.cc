@@ -50,13 +50,13 @@ bool WaitReadable(int sock, absl::Duration timeout) {
 
 FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sessions, FdBroker* fds,
                                  FdChannelLimits limits)
-    : listen_fd_(std::move(listen_fd)),
-      sessions_(sessions),
+    : sessions_(sessions),
       fds_(fds),
       limits_(limits),
       admission_(AdmissionLimits{"fd-channel connections", limits.connections_per_uid,
                                  "fd_channel_connections_per_uid", limits.connections,
                                  "fd_channel_connections"}) {
+  listeners_.push_back(Listener{std::move(listen_fd), ""});
   int p[2];
   if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0) {
     wake_read_.reset(p[0]);
@@ -65,6 +65,10 @@ FdChannelServer::FdChannelServer(UniqueFd listen_fd, const SessionRegistry* sess
 }
 
 FdChannelServer::~FdChannelServer() { Stop(); }
+
+void FdChannelServer::AddTenantListener(UniqueFd listen_fd, std::string tenant) {
+  listeners_.push_back(Listener{std::move(listen_fd), std::move(tenant)});
+}
 
 void FdChannelServer::Start() {
   thread_ = std::thread([this] { AcceptLoop(); });
@@ -92,31 +96,40 @@ void FdChannelServer::AcceptLoop() {
   absl::Time backoff_until = absl::InfinitePast();
   while (!stopping_.load()) {
     bool backing_off = absl::Now() < backoff_until;
-    pollfd p[2] = {{wake_read_.get(), POLLIN, 0}, {listen_fd_.get(), POLLIN, 0}};
-    int rc = ::poll(p, backing_off ? 1 : 2, backing_off ? 100 : -1);
+    std::vector<pollfd> p;
+    p.reserve(1 + listeners_.size());
+    p.push_back({wake_read_.get(), POLLIN, 0});
+    for (const Listener& l : listeners_) p.push_back({l.fd.get(), POLLIN, 0});
+    int rc = ::poll(p.data(), backing_off ? 1 : p.size(), backing_off ? 100 : -1);
     if (rc < 0) {
       if (errno == EINTR) continue;
       MC_LOG(kError, "fd channel: poll: ", std::strerror(errno));
       return;
     }
     if (p[0].revents != 0) return;
-    if (backing_off || p[1].revents == 0) continue;
-    int c = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (c < 0) {
-      // Out of fds: back off instead of spinning on a readable listener.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        refused_log_.Log(LogLevel::kWarning,
-                         absl::StrCat("fd channel: accept: ", std::strerror(errno),
-                                      "; not accepting for 100 ms"));
-        backoff_until = absl::Now() + absl::Milliseconds(100);
-      }
-      continue;
+    if (backing_off) continue;
+    for (size_t l = 0; l < listeners_.size(); ++l) {
+      if (p[l + 1].revents != 0) AcceptFrom(listeners_[l], &backoff_until);
     }
-    UniqueFd conn(c);
-    absl::StatusOr<PeerCred> cred = GetPeerCred(c);
-    if (!cred.ok()) continue;
-    Admit(std::move(conn), cred->uid);
   }
+}
+
+void FdChannelServer::AcceptFrom(const Listener& listener, absl::Time* backoff_until) {
+  int c = ::accept4(listener.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (c < 0) {
+    // Out of fds: back off instead of spinning on a readable listener.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      refused_log_.Log(
+          LogLevel::kWarning,
+          absl::StrCat("fd channel: accept: ", std::strerror(errno), "; not accepting for 100 ms"));
+      *backoff_until = absl::Now() + absl::Milliseconds(100);
+    }
+    return;
+  }
+  UniqueFd conn(c);
+  absl::StatusOr<PeerCred> cred = GetPeerCred(c);
+  if (!cred.ok()) return;
+  Admit(std::move(conn), cred->uid, listener.tenant);
 }
 
 bool FdChannelServer::EvictIdleFor(uint32_t uid, bool per_uid_full) {
@@ -153,7 +166,7 @@ bool FdChannelServer::EvictIdleFor(uint32_t uid, bool per_uid_full) {
   return true;
 }
 
-void FdChannelServer::Admit(UniqueFd conn, uint32_t uid) {
+void FdChannelServer::Admit(UniqueFd conn, uint32_t uid, const std::string& tenant) {
   const int c = conn.get();
   {
     std::lock_guard<std::mutex> lock(conns_mu_);
@@ -180,10 +193,10 @@ void FdChannelServer::Admit(UniqueFd conn, uint32_t uid) {
     active_.fetch_add(1);
   }
   conn.release();
-  auto serve = [this, c, uid] {
+  auto serve = [this, c, uid, tenant] {
     {
       UniqueFd owned(c);
-      Serve(owned.get(), uid);
+      Serve(owned.get(), uid, tenant);
       // Forget the number before closing it, so a new connection that
       // reuses it is never dropped from the map.
       std::lock_guard<std::mutex> lock(conns_mu_);
@@ -220,7 +233,7 @@ void FdChannelServer::SetBusy(int sock, bool busy) {
   if (!busy) it->second.since = absl::Now();
 }
 
-void FdChannelServer::Serve(int sock, uint32_t uid) {
+void FdChannelServer::Serve(int sock, uint32_t uid, const std::string& tenant) {
   // A client sends a request right after connecting; an idle connection is
   // closed so it cannot pin a thread.
   bool first = true;
@@ -236,7 +249,7 @@ void FdChannelServer::Serve(int sock, uint32_t uid) {
       return;
     }
     absl::StatusOr<SessionInfo> session =
-        sessions_->Authenticate(req.session_id(), req.session_token(), uid);
+        sessions_->Authenticate(req.session_id(), req.session_token(), uid, tenant);
     if (!session.ok()) {
       ReplyError(sock, session.status());
       SetBusy(sock, false);

@@ -4,6 +4,9 @@
 // returns a ticket, GET returns the fds of a ticket. The caller is
 // authenticated by its session id + token AND by the uid read with
 // SO_PEERCRED on this connection, so a leaked token alone is not enough.
+// Each tenant socket has its fd channel next to it (AddTenantListener); a
+// request is served only for a session of the tenant whose socket it came
+// through.
 //
 // One thread per connection, so connections are admitted under caps: per
 // uid and in total (AdmissionCounter; root and the daemon's uid are never
@@ -24,7 +27,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "admission/admission_counter.h"
@@ -52,6 +57,9 @@ class FdChannelServer {
                   FdChannelLimits limits = {});
   ~FdChannelServer();
 
+  // Also serves `listen_fd`, the fd channel of `tenant`'s socket. Before
+  // Start.
+  void AddTenantListener(UniqueFd listen_fd, std::string tenant);
   void Start();
   void Stop();
 
@@ -64,15 +72,20 @@ class FdChannelServer {
     bool busy = false;  // a request is being read or answered
     bool evicted = false;
   };
+  struct Listener {
+    UniqueFd fd;
+    std::string tenant;  // "" for the main socket's channel
+  };
   void AcceptLoop();
-  void Admit(UniqueFd conn, uint32_t uid);
+  void AcceptFrom(const Listener& listener, absl::Time* backoff_until);
+  void Admit(UniqueFd conn, uint32_t uid, const std::string& tenant);
   // Makes room for `uid` by closing an idle connection; false when none
   // may be closed. Caller holds conns_mu_.
   bool EvictIdleFor(uint32_t uid, bool per_uid_full);
-  void Serve(int sock, uint32_t uid);
+  void Serve(int sock, uint32_t uid, const std::string& tenant);
   void SetBusy(int sock, bool busy);
 
-  UniqueFd listen_fd_;
+  std::vector<Listener> listeners_;  // [0]: the main socket's channel
   UniqueFd wake_read_, wake_write_;
   const SessionRegistry* sessions_;
   FdBroker* fds_;

@@ -77,6 +77,46 @@ struct DoorbellAccess {
   bool uar_non_cached = false;
 };
 
+// The link a session's QPs use (rdma.proto RdmaInfo is_roce, gid_index):
+// mlx5, the port's link layer (Ethernet: RoCE) and the GID table index the
+// session's context chose (ChooseGid by type, or the configured index);
+// softnic has no link: not RoCE, GID index 0.
+struct SessionLink {
+  bool is_roce = false;
+  uint32_t gid_index = 0;
+  std::string gid_type;  // "IB", "RoCE v1", "RoCE v2"; "" for softnic
+};
+
+// A QP's doorbell records as its client last wrote them (mcctl qps): read
+// when listed, with relaxed loads of client memory, so a snapshot that
+// proves nothing (the client may write anything there; the figures only
+// describe what it claims). Both counters wrap.
+struct QpRingCounters {
+  uint32_t qpn = 0;
+  // The send doorbell record's counter ([1], big-endian, low 16 bits):
+  // the index of the next WQE the client posted and announced, i.e. WQEs
+  // posted modulo 65536.
+  uint32_t sq_posted = 0;
+  // The CQ doorbell record's consumer index ([0], big-endian, 24 bits):
+  // CQEs the client consumed, modulo 2^24.
+  uint32_t cq_consumed = 0;
+};
+
+// Reads the two records (8 bytes each, 4-byte aligned, in a mapping that
+// stays valid: a sealed memfd cannot shrink under it).
+inline QpRingCounters ReadRingCounters(uint32_t qpn, const uint8_t* sq_dbrec,
+                                       const uint8_t* cq_dbrec) {
+  auto be32 = [](const uint8_t* p) {
+    return __builtin_bswap32(
+        __atomic_load_n(reinterpret_cast<const uint32_t*>(p), __ATOMIC_RELAXED));
+  };
+  QpRingCounters c;
+  c.qpn = qpn;
+  c.sq_posted = be32(sq_dbrec + 4) & 0xffffu;
+  c.cq_consumed = be32(cq_dbrec) & 0xffffffu;
+  return c;
+}
+
 class RdmaProvider {
  public:
   virtual ~RdmaProvider() = default;
@@ -100,6 +140,16 @@ class RdmaProvider {
     (void)session;
     return nic();
   }
+  // The link `session`'s QPs use (on its NIC, SessionNic). mlx5: what its
+  // context chose when it opened; before that, what a context opened now
+  // on that NIC would choose (the GID table can change in between; the
+  // session's own choice is final once it holds anything). Errors: the
+  // NIC's, when it cannot be queried. Session 0 (no session; ids count
+  // from 1): the default NIC.
+  virtual absl::StatusOr<SessionLink> LinkOf(uint64_t session) {
+    (void)session;
+    return SessionLink{};
+  }
   // Largest CQ the provider accepts (entries).
   virtual uint32_t max_cq_cqe_cnt() const = 0;
 
@@ -122,7 +172,9 @@ class RdmaProvider {
       const std::vector<QpLayout>& layouts) = 0;
   // Connects QP `qpn` of `session` to `remote_qpn` of `remote_session` on
   // this node and moves it to RTS (RdmaResources checked both exist, the
-  // uids match and `qpn` is in RESET).
+  // uids match and `qpn` is in RESET). On an error the QP is listed either
+  // in RESET (refused before any transition: it may be connected again) or
+  // in ERROR (a transition was made: it must be destroyed).
   virtual absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                                uint32_t remote_qpn) = 0;
   virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
@@ -149,6 +201,11 @@ class RdmaProvider {
 
   virtual std::vector<softnic::QpInfo> ListQps() const = 0;
   virtual std::vector<softnic::RegionInfo> ListRegions() const = 0;
+  // Whether QpInfo::wqes_done counts completions (a provider that executes
+  // the WQEs itself); a NIC's are not seen by the daemon.
+  virtual bool counts_wqes() const { return false; }
+  // Every QP's ring counters (mcctl qps); any thread.
+  virtual std::vector<QpRingCounters> ListRingCounters() const { return {}; }
   // Payload bytes the provider moved itself (softnic, for the metrics);
   // -1 for a NIC, which moves them in hardware. Cheap; any thread.
   virtual int64_t bytes_moved() const { return -1; }

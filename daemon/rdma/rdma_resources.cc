@@ -240,18 +240,45 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
   }
   absl::StatusOr<std::vector<uint32_t>> created =
       provider_->CreateQueuePairs(session.id, *std::move(mapping), map_offset, layouts);
+  uint32_t clash = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!created.ok()) {
+      budget_.Release(session.id, cost);
+      return created.status();
+    }
+    // QPs are known here by number alone. One NIC never hands out a number
+    // twice, but two NICs each count their own: a session on another NIC
+    // may hold the same number. Taking it over would give one session's QP
+    // to another's bookkeeping, so the new QPs are refused instead.
+    for (uint32_t qpn : *created) {
+      if (qp_owner_.contains(qpn)) clash = qpn;
+    }
+    if (clash == 0) {
+      std::vector<uint32_t> qpns = *std::move(created);
+      const uint64_t id = next_control_++;
+      controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
+      for (uint32_t qpn : qpns) {
+        qp_owner_[qpn] =
+            QpEntry{Owner{session.id, session.cred.uid, session.cred.pid}, id, false, false};
+      }
+      return qpns;
+    }
+  }
+  for (uint32_t qpn : *created) {
+    if (absl::Status s = provider_->DestroyQueuePair(session.id, qpn); !s.ok()) {
+      MC_LOG(kWarning, "destroying queue pair ", qpn, " of session ", session.id, ": ",
+             s.message());
+    }
+  }
   absl::MutexLock lock(&mu_);
-  if (!created.ok()) {
-    budget_.Release(session.id, cost);
-    return created.status();
-  }
-  std::vector<uint32_t> qpns = *std::move(created);
-  const uint64_t id = next_control_++;
-  controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
-  for (uint32_t qpn : qpns) {
-    qp_owner_[qpn] = QpEntry{Owner{session.id, session.cred.uid, session.cred.pid}, id, false};
-  }
-  return qpns;
+  budget_.Release(session.id, cost);
+  return absl::UnavailableError(absl::StrCat(
+      "queue pair number ", clash, " on ", provider_->SessionNic(session.id),
+      " is also held by a queue pair on another NIC of this node: mooncaked knows queue pairs by "
+      "number only, so sessions on different NICs can collide (a known limitation; creating them "
+      "again may get other numbers). Until then, put every rank of a node on one NIC "
+      "(SelectNic with one allowed NIC, or rdma_devices in mooncaked.conf)"));
 }
 
 absl::Status RdmaResources::Connect(const SessionInfo& session,
@@ -276,6 +303,12 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
         return absl::InvalidArgumentError(
             absl::StrCat("queue pair ", c.qpn, " is named twice: connect each queue pair once"));
       }
+      if (mine->second.broken) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "queue pair ", c.qpn,
+            " failed half way through an earlier connect and is in ERROR: destroy it and "
+            "create another"));
+      }
       if (mine->second.connected) {
         return absl::FailedPreconditionError(
             absl::StrCat("queue pair ", c.qpn,
@@ -298,17 +331,62 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
     const QpConnection& c = pairs[i];
     if (absl::Status s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
         !s.ok()) {
-      // softnic cannot refuse what was checked above; a NIC can (a port
-      // went down, the firmware refused a transition). The pairs before
-      // this one stay connected; this QP must be destroyed and made again.
-      return absl::Status(s.code(),
-                          absl::StrCat(provider_->name(), " refused connecting queue pair ", c.qpn,
-                                       " to ", c.remote_qpn, ": ", s.message()));
+      return HalfConnected(session, pairs, i, s);
     }
     absl::MutexLock lock(&mu_);
     qp_owner_[c.qpn].connected = true;
   }
   return absl::OkStatus();
+}
+
+absl::Status RdmaResources::HalfConnected(const SessionInfo& session,
+                                          const std::vector<QpConnection>& pairs, size_t failed,
+                                          const absl::Status& why) {
+  // softnic cannot refuse what Connect checked (unless a peer destroyed its
+  // QP meanwhile); a NIC can (a port went down, the firmware refused a
+  // transition). Pairs are connected in request order and none is undone:
+  // a QP in RTS cannot be moved back without destroying it, which would
+  // change its number under the client. So the error says exactly where
+  // the call stopped, and the failed QP's state decides what comes next.
+  const uint32_t qpn = pairs[failed].qpn;
+  bool in_reset = true;
+  for (const softnic::QpInfo& q : provider_->ListQps()) {
+    if (q.qpn == qpn && q.pd == session.id) in_reset = q.state == softnic::QpState::kReset;
+  }
+  if (!in_reset) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = qp_owner_.find(qpn); it != qp_owner_.end()) it->second.broken = true;
+  }
+  // At most this many QPNs per list in the message; the ranges by request
+  // index stay exact.
+  constexpr size_t kListed = 32;
+  auto list = [&](size_t from, size_t to) {
+    std::string out;
+    for (size_t i = from; i < to && i < from + kListed; ++i) {
+      absl::StrAppend(&out, i == from ? "" : ", ", pairs[i].qpn);
+    }
+    if (to - from > kListed) absl::StrAppend(&out, " and ", to - from - kListed, " more");
+    return out;
+  };
+  std::string where = absl::StrCat(provider_->name(), " refused connecting queue pair ", qpn,
+                                   " to ", pairs[failed].remote_qpn, " (pair ", failed, " of ",
+                                   pairs.size(), "): ", why.message(), ". ");
+  if (failed > 0) {
+    absl::StrAppend(&where, "Connected (RTS, keep them): pairs 0..", failed - 1, ", queue pairs ",
+                    list(0, failed), ". ");
+  } else {
+    absl::StrAppend(&where, "No pair was connected. ");
+  }
+  if (failed + 1 < pairs.size()) {
+    absl::StrAppend(&where, "Not attempted (RESET, connect them in another call): pairs ",
+                    failed + 1, "..", pairs.size() - 1, ", queue pairs ",
+                    list(failed + 1, pairs.size()), ". ");
+  }
+  absl::StrAppend(&where, "Queue pair ", qpn,
+                  in_reset ? " is still in RESET: it may be connected again"
+                           : " is in ERROR (refused half way): destroy it (DestroyQueuePairs) "
+                             "and create another");
+  return absl::Status(why.code(), where);
 }
 
 void RdmaResources::ForgetQpLocked(uint32_t qpn) {
@@ -408,6 +486,18 @@ absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionIn
   return access;
 }
 
+absl::StatusOr<SessionLink> RdmaResources::LinkOf(const SessionInfo& session) {
+  // Under the session's gate: a context its own call is opening meanwhile
+  // is waited for, and then reported.
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpen(session); !s.ok()) return s;
+  }
+  return provider_->LinkOf(session.id);
+}
+
 absl::StatusOr<NicChoice> RdmaResources::SelectNic(const SessionInfo& session,
                                                    const NicRequest& request) {
   MC_ASSIGN_OR_RETURN(NicChoice choice,
@@ -445,6 +535,8 @@ absl::Status RdmaResources::ReleaseDoorbellAccess(const SessionInfo& session) {
 
 std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
   std::vector<softnic::QpInfo> qps = provider_->ListQps();
+  absl::flat_hash_map<uint32_t, QpRingCounters> counters;
+  for (const QpRingCounters& c : provider_->ListRingCounters()) counters[c.qpn] = c;
   absl::MutexLock lock(&mu_);
   std::vector<QpRow> rows;
   for (const softnic::QpInfo& q : qps) {
@@ -453,6 +545,7 @@ std::vector<QpRow> RdmaResources::ListQps(uint32_t uid, bool all) const {
     const Owner& o = it->second.owner;
     if (!all && o.uid != uid) continue;
     rows.push_back(QpRow{q, o.session, o.uid, o.pid});
+    if (auto c = counters.find(q.qpn); c != counters.end()) rows.back().rings = c->second;
   }
   return rows;
 }

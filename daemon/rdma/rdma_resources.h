@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct QpRow {
   uint64_t session = 0;
   uint32_t uid = 0;
   int32_t pid = 0;
+  // What the client last wrote in the QP's doorbell records (provider.h
+  // QpRingCounters); unset where the provider does not read them.
+  std::optional<QpRingCounters> rings;
 };
 
 struct MrRow {
@@ -123,8 +127,19 @@ class RdmaResources {
   // What CreateQueuePairs checks of the layouts before it touches the fd.
   absl::Status ValidateQueuePairs(uint64_t control_bytes,
                                   const std::vector<QpLayout>& layouts) const;
-  // All or nothing: every pair is checked first (the QP is the session's,
-  // in RESET and named once; the remote QP is of the same uid).
+  // Every pair is checked first, and nothing is connected when one fails
+  // a check (the QP is the session's, in RESET, not failed before, named
+  // once; the remote QP is of the same uid). Then the pairs are connected
+  // in request order. When the provider refuses pair i (a NIC can: port
+  // down, firmware refusal), the call stops there and nothing is undone
+  // (a QP in RTS goes back only by being destroyed, which would change its
+  // number): pairs before i are connected (RTS), pairs after i untouched
+  // (RESET), and pair i's QP is either still in RESET (refused before any
+  // transition: it may be connected again) or in ERROR (refused half way:
+  // it must be destroyed; connecting it again is FailedPrecondition). The
+  // error keeps the provider's code and names all of this, by request
+  // index and QPN. A client recovers by connecting the rest again, or by
+  // DestroyQueuePairs on everything and creating them anew.
   absl::Status Connect(const SessionInfo& session, const std::vector<QpConnection>& pairs);
   // All or nothing: NotFound unless every QP is the session's,
   // InvalidArgument when one is named twice.
@@ -141,6 +156,14 @@ class RdmaResources {
   // its first object: FailedPrecondition after one, InvalidArgument for a
   // NIC the provider does not serve. Affinity comes from set_topology.
   absl::StatusOr<NicChoice> SelectNic(const SessionInfo& session, const NicRequest& request);
+  // The link the session's QPs use on its NIC (RdmaProvider::LinkOf).
+  // FailedPrecondition for a session that has ended.
+  absl::StatusOr<SessionLink> LinkOf(const SessionInfo& session);
+  // The default NIC's link, for a caller without a session.
+  absl::StatusOr<SessionLink> LinkOfDefaultNic() { return provider_->LinkOf(kNoSession); }
+  static constexpr uint64_t kNoSession = 0;  // session ids count from 1
+  // The NIC the session's objects go on.
+  std::string SessionNic(uint64_t session) const { return provider_->SessionNic(session); }
   // Discovery's view of this node (GPU-NIC affinity), set once before the
   // daemon serves.
   void set_topology(v1::Topology topology) { topology_ = std::move(topology); }
@@ -163,6 +186,8 @@ class RdmaResources {
   RdmaUsage Totals() const;
   // RdmaProvider::bytes_moved (-1: a NIC moves the bytes).
   int64_t provider_bytes_moved() const { return provider_->bytes_moved(); }
+  // RdmaProvider::counts_wqes (QpRow::info.wqes_done means something).
+  bool provider_counts_wqes() const { return provider_->counts_wqes(); }
 
  private:
   struct Owner {
@@ -181,6 +206,10 @@ class RdmaResources {
   // Forgets QP `qpn` (destroyed), giving back its budget and, with the last
   // QP of its control mapping, the mapping's.
   void ForgetQpLocked(uint32_t qpn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error of a Connect the provider refused at pairs[failed] (see
+  // Connect); marks that QP broken when the provider lists it in ERROR.
+  absl::Status HalfConnected(const SessionInfo& session, const std::vector<QpConnection>& pairs,
+                             size_t failed, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionRegistry* const sessions_;
   const RdmaLimits limits_;
@@ -194,6 +223,7 @@ class RdmaResources {
     Owner owner;
     uint64_t control = 0;  // key of controls_
     bool connected = false;
+    bool broken = false;  // a connect failed half way: only destruction is left
   };
   absl::flat_hash_map<uint32_t, QpEntry> qp_owner_ ABSL_GUARDED_BY(mu_);
   struct MrEntry {

@@ -1,6 +1,7 @@
 #include "rdma/rdma_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/status.h"
 #include "server/caller_session.h"
 #include "softnic/types.h"
 
@@ -23,8 +24,9 @@ grpc::ServerUnaryReactor* RdmaService::GetRdmaInfo(grpc::CallbackServerContext* 
                                                    v1::RdmaInfo* resp) {
   absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return Done(ctx, caller.status());
-  HandleGetRdmaInfo(resp);
-  return Done(ctx, absl::OkStatus());
+  // With a session: its NIC and link; without one, the default NIC's.
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  return Done(ctx, HandleGetRdmaInfo(session.ok() ? &*session : nullptr, resp));
 }
 
 grpc::ServerUnaryReactor* RdmaService::RegisterMemory(grpc::CallbackServerContext* ctx,
@@ -93,15 +95,26 @@ grpc::ServerUnaryReactor* RdmaService::ReleaseDoorbellAccess(
 
 // ---- the RPCs for a session ------------------------------------------------------
 
-void RdmaService::HandleGetRdmaInfo(v1::RdmaInfo* resp) const {
+absl::Status RdmaService::HandleGetRdmaInfo(const SessionInfo* caller, v1::RdmaInfo* resp) {
+  SessionLink link;
+  if (caller != nullptr) {
+    MC_ASSIGN_OR_RETURN(link, rdma_->LinkOf(*caller));
+    resp->set_nic(rdma_->SessionNic(caller->id));
+  } else {
+    // No session: the default NIC, whose link a session 0 (never a real
+    // one: ids count from 1) reports without binding anything.
+    MC_ASSIGN_OR_RETURN(link, rdma_->LinkOfDefaultNic());
+    resp->set_nic(rdma_->nic());
+  }
   resp->set_provider(rdma_->provider());
-  resp->set_nic(rdma_->nic());
   resp->set_doorbell_mode(rdma_->doorbell_mode());
-  resp->set_is_roce(false);
-  resp->set_gid_index(0);
+  resp->set_is_roce(link.is_roce);
+  resp->set_gid_index(link.gid_index);
+  resp->set_gid_type(link.gid_type);
   resp->set_max_qps_per_session(rdma_->limits().max_qps_per_session);
   resp->set_max_mrs_per_session(rdma_->limits().max_mrs_per_session);
   resp->set_max_sq_wqes(rdma_->limits().max_sq_wqes);
+  return absl::OkStatus();
 }
 
 absl::Status RdmaService::HandleRegisterMemory(const SessionInfo& caller,

@@ -53,8 +53,11 @@ class RdmaService final : public v1::Rdma::CallbackService {
                                                   const v1::ReleaseDoorbellAccessRequest* req,
                                                   v1::ReleaseDoorbellAccessResponse* resp) override;
 
-  // The RPCs for `caller`, an open session (GetRdmaInfo needs none).
-  void HandleGetRdmaInfo(v1::RdmaInfo* resp) const;
+  // The RPCs for `caller`, an open session. GetRdmaInfo needs none
+  // (null: the default NIC); with one, it reports the session's NIC and
+  // link (is_roce, gid_index), and fails with the NIC's error when that
+  // link cannot be queried.
+  absl::Status HandleGetRdmaInfo(const SessionInfo* caller, v1::RdmaInfo* resp);
   absl::Status HandleRegisterMemory(const SessionInfo& caller, const v1::RegisterMemoryRequest& req,
                                     v1::RegisterMemoryResponse* resp);
   absl::Status HandleDeregisterMemory(const SessionInfo& caller,

@@ -72,6 +72,12 @@ absl::StatusOr<std::vector<uint32_t>> SoftnicProvider::CreateQueuePairs(
     }
     qpns.push_back(*qpn);
   }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    records_[qpns[i]] =
+        Records{session, control->data() + (layouts[i].sq_dbrec_offset - control_offset),
+                control->data() + (layouts[i].cq_dbrec_offset - control_offset), control};
+  }
   return qpns;
 }
 
@@ -81,9 +87,32 @@ absl::Status SoftnicProvider::Connect(uint64_t session, uint32_t qpn, uint64_t r
 }
 
 absl::Status SoftnicProvider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
+  {
+    // Before the engine frees the number, which another session's
+    // CreateQueuePairs may then be given (and record).
+    absl::MutexLock lock(&mu_);
+    if (auto it = records_.find(qpn); it != records_.end() && it->second.session == session) {
+      records_.erase(it);
+    }
+  }
   return engine_.DestroyQp(session, qpn);
 }
 
-void SoftnicProvider::SessionEnded(uint64_t session) { engine_.DestroyPd(session); }
+void SoftnicProvider::SessionEnded(uint64_t session) {
+  {
+    absl::MutexLock lock(&mu_);
+    absl::erase_if(records_, [&](const auto& kv) { return kv.second.session == session; });
+  }
+  engine_.DestroyPd(session);
+}
+
+std::vector<QpRingCounters> SoftnicProvider::ListRingCounters() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<QpRingCounters> out;
+  out.reserve(records_.size());
+  for (const auto& [qpn, r] : records_)
+    out.push_back(ReadRingCounters(qpn, r.sq_dbrec, r.cq_dbrec));
+  return out;
+}
 
 }  // namespace mooncake::daemon

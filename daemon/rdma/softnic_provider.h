@@ -7,9 +7,13 @@
 // RdmaResources' CudaMemory). Thread-safe (the engine is).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "rdma/provider.h"
 #include "softnic/engine.h"
 
@@ -41,6 +45,8 @@ class SoftnicProvider final : public RdmaProvider {
   void SessionEnded(uint64_t session) override;
   std::vector<softnic::QpInfo> ListQps() const override { return engine_.ListQps(); }
   std::vector<softnic::RegionInfo> ListRegions() const override { return engine_.ListRegions(); }
+  bool counts_wqes() const override { return true; }
+  std::vector<QpRingCounters> ListRingCounters() const override;
   int64_t bytes_moved() const override { return static_cast<int64_t>(engine_.bytes_written()); }
 
   softnic::Engine& engine() { return engine_; }
@@ -50,6 +56,17 @@ class SoftnicProvider final : public RdmaProvider {
   const std::string nic_;
   const std::string doorbell_mode_ = "doorbell-record";
   softnic::Engine engine_;
+
+  // Where each QP's doorbell records lie, for ListRingCounters (the
+  // engine keeps its own view; this one only reads).
+  struct Records {
+    uint64_t session = 0;
+    const uint8_t* sq_dbrec = nullptr;
+    const uint8_t* cq_dbrec = nullptr;
+    std::shared_ptr<softnic::SharedMapping> control;  // keeps them mapped
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Records> records_ ABSL_GUARDED_BY(mu_);  // by QPN
 };
 
 }  // namespace mooncake::daemon

@@ -17,9 +17,11 @@ bool SameFile(int fd, dev_t dev, ino_t ino) {
 
 }  // namespace
 
-void ConnectionTable::Add(int fd, const PeerCred& cred, absl::Time accepted) {
+void ConnectionTable::Add(int fd, const PeerCred& cred, absl::Time accepted,
+                          const std::string& tenant) {
   Record r;
   r.cred = cred;
+  r.tenant = tenant;
   r.accepted = accepted;
   struct stat st {};
   if (::fstat(fd, &st) == 0) {
@@ -80,19 +82,19 @@ size_t ConnectionTable::size() const {
 
 absl::StatusOr<Caller> ConnectionTable::CallerOf(const grpc::ServerContextBase* ctx) const {
   int fd = FdFromPeer(ctx->peer());
-  std::optional<PeerCred> cred;
+  std::optional<Caller> caller;
   if (fd >= 0) {
     absl::MutexLock lock(&mu_);
     if (auto it = records_.find(fd); it != records_.end()) {
       it->second.used = true;
-      cred = it->second.cred;
+      caller = Caller{it->second.cred, fd, it->second.tenant};
     }
   }
-  if (!cred) {
+  if (!caller) {
     return absl::PermissionDeniedError(
         "the local API is served only on mooncaked's UNIX socket (caller identity unknown)");
   }
-  return Caller{*cred, fd};
+  return *std::move(caller);
 }
 
 int ConnectionTable::FdFromPeer(absl::string_view peer) {

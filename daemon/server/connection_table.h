@@ -20,6 +20,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -34,10 +35,13 @@ class ServerContextBase;
 
 namespace mooncake::daemon {
 
-// Who made an RPC: kernel-vouched credentials and the connection it came on.
+// Who made an RPC: kernel-vouched credentials, the tenant of the socket
+// that accepted its connection ("" for the main socket; never taken from a
+// message), and the connection it came on.
 struct Caller {
   PeerCred cred;
   int connection_fd = -1;
+  std::string tenant;
 };
 
 class ConnectionTable {
@@ -46,8 +50,9 @@ class ConnectionTable {
   // the uid of every record that is dropped.
   explicit ConnectionTable(AdmissionCounter* admission = nullptr) : admission_(admission) {}
 
-  // Records connection `fd` (already admitted for cred.uid).
-  void Add(int fd, const PeerCred& cred, absl::Time accepted);
+  // Records connection `fd` (already admitted for cred.uid), accepted on
+  // the socket of `tenant` ("" for the main socket).
+  void Add(int fd, const PeerCred& cred, absl::Time accepted, const std::string& tenant = {});
   // An RPC started on `fd`. CallerOf marks too (the services call it at
   // the start of every RPC), so it is const.
   void MarkUsed(int fd) const;
@@ -74,6 +79,7 @@ class ConnectionTable {
  private:
   struct Record {
     PeerCred cred;
+    std::string tenant;
     dev_t dev = 0;
     ino_t ino = 0;
     absl::Time accepted;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,12 @@
 
 namespace mooncake::daemon {
 namespace {
+
+std::map<std::string, std::string> TenantSocketMap(const std::vector<TenantSocket>& tenants) {
+  std::map<std::string, std::string> out;
+  for (const TenantSocket& t : tenants) out[t.name] = t.path;
+  return out;
+}
 
 std::string Hostname() {
   char buf[256] = {};
@@ -164,6 +171,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   d->lifecycle_ = std::make_unique<SessionLifecycle>(d->sessions_.get(), d->fds_.get(),
                                                      d->rdma_.get(), d->broker_.get());
 
+  // Checked before any socket is bound: a bad tenant list leaves nothing behind.
+  absl::StatusOr<std::vector<TenantSocket>> tenants = ResolveTenantSockets(cfg);
+  if (!tenants.ok()) return tenants.status();
   auto listen = ListenUnix(cfg.socket, cfg.socket_mode, cfg.socket_group);
   if (!listen.ok()) return listen.status();
   d->acceptor_ = std::make_unique<GrpcAcceptor>(std::move(*listen), d->connections_.get(),
@@ -179,6 +189,28 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   fd_limits.connections = cfg.fd_channel_connections;
   d->fd_channel_ = std::make_unique<FdChannelServer>(std::move(*fd_listen), d->sessions_.get(),
                                                      d->fds_.get(), fd_limits);
+  // One socket and fd channel per tenant, with the main socket's mode and
+  // group: who may connect is the directory's business (a pod mounts only
+  // its tenant's directory), what a caller sees is its tenant's.
+  std::vector<std::string> bound = {cfg.socket, FdSocketPath(cfg.socket)};
+  for (const TenantSocket& t : *tenants) {
+    absl::StatusOr<UniqueFd> main_fd = ListenUnix(t.path, cfg.socket_mode, cfg.socket_group);
+    absl::StatusOr<UniqueFd> fd_fd =
+        main_fd.ok() ? ListenUnix(FdSocketPath(t.path), cfg.socket_mode, cfg.socket_group)
+                     : absl::StatusOr<UniqueFd>(main_fd.status());
+    if (!fd_fd.ok()) {
+      if (main_fd.ok()) ::unlink(t.path.c_str());
+      for (const std::string& path : bound) ::unlink(path.c_str());
+      return absl::Status(fd_fd.status().code(),
+                          absl::StrCat("tenant '", t.name, "': ", fd_fd.status().message()));
+    }
+    bound.push_back(t.path);
+    bound.push_back(FdSocketPath(t.path));
+    d->acceptor_->AddTenantListener(*std::move(main_fd), t.name);
+    d->fd_channel_->AddTenantListener(*std::move(fd_fd), t.name);
+    MC_LOG(kInfo, "tenant '", t.name, "' on ", t.path);
+  }
+  d->tenants_ = *std::move(tenants);
   if (!cfg.metrics_listen.empty()) {  // served from Start()
     d->metrics_ = std::make_unique<metrics::Metrics>(CountedRpcMethods(), metrics::GaugeSources{},
                                                      kMooncakeVersion);
@@ -249,6 +281,21 @@ absl::Status Daemon::JoinCluster() {
   MC_LOG(kInfo, "etcd: node ", node_.node_id, " registered under ", config_.etcd_prefix,
          "/nodes/ (lease TTL ", config_.etcd_lease_ttl_s, " s); ", nodes_->Nodes().size(),
          " node(s) live");
+  peering::GroupDirectoryOptions go;
+  go.prefix = config_.etcd_prefix;
+  go.node_id = node_.node_id;
+  go.instance_id = node_.instance_id;
+  go.lease = [registry = nodes_.get()] { return registry->lease_id(); };
+  go.sink = [broker = broker_.get()](uint32_t uid, const std::string& tenant,
+                                     const std::string& group, uint32_t rank,
+                                     std::optional<ClusterMember> member) {
+    broker->RemoteChanged(uid, tenant, group, rank, std::move(member));
+  };
+  absl::StatusOr<std::unique_ptr<peering::EtcdGroupDirectory>> directory =
+      peering::EtcdGroupDirectory::Start(etcd_.get(), std::move(go));
+  if (!directory.ok()) return directory.status();
+  group_directory_ = *std::move(directory);
+  broker_->set_directory(group_directory_.get());
   return absl::OkStatus();
 }
 
@@ -317,8 +364,9 @@ absl::Status Daemon::Start() {
   admin_service_ = std::make_unique<AdminService>(
       &node_,
       AdminService::Endpoints{config_.socket, config_.peer_listen, config_.etcd_endpoints,
-                              peer_security_},
+                              peer_security_, TenantSocketMap(tenants_)},
       connections_.get(), sessions_.get(), broker_.get(), fds_.get(), rdma_.get(), nodes_.get());
+  broker_->set_event_sink(admin_service_->event_feed());  // mcctl watch
   std::vector<std::string> served = {v1::Local::service_full_name(),
                                      v1::Admin::service_full_name()};
   if (rdma_) {
@@ -369,9 +417,22 @@ void Daemon::Shutdown(const std::string& reason) {
   // Remove the socket names first: new clients fail fast instead of hanging.
   ::unlink(config_.socket.c_str());
   ::unlink(FdSocketPath(config_.socket).c_str());
+  for (const TenantSocket& t : tenants_) {
+    ::unlink(t.path.c_str());
+    ::unlink(FdSocketPath(t.path).c_str());
+  }
   if (acceptor_) acceptor_->Stop();
   // Leave the cluster now: the others see this node go at once.
+  if (group_directory_) {
+    broker_->set_directory(nullptr);
+    group_directory_->Stop();
+  }
   if (nodes_) nodes_->Stop();
+  if (admin_service_) {
+    // Watchers end now (UNAVAILABLE) rather than hold the server's shutdown.
+    broker_->set_event_sink(nullptr);
+    admin_service_->event_feed()->Close();
+  }
   broker_->Shutdown();
   sessions_->Shutdown(reason);
   if (server_) server_->GetHealthCheckService()->Shutdown();  // NOT_SERVING, watchers told

@@ -36,6 +36,7 @@
 #include "fdchannel/fd_broker.h"
 #include "fdchannel/fd_channel_server.h"
 #include "metrics/metrics.h"
+#include "peering/etcd_group_directory.h"
 #include "peering/node_registry.h"
 #include "peering/peer_tls.h"
 #include "rdma/rdma_resources.h"
@@ -75,6 +76,7 @@ class Daemon {
   Daemon() = default;
 
   DaemonConfig config_;
+  std::vector<TenantSocket> tenants_;  // tenant_sockets, paths resolved
   NodeIdentity node_;
   // metrics_listen set: the counters the components below record into
   // (declared first: destroyed last) and the /metrics server.
@@ -100,6 +102,9 @@ class Daemon {
   // registry (which uses it) goes first.
   std::unique_ptr<etcd::EtcdClient> etcd_;
   std::unique_ptr<peering::NodeRegistry> nodes_;
+  // Groups across nodes: after the registry (its lease), before nothing
+  // that outlives it uses it (the broker is detached at shutdown).
+  std::unique_ptr<peering::EtcdGroupDirectory> group_directory_;
   std::string peer_security_;  // DescribePeerSecurity's words; "" without a peer port
   std::atomic<bool> shut_down_{false};
   // Set once Create succeeded: a daemon that failed to start (its socket

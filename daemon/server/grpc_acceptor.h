@@ -9,10 +9,16 @@
 // RPC within the handshake deadline are shut down. When the process is out
 // of fds, accepting backs off instead of spinning, with one log line per
 // period. Refusals are logged the same way.
+//
+// Tenant sockets (tenant_sockets): each extra listener carries a tenant
+// name, and every connection it accepts is recorded with it; the caps are
+// per uid over all the sockets.
 #pragma once
 
 #include <atomic>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "admission/admission_counter.h"
@@ -34,6 +40,9 @@ class GrpcAcceptor {
                absl::Duration handshake_timeout);
   ~GrpcAcceptor();
 
+  // Also accepts on `listen_fd`, whose connections belong to `tenant`
+  // (non-empty). Before Start.
+  void AddTenantListener(UniqueFd listen_fd, std::string tenant);
   // Starts the accept thread; `server` must outlive Stop().
   void Start(grpc::Server* server);
   // Stops accepting (connections already handed to gRPC are gRPC's).
@@ -43,9 +52,15 @@ class GrpcAcceptor {
   void set_counters(metrics::EventCounters* counters) { counters_ = counters; }
 
  private:
+  struct Listener {
+    UniqueFd fd;
+    std::string tenant;  // "" for the main socket
+  };
   void Loop();
+  // Accepts what is pending on `listener` (at most kMaxAcceptsPerWake).
+  void AcceptFrom(const Listener& listener, absl::Time* backoff_until);
 
-  UniqueFd listen_fd_;
+  std::vector<Listener> listeners_;  // [0]: the main socket
   UniqueFd wake_read_, wake_write_;
   ConnectionTable* const table_;
   AdmissionCounter* const admission_;

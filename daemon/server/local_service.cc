@@ -190,6 +190,7 @@ grpc::ServerUnaryReactor* LocalService::Hello(grpc::CallbackServerContext* ctx,
   resp->set_uid(caller->cred.uid);
   resp->set_gid(caller->cred.gid);
   resp->set_pid(caller->cred.pid);
+  resp->set_tenant(caller->tenant);
   return Done(ctx, absl::OkStatus());
 }
 
@@ -198,7 +199,7 @@ grpc::ServerWriteReactor<v1::SessionEvent>* LocalService::OpenSession(
   absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return new SessionReactor(caller.status());
   absl::StatusOr<SessionInfo> session =
-      lifecycle_->Open(caller->cred, caller->connection_fd, req->client_name());
+      lifecycle_->Open(caller->cred, caller->connection_fd, req->client_name(), caller->tenant);
   if (!session.ok()) return new SessionReactor(session.status());
   return new SessionReactor(sessions_, lifecycle_, node_->instance_id, *session);
 }

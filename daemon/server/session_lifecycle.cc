@@ -9,14 +9,15 @@
 namespace mooncake::daemon {
 
 absl::StatusOr<SessionInfo> SessionLifecycle::Open(const PeerCred& cred, int conn_fd,
-                                                   std::string client_name) {
-  absl::StatusOr<SessionInfo> session = sessions_->Open(cred, conn_fd, std::move(client_name));
+                                                   std::string client_name, std::string tenant) {
+  absl::StatusOr<SessionInfo> session =
+      sessions_->Open(cred, conn_fd, std::move(client_name), std::move(tenant));
   if (session.ok()) {
     // The name is the client's choice: escaped so it cannot forge log lines
     // (4x: room for every byte of an accepted name as \xNN).
     MC_LOG(kInfo, "session ", session->id, " opened by pid ", session->cred.pid, " uid ",
-           session->cred.uid, " (", EscapeForDisplay(session->client_name, 4 * kMaxClientNameBytes),
-           ")");
+           session->cred.uid, session->tenant.empty() ? "" : " tenant ", session->tenant, " (",
+           EscapeForDisplay(session->client_name, 4 * kMaxClientNameBytes), ")");
   }
   return session;
 }

@@ -33,9 +33,10 @@ class SessionLifecycle {
                    GroupBroker* broker)
       : sessions_(sessions), fds_(fds), rdma_(rdma), broker_(broker) {}
 
-  // Opens a session for the process on connection `conn_fd` (see
-  // SessionRegistry::Open for the errors).
-  absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name);
+  // Opens a session for the process on connection `conn_fd`, accepted on
+  // the socket of `tenant` (see SessionRegistry::Open for the errors).
+  absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name,
+                                   std::string tenant = {});
   // Releases everything the session owned and tells its groups.
   void End(uint64_t session_id);
 

@@ -27,8 +27,13 @@ std::string RandomBytes(size_t n) {
 
 std::string HexEncode(absl::string_view bytes) { return absl::BytesToHexString(bytes); }
 
+Scope ScopeOf(const PeerCred& cred, const std::string& tenant) {
+  const bool root = cred.uid == 0;
+  return Scope{cred.uid, tenant, root, root && tenant.empty()};
+}
+
 absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn_fd,
-                                                  std::string client_name) {
+                                                  std::string client_name, std::string tenant) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("mooncaked is shutting down");
   if (client_name.size() > kMaxClientNameBytes) {
@@ -54,6 +59,7 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
   Entry e;
   e.info.id = next_id_++;
   e.info.cred = cred;
+  e.info.tenant = std::move(tenant);
   e.info.token = RandomBytes(16);
   e.info.client_name = std::move(client_name);
   e.info.connection_fd = conn_fd;
@@ -84,7 +90,8 @@ std::optional<SessionInfo> SessionRegistry::FindByConnection(int conn_fd) const 
 }
 
 absl::StatusOr<SessionInfo> SessionRegistry::Authenticate(uint64_t id, absl::string_view token,
-                                                          uint32_t uid) const {
+                                                          uint32_t uid,
+                                                          absl::string_view tenant) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   // One message for "no such session" and "wrong token" so ids can't be probed.
@@ -95,7 +102,9 @@ absl::StatusOr<SessionInfo> SessionRegistry::Authenticate(uint64_t id, absl::str
   if (token.size() != want.size()) return denied;
   unsigned char diff = 0;
   for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(want[i] ^ token[i]);
-  if (diff != 0 || it->second.info.cred.uid != uid) return denied;
+  if (diff != 0 || it->second.info.cred.uid != uid || it->second.info.tenant != tenant) {
+    return denied;
+  }
   return it->second.info;
 }
 

@@ -31,6 +31,10 @@ inline constexpr size_t kMaxClientNameBytes = 256;
 struct SessionInfo {
   uint64_t id = 0;
   PeerCred cred;
+  // The tenant of the socket the session's connection came through ("" for
+  // the main socket), like `cred` decided at accept and never by a message.
+  // Part of every scope: groups, exports, listings (see ScopeOf).
+  std::string tenant;
   std::string token;        // 16 random bytes; binds fd-channel requests
   std::string client_name;  // as the client sent it: escape before showing
   int connection_fd = -1;   // the gRPC connection it lives on
@@ -41,18 +45,21 @@ class SessionRegistry {
  public:
   explicit SessionRegistry(uint32_t max_sessions_per_uid) : max_per_uid_(max_sessions_per_uid) {}
 
-  // Opens a session on connection `conn_fd`. AlreadyExists when that
-  // connection has one; ResourceExhausted past the per-uid limit;
-  // InvalidArgument for a client_name over kMaxClientNameBytes.
-  absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name);
+  // Opens a session on connection `conn_fd`, accepted on the socket of
+  // `tenant`. AlreadyExists when that connection has one; ResourceExhausted
+  // past the per-uid limit; InvalidArgument for a client_name over
+  // kMaxClientNameBytes.
+  absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name,
+                                   std::string tenant = {});
   // Removes the session; returns false when it was already gone.
   bool Close(uint64_t id);
 
   std::optional<SessionInfo> Find(uint64_t id) const;
   std::optional<SessionInfo> FindByConnection(int conn_fd) const;
-  // Checks id + token (constant time) and that `uid` matches.
-  absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token,
-                                           uint32_t uid) const;
+  // Checks id + token (constant time) and that `uid` and `tenant` (of the
+  // fd-channel socket the request came through) match the session's.
+  absl::StatusOr<SessionInfo> Authenticate(uint64_t id, absl::string_view token, uint32_t uid,
+                                           absl::string_view tenant = {}) const;
 
   // Queues an event and runs the session's notifier (outside the lock);
   // no-op when the session is gone.
@@ -84,6 +91,20 @@ class SessionRegistry {
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<uint64_t, Entry> sessions_ ABSL_GUARDED_BY(mu_);
 };
+
+// What a caller may see of the daemon's state: its own uid's entries of its
+// own tenant; root on the main socket sees every uid of every tenant, root
+// on a tenant's socket every uid of that tenant only.
+struct Scope {
+  uint32_t uid = 0;
+  std::string tenant;
+  bool all_uids = false;
+  bool all_tenants = false;
+  bool Sees(uint32_t owner_uid, absl::string_view owner_tenant) const {
+    return (all_uids || owner_uid == uid) && (all_tenants || owner_tenant == tenant);
+  }
+};
+Scope ScopeOf(const PeerCred& cred, const std::string& tenant);
 
 // 16 bytes from the kernel's CSPRNG (getrandom).
 std::string RandomBytes(size_t n);

@@ -375,7 +375,7 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKin
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
+absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange, CudaHandleKind kind) {
   if (num_ranks < 1) {
     return absl::InvalidArgumentError(
@@ -405,7 +405,7 @@ absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
   auto t = std::make_unique<CudaP2pTransport>(num_ranks, std::move(exchange), std::move(drv),
                                               *device, cu, ctx, *chosen, gdr_vmm);
   MC_RETURN_IF_ERROR(t->Init());
-  return std::unique_ptr<P2pTransport>(std::move(t));
+  return std::unique_ptr<BrokeredP2pTransport>(std::move(t));
 }
 
 }  // namespace device

@@ -5,7 +5,7 @@
 namespace mooncake {
 namespace device {
 
-absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
+absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
     int /*num_ranks*/, std::shared_ptr<HandleExchange> /*exchange*/, CudaHandleKind /*kind*/) {
   return absl::FailedPreconditionError(
       "createCudaP2pTransport: this Mooncake was built without CUDA; reconfigure with "

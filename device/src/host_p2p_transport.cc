@@ -118,13 +118,14 @@ class HostP2pTransport final : public internal::P2pTransportCore {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<P2pTransport>> createHostP2pTransport(
+absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createHostP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange) {
   if (num_ranks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("createHostP2pTransport: num_ranks ", num_ranks, " (must be >= 1)"));
   }
-  return std::unique_ptr<P2pTransport>(new HostP2pTransport(num_ranks, std::move(exchange)));
+  return std::unique_ptr<BrokeredP2pTransport>(
+      new HostP2pTransport(num_ranks, std::move(exchange)));
 }
 
 }  // namespace device

@@ -12,15 +12,15 @@ namespace device {
 
 // Defaults for transports written outside this library (upstream code
 // subclasses P2pTransport): the join route is an addition they lack.
-absl::StatusOr<ExportedBuffer> P2pTransport::exportLocal(void*) {
+absl::StatusOr<ExportedBuffer> BrokeredP2pTransport::exportLocal(void*) {
   return absl::UnimplementedError(
-      "exportLocal: this P2pTransport has no join route; use "
+      "exportLocal: this BrokeredP2pTransport has no join route; use "
       "exportIpcHandle/importPeerHandles");
 }
-absl::Status P2pTransport::mapPeers(void*, int, int, std::vector<PeerBuffer>,
-                                    const std::vector<int>&) {
+absl::Status BrokeredP2pTransport::mapPeers(void*, int, int, std::vector<PeerBuffer>,
+                                            const std::vector<int>&) {
   return absl::UnimplementedError(
-      "mapPeers: this P2pTransport has no join route; use "
+      "mapPeers: this BrokeredP2pTransport has no join route; use "
       "exportIpcHandle/importPeerHandles");
 }
 

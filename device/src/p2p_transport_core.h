@@ -37,7 +37,7 @@ namespace mooncake {
 namespace device {
 namespace internal {
 
-class P2pTransportCore : public P2pTransport {
+class P2pTransportCore : public BrokeredP2pTransport {
  public:
   ~P2pTransportCore() override;
 

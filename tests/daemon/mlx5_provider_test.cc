@@ -2,14 +2,27 @@
 // before any verbs call (kinds, ring alignment, names), and that a first
 // RDMA call fails with the session open's error and leaves nothing held or
 // charged. The verbs calls themselves run only with a ConnectX NIC.
+//
+// Then the provider's own logic over a fake NicSession (the seam
+// Mlx5Session implements): the link GetRdmaInfo reports per session NIC,
+// the ring counters read from client memory, what a connect refused half
+// way leaves, the tuning passed to every connect and the CPU-assisted
+// doorbell ringing the session's register.
 #include "rdma/mlx5/mlx5_provider.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma_resources.h"
+#include "rdma/rdma_service.h"
 
 namespace mooncake::daemon::mlx5 {
 namespace {
@@ -99,6 +112,463 @@ TEST(Mlx5ProviderTest, WithoutTheNicTheFirstCallFailsAndNothingIsHeld) {
   EXPECT_TRUE(rdma.ListQps(0, true).empty());
   sessions.Close(s->id);
   rdma.SessionEnded(s->id);  // nothing held: a no-op
+}
+
+// ---- over a fake NIC ----------------------------------------------------------------------------
+
+// What the fake sessions of one test share: the NICs' ports, and what the
+// provider asked of them.
+struct FakeNic {
+  std::map<std::string, LocalEndpoint> ports;  // by device
+  // A GID index a session open picks instead of the port's (as if the GID
+  // table changed between a probe and the open); unset: the port's.
+  std::optional<uint32_t> gid_at_open;
+  std::atomic<int> opens{0}, live{0};
+  std::optional<uint32_t> last_override;
+  // Connect of this QPN fails: half way (after RST2INIT) or before any
+  // transition.
+  uint32_t fail_qpn = 0;
+  bool fail_half_way = true;
+  std::vector<ConnectTuning> tunings;
+  std::map<std::string, uint32_t> next_qpn;  // per device, from 0x200, as NICs count their own
+  uint32_t next_key = 0x1000;
+};
+
+class FakeSession final : public NicSession {
+ public:
+  FakeSession(FakeNic* nic, const Mlx5SessionOptions& o, bool probe)
+      : nic_(nic), device_(o.device), endpoint_(nic->ports.at(o.device)) {
+    ++nic_->opens;
+    ++nic_->live;
+    nic_->last_override = o.gid_index;
+    if (o.gid_index.has_value()) {
+      endpoint_.gid.index = *o.gid_index;
+    } else if (nic->gid_at_open.has_value() && !probe) {
+      endpoint_.gid.index = *nic->gid_at_open;
+    }
+  }
+  ~FakeSession() override { --nic_->live; }
+  const std::string& device() const override { return device_; }
+  const LocalEndpoint& endpoint() const override { return endpoint_; }
+  const UarInfo& uar() const override { return uar_; }
+  volatile void* doorbell_register() const override { return &reg_; }
+  absl::StatusOr<UniqueFd> DupCommandFd() const override {
+    return UniqueFd(::memfd_create("fake-cmd", MFD_CLOEXEC));
+  }
+  absl::StatusOr<MemoryRegion> RegisterGpuMemory(const GpuMemory&) override {
+    return absl::UnimplementedError("fake: no GPU");
+  }
+  absl::StatusOr<MemoryRegion> RegisterHostMemory(void*, uint64_t, uint64_t, uint32_t,
+                                                  std::shared_ptr<const void>) override {
+    const uint32_t k = nic_->next_key++;
+    return MemoryRegion{k, k + 1, MrPath::kHost};
+  }
+  absl::StatusOr<MemoryRegion> RegisterPeermemMemory(void*, uint64_t, uint64_t, uint32_t,
+                                                     std::shared_ptr<const void>) override {
+    return absl::UnimplementedError("fake: no peermem");
+  }
+  absl::Status DeregisterMemory(uint32_t) override { return absl::OkStatus(); }
+  absl::StatusOr<uint32_t> RegisterHostUmem(void*, uint64_t, std::shared_ptr<const void>) override {
+    return ++umems_;
+  }
+  absl::Status DeregisterUmem(uint32_t) override { return absl::OkStatus(); }
+  absl::StatusOr<QueuePair> CreateQueuePair(const QpRings&) override {
+    auto [it, fresh] = nic_->next_qpn.try_emplace(device_, 0x200);
+    const uint32_t qpn = it->second++;
+    state_[qpn] = 0;
+    return QueuePair{qpn, qpn + 0x10000};
+  }
+  absl::Status Connect(uint32_t qpn, uint32_t, const RemoteQp& remote,
+                       const ConnectTuning& tuning) override {
+    if (!state_.contains(qpn)) return absl::NotFoundError("fake: no such QP");
+    if (state_[qpn] != 0) return absl::FailedPreconditionError("fake: not in RESET");
+    nic_->tunings.push_back(tuning);
+    remotes_[qpn] = remote;
+    if (qpn == nic_->fail_qpn) {
+      if (!nic_->fail_half_way) return absl::UnavailableError("fake: port 1 is DOWN");
+      state_[qpn] = 1;  // INIT reached, INIT2RTR refused
+      return absl::InternalError("fake: INIT2RTR_QP refused (status 0x3, syndrome 0x1234)");
+    }
+    state_[qpn] = 3;
+    return absl::OkStatus();
+  }
+  bool InReset(uint32_t qpn) const override {
+    auto it = state_.find(qpn);
+    return it != state_.end() && it->second == 0;
+  }
+  absl::Status DestroyQueuePair(uint32_t qpn) override {
+    return state_.erase(qpn) == 1 ? absl::OkStatus() : absl::NotFoundError("fake: no such QP");
+  }
+
+  uint64_t reg() const { return __atomic_load_n(&reg_, __ATOMIC_ACQUIRE); }
+  std::map<uint32_t, RemoteQp> remotes_;
+
+ private:
+  FakeNic* nic_;
+  std::string device_;
+  LocalEndpoint endpoint_;
+  UarInfo uar_;
+  alignas(8) mutable uint64_t reg_ = 0;
+  uint32_t umems_ = 0;
+  std::map<uint32_t, int> state_;  // 0 RESET, 1 INIT, 3 RTS
+};
+
+LocalEndpoint IbPort(uint32_t lid) {
+  LocalEndpoint e;
+  e.link_layer = LinkLayer::kInfiniBand;
+  e.lid = lid;
+  e.gid.index = 0;
+  e.gid.type = GidType::kIb;
+  return e;
+}
+
+LocalEndpoint RocePort(uint32_t gid_index) {
+  LocalEndpoint e;
+  e.link_layer = LinkLayer::kEthernet;
+  e.gid.index = gid_index;
+  e.gid.type = GidType::kRoceV2;
+  e.gid.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 7};
+  return e;
+}
+
+class Mlx5FakeTest : public ::testing::Test {
+ protected:
+  Mlx5FakeTest() {
+    nic_.ports["mlx5_0"] = IbPort(7);
+    nic_.ports["mlx5_1"] = RocePort(3);
+  }
+  // The provider over both fake NICs (mlx5_0 the default).
+  void Make(Mlx5ProviderOptions options = {}, std::optional<uint32_t> gid_override = {}) {
+    std::vector<Mlx5SessionOptions> nics(2);
+    nics[0].device = "mlx5_0";
+    nics[1].device = "mlx5_1";
+    nics[1].gid_index = gid_override;
+    // The provider opens a session for objects and for a link probe alike;
+    // the fake tells them apart by whether one is already live for it.
+    options.open =
+        [this](const Mlx5SessionOptions& o) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+      auto s = std::make_unique<FakeSession>(&nic_, o, /*probe=*/probing_);
+      last_ = s.get();
+      return std::unique_ptr<NicSession>(std::move(s));
+    };
+    auto p = std::make_unique<Mlx5Provider>(std::move(nics), std::move(options));
+    provider_ = p.get();
+    rdma_ = std::make_unique<RdmaResources>(&sessions_, RdmaLimits{}, std::move(p));
+    service_ = std::make_unique<RdmaService>(nullptr, &sessions_, &fds_, rdma_.get());
+  }
+  SessionInfo Open(uint32_t uid, int conn) {
+    absl::StatusOr<SessionInfo> s = sessions_.Open(PeerCred{100 + conn, uid, uid}, conn, "t");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  }
+  void SelectNic(const SessionInfo& s, const std::string& nic) {
+    v1::SelectNicRequest req;
+    req.add_allowed(nic);
+    v1::SelectNicResponse resp;
+    ASSERT_TRUE(service_->HandleSelectNic(s, req, &resp).ok());
+    ASSERT_EQ(resp.nic(), nic);
+  }
+  // `n` QPs of depth 4 on one control memfd, which the test maps too (the
+  // client's view) at *view.
+  std::vector<uint32_t> Qps(const SessionInfo& s, size_t n, uint8_t** view = nullptr) {
+    const uint64_t bytes = 3 * 4096 * n;
+    FdBundlePtr fd = Memfd(bytes);
+    if (view != nullptr) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd->fds[0].get(), 0);
+      EXPECT_NE(p, MAP_FAILED);
+      *view = static_cast<uint8_t*>(p);
+      maps_.emplace_back(p, bytes);
+    }
+    std::vector<QpLayout> layouts;
+    for (size_t i = 0; i < n; ++i) layouts.push_back(Layout(3 * 4096 * i));
+    auto q = rdma_->CreateQueuePairs(s, fd, bytes, layouts);
+    EXPECT_TRUE(q.ok()) << q.status();
+    return q.ok() ? *q : std::vector<uint32_t>{};
+  }
+  std::map<uint32_t, std::string> States(uint32_t uid) {
+    std::map<uint32_t, std::string> out;
+    for (const QpRow& r : rdma_->ListQps(uid, false)) {
+      out[r.info.qpn] = softnic::QpStateName(r.info.state);
+    }
+    return out;
+  }
+  ~Mlx5FakeTest() override {
+    service_.reset();
+    rdma_.reset();
+    for (auto [p, n] : maps_) ::munmap(p, n);
+  }
+
+  FakeNic nic_;
+  bool probing_ = false;
+  FakeSession* last_ = nullptr;
+  SessionRegistry sessions_{64};
+  FdBroker fds_{absl::Seconds(60), &sessions_, FdLimits{64, 128}};
+  Mlx5Provider* provider_ = nullptr;
+  std::unique_ptr<RdmaResources> rdma_;
+  std::unique_ptr<RdmaService> service_;
+  std::vector<std::pair<void*, size_t>> maps_;
+};
+
+TEST_F(Mlx5FakeTest, RdmaInfoReportsTheLinkOfTheSessionsNic) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  v1::RdmaInfo info;
+  // Before the NIC is chosen: the default NIC (InfiniBand, GID 0), from a
+  // context opened and closed for the question.
+  probing_ = true;
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&a, &info).ok());
+  EXPECT_EQ(info.provider(), "mlx5");
+  EXPECT_EQ(info.nic(), "mlx5_0");
+  EXPECT_FALSE(info.is_roce());
+  EXPECT_EQ(info.gid_index(), 0u);
+  EXPECT_EQ(info.gid_type(), "IB");
+  EXPECT_EQ(nic_.opens.load(), 1);
+  EXPECT_EQ(nic_.live.load(), 0);  // not kept
+  EXPECT_EQ(provider_->sessions_open(), 0u);
+
+  // On the RoCE NIC: its GID, before and after the session's context opens.
+  SelectNic(a, "mlx5_1");
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&a, &info).ok());
+  EXPECT_EQ(info.nic(), "mlx5_1");
+  EXPECT_TRUE(info.is_roce());
+  EXPECT_EQ(info.gid_index(), 3u);
+  EXPECT_EQ(info.gid_type(), "RoCE v2");
+  probing_ = false;
+  nic_.gid_at_open = 5;  // the table changed: the open session's choice is what counts
+  Qps(a, 1);
+  EXPECT_EQ(provider_->sessions_open(), 1u);
+  const int opens = nic_.opens.load();
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&a, &info).ok());
+  EXPECT_EQ(info.gid_index(), 5u);
+  EXPECT_TRUE(info.is_roce());
+  EXPECT_EQ(nic_.opens.load(), opens);  // read from the session, nothing opened
+
+  // Another session, still unbound, is on the default NIC; a caller with
+  // no session gets the default NIC's link.
+  SessionInfo b = Open(1000, 2);
+  probing_ = true;
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&b, &info).ok());
+  EXPECT_EQ(info.nic(), "mlx5_0");
+  EXPECT_FALSE(info.is_roce());
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(nullptr, &info).ok());
+  EXPECT_EQ(info.nic(), "mlx5_0");
+  EXPECT_FALSE(info.is_roce());
+
+  // An ended session is refused, not answered with a guess.
+  sessions_.Close(b.id);
+  rdma_->SessionEnded(b.id);
+  EXPECT_EQ(service_->HandleGetRdmaInfo(&b, &info).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(Mlx5FakeTest, TheConfiguredGidIndexReachesTheSessionAndIsReported) {
+  Make({}, /*gid_override=*/9);
+  SessionInfo a = Open(1000, 1);
+  SelectNic(a, "mlx5_1");
+  probing_ = true;
+  v1::RdmaInfo info;
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&a, &info).ok());
+  ASSERT_TRUE(nic_.last_override.has_value());
+  EXPECT_EQ(*nic_.last_override, 9u);
+  EXPECT_EQ(info.gid_index(), 9u);
+}
+
+TEST_F(Mlx5FakeTest, ALinkThatCannotBeQueriedIsAnErrorNamingTheNic) {
+  std::vector<Mlx5SessionOptions> nics(1);
+  nics[0].device = "mlx5_9";
+  Mlx5ProviderOptions o;
+  o.open = [](const Mlx5SessionOptions&) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+    return absl::UnavailableError("port 1 of mlx5_9 has no RoCE GID");
+  };
+  RdmaResources rdma(&sessions_, RdmaLimits{},
+                     std::make_unique<Mlx5Provider>(std::move(nics), std::move(o)));
+  SessionInfo a = Open(1000, 1);
+  absl::StatusOr<SessionLink> link = rdma.LinkOf(a);
+  ASSERT_EQ(link.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(link.status().message(), "querying the link of mlx5_9"))
+      << link.status();
+}
+
+TEST_F(Mlx5FakeTest, QpsListTheClientsRingCountersNotCompletions) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  uint8_t* view = nullptr;
+  std::vector<uint32_t> q = Qps(a, 2, &view);
+  ASSERT_EQ(q.size(), 2u);
+  EXPECT_FALSE(rdma_->provider_counts_wqes());
+  // QP 1's records: the client announced WQE 0x1_0005 (the counter keeps
+  // 16 bits) and consumed 0x123456 CQEs (24 bits of 0xff123456).
+  const QpLayout l = Layout(3 * 4096);
+  auto be32 = [](uint32_t v) { return __builtin_bswap32(v); };
+  const uint32_t sq = be32(0x00010005), cq = be32(0xff123456);
+  std::memcpy(view + l.sq_dbrec_offset + 4, &sq, 4);
+  std::memcpy(view + l.cq_dbrec_offset, &cq, 4);
+  std::map<uint32_t, QpRow> rows;
+  for (const QpRow& r : rdma_->ListQps(1000, false)) rows[r.info.qpn] = r;
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_TRUE(rows[q[0]].rings.has_value());
+  EXPECT_EQ(rows[q[0]].rings->sq_posted, 0u);
+  EXPECT_EQ(rows[q[0]].rings->cq_consumed, 0u);
+  ASSERT_TRUE(rows[q[1]].rings.has_value());
+  EXPECT_EQ(rows[q[1]].rings->sq_posted, 5u);
+  EXPECT_EQ(rows[q[1]].rings->cq_consumed, 0x123456u);
+  EXPECT_EQ(rows[q[1]].info.wqes_done, 0u);  // a NIC's completions are not seen
+  ASSERT_TRUE(rdma_->DestroyQueuePairs(a, {q[1]}).ok());
+  EXPECT_EQ(provider_->ListRingCounters().size(), 1u);
+}
+
+TEST_F(Mlx5FakeTest, AConnectRefusedHalfWayStopsThereAndNamesEveryPair) {
+  Mlx5ProviderOptions o;
+  o.tuning.traffic_class = 106;  // DSCP 26, ECN 2
+  o.tuning.service_level = 3;
+  Make(std::move(o));
+  SessionInfo a = Open(1000, 1), b = Open(1000, 2);
+  uint8_t* view = nullptr;
+  std::vector<uint32_t> qa = Qps(a, 4, &view);
+  std::vector<uint32_t> qb = Qps(b, 4);
+  ASSERT_EQ(qa.size(), 4u);
+  ASSERT_EQ(qb.size(), 4u);
+  nic_.fail_qpn = qa[2];
+  std::vector<QpConnection> pairs;
+  for (size_t i = 0; i < 4; ++i) pairs.push_back({qa[i], qb[i]});
+  absl::Status s = rdma_->Connect(a, pairs);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInternal) << s;  // the provider's code
+  const std::string m(s.message());
+  EXPECT_TRUE(
+      absl::StrContains(m, absl::StrCat("mlx5 refused connecting queue pair ", qa[2], " to ", qb[2],
+                                        " (pair 2 of 4): fake: INIT2RTR_QP")))
+      << m;
+  EXPECT_TRUE(
+      absl::StrContains(m, absl::StrCat("Connected (RTS, keep them): pairs 0..1, queue pairs ",
+                                        qa[0], ", ", qa[1], ".")))
+      << m;
+  EXPECT_TRUE(absl::StrContains(m, absl::StrCat("Not attempted (RESET, connect them in another "
+                                                "call): pairs 3..3, queue pairs ",
+                                                qa[3], ".")))
+      << m;
+  EXPECT_TRUE(absl::StrContains(m, absl::StrCat("Queue pair ", qa[2], " is in ERROR"))) << m;
+
+  std::map<uint32_t, std::string> st = States(1000);
+  EXPECT_EQ(st[qa[0]], "RTS");
+  EXPECT_EQ(st[qa[1]], "RTS");
+  EXPECT_EQ(st[qa[2]], "ERROR");
+  EXPECT_EQ(st[qa[3]], "RESET");
+  // Only the connected QPs are rung for.
+  EXPECT_EQ(provider_->doorbells_watched(), 2u);
+  // Every connect carried the configured tuning.
+  ASSERT_EQ(nic_.tunings.size(), 3u);
+  for (const ConnectTuning& t : nic_.tunings) {
+    EXPECT_EQ(t.traffic_class, 106u);
+    EXPECT_EQ(t.service_level, 3u);
+  }
+
+  // The failed QP is not connected again; the untouched one is.
+  absl::Status again = rdma_->Connect(a, {{qa[2], qb[2]}});
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  EXPECT_TRUE(absl::StrContains(again.message(), "failed half way through an earlier connect"))
+      << again;
+  EXPECT_EQ(nic_.tunings.size(), 3u);  // refused before reaching the NIC
+  ASSERT_TRUE(rdma_->Connect(a, {{qa[3], qb[3]}}).ok());
+  // Recovery: destroy the failed QP, create another, connect it.
+  nic_.fail_qpn = 0;
+  ASSERT_TRUE(rdma_->DestroyQueuePairs(a, {qa[2]}).ok());
+  std::vector<uint32_t> fresh = Qps(a, 1);
+  ASSERT_EQ(fresh.size(), 1u);
+  ASSERT_TRUE(rdma_->Connect(a, {{fresh[0], qb[2]}}).ok());
+  EXPECT_EQ(States(1000)[fresh[0]], "RTS");
+  EXPECT_EQ(provider_->doorbells_watched(), 4u);
+  (void)view;
+}
+
+TEST_F(Mlx5FakeTest, AConnectRefusedBeforeAnyTransitionLeavesTheQpInReset) {
+  Make();
+  SessionInfo a = Open(1000, 1), b = Open(1000, 2);
+  std::vector<uint32_t> qa = Qps(a, 2), qb = Qps(b, 2);
+  ASSERT_EQ(qa.size(), 2u);
+  nic_.fail_qpn = qa[0];
+  nic_.fail_half_way = false;
+  absl::Status s = rdma_->Connect(a, {{qa[0], qb[0]}, {qa[1], qb[1]}});
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "No pair was connected")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "is still in RESET: it may be connected again")) << s;
+  EXPECT_EQ(States(1000)[qa[0]], "RESET");
+  EXPECT_EQ(States(1000)[qa[1]], "RESET");
+  EXPECT_EQ(provider_->doorbells_watched(), 0u);
+  nic_.fail_qpn = 0;
+  ASSERT_TRUE(rdma_->Connect(a, {{qa[0], qb[0]}, {qa[1], qb[1]}}).ok());
+  EXPECT_EQ(States(1000)[qa[0]], "RTS");
+}
+
+TEST_F(Mlx5FakeTest, TheDaemonRingsTheSessionsRegisterForAConnectedQp) {
+  Make();
+  SessionInfo a = Open(1000, 1), b = Open(1000, 2);
+  uint8_t* view = nullptr;
+  std::vector<uint32_t> qa = Qps(a, 1, &view);
+  FakeSession* session_a = last_;
+  std::vector<uint32_t> qb = Qps(b, 1);
+  ASSERT_TRUE(rdma_->Connect(a, {{qa[0], qb[0]}}).ok());
+  // The peer's endpoint (its session's port) went into the connect.
+  ASSERT_TRUE(session_a->remotes_.contains(qa[0]));
+  EXPECT_EQ(session_a->remotes_[qa[0]].qpn, qb[0]);
+  EXPECT_EQ(session_a->remotes_[qa[0]].lid, 7u);
+  // The client posts WQE 0 (an RDMA WRITE control segment naming another
+  // QPN) and moves the send counter to 1.
+  const QpLayout l = Layout(0);
+  const uint8_t ctrl[8] = {0, 0, 0, 0x08, 0xde, 0xad, 0xbe, 3};
+  std::memcpy(view + l.sq_offset, ctrl, 8);
+  const uint32_t one = __builtin_bswap32(1);
+  __atomic_store_n(reinterpret_cast<uint32_t*>(view + l.sq_dbrec_offset + 4), one,
+                   __ATOMIC_RELEASE);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (provider_->doorbell_rings() < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ASSERT_EQ(provider_->doorbell_rings(), 1u);
+  uint8_t rung[8];
+  const uint64_t reg = session_a->reg();
+  std::memcpy(rung, &reg, 8);
+  // The QP's own number replaces the client's.
+  const uint8_t want[8] = {0,
+                           0,
+                           0,
+                           0x08,
+                           static_cast<uint8_t>(qa[0] >> 16),
+                           static_cast<uint8_t>(qa[0] >> 8),
+                           static_cast<uint8_t>(qa[0]),
+                           3};
+  EXPECT_EQ(std::memcmp(rung, want, 8), 0);
+  // Session end: unwatched and every context closed.
+  sessions_.Close(a.id);
+  rdma_->SessionEnded(a.id);
+  EXPECT_EQ(provider_->doorbells_watched(), 0u);
+  sessions_.Close(b.id);
+  rdma_->SessionEnded(b.id);
+  EXPECT_EQ(nic_.live.load(), 0);
+}
+
+// Two NICs count QPNs each from their own start: a number held on one may
+// come back from the other. RdmaResources knows QPs by number, so it
+// refuses the second rather than mix up the two sessions' QPs.
+TEST_F(Mlx5FakeTest, AQpnHeldOnAnotherNicIsRefusedNotTakenOver) {
+  Make();
+  SessionInfo a = Open(1000, 1), b = Open(2000, 2);
+  SelectNic(b, "mlx5_1");
+  std::vector<uint32_t> qa = Qps(a, 1);
+  ASSERT_EQ(qa.size(), 1u);
+  auto qb = rdma_->CreateQueuePairs(b, Memfd(3 * 4096), 3 * 4096, {Layout(0)});
+  ASSERT_EQ(qb.status().code(), absl::StatusCode::kUnavailable) << qb.status();
+  EXPECT_TRUE(absl::StrContains(qb.status().message(),
+                                absl::StrCat("queue pair number ", qa[0], " on mlx5_1")))
+      << qb.status();
+  EXPECT_TRUE(rdma_->UsageOfSession(b.id).empty());
+  // a still owns its QP, and b's twin is gone from the NIC.
+  std::vector<QpRow> rows = rdma_->ListQps(0, true);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].session, a.id);
+  EXPECT_EQ(States(1000)[qa[0]], "RESET");
+  ASSERT_TRUE(rdma_->DestroyQueuePairs(a, qa).ok());
+  // The next number on mlx5_1 no longer clashes.
+  qb = rdma_->CreateQueuePairs(b, Memfd(3 * 4096), 3 * 4096, {Layout(0)});
+  ASSERT_TRUE(qb.ok()) << qb.status();
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "rdma/softnic_provider.h"
 
 namespace mooncake::daemon {
 namespace {
@@ -324,6 +326,125 @@ TEST_F(RdmaBudgetTest, ConnectRefusesWholeWhenOnePairCannotConnect) {
   for (const QpRow& row : rdma_.ListQps(1000, false)) {
     EXPECT_EQ(row.info.state, row.info.qpn == c ? softnic::QpState::kRts : softnic::QpState::kReset)
         << row.info.qpn;
+  }
+}
+
+// softnic reads each QP's doorbell records like mlx5 (mcctl qps POSTED,
+// CQ-CI) and, executing the WQEs itself, counts their completions.
+TEST_F(RdmaResourcesTest, SoftnicListsTheClientsRingCounters) {
+  SessionInfo s = Open(1000, 10);
+  const uint32_t depth = 4;
+  const uint64_t bytes = 2 * (2ull * depth * 64 + 64);
+  FdBundlePtr fd = Memfd(bytes, true);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd->fds[0].get(), 0);
+  ASSERT_NE(p, MAP_FAILED);
+  auto* view = static_cast<uint8_t*>(p);
+  absl::StatusOr<std::vector<uint32_t>> q =
+      rdma_.CreateQueuePairs(s, fd, bytes, {Layout(0, depth), Layout(1, depth)});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(rdma_.provider_counts_wqes());
+  // In RESET the engine does not act on the records: the values stand.
+  const QpLayout l = Layout(1, depth);
+  const uint32_t sq = __builtin_bswap32(0xabcd0007), cq = __builtin_bswap32(0x01000002);
+  std::memcpy(view + l.sq_dbrec_offset + 4, &sq, 4);
+  std::memcpy(view + l.cq_dbrec_offset, &cq, 4);
+  for (const QpRow& row : rdma_.ListQps(1000, false)) {
+    ASSERT_TRUE(row.rings.has_value()) << row.info.qpn;
+    const bool second = row.info.qpn == (*q)[1];
+    EXPECT_EQ(row.rings->sq_posted, second ? 7u : 0u);
+    EXPECT_EQ(row.rings->cq_consumed, second ? 2u : 0u);
+  }
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, {(*q)[1]}).ok());
+  std::vector<QpRow> rows = rdma_.ListQps(1000, false);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].rings.has_value());
+  sessions_.Close(s.id);
+  rdma_.SessionEnded(s.id);
+  EXPECT_TRUE(rdma_.ListQps(0, true).empty());
+  ::munmap(p, bytes);
+}
+
+// softnic under a provider that refuses one QP's connect, as a NIC can
+// (softnic itself refuses only a peer destroyed meanwhile): the call stops
+// there and says which pairs were connected and which not; a QP refused
+// before any transition stays in RESET and connects on a second try.
+class RefusingSoftnic final : public RdmaProvider {
+ public:
+  RefusingSoftnic() : inner_("softnic0", softnic::EngineOptions{}) {}
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& nic() const override { return inner_.nic(); }
+  const std::string& doorbell_mode() const override { return inner_.doorbell_mode(); }
+  uint32_t max_cq_cqe_cnt() const override { return inner_.max_cq_cqe_cnt(); }
+  absl::Status CheckMemoryKind(const std::string& k) const override {
+    return inner_.CheckMemoryKind(k);
+  }
+  absl::Status CheckLayouts(const std::vector<QpLayout>& l) const override {
+    return inner_.CheckLayouts(l);
+  }
+  absl::StatusOr<ProviderRegion> RegisterMemory(RegionMemory m) override {
+    return inner_.RegisterMemory(std::move(m));
+  }
+  absl::Status DeregisterMemory(uint64_t s, uint32_t k) override {
+    return inner_.DeregisterMemory(s, k);
+  }
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(uint64_t s,
+                                                         std::shared_ptr<softnic::SharedMapping> c,
+                                                         uint64_t o,
+                                                         const std::vector<QpLayout>& l) override {
+    return inner_.CreateQueuePairs(s, std::move(c), o, l);
+  }
+  absl::Status Connect(uint64_t s, uint32_t qpn, uint64_t rs, uint32_t rq) override {
+    if (qpn == refuse_qpn) return absl::UnavailableError("test: link down");
+    return inner_.Connect(s, qpn, rs, rq);
+  }
+  absl::Status DestroyQueuePair(uint64_t s, uint32_t qpn) override {
+    return inner_.DestroyQueuePair(s, qpn);
+  }
+  void SessionEnded(uint64_t s) override { inner_.SessionEnded(s); }
+  std::vector<softnic::QpInfo> ListQps() const override { return inner_.ListQps(); }
+  std::vector<softnic::RegionInfo> ListRegions() const override { return inner_.ListRegions(); }
+
+  uint32_t refuse_qpn = 0;
+
+ private:
+  SoftnicProvider inner_;
+};
+
+TEST_F(RdmaResourcesTest, AConnectRefusedMidwayNamesWhatWasConnected) {
+  auto provider = std::make_unique<RefusingSoftnic>();
+  RefusingSoftnic* refusing = provider.get();
+  RdmaResources rdma(&sessions_, RdmaLimits{}, std::move(provider));
+  SessionInfo a = Open(1000, 10), b = Open(1000, 11);
+  const uint32_t depth = 4;
+  const uint64_t bytes = 3 * (2ull * depth * 64 + 64);
+  auto qa = rdma.CreateQueuePairs(a, Memfd(bytes, true), bytes,
+                                  {Layout(0, depth), Layout(1, depth), Layout(2, depth)});
+  auto qb = rdma.CreateQueuePairs(b, Memfd(bytes, true), bytes,
+                                  {Layout(0, depth), Layout(1, depth), Layout(2, depth)});
+  ASSERT_TRUE(qa.ok() && qb.ok());
+  refusing->refuse_qpn = (*qa)[1];
+  absl::Status s =
+      rdma.Connect(a, {{(*qa)[0], (*qb)[0]}, {(*qa)[1], (*qb)[1]}, {(*qa)[2], (*qb)[2]}});
+  ASSERT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "(pair 1 of 3): test: link down")) << s;
+  EXPECT_TRUE(absl::StrContains(
+      s.message(),
+      absl::StrCat("Connected (RTS, keep them): pairs 0..0, queue pairs ", (*qa)[0], ".")))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), absl::StrCat("pairs 2..2, queue pairs ", (*qa)[2])))
+      << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "is still in RESET: it may be connected again")) << s;
+  for (const QpRow& row : rdma.ListQps(1000, false)) {
+    if (row.session != a.id) continue;
+    EXPECT_EQ(row.info.state,
+              row.info.qpn == (*qa)[0] ? softnic::QpState::kRts : softnic::QpState::kReset)
+        << row.info.qpn;
+  }
+  // The rest connects in a second call.
+  refusing->refuse_qpn = 0;
+  ASSERT_TRUE(rdma.Connect(a, {{(*qa)[1], (*qb)[1]}, {(*qa)[2], (*qb)[2]}}).ok());
+  for (const QpRow& row : rdma.ListQps(1000, false)) {
+    if (row.session == a.id) EXPECT_EQ(row.info.state, softnic::QpState::kRts) << row.info.qpn;
   }
 }
 

@@ -109,6 +109,23 @@ TEST_F(RdmaServiceTest, SelectNicOnSoftnicAnswersItsOneNic) {
   EXPECT_NE(s.message().find("softnic0"), std::string::npos) << s;
 }
 
+// softnic has no link: GetRdmaInfo says not RoCE, GID index 0, no GID
+// type, with or without a session.
+TEST_F(RdmaServiceTest, RdmaInfoOnSoftnicHasNoLink) {
+  v1::RdmaInfo info;
+  ASSERT_TRUE(service_.HandleGetRdmaInfo(&session_, &info).ok());
+  EXPECT_EQ(info.provider(), "softnic");
+  EXPECT_EQ(info.nic(), "softnic0");
+  EXPECT_FALSE(info.is_roce());
+  EXPECT_EQ(info.gid_index(), 0u);
+  EXPECT_EQ(info.gid_type(), "");
+  EXPECT_EQ(info.doorbell_mode(), "doorbell-record");
+  v1::RdmaInfo anonymous;
+  ASSERT_TRUE(service_.HandleGetRdmaInfo(nullptr, &anonymous).ok());
+  EXPECT_EQ(anonymous.nic(), "softnic0");
+  EXPECT_FALSE(anonymous.is_roce());
+}
+
 // softnic has no UAR: the hand-off is refused with the reason, and no
 // ticket (no fd) is left behind for the caller.
 TEST_F(RdmaServiceTest, DoorbellHandOffIsRefusedBySoftnic) {

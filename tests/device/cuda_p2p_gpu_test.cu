@@ -140,7 +140,7 @@ std::string CudaCheck(cudaError_t e, const char* what) {
 // put forms, red_add and (n == 2) LL. `peer_ready` synchronises phases with
 // the other rank(s) between kernels (threads or processes).
 template <class Barrier>
-std::string DriveRank(P2pTransport& t, void* buf, int rank, int n, int device, Layout L,
+std::string DriveRank(BrokeredP2pTransport& t, void* buf, int rank, int n, int device, Layout L,
                       Barrier&& barrier) {
   RET_IF_CUDA(cudaSetDevice(device));
   CommCtx ctx;
@@ -211,8 +211,8 @@ int GpuCount() {
 
 // Drives every rank of one process on its own thread (rank r on GPU r % gpus)
 // through the data checks of DriveRank.
-void DriveInProcessRanks(std::vector<std::unique_ptr<P2pTransport>>& t, std::vector<void*>& buf,
-                         int gpus, const Layout& L) {
+void DriveInProcessRanks(std::vector<std::unique_ptr<BrokeredP2pTransport>>& t,
+                         std::vector<void*>& buf, int gpus, const Layout& L) {
   const int n = static_cast<int>(t.size());
   std::barrier<> sync(n);
   std::vector<std::string> errors(n);
@@ -232,7 +232,7 @@ TEST(CudaP2pTransport, VmmRanksInOneProcess) {
   constexpr int kN = 2;
   const Layout L{kN, (1 << 20) + 13};
   auto ex = std::make_shared<InProcessHandleExchange>();
-  std::vector<std::unique_ptr<P2pTransport>> t(kN);
+  std::vector<std::unique_ptr<BrokeredP2pTransport>> t(kN);
   std::vector<void*> buf(kN);
   std::vector<std::vector<int32_t>> handles(kN);
   for (int r = 0; r < kN; ++r) {
@@ -280,7 +280,7 @@ TEST(CudaP2pTransport, JoinRouteMapsVmmPeers) {
   if (gpus == 0) GTEST_SKIP() << "no CUDA GPU visible";
   constexpr int kN = 2;
   const Layout L{kN, (1 << 20) + 13};
-  std::vector<std::unique_ptr<P2pTransport>> t(kN);
+  std::vector<std::unique_ptr<BrokeredP2pTransport>> t(kN);
   std::vector<void*> buf(kN);
   std::vector<ExportedBuffer> exported(kN);
   for (int r = 0; r < kN; ++r) {
@@ -323,7 +323,7 @@ std::string RunProcessRank(int rank, CudaHandleKind kind, UniqueFd serve, Unique
   auto ex = std::make_shared<SocketHandleExchange>(std::move(serve), std::move(request));
   auto made = createCudaP2pTransport(kN, ex, kind);
   if (!made.ok()) return made.status().ToString();
-  P2pTransport& t = **made;
+  BrokeredP2pTransport& t = **made;
   void* buf = t.allocateBuffer(L.bytes());
   if (buf == nullptr) return t.lastError().ToString();
   std::vector<int32_t> mine = t.exportIpcHandle(buf);

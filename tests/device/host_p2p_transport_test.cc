@@ -50,7 +50,7 @@ struct Layout {
 };
 
 struct RankState {
-  std::unique_ptr<P2pTransport> t;
+  std::unique_ptr<BrokeredP2pTransport> t;
   void* buf = nullptr;
   std::vector<int32_t> handle;
 };
@@ -512,7 +512,7 @@ std::string RunForkedRank(int rank, UniqueFd serve, UniqueFd request, int ctl) {
   auto ex = std::make_shared<SocketHandleExchange>(std::move(serve), std::move(request));
   auto t = createHostP2pTransport(kN, ex);
   if (!t.ok()) return t.status().ToString();
-  P2pTransport& tr = **t;
+  BrokeredP2pTransport& tr = **t;
   void* buf = tr.allocateBuffer(L.bytes() + 256);
   if (buf == nullptr) return tr.lastError().ToString();
   auto* base = static_cast<unsigned char*>(buf);

@@ -4,12 +4,18 @@
 # the Python 3.12 + pybind11 3.x + torch of /opt/torch/.venv, then runs on
 # CUDA:
 #   1. import and a private mooncaked (hello, node_info with the GPUs);
+#      then both import orders, each in a fresh interpreter: mooncake_client
+#      before torch and torch before mooncake_client, each followed by a
+#      torch CUDA op, torch.nn.functional and a hello to the daemon (issue
+#      11: mooncake_client first once aborted inside torch's import, when
+#      the extension still exported its static copy of libstdc++);
 #   2. tests/python/cuda/cuda_two_process.py: two processes, each with its
 #      buffer as a torch tensor (torch.from_dlpack, no copy); one writes into
 #      the other's tensor with a Device API kernel (mc_put_block + mc_signal,
 #      tests/python/cuda/device_api_kernels.cu built here with nvcc,
 #      launched with comm.ctx), the other waits with mc_wait_until and
-#      checks every byte, then replies the same way;
+#      checks every byte, then replies the same way; once with torch
+#      imported first, once with mooncake_client first;
 #   3. python/examples/two_rank.py --platform cuda (torch copies through the
 #      peer mapping) and --platform host, as a pair of processes.
 # Ranks go on GPU rank % GPU count: one GPU is enough (both on GPU 0).
@@ -17,7 +23,8 @@
 #
 # Usage:
 #   here (the build machine), once per bundle:
-#     deploy/make-gpu-bundle.sh                      # .gpu/prefix, CUDA on
+#     deploy/make-gpu-bundle.sh                      # .gpu/prefix, CUDA on (add
+#       --targets "mooncaked mooncake_client" to build only what this needs)
 #     tests/gpu/python_check.sh --stage .gpu/prefix  # + the Abseil headers the
 #                                                    #   extension compiles against
 #   there, from the repository root (the working tree travels with the prefix):
@@ -57,6 +64,8 @@ arch=${MC_CUDA_ARCH:-sm_90}
 export PATH="$PATH:/usr/local/cuda/bin:$(dirname "$py")"
 # The bundle's libraries (gRPC, protobuf, Abseil) for mooncaked and the extension.
 export LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A Python traceback of every thread on SIGSEGV/SIGABRT, in each step.
+export PYTHONFAULTHANDLER=1
 
 passed=0
 failed=0
@@ -103,6 +112,20 @@ fi
 export PYTHONPATH="$work/build${PYTHONPATH:+:$PYTHONPATH}"
 export MOONCAKED="$prefix/bin/mooncaked"
 
+section "the extension exports its init function only"
+# python/src/extension.map: this machine's compiler (CXX=/opt/gcc/bin/g++, a
+# wrapper of Ubuntu's g++ 13) links libstdc++ statically; exported, that
+# copy stood in for the system libstdc++ when mooncake_client was imported
+# before torch.
+ext=$(ls "$work"/build/mooncake_client/_mooncake_client*.so)
+echo "NEEDED of $(basename "$ext"):" $(readelf -d "$ext" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+readelf -d "$ext" | grep -q 'libstdc++' || echo "(no libstdc++.so NEEDED: ${CXX:-c++} linked libstdc++ statically)"
+if (cd "$root/tests/python" && timed "$py" -m unittest -v test_extension_exports); then
+  ok "the extension exports PyInit__mooncake_client only"
+else
+  bad "the extension exports more than PyInit__mooncake_client"
+fi
+
 section "build the Device API test kernels (nvcc)"
 if timed nvcc -std=c++20 -O2 -arch="$arch" -shared -Xcompiler -fPIC -I"$prefix/include" \
      -o "$work/libmc_pycheck.so" "$root/tests/python/cuda/device_api_kernels.cu"; then
@@ -137,14 +160,53 @@ print("import/hello/node_info: ok")
 EOF
 then ok "import, hello, node_info (GPUs seen)"; else bad "import, hello, node_info"; fi
 
-section "two processes, CUDA tensors, Device API kernels"
-if [[ -n "${MC_PYCHECK_KERNELS:-}" ]]; then
-  (cd "$root" && timed "$py" tests/python/cuda/cuda_two_process.py) \
-    && ok "cuda_two_process.py (torch.from_dlpack + mc_put_block/mc_signal across processes)" \
-    || bad "cuda_two_process.py"
-else
-  bad "cuda_two_process.py (no test kernels)"
-fi
+# One fresh interpreter per order: the first import decides in which search
+# scope the system libstdc++.so.6 resolves its own symbols.
+import_order() {
+  local order=$1
+  (cd "$root" && timed "$py" - "$order" <<'EOF'
+import sys
+sys.path.insert(0, "tests/python")
+order = sys.argv[1]
+if order == "mooncake-first":
+    import mooncake_client as mc
+    import torch
+else:
+    import torch
+    import mooncake_client as mc
+import torch.nn.functional as F  # where the abort was (torch/_sources.py)
+import mc_testing
+x = torch.arange(1 << 20, device="cuda", dtype=torch.float64)
+got = float(F.relu(x - 10).sum())
+want = float(sum(i - 10 for i in range(11, 1 << 20)))
+assert got == want, (got, want)
+d = mc_testing.Daemon(node_id="gpu-python-check")
+try:
+    with mc.Client.connect(d.socket) as c:
+        h = c.hello()
+        assert c.node_info().gpus
+finally:
+    d.stop()
+print(f"{order}: torch {torch.__version__} on {torch.cuda.get_device_name()}, daemon {h.daemon_version}: ok")
+EOF
+  )
+}
+for order in mooncake-first torch-first; do
+  section "import order: $order"
+  import_order "$order" && ok "import order $order (torch CUDA op, torch.nn.functional, hello)" \
+    || bad "import order $order"
+done
+
+for order in torch-first mooncake-first; do
+  section "two processes, CUDA tensors, Device API kernels ($order)"
+  if [[ -n "${MC_PYCHECK_KERNELS:-}" ]]; then
+    (cd "$root" && timed "$py" tests/python/cuda/cuda_two_process.py --import-order "$order") \
+      && ok "cuda_two_process.py --import-order $order (torch.from_dlpack + mc_put_block/mc_signal across processes)" \
+      || bad "cuda_two_process.py --import-order $order"
+  else
+    bad "cuda_two_process.py --import-order $order (no test kernels)"
+  fi
+done
 
 # A pair of two_rank.py processes against a private daemon.
 example_pair() {

@@ -20,7 +20,7 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,rdma,latency,put,nvshmem,nccl_lsa,nvlink
+#                     env,tests,sanitizer,daemon,rdma,compat,latency,put,nvshmem,nccl_lsa,nvlink
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   MC_STEP_TIMEOUT   seconds one step may run (default 900)
@@ -41,7 +41,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,rdma,latency,put,nvshmem,nccl_lsa,nvlink},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,rdma,compat,latency,put,nvshmem,nccl_lsa,nvlink},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -246,6 +246,34 @@ if want rdma; then
       kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     done
     rm -rf "$rtmp"
+  fi
+fi
+
+# The upstream-shaped EP program (tests/compat/ep_style) on CUDA: host setup
+# through createP2pDeviceTransport, handles exchanged through files, a kernel
+# written with upstream's names; two ranks (on GPU 0 and 1, or both on GPU 0)
+# through a real mooncaked.
+if want compat; then
+  section "compat_ep_style_cuda"
+  if [[ ! -x "$bin/compat_ep_style_cuda" ]]; then
+    bad 1 "compat_ep_style_cuda missing from $bin"
+  else
+    ctmp=$(mktemp -d /tmp/mc-compat.XXXXXX)
+    "$bin/mooncaked" --socket "$ctmp/d.sock" --node-id compat-ep --log-level warning 2>"$ctmp/daemon.log" &
+    dpid=$!
+    for _ in $(seq 100); do [[ -S "$ctmp/d.sock" ]] && break; sleep 0.05; done
+    cpids=()
+    for r in 0 1; do
+      dev=$((ngpu >= 2 ? r : 0))
+      timed env MOONCAKE_SOCKET="$ctmp/d.sock" MOONCAKE_DEVICE_PLATFORM=cuda CUDA_VISIBLE_DEVICES=$dev \
+        "$bin/compat_ep_style_cuda" "$ctmp" "$r" 2 >"$ctmp/rank$r.log" 2>&1 &
+      cpids+=($!)
+    done
+    crc=0
+    for r in 0 1; do wait "${cpids[$r]}" || crc=1; cat "$ctmp/rank$r.log"; done
+    if [[ $crc -eq 0 ]]; then ok 1; else bad 1 "compat_ep_style_cuda"; cat "$ctmp/daemon.log"; fi
+    kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
+    rm -rf "$ctmp"
   fi
 fi
 

@@ -32,7 +32,9 @@ endfunction()
 
 set(runtime_bin "^bin/(mooncaked|mcctl|device_transport_example)$")
 set(runtime_lib "^${LIBDIR}/libmooncake_client\\.so\\.[0-9.]+$")
-set(dev_files "^(include/mooncake/(client|device)/.*|include/mooncake/common/(unique_fd|export)\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
+# mcctl's bash completion goes with mcctl.
+set(runtime_share "^share/bash-completion/completions/mcctl$")
+set(dev_files "^(include/mooncake/(client|device)/.*|include/transport/device/.*|include/mooncake/common/(unique_fd|export)\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
 
 # 1. The whole install, as `cmake --install build` does it.
 install_tree(${prefix} all)
@@ -63,7 +65,7 @@ endforeach()
 # 2. Each component apart.
 install_tree(${WORK_DIR}/runtime rt --component runtime)
 foreach(f IN LISTS rt)
-  if(NOT f MATCHES "${runtime_bin}" AND NOT f MATCHES "${runtime_lib}")
+  if(NOT f MATCHES "${runtime_bin}" AND NOT f MATCHES "${runtime_lib}" AND NOT f MATCHES "${runtime_share}")
     fail("component runtime has ${f}")
   endif()
 endforeach()

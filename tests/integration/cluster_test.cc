@@ -15,8 +15,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "daemon_process.h"
-#include "etcd_test_server.h"
+#include "cluster_fixture.h"
 #include "gtest/gtest.h"
 #include "mooncake/v1/admin.grpc.pb.h"
 #include "test_util.h"
@@ -24,11 +23,10 @@
 namespace mooncake::testing {
 namespace {
 
-using daemon::etcd::testing::EtcdTestServer;
 using daemon::etcd::testing::PickFreePort;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kLeaseTtlS = 2;
+constexpr int kLeaseTtlS = kClusterLeaseTtlS;
 
 v1::ListPeersResponse Peers(const std::string& socket) {
   auto stub = v1::Admin::NewStub(UnixChannel(socket));
@@ -59,22 +57,9 @@ double AwaitNodes(const std::string& socket, const std::vector<std::string>& wan
   return -1;
 }
 
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ClusterFixture {
  protected:
-  void SetUp() override {
-    absl::Status s = etcd_.Start();
-    ASSERT_TRUE(s.ok()) << s;
-    std::ofstream(dir_.path() + "/cluster.conf")
-        << "etcd_lease_ttl_s = " << kLeaseTtlS << "\netcd_prefix = /mctest\n";
-  }
-  std::unique_ptr<DaemonProcess> Node(const std::string& id) {
-    const std::string sub = dir_.path() + "/" + id;
-    ::mkdir(sub.c_str(), 0700);
-    return std::make_unique<DaemonProcess>(
-        sub, std::vector<std::string>{"--config", dir_.path() + "/cluster.conf", "--node-id", id,
-                                      "--peer-listen", absl::StrCat("127.0.0.1:", PickFreePort()),
-                                      "--etcd", etcd_.client_url()});
-  }
+  ClusterTest() : ClusterFixture("/mctest") {}
   // mooncaked that is expected to fail at start: its exit code and output.
   std::pair<int, std::string> FailingStart(const std::string& args, int timeout_ms) {
     const std::string cmd =
@@ -84,9 +69,6 @@ class ClusterTest : public ::testing::Test {
     const int rc = c.Wait(timeout_ms);
     return {rc, c.output()};
   }
-
-  TempDir dir_;
-  EtcdTestServer etcd_;
 };
 
 TEST_F(ClusterTest, EveryNodeSeesEveryLiveNodeAndLosesTheDeadOnes) {

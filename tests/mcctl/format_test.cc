@@ -134,10 +134,27 @@ TEST(FormatTest, QueuePairsAndMemoryRegions) {
   q->set_wqes_done(9);
   q->set_doorbell_mode("doorbell-record");
   q->set_last_error("remote access error: bad rkey, range or rights (0x13)");
+  q->set_wqes_counted(true);
+  q->set_ring_counters(true);
+  q->set_sq_posted(10);
+  q->set_cq_consumed(8);
+  // A NIC's QP: completions not seen, only the client's records.
+  auto* n = qps.add_qps();
+  n->set_qpn(77);
+  n->set_nic("mlx5_1");
+  n->set_state("RTS");
+  n->set_sq_wqe_cnt(64);
+  n->set_ring_counters(true);
+  n->set_sq_posted(65535);
+  n->set_cq_consumed(16777215);
+  n->set_doorbell_mode("cpu-assisted");
   const std::string s = FormatQueuePairs(qps);
   EXPECT_TRUE(absl::StartsWith(s, " QPN  NIC       STATE  SESSION")) << s;
   EXPECT_TRUE(absl::StrContains(s, "4660  softnic0  ERROR")) << s;
   EXPECT_TRUE(absl::StrContains(s, "doorbell-record  remote access error")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "WQES  POSTED     CQ-CI  DOORBELL")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "256     9      10         8  doorbell-record")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "64     -   65535  16777215  cpu-assisted")) << s;
   v1::ListMemoryRegionsResponse mrs;
   auto* m = mrs.add_regions();
   m->set_nic("softnic0");

@@ -107,11 +107,16 @@ usr=$root/usr
 for f in usr/bin/mooncaked usr/bin/mcctl usr/bin/device_transport_example \
          usr/lib/systemd/system/mooncaked.service usr/lib/sysusers.d/mooncake.conf \
          etc/mooncake/mooncaked.conf usr/share/man/man8/mooncaked.8.gz usr/share/man/man1/mcctl.1.gz \
+         usr/share/bash-completion/completions/mcctl \
          "usr/$libdir/cmake/Mooncake/MooncakeConfig.cmake" "usr/$libdir/pkgconfig/mooncake.pc" \
          "usr/$libdir/libmooncake_client.so" usr/include/mooncake/client/client.h \
          usr/share/doc/mooncaked/copyright usr/share/doc/libmooncake-client/changelog.Debian.gz; do
   [[ -e "$root/$f" ]] || fail "$f is missing from the unpacked packages"
 done
+# The man page describes the program it ships with (help2man from --help, or
+# the hand-written fallback): both name the doctor command.
+zcat "$root/usr/share/man/man1/mcctl.1.gz" | grep -q 'doctor' || fail "mcctl.1 does not describe mcctl doctor"
+bash -n "$root/usr/share/bash-completion/completions/mcctl" || fail "the bash completion does not parse"
 sed 's|/usr/local/bin/mooncaked|/usr/bin/mooncaked|g' "$repo/deploy/mooncaked.service" >"$work/expected.service"
 diff -u "$work/expected.service" "$usr/lib/systemd/system/mooncaked.service" ||
   fail "the packaged unit differs from deploy/mooncaked.service (ExecStart under /usr)"

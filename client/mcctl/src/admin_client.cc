@@ -108,6 +108,29 @@ absl::StatusOr<v1::ListMemoryRegionsResponse> AdminClient::ListMemoryRegions() {
       stub_.get(), path_status_, timeout_ms_, &v1::Admin::Stub::ListMemoryRegions);
 }
 
+absl::Status AdminClient::WatchEvents(const std::function<bool(const v1::WatchEvent&)>& on_event) {
+  if (!path_status_.ok()) return path_status_;
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(false);
+  v1::WatchEventsRequest request;
+  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader = stub_->WatchEvents(&ctx, request);
+  v1::WatchEvent event;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      ctx.TryCancel();
+      while (reader->Read(&event)) {
+      }
+      (void)reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (st.ok()) {
+    return absl::UnavailableError("mooncaked ended the event stream");
+  }
+  return FromGrpc(st);
+}
+
 bool AdminClient::IsUnreachable(const absl::Status& status) {
   return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }

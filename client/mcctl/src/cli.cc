@@ -6,18 +6,21 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/version.h"
 #include "mooncake/mcctl/admin_client.h"
 #include "mooncake/mcctl/format.h"
 #include "mooncake/mcctl/json_output.h"
+#include "mooncake/mcctl/watch.h"
 
 namespace mooncake::mcctl {
 namespace {
 
-constexpr std::array<std::string_view, 10> kCommands = {
-    "status", "gpus", "nics", "topo", "sessions", "groups", "qps", "mrs", "peers", "help"};
+constexpr std::array<std::string_view, 12> kCommands = {"status",   "gpus",   "nics",   "topo",
+                                                        "sessions", "groups", "qps",    "mrs",
+                                                        "peers",    "watch",  "doctor", "help"};
 constexpr int kMaxTimeoutMs = 3600 * 1000;
 
 // Signals that the daemon was not reached, as opposed to an answered error.
@@ -63,6 +66,20 @@ absl::StatusOr<std::string> Render(const CliOptions& opt, AdminClient& client, F
   if (cmd == "groups") {
     auto r = client.ListGroups();
     if (!r.ok()) return fail("ListGroups", r.status());
+    if (!opt.group.empty()) {
+      // `groups NAME`: the same shapes, that group only (root may see one
+      // per uid under the same name).
+      v1::ListGroupsResponse one;
+      for (const v1::GroupInfo& g : r->groups()) {
+        if (g.name() == opt.group) *one.add_groups() = g;
+      }
+      if (one.groups().empty()) {
+        *failure = {kExitError, absl::StrCat("mcctl: no group '", EscapeForDisplay(opt.group, 128),
+                                             "' visible to this user")};
+        return absl::NotFoundError("no such group");
+      }
+      *r = std::move(one);
+    }
     return opt.json ? GroupsJson(*r) : FormatGroups(*r);
   }
   if (cmd == "qps") {
@@ -102,7 +119,7 @@ std::string UsageText() {
       "usage: mcctl [--socket PATH] [--timeout-ms N] [--json] COMMAND\n"
       "       mcctl --version | --help\n"
       "\n"
-      "Queries the local mooncaked daemon.\n"
+      "Queries the local mooncaked daemon, watches its groups, and checks the node.\n"
       "\n"
       "commands:\n"
       "  status    daemon identity, counters, GPUs and NICs\n"
@@ -110,10 +127,15 @@ std::string UsageText() {
       "  nics      RDMA NICs, their ports and provider (mlx5, or mooncaked's softnic)\n"
       "  topo      GPU x GPU (P2P) and GPU x NIC (PCIe distance) matrices\n"
       "  sessions  client sessions (your own; all of them as root)\n"
-      "  groups    groups with their members\n"
+      "  groups [NAME]  groups with their members (NAME: that group only)\n"
       "  qps       RDMA queue pairs: number, NIC, state, owner session, doorbell mode\n"
       "  peers     the cluster's live nodes in etcd (this one included)\n"
       "  mrs       registered memory regions: NIC, size, owner session, kind\n"
+      "  watch     stream group events (joined, formed, ready, left, lost, ...) as they\n"
+      "            happen, one line each (JSON lines with --json); until interrupted\n"
+      "  doctor    check this node for GPU-initiated transfers (driver, P2P, peermem,\n"
+      "            dmabuf, regkey, ACS, IOMMU, limits, socket, NIC ports, daemon view);\n"
+      "            exit 0 when ready, 1 when not\n"
       "  help      this text\n"
       "\n"
       "options:\n"
@@ -123,11 +145,14 @@ std::string UsageText() {
       "  --timeout-ms N    deadline per call in milliseconds (default ",
       kDefaultTimeoutMs,
       ")\n"
-      "  --json            print JSON instead of tables\n"
+      "  -j, --json        print JSON instead of tables (watch: one object per line)\n"
+      "  --count N         watch: stop after N events\n"
+      "  --root DIR        doctor: read sys/, proc/ and etc/ below DIR instead of /\n"
       "  --version         print the version and exit\n"
       "\n"
-      "exit status: 0 ok, 1 error reported by the daemon, 2 daemon unreachable (not running,\n"
-      "             or no permission on its socket), 64 usage (also a socket path too long)\n");
+      "exit status: 0 ok, 1 error reported by the daemon (doctor: node not ready),\n"
+      "             2 daemon unreachable (not running, or no permission on its socket;\n"
+      "             watch: also when it stops), 64 usage (also a socket path too long)\n");
 }
 
 absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args) {
@@ -169,7 +194,23 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       opt.timeout_ms = ms;
       continue;
     }
-    if (a == "--json") {
+    matched = value_of("--count", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (!absl::SimpleAtoi(value, &opt.count) || opt.count <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--count wants a positive number of events, got '", value, "'"));
+      }
+      continue;
+    }
+    matched = value_of("--root", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (value.empty()) return absl::InvalidArgumentError("--root needs a non-empty directory");
+      opt.root = value;
+      continue;
+    }
+    if (a == "--json" || a == "-j") {
       opt.json = true;
     } else if (a == "--help" || a == "-h") {
       opt.help = true;
@@ -180,6 +221,8 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     } else if (opt.command == "help") {
       // `mcctl help status`: there is one usage text for every command.
       continue;
+    } else if (opt.command == "groups" && opt.group.empty()) {
+      opt.group = a;
     } else if (!opt.command.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected argument '", a, "' after command '", opt.command, "'"));
@@ -197,6 +240,68 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
 }
 
 int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  return RunMcctl(args, out, err, McctlHooks{});
+}
+
+namespace {
+
+int RunWatch(const CliOptions& opt, AdminClient& client, std::ostream& out, std::ostream& err) {
+  int seen = 0;
+  absl::Status st = client.WatchEvents([&](const v1::WatchEvent& ev) {
+    out << (opt.json ? WatchEventJson(ev) : WatchEventText(ev)) << std::flush;
+    // A reader that went away (closed pipe) ends the watch.
+    if (!out.good()) return false;
+    return opt.count == 0 || ++seen < opt.count;
+  });
+  if (st.ok()) return kExitOk;
+  if (absl::IsResourceExhausted(st)) {
+    err << "mcctl: watch refused: " << EscapeForDisplay(st.message(), 512) << "\n";
+    return kExitError;
+  }
+  if (absl::IsUnavailable(st) && seen > 0) {
+    err << "mcctl: mooncaked ended the watch: " << EscapeForDisplay(st.message(), 512) << "\n";
+    return kExitUnreachable;
+  }
+  Failure failure = FailureFrom(client, "WatchEvents", st);
+  err << failure.line << "\n";
+  return failure.exit_code;
+}
+
+int RunDoctorCommand(const CliOptions& opt, const std::string& socket, const McctlHooks& hooks,
+                     std::ostream& out) {
+  DoctorOptions d;
+  d.root = opt.root;
+  d.socket = socket;
+  d.cuda_driver = hooks.cuda_driver;
+  DaemonFacts facts;
+  if (hooks.daemon) {
+    facts = *hooks.daemon;
+  } else {
+    AdminClient client(socket, opt.timeout_ms);
+    auto explain = [&](const absl::Status& st) {
+      if (!AdminClient::IsUnreachable(st) || !client.connect_status().ok()) return st;
+      return absl::Status(st.code(), absl::StrCat("not reached at ", socket, " (",
+                                                  client.UnreachableReason(st), ")"));
+    };
+    facts.status = client.GetStatus();
+    if (!facts.status.ok()) facts.status = explain(facts.status.status());
+    facts.topology = facts.status.ok() ? client.GetTopology() : facts.status.status();
+    if (!facts.topology.ok()) facts.topology = explain(facts.topology.status());
+  }
+  DoctorReport report = RunDoctor(d, facts);
+  if (opt.json) {
+    out << PrettyJson(DoctorJson(report)) << "\n";
+  } else {
+    out << FormatDoctor(report);
+  }
+  out.flush();
+  return report.ready() ? kExitOk : kExitError;
+}
+
+}  // namespace
+
+int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             const McctlHooks& hooks) {
   auto parsed = ParseCommandLine(args);
   if (!parsed.ok()) {
     err << "mcctl: " << parsed.status().message() << "\n" << UsageText();
@@ -218,7 +323,9 @@ int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostre
     err << "mcctl: " << path.message() << "\n";
     return kExitUsage;
   }
+  if (opt.command == "doctor") return RunDoctorCommand(opt, socket, hooks, out);
   AdminClient client(socket, opt.timeout_ms);
+  if (opt.command == "watch") return RunWatch(opt, client, out, err);
   Failure failure{kExitError, ""};
   absl::StatusOr<std::string> text = Render(opt, client, &failure);
   if (!text.ok()) {

@@ -18,7 +18,17 @@ uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 }  // namespace
 
-Mlx5Provider::Mlx5Provider(std::vector<Mlx5SessionOptions> nics) : nics_(std::move(nics)) {}
+Mlx5Provider::Mlx5Provider(std::vector<Mlx5SessionOptions> nics, Mlx5ProviderOptions options)
+    : nics_(std::move(nics)),
+      tuning_(options.tuning),
+      open_(
+          options.open
+              ? std::move(options.open)
+              : NicSessionOpener(
+                    [](const Mlx5SessionOptions& o) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+                      MC_ASSIGN_OR_RETURN(std::unique_ptr<Mlx5Session> s, Mlx5Session::Open(o));
+                      return std::unique_ptr<NicSession>(std::move(s));
+                    })) {}
 
 std::vector<std::string> Mlx5Provider::served_nics() const {
   std::vector<std::string> out;
@@ -46,9 +56,36 @@ absl::Status Mlx5Provider::BindSessionNic(uint64_t session, const std::string& n
 }
 
 std::string Mlx5Provider::SessionNic(uint64_t session) const {
+  return NicOptionsOf(session).device;
+}
+
+const Mlx5SessionOptions& Mlx5Provider::NicOptionsOf(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   auto it = bound_.find(session);
-  return nics_[it == bound_.end() ? 0 : it->second].device;
+  return nics_[it == bound_.end() ? 0 : it->second];
+}
+
+absl::StatusOr<SessionLink> Mlx5Provider::LinkOf(uint64_t session) {
+  LocalEndpoint ep;
+  if (std::shared_ptr<Session> s = Find(session)) {
+    ep = s->mlx5->endpoint();
+  } else {
+    // Not opened yet (the client asks before choosing its NIC, and its
+    // first object opens the context): what a context on that NIC chooses
+    // now, by the same code. Not kept: the session's own open decides.
+    const Mlx5SessionOptions& o = NicOptionsOf(session);
+    absl::StatusOr<std::unique_ptr<NicSession>> probe = open_(o);
+    if (!probe.ok()) {
+      return absl::Status(probe.status().code(), absl::StrCat("querying the link of ", o.device,
+                                                              ": ", probe.status().message()));
+    }
+    ep = (*probe)->endpoint();
+  }
+  SessionLink link;
+  link.is_roce = ep.link_layer == LinkLayer::kEthernet;
+  link.gid_index = ep.gid.index;
+  link.gid_type = GidTypeName(ep.gid.type);
+  return link;
 }
 
 Mlx5Provider::~Mlx5Provider() {
@@ -106,7 +143,7 @@ absl::StatusOr<std::shared_ptr<Mlx5Provider::Session>> Mlx5Provider::SessionFor(
     absl::MutexLock lock(&mu_);
     if (auto it = bound_.find(session); it != bound_.end()) nic = it->second;
   }
-  absl::StatusOr<std::unique_ptr<Mlx5Session>> opened = Mlx5Session::Open(nics_[nic]);
+  absl::StatusOr<std::unique_ptr<NicSession>> opened = open_(nics_[nic]);
   if (!opened.ok()) {
     return absl::Status(opened.status().code(),
                         absl::StrCat("opening the mlx5 context for session ", session, ": ",
@@ -121,9 +158,9 @@ absl::StatusOr<std::shared_ptr<Mlx5Provider::Session>> Mlx5Provider::SessionFor(
 
 absl::StatusOr<ProviderRegion> Mlx5Provider::RegisterMemory(RegionMemory m) {
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(m.session));
-  absl::StatusOr<Mlx5Session::MemoryRegion> mr;
+  absl::StatusOr<NicSession::MemoryRegion> mr;
   if (m.dmabuf_fd >= 0) {
-    Mlx5Session::GpuMemory gpu;
+    NicSession::GpuMemory gpu;
     gpu.dmabuf_fd = m.dmabuf_fd;
     gpu.offset = m.offset;
     gpu.length = m.length;
@@ -195,7 +232,7 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     rings.cq = {umem, l.cq_offset - control_offset};
     rings.cq_cqe_cnt = l.cq_cqe_cnt;
     rings.cq_dbrec = {umem, l.cq_dbrec_offset - control_offset};
-    absl::StatusOr<Mlx5Session::QueuePair> qp = s->mlx5->CreateQueuePair(rings);
+    absl::StatusOr<NicSession::QueuePair> qp = s->mlx5->CreateQueuePair(rings);
     if (!qp.ok()) {
       for (uint32_t done : qpns) (void)s->mlx5->DestroyQueuePair(done);
       (void)s->mlx5->DeregisterUmem(umem);
@@ -210,6 +247,7 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     entry.umem = umem;
     entry.sq = control->data() + rings.sq.offset;
     entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
+    entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
     entry.control = control;
     made.push_back(std::move(entry));
     qpns.push_back(qp->qpn);
@@ -245,7 +283,17 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   remote.gid = ep.gid.gid;
   remote.gid_type = ep.gid.type;
   remote.mtu = ep.active_mtu;
-  MC_RETURN_IF_ERROR(s->mlx5->Connect(qpn, /*local_psn=*/0, remote, ConnectTuning{}));
+  if (absl::Status st = s->mlx5->Connect(qpn, /*local_psn=*/0, remote, tuning_); !st.ok()) {
+    if (!s->mlx5->InReset(qpn)) {
+      // Half way (INIT or RTR): no transition leads back but to RESET via
+      // destruction. Listed as ERROR so mcctl and RdmaResources say so.
+      absl::MutexLock lock(&mu_);
+      if (auto it = s->qps.find(qpn); it != s->qps.end()) {
+        it->second.info.state = softnic::QpState::kError;
+      }
+    }
+    return st;
+  }
   absl::MutexLock lock(&mu_);
   Qp& qp = s->qps[qpn];
   qp.info.state = softnic::QpState::kRts;
@@ -364,6 +412,17 @@ std::vector<softnic::QpInfo> Mlx5Provider::ListQps() const {
       out.push_back(qp.info);
       if (s->client_rings) out.back().doorbell_mode = "gpu-uar";
     }
+  }
+  return out;
+}
+
+std::vector<QpRingCounters> Mlx5Provider::ListRingCounters() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<QpRingCounters> out;
+  for (const auto& [id, s] : sessions_) {
+    // qp.control keeps the mapping the records lie in while the QP is here.
+    for (const auto& [qpn, qp] : s->qps)
+      out.push_back(ReadRingCounters(qpn, qp.sq_dbrec, qp.cq_dbrec));
   }
   return out;
 }

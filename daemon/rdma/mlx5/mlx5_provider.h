@@ -10,7 +10,16 @@
 //   rings    one host umem over the control mapping per CreateQueuePairs
 //            call, deregistered with its last QP; rings 4 KiB aligned.
 //   connect  QPs of this node: loopback on the same port, the peer built
-//            from the other session's endpoint (PSN 0 both ways).
+//            from the other session's endpoint (PSN 0 both ways), with
+//            Mlx5ProviderOptions::tuning (traffic class, service level...).
+//            A connect the NIC refuses half way leaves the QP listed in
+//            ERROR (destroy it); one refused before any transition leaves
+//            it in RESET.
+//   link     LinkOf: the session's endpoint (link layer, the GID its
+//            context chose); before it opens, a context opened and closed
+//            on its NIC says what it would choose.
+//   counters ListRingCounters reads each QP's doorbell records in the
+//            client's control memory (relaxed loads; provider.h).
 //   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) by default: a daemon
 //            thread rings for every connected QP; "gpu-uar" for a session
 //            that took its command fd and UAR (OpenDoorbellAccess): its
@@ -27,6 +36,7 @@
 // read a session that is ending. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,14 +50,25 @@
 
 namespace mooncake::daemon::mlx5 {
 
+// Opens one session's objects on a NIC: Mlx5Session::Open, or a fake.
+using NicSessionOpener =
+    std::function<absl::StatusOr<std::unique_ptr<NicSession>>(const Mlx5SessionOptions&)>;
+
+struct Mlx5ProviderOptions {
+  // Every connection's (PlanConnect checks the ranges per link layer).
+  ConnectTuning tuning;
+  // Null: Mlx5Session::Open (tests give a fake).
+  NicSessionOpener open;
+};
+
 class Mlx5Provider final : public RdmaProvider {
  public:
   // `nics`: the device and port of each NIC served (not empty; distinct
   // devices), the default first. A session opens on the NIC bound to it
   // (BindSessionNic), else on the default.
-  explicit Mlx5Provider(std::vector<Mlx5SessionOptions> nics);
-  explicit Mlx5Provider(Mlx5SessionOptions nic)
-      : Mlx5Provider(std::vector<Mlx5SessionOptions>{std::move(nic)}) {}
+  explicit Mlx5Provider(std::vector<Mlx5SessionOptions> nics, Mlx5ProviderOptions options = {});
+  explicit Mlx5Provider(Mlx5SessionOptions nic, Mlx5ProviderOptions options = {})
+      : Mlx5Provider(std::vector<Mlx5SessionOptions>{std::move(nic)}, std::move(options)) {}
   ~Mlx5Provider() override;
 
   const std::string& name() const override { return name_; }
@@ -55,6 +76,7 @@ class Mlx5Provider final : public RdmaProvider {
   std::vector<std::string> served_nics() const override;
   absl::Status BindSessionNic(uint64_t session, const std::string& nic) override;
   std::string SessionNic(uint64_t session) const override;
+  absl::StatusOr<SessionLink> LinkOf(uint64_t session) override;
   const std::string& doorbell_mode() const override { return doorbell_mode_; }
   uint32_t max_cq_cqe_cnt() const override { return kMaxCqCqeCnt; }
   static constexpr uint32_t kMaxCqCqeCnt = 65536;
@@ -76,8 +98,12 @@ class Mlx5Provider final : public RdmaProvider {
   absl::Status ReleaseDoorbellAccess(uint64_t session) override;
   std::vector<softnic::QpInfo> ListQps() const override;
   std::vector<softnic::RegionInfo> ListRegions() const override;
+  std::vector<QpRingCounters> ListRingCounters() const override;
 
   size_t sessions_open() const;
+  // QPs the CPU-assisted doorbell watches, and its rings so far (tests).
+  size_t doorbells_watched() const { return doorbell_.watched(); }
+  uint64_t doorbell_rings() const { return doorbell_.rings(); }
 
  private:
   struct Qp {
@@ -85,10 +111,11 @@ class Mlx5Provider final : public RdmaProvider {
     uint32_t umem = 0;
     const uint8_t* sq = nullptr;
     const uint8_t* sq_dbrec = nullptr;
+    const uint8_t* cq_dbrec = nullptr;
     std::shared_ptr<softnic::SharedMapping> control;
   };
   struct Session {
-    std::unique_ptr<Mlx5Session> mlx5;
+    std::unique_ptr<NicSession> mlx5;
     absl::flat_hash_map<uint32_t, softnic::RegionInfo> regions;  // by lkey
     absl::flat_hash_map<uint32_t, Qp> qps;                       // by QPN
     absl::flat_hash_map<uint32_t, uint32_t> umem_qps;            // umem id -> live QPs
@@ -107,12 +134,16 @@ class Mlx5Provider final : public RdmaProvider {
   }
 
   const std::vector<Mlx5SessionOptions> nics_;
+  const ConnectTuning tuning_;
+  const NicSessionOpener open_;
+  // The options of the NIC `session` opens on (bound, else the default).
+  const Mlx5SessionOptions& NicOptionsOf(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
   // Sessions bound to a NIC other than the default: index into nics_.
   absl::flat_hash_map<uint64_t, size_t> bound_ ABSL_GUARDED_BY(mu_);
   const std::string name_ = "mlx5";
   const std::string doorbell_mode_ = "cpu-assisted";
   mutable absl::Mutex mu_;
-  // A Session's maps and flag are guarded by mu_ too; its Mlx5Session
+  // A Session's maps and flag are guarded by mu_ too; its NicSession
   // (const pointer, own mutex) is called without mu_.
   absl::flat_hash_map<uint64_t, std::shared_ptr<Session>> sessions_ ABSL_GUARDED_BY(mu_);
   // Last: stopped first, before any session's UAR goes.

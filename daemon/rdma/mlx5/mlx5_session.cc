@@ -22,7 +22,7 @@
 
 namespace mooncake::daemon::mlx5 {
 
-const char* MrPathName(Mlx5Session::MrPath path) {
+const char* MrPathName(NicSession::MrPath path) {
   switch (path) {
     case Mlx5Session::MrPath::kDmabuf: return "dmabuf";
     case Mlx5Session::MrPath::kPeermem: return "peermem";
@@ -65,6 +65,11 @@ size_t Mlx5Session::umem_count() const {
 size_t Mlx5Session::queue_pair_count() const {
   absl::MutexLock lock(&mu_);
   return qps_.size();
+}
+bool Mlx5Session::InReset(uint32_t qpn) const {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(qpn);
+  return it != qps_.end() && it->second.state == QpState::kReset;
 }
 
 #if MOONCAKE_HAVE_MLX5DV

@@ -50,6 +50,7 @@
 #include "absl/synchronization/mutex.h"
 #include "mooncake/common/unique_fd.h"
 #include "rdma/mlx5/devx_commands.h"
+#include "rdma/mlx5/nic_session.h"
 #include "rdma/mlx5/session_params.h"
 
 // rdma-core's types, opaque here: only mlx5_session.cc includes the headers.
@@ -72,23 +73,8 @@ struct Mlx5SessionOptions {
   uint32_t completion_vector = 0;
 };
 
-// The UAR page the session's CQs and QPs ring their doorbells on.
-struct UarInfo {
-  uint32_t page_id = 0;     // goes into the CQ and QP contexts (uar_page)
-  int64_t mmap_offset = 0;  // mmap offset on the command fd for a second process
-  uint64_t reg_offset = 0;  // the doorbell register's offset inside the mapped page
-  bool non_cached = false;  // an NC UAR (preferred), else a BlueFlame one
-};
-
-// What a peer needs of this end to connect to its QPs (besides the QPN).
-struct LocalEndpoint {
-  LinkLayer link_layer = LinkLayer::kInfiniBand;
-  uint32_t lid = 0;
-  GidEntry gid;             // the chosen local GID (index, bytes, type)
-  uint32_t active_mtu = 5;  // ibv_mtu encoding
-};
-
-class Mlx5Session {
+// Implements NicSession (nic_session.h: the types below come from there).
+class Mlx5Session final : public NicSession {
  public:
   // Opens `options.device` for one session: finds it among the verbs
   // devices, opens a DevX context, checks the device can run our RC QPs
@@ -100,109 +86,76 @@ class Mlx5Session {
   // mooncaked was built without rdma-core; the call's error otherwise.
   static absl::StatusOr<std::unique_ptr<Mlx5Session>> Open(const Mlx5SessionOptions& options);
 
-  ~Mlx5Session();
+  ~Mlx5Session() override;
   Mlx5Session(const Mlx5Session&) = delete;
   Mlx5Session& operator=(const Mlx5Session&) = delete;
 
-  const std::string& device() const { return options_.device; }
+  const std::string& device() const override { return options_.device; }
   uint32_t port() const { return options_.port; }
   // The context's command fd, owned by the session (valid while it lives).
   int command_fd() const;
   // A duplicate of the command fd (close-on-exec) to send to the client,
   // which imports the context with ibv_import_device (that call wants an fd
   // of its own: ibv_import_device(3)).
-  absl::StatusOr<UniqueFd> DupCommandFd() const;
+  absl::StatusOr<UniqueFd> DupCommandFd() const override;
   uint32_t pdn() const { return pdn_; }
   // QUERY_HCA_CAP's general caps, with gid_table_size replaced by the
   // port's GID table length as the kernel reports it (ibv_query_port).
   const HcaGeneralCaps& caps() const { return caps_; }
-  const UarInfo& uar() const { return uar_info_; }
+  const UarInfo& uar() const override { return uar_info_; }
   // The UAR's doorbell register as mapped in this process (the daemon's
   // CPU-assisted doorbell writes it: rdma/mlx5/cpu_doorbell.h); null before
   // Open succeeds or in a build without rdma-core.
-  volatile void* doorbell_register() const;
+  volatile void* doorbell_register() const override;
   uint32_t eqn() const { return eqn_; }
-  const LocalEndpoint& endpoint() const { return endpoint_; }
+  const LocalEndpoint& endpoint() const override { return endpoint_; }
 
   // ---- memory regions ---------------------------------------------------------------------------
 
-  enum class MrPath : uint8_t {
-    kDmabuf,   // ibv_reg_dmabuf_mr on the client's dmabuf fd
-    kPeermem,  // ibv_reg_mr_iova2 on the daemon's mapping of GPU memory (nvidia-peermem)
-    kHost,     // ibv_reg_mr_iova2 on the daemon's mapping of host memory
-  };
-  struct MemoryRegion {
-    uint32_t lkey = 0;
-    uint32_t rkey = 0;
-    MrPath path = MrPath::kHost;
-  };
-
-  // GPU memory: [offset, offset + length) of the dmabuf `dmabuf_fd`, seen by
-  // the NIC at `iova` (the client's virtual address, so remote addresses are
-  // the client's pointers). The fd is borrowed; the kernel keeps its own
-  // reference to the dmabuf for the region's life.
-  struct GpuMemory {
-    int dmabuf_fd = -1;
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    uint64_t iova = 0;
-    uint32_t access = 0;  // MrAccess bits; local write is added (RegistrationAccess)
-    // Fallback when the system cannot register a dmabuf
-    // (DmabufRefusalAllowsFallback): the daemon's address of the region's
-    // first byte (the same GPU memory mapped in the daemon, e.g. softnic's
-    // CudaMemory mapping of the client's VMM fd), registered by address
-    // through nvidia-peermem. Null: no fallback.
-    void* daemon_address = nullptr;
-    std::shared_ptr<const void> keep_alive;  // holds that mapping while the region lives
-  };
   // Errors: InvalidArgument for a bad range or access; the dmabuf call's
   // error when no fallback applies; when the fallback fails too, an error
   // naming both calls and what each needs.
-  absl::StatusOr<MemoryRegion> RegisterGpuMemory(const GpuMemory& memory);
+  absl::StatusOr<MemoryRegion> RegisterGpuMemory(const GpuMemory& memory) override;
 
   // Host memory the daemon mapped from the client's memfd: `length` bytes at
   // `daemon_address`, seen by the NIC at `iova` (the client's address of the
   // same bytes). `keep_alive` holds the mapping while the region lives.
   absl::StatusOr<MemoryRegion> RegisterHostMemory(void* daemon_address, uint64_t length,
                                                   uint64_t iova, uint32_t access,
-                                                  std::shared_ptr<const void> keep_alive);
+                                                  std::shared_ptr<const void> keep_alive) override;
 
   // GPU memory the daemon mapped itself (softnic's CudaMemory import of the
   // client's cuMem VMM fd): `length` bytes at the device address
   // `daemon_address`, registered by address through nvidia-peermem, seen
   // by the NIC at `iova`. For clients that send no dmabuf.
-  absl::StatusOr<MemoryRegion> RegisterPeermemMemory(void* daemon_address, uint64_t length,
-                                                     uint64_t iova, uint32_t access,
-                                                     std::shared_ptr<const void> keep_alive);
+  absl::StatusOr<MemoryRegion> RegisterPeermemMemory(
+      void* daemon_address, uint64_t length, uint64_t iova, uint32_t access,
+      std::shared_ptr<const void> keep_alive) override;
 
   // NotFound for a key this session did not register; the call's error if
   // the kernel refuses (the region is then still held).
-  absl::Status DeregisterMemory(uint32_t lkey);
+  absl::Status DeregisterMemory(uint32_t lkey) override;
 
   // ---- umem: client memory holding QP rings -----------------------------------------------------
 
   // The daemon's mapping of the client's control memfd: `bytes` at
   // `daemon_address`, both multiples of kUmemPageSize.
   absl::StatusOr<uint32_t> RegisterHostUmem(void* daemon_address, uint64_t bytes,
-                                            std::shared_ptr<const void> keep_alive);
+                                            std::shared_ptr<const void> keep_alive) override;
   // GPU memory: [offset, offset + bytes) of the dmabuf `dmabuf_fd` (borrowed).
   absl::StatusOr<uint32_t> RegisterDmabufUmem(int dmabuf_fd, uint64_t offset, uint64_t bytes);
   // NotFound for an unknown umem; FailedPrecondition while a QP's rings use it.
-  absl::Status DeregisterUmem(uint32_t umem_id);
+  absl::Status DeregisterUmem(uint32_t umem_id) override;
 
   // ---- queue pairs ------------------------------------------------------------------------------
 
-  struct QueuePair {
-    uint32_t qpn = 0;
-    uint32_t cqn = 0;
-  };
   // A CQ and a send-only RC QP on `rings` (ValidateQpRings against this
   // session's umems). The client has filled the CQE ring with 0xff bytes
   // (opcode invalid, owner 1: device/mlx5/prm.h) and zeroed both doorbell
   // records before this call; the NIC reads them from then on. Firmware refusals name the command,
   // status and syndrome; a CREATE_QP refused on a dmabuf (GPU) umem says so, as some NICs reject
   // GPU memory for QP rings and host memory works there.
-  absl::StatusOr<QueuePair> CreateQueuePair(const QpRings& rings);
+  absl::StatusOr<QueuePair> CreateQueuePair(const QpRings& rings) override;
 
   // RESET -> INIT -> RTR -> RTS towards `remote`. FailedPrecondition unless
   // the QP is in RESET (a QP whose connect failed half way must be destroyed
@@ -210,10 +163,11 @@ class Mlx5Session {
   // InvalidArgument for bad parameters (PlanConnect); the failing
   // transition's error otherwise, naming it.
   absl::Status Connect(uint32_t qpn, uint32_t local_psn, const RemoteQp& remote,
-                       const ConnectTuning& tuning);
+                       const ConnectTuning& tuning) override;
+  bool InReset(uint32_t qpn) const override;
 
   // Destroys the QP and then its CQ. NotFound for an unknown QP.
-  absl::Status DestroyQueuePair(uint32_t qpn);
+  absl::Status DestroyQueuePair(uint32_t qpn) override;
 
   // What the session holds (tests, listings).
   size_t memory_region_count() const;
@@ -276,6 +230,6 @@ class Mlx5Session {
   absl::flat_hash_map<uint32_t, QpEntry> qps_ ABSL_GUARDED_BY(mu_);      // by QPN
 };
 
-const char* MrPathName(Mlx5Session::MrPath path);  // "dmabuf", "peermem", "host"
+const char* MrPathName(NicSession::MrPath path);  // "dmabuf", "peermem", "host"
 
 }  // namespace mooncake::daemon::mlx5

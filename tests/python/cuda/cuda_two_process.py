@@ -8,8 +8,13 @@ rank 1 waits for the signal with mc_wait_until in a kernel, checks every byte
 through its tensor, and replies the same way into rank 0's tensor, which rank
 0 checks. Ranks go on GPU rank % device_count (one GPU: both on GPU 0).
 
-  cuda_two_process.py                  the parent: daemon + both ranks
+  cuda_two_process.py [--import-order torch-first|mooncake-first]
+                                       the parent: daemon + both ranks
   cuda_two_process.py --rank R ...     one rank (the parent starts these)
+
+--import-order says which of torch and mooncake_client each rank imports
+first (default torch-first); python_check.sh runs both: either order must
+work (issue 11: mooncake_client first once aborted inside torch's import).
 
 Environment: MOONCAKED (the daemon binary), MC_PYCHECK_KERNELS (the built
 device_api_kernels shared library), PYTHONPATH with the built package.
@@ -41,18 +46,48 @@ def expected(torch, seed: int):
     return ((i * 131 + seed * 31 + 1) & 0xFF).to(torch.uint8)
 
 
-def rank_main(a) -> int:
-    import torch
+KERNELS_ABI = 2  # mc_pycheck_abi() of the device_api_kernels.cu these signatures match
 
-    import mooncake_client as mc
 
+def load_kernels():
+    """device_api_kernels.cu's entry points, with their C signatures.
+
+    ctypes checks nothing against the library, so the library says which
+    signatures it has (mc_pycheck_abi) and a mismatch fails here, not as a
+    SIGSEGV inside a call.
+    """
     lib = ctypes.CDLL(os.environ["MC_PYCHECK_KERNELS"])
+    lib.mc_pycheck_abi.argtypes = []
+    lib.mc_pycheck_abi.restype = ctypes.c_int
+    abi = lib.mc_pycheck_abi()
+    if abi != KERNELS_ABI:
+        raise RuntimeError(f"{os.environ['MC_PYCHECK_KERNELS']}: mc_pycheck_abi() = {abi}, "
+                           f"this script needs {KERNELS_ABI}: rebuild device_api_kernels.cu")
+    lib.mc_pycheck_ctx_size.argtypes = []
+    lib.mc_pycheck_ctx_size.restype = ctypes.c_int
+    # (device, ctx_address, dst, dst_offset, src_offset, nbytes, flag_offset, value)
     lib.mc_pycheck_put_signal.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int] + [
         ctypes.c_uint64
     ] * 5
-    lib.mc_pycheck_wait_signal.argtypes = [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_uint64] * 3 + [
-        ctypes.POINTER(ctypes.c_uint64)
-    ]
+    lib.mc_pycheck_put_signal.restype = ctypes.c_int
+    # (device, ctx_address, flag_offset, value, timeout_ns, seen)
+    lib.mc_pycheck_wait_signal.argtypes = [ctypes.c_int, ctypes.c_void_p] + [
+        ctypes.c_uint64
+    ] * 3 + [ctypes.POINTER(ctypes.c_uint64)]
+    lib.mc_pycheck_wait_signal.restype = ctypes.c_int
+    return lib
+
+
+def rank_main(a) -> int:
+    if a.import_order == "mooncake-first":
+        import mooncake_client as mc
+        import torch
+    else:
+        import torch
+
+        import mooncake_client as mc
+
+    lib = load_kernels()
     who = f"rank {a.rank}"
     if torch.cuda.device_count() == 0:
         print(f"{who}: FAIL torch sees no CUDA device", flush=True)
@@ -74,8 +109,8 @@ def rank_main(a) -> int:
     )
     with comm:
         b = comm.buffer
-        print(f"{who}: ready in {comm.setup_time * 1e3:.0f} ms on cuda:{device}, {comm.handle_kind}",
-              flush=True)
+        print(f"{who}: ready in {comm.setup_time * 1e3:.0f} ms on cuda:{device}, {comm.handle_kind}"
+              f" ({a.import_order})", flush=True)
         checks = []
 
         def check(cond, what):
@@ -139,7 +174,7 @@ def rank_main(a) -> int:
         return 1 if failed else 0
 
 
-def parent_main() -> int:
+def parent_main(import_order: str) -> int:
     import mc_testing
 
     daemon = mc_testing.Daemon(node_id="gpu-python-check")
@@ -149,7 +184,7 @@ def parent_main() -> int:
         for rank in (0, 1):
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--rank", str(rank),
-                 "--socket", daemon.socket, "--group", group],
+                 "--socket", daemon.socket, "--group", group, "--import-order", import_order],
                 env=dict(os.environ, PYTHONUNBUFFERED="1")))
         deadline = time.monotonic() + 240
         rcs = []
@@ -163,7 +198,7 @@ def parent_main() -> int:
             print(f"FAIL: rank exit statuses {rcs}")
             print("--- mooncaked log ---\n" + daemon.log())
             return 1
-        print("PASS")
+        print(f"PASS ({import_order})")
         return 0
     finally:
         for p in procs:
@@ -178,9 +213,11 @@ def main() -> int:
     ap.add_argument("--rank", type=int)
     ap.add_argument("--socket")
     ap.add_argument("--group")
+    ap.add_argument("--import-order", choices=("torch-first", "mooncake-first"),
+                    default="torch-first")
     a = ap.parse_args()
     if a.rank is None:
-        return parent_main()
+        return parent_main(a.import_order)
     try:
         return rank_main(a)
     except Exception as e:  # noqa: BLE001 - report anything, with its type

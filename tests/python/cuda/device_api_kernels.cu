@@ -5,6 +5,7 @@
 // from comm.ctx.address (a host struct owned by the Communicator) and
 // launches with it by value, as any kernel receives it.
 //
+//   int mc_pycheck_abi(void)                               2 (these signatures)
 //   int mc_pycheck_ctx_size(void)                          sizeof(CommCtx)
 //   int mc_pycheck_put_signal(device, ctx_address, dst, dst_offset, src_offset,
 //                             nbytes, flag_offset, value)
@@ -19,6 +20,11 @@
 //
 // Both run on CUDA device `device` (the communicator's: comm.buffer's
 // __dlpack_device__()[1]) and synchronise it before they return.
+// cuda_two_process.py declares these signatures to ctypes, which checks
+// nothing against the library: keep the two in step (mc_pycheck_abi()).
+// (A wait_signal without the `device` parameter, called with it, took the
+// device index 0 as ctx_address and memcpy'd from address 0: the SIGSEGV of
+// tests/gpu/results/2026-12-01-h200-python-check-run{1,2}*.log.)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -69,6 +75,10 @@ int CudaFailure(cudaError_t e) { return -1000 - static_cast<int>(e); }
 
 extern "C" int mc_pycheck_ctx_size() { return static_cast<int>(sizeof(CommCtx)); }
 
+// Bumped whenever an entry point's parameters change; cuda_two_process.py
+// refuses a library of another version instead of calling it wrongly.
+extern "C" int mc_pycheck_abi() { return 2; }
+
 extern "C" int mc_pycheck_put_signal(int device, const void* ctx_address, int dst,
                                      uint64_t dst_offset, uint64_t src_offset, uint64_t nbytes,
                                      uint64_t flag_offset, uint64_t value) {
@@ -87,10 +97,11 @@ extern "C" int mc_pycheck_put_signal(int device, const void* ctx_address, int ds
   return e == cudaSuccess ? host : CudaFailure(e);
 }
 
-extern "C" int mc_pycheck_wait_signal(const void* ctx_address, uint64_t flag_offset, uint64_t value,
-                                      uint64_t timeout_ns, uint64_t* seen) {
+extern "C" int mc_pycheck_wait_signal(int device, const void* ctx_address, uint64_t flag_offset,
+                                      uint64_t value, uint64_t timeout_ns, uint64_t* seen) {
   CommCtx ctx;
   std::memcpy(&ctx, ctx_address, sizeof(ctx));
+  if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) return CudaFailure(e);
   unsigned long long* d_seen = nullptr;
   int* d_ok = nullptr;
   cudaError_t e = cudaMalloc(&d_seen, sizeof(*d_seen));

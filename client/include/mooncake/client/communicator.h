@@ -97,7 +97,7 @@ class MOONCAKE_API Communicator {
   // Wall time Create took (connect to ready).
   absl::Duration setupTime() const { return setup_time_; }
   Client& client() { return *client_; }
-  device::P2pTransport& transport() { return *transport_; }
+  device::BrokeredP2pTransport& transport() { return *transport_; }
   // Null when no peer is reached over RDMA.
   DaemonRdmaTransport* rdmaTransport() { return rdma_.get(); }
   // Whether rank r is reached over RDMA.
@@ -122,7 +122,7 @@ class MOONCAKE_API Communicator {
   CommunicatorOptions options_;
   std::unique_ptr<Client> client_;
   std::shared_ptr<device::HandleExchange> exchange_;
-  std::unique_ptr<device::P2pTransport> transport_;
+  std::unique_ptr<device::BrokeredP2pTransport> transport_;
   std::unique_ptr<DaemonRdmaTransport> rdma_;
   std::vector<int> rdma_mask_;  // [world_size]: 1 = RDMA peer
   void* buffer_ = nullptr;

@@ -85,6 +85,8 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   void* raddrsPtr() override;
   void* rkeysPtr() override;
   void* qpDevCtxsPtr() override;
+  // The link of this rank's NIC once initialize() chose it (before: the
+  // node's default NIC); softnic: false and 0.
   bool isRoce() const override { return info_.is_roce; }
   int gidIndex() const override { return static_cast<int>(info_.gid_index); }
 
@@ -130,7 +132,7 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
 
   Client* const client_;
   const DaemonRdmaOptions options_;
-  const RdmaNodeInfo info_;
+  RdmaNodeInfo info_;  // nic and link refreshed by initialize()
   absl::Status last_error_;
   int num_ranks_ = 0;
   int qps_per_peer_ = 0;

@@ -75,6 +75,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #include "mooncake/device/contexts_device.h"
 #include "mooncake/device/ibgda_qp.h"
@@ -86,6 +87,47 @@
 namespace mooncake {
 namespace device {
 
+// ---- contexts without a rank count -------------------------------------------
+// Upstream's CommCtx has no num_ranks, and upstream-style code builds its
+// context field by field, leaving num_ranks 0. Such a context must never
+// look like "every peer is RDMA" (what a plain bound check would make of
+// it). What happens instead:
+//   MOONCAKE_DEVICE_CHECKS = 1 (default when NDEBUG is not defined): the
+//     first routing call on it traps, naming the fix (make_comm_ctx, or set
+//     num_ranks).
+//   otherwise: calls that return a McStatus return kIncompleteContext;
+//     mc_route_put and mc_p2p_available, which have no status to return,
+//     decide by the P2P tables alone, as upstream does (no bound check).
+#ifndef MOONCAKE_DEVICE_CHECKS
+#ifdef NDEBUG
+#define MOONCAKE_DEVICE_CHECKS 0
+#else
+#define MOONCAKE_DEVICE_CHECKS 1
+#endif
+#endif
+
+MC_HOST_DEVICE bool mc_ctx_incomplete(const CommCtx& ctx) { return ctx.num_ranks <= 0; }
+
+// Reports a routing call on an incomplete context: traps when
+// MOONCAKE_DEVICE_CHECKS is on, returns otherwise.
+MC_DEVICE_OUTLINE void mc_detail_incomplete_ctx(int rank, int dst) {
+#if MOONCAKE_DEVICE_CHECKS
+#define MC_DETAIL_INCOMPLETE_MSG                                                             \
+  "mooncake device: CommCtx.num_ranks is 0 (rank %d, peer %d): the context was built field " \
+  "by field; build it with make_comm_ctx() or set num_ranks\n"
+#if defined(MC_PLATFORM_CUDA)
+  printf(MC_DETAIL_INCOMPLETE_MSG, rank, dst);
+#else
+  std::fprintf(stderr, MC_DETAIL_INCOMPLETE_MSG, rank, dst);
+#endif
+#undef MC_DETAIL_INCOMPLETE_MSG
+  mc_trap();
+#else
+  (void)rank;
+  (void)dst;
+#endif
+}
+
 // ---- routing ---------------------------------------------------------------
 
 MC_HOST_DEVICE bool mc_rank_valid(const CommCtx& ctx, int rank) {
@@ -93,10 +135,13 @@ MC_HOST_DEVICE bool mc_rank_valid(const CommCtx& ctx, int rank) {
 }
 
 // True when `dst` is reachable by load/store (self counts; out-of-range
-// ranks are not).
+// ranks are not). On a context without num_ranks see above.
 MC_DEVICE bool mc_p2p_available(const CommCtx& ctx, int dst) {
   if (dst == ctx.rank) return true;
-  if (!mc_rank_valid(ctx, dst)) return false;
+  if (!mc_rank_valid(ctx, dst)) {
+    if (!mc_ctx_incomplete(ctx) || dst < 0) return false;
+    mc_detail_incomplete_ctx(ctx.rank, dst);
+  }
   return ctx.p2p.available != nullptr && ctx.p2p.peer_ptrs != nullptr &&
          ctx.p2p.available[dst] != 0;
 }
@@ -169,7 +214,13 @@ MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* loc
 MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
   McPeer p;
   p.rank = dst;
-  if (!mc_rank_valid(ctx, dst)) return p;
+  if (!mc_rank_valid(ctx, dst)) {
+    if (mc_ctx_incomplete(ctx)) {
+      mc_detail_incomplete_ctx(ctx.rank, dst);
+      p.status = McStatus::kIncompleteContext;
+    }
+    return p;
+  }
   if (dst == ctx.rank) {
     p.status = McStatus::kOk;
     return p;
@@ -517,7 +568,13 @@ MC_DEVICE void mc_fence() { mc_fence_acq_rel_sys(); }
 MC_DEVICE McStatus mc_quiet(const CommCtx& ctx) {
   mc_fence_sc_sys();
   McStatus result = McStatus::kOk;
-  if (ctx.ibgda.qp_devctxs == nullptr || ctx.ibgda.qps_per_rank <= 0) return result;
+  if (ctx.ibgda.qp_devctxs == nullptr) return result;
+  if (mc_ctx_incomplete(ctx) || ctx.ibgda.qps_per_rank <= 0) {
+    // Which queue pairs exist is unknown: completing none of them silently
+    // would make unfinished puts look finished.
+    mc_detail_incomplete_ctx(ctx.rank, -1);
+    return McStatus::kIncompleteContext;
+  }
   const size_t n = static_cast<size_t>(ctx.num_ranks) * ctx.ibgda.qps_per_rank;
   for (size_t i = 0; i < n; ++i) {
     IbgdaQpDevCtx* qp = &ctx.ibgda.qp_devctxs[i];

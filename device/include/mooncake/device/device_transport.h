@@ -2,13 +2,16 @@
 // communication buffer, share it with the other ranks and fill the tables a
 // kernel reads through CommCtx (comm_device.h).
 //
-//   P2pTransport    intra-node load/store peers: CUDA IPC / cuMem VMM on a GPU,
-//                   memfd shared memory on the host platform.
-//   RdmaTransport   GPU-issued RDMA (IBGDA); declared here, implemented by a
-//                   later issue.
+//   P2pTransport, RdmaTransport   upstream Mooncake's abstract classes,
+//                   exactly (upstream_transport.h, standard library only).
+//   BrokeredP2pTransport  this project's P2P transport: upstream's interface
+//                   plus diagnostics and the join route (below). CUDA IPC /
+//                   cuMem VMM on a GPU, memfd shared memory on the host
+//                   platform.
 //   HandleExchange  how a transport moves file descriptors to another process
 //                   (libmooncake_client implements it over the daemon; tests
 //                   use in-process or socketpair fakes).
+//   The RDMA implementation is mooncake::DaemonRdmaTransport (client/).
 //
 // Two ways to bring peers up, on one core (device/src/p2p_transport_core.h):
 //   - the join route (mooncake::Communicator): exportLocal() gives the handle
@@ -20,8 +23,9 @@
 //     handle. A thin adapter over the same primitives.
 //
 // The method names and meanings of P2pTransport and RdmaTransport are those of
-// upstream Mooncake's device_transport.h, so Mooncake EP code runs unchanged;
-// the methods marked "(not upstream)" are additions.
+// upstream Mooncake's device_transport.h, so Mooncake EP code runs unchanged
+// (upstream's include paths and factories: compat/, docs/compat.md); the
+// methods marked "(not upstream)" are additions.
 //
 // A typical P2P bring-up, on every rank r of n:
 //
@@ -48,6 +52,7 @@
 #include "mooncake/common/export.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/device/contexts_device.h"
+#include "mooncake/device/upstream_transport.h"
 
 namespace mooncake {
 namespace device {
@@ -110,13 +115,36 @@ struct PeerBuffer {
 };
 
 // ---------------------------------------------------------------------------
-// P2pTransport
+// BrokeredP2pTransport
 //
-// Owns this rank's communication buffer(s), the mappings of the peers'
-// buffers, and two device-visible tables: available (int32[num_ranks]) and
-// peer pointers (void*[num_ranks]). Tables live in device memory on CUDA and
-// in ordinary host memory on the host platform; they stay valid until the
-// next importPeerHandles or the transport's destruction.
+// This project's P2P transport: upstream's P2pTransport (upstream_transport.h,
+// whose methods keep upstream's names and meanings, detailed below) plus
+// diagnostics, the CommCtx tables, and the join route through the daemon.
+// Upstream code holds it as a P2pTransport; code of this project (the
+// Communicator, tests) uses the additions.
+//
+// Upstream methods, as implemented here:
+//   allocateBuffer   zero-filled; a few bytes past the end of the mapping are
+//                    reserved for verifyPeerAccess; the caller owns
+//                    [ptr, ptr + bytes).
+//   freeBuffer       peers that mapped the buffer keep their mapping (the
+//                    memory lives until they unmap); unknown pointers are
+//                    ignored (lastError).
+//   exportIpcHandle  128 bytes (32 int32) for every kind: {magic, version,
+//                    kind, size, buffer id, node key, payload}; the payload
+//                    names the fds published through the HandleExchange, or
+//                    holds the 64-byte legacy IPC handle (cuIpcGetMemHandle).
+//   importPeerHandles  `rank` is this rank's real rank. Inactive ranks, and
+//                    ranks whose handle names another node (they need the
+//                    RDMA route), get available 0 and a null pointer without
+//                    being reported as failures. Earlier mappings are
+//                    unmapped: stop kernels that use the old tables first.
+//   verifyPeerAccess the probe word lives in the reserved bytes at a slot
+//                    indexed by this rank's real rank (concurrent
+//                    verifications never collide), and the mapping must show
+//                    the buffer id the peer exported.
+// Tables live in device memory on CUDA and in ordinary host memory on the
+// host platform.
 //
 // Errors: the upstream signatures report failure through their return value
 // (nullptr, empty vector, false) or not at all (void); lastError() then says
@@ -127,57 +155,8 @@ struct PeerBuffer {
 // read the tables concurrently with anything except importPeerHandles,
 // verifyPeerAccess and destruction.
 // ---------------------------------------------------------------------------
-class MOONCAKE_API P2pTransport {
+class MOONCAKE_API BrokeredP2pTransport : public P2pTransport {
  public:
-  virtual ~P2pTransport() = default;
-
-  // Allocates a zero-filled buffer peers can map; every rank must allocate the
-  // same `bytes` (symmetric layout). Returns nullptr on failure (bytes == 0,
-  // out of memory, driver error). A few bytes past the end of the mapping are
-  // reserved for verifyPeerAccess; the caller owns [ptr, ptr + bytes).
-  virtual void* allocateBuffer(size_t bytes) = 0;
-
-  // Frees a buffer from allocateBuffer. Peers that mapped it keep their
-  // mapping (the memory lives until they unmap), but the caller must make
-  // sure no kernel still writes it. Unknown pointers are ignored (lastError).
-  virtual void freeBuffer(void* ptr) = 0;
-
-  // The handle peers need to map `ptr` (a pointer allocateBuffer returned):
-  // 128 bytes (32 int32) for every kind: {magic, version, kind, size, buffer
-  // id, node key, payload}; the payload names the fds published through the
-  // HandleExchange, or holds the 64-byte legacy IPC handle
-  // (cuIpcGetMemHandle). Empty on failure.
-  virtual std::vector<int32_t> exportIpcHandle(void* ptr) = 0;
-
-  // Maps every active peer's buffer and fills the tables. `local_ptr` is this
-  // rank's buffer (from allocateBuffer), `rank` this rank's real rank,
-  // remote_handles[i] rank i's exportIpcHandle (this rank's entry is ignored).
-  // active_ranks_mask: upstream's std::vector<int>, entry i nonzero = rank i
-  // takes part; empty = all ranks. Inactive ranks, and ranks whose handle
-  // names another node (they need the RDMA route), get available 0 and a
-  // null pointer without being reported as failures. Replaces any earlier
-  // import (earlier mappings are unmapped: stop kernels that use the old
-  // tables first).
-  virtual void importPeerHandles(void* local_ptr, int rank, int num_ranks,
-                                 const std::vector<std::vector<int32_t>>& remote_handles,
-                                 const std::vector<int>& active_ranks_mask) = 0;
-
-  // Device-visible int32[num_ranks]: 1 if rank i is reachable by load/store.
-  virtual int32_t* availableTablePtr() = 0;
-
-  // Device-visible void*[num_ranks]: rank i's buffer base in this process.
-  virtual void** peerPtrsTablePtr() = 0;
-
-  // True when every active rank is available (the all-P2P fast path).
-  virtual bool allPeersAccessible() const = 0;
-
-  // Writes and reads back a probe word in each available peer's buffer
-  // (in the reserved bytes, at a slot indexed by this rank's real rank, so
-  // concurrent verifications never collide), and checks that the mapping
-  // shows the buffer id the peer exported. Peers that fail are marked
-  // unavailable. Returns allPeersAccessible(). Call after importPeerHandles.
-  virtual bool verifyPeerAccess() = 0;
-
   // (not upstream) Which handle kind this transport uses: "memfd",
   // "cuda-vmm-fd" or "cuda-ipc".
   virtual std::string handleKind() const = 0;
@@ -210,51 +189,6 @@ class MOONCAKE_API P2pTransport {
 };
 
 // ---------------------------------------------------------------------------
-// RdmaLocalMetadata / RdmaTransport (IBGDA). Declared with upstream's names
-// and meanings; the implementation (daemon-backed DevX QPs, softnic) is a
-// later issue, so no factory exists yet.
-// ---------------------------------------------------------------------------
-struct RdmaLocalMetadata {
-  int64_t raddr = 0;
-  int32_t rkey = 0;
-  int64_t subnet_prefix = 0;
-  int64_t interface_id = 0;
-  std::vector<int32_t> qpns;
-  std::vector<int32_t> lids;
-};
-
-class MOONCAKE_API RdmaTransport {
- public:
-  virtual ~RdmaTransport() = default;
-
-  // Opens the NIC (empty name: pick by topology). 0 = ok, nonzero = IBGDA
-  // unavailable.
-  virtual int initialize(const std::string& device_name, int num_ranks, int num_qps) = 0;
-  // Registers the communication buffer for RDMA.
-  virtual int registerMemory(void* ptr, size_t bytes) = 0;
-  // Allocates the GPU-visible control memory (WQ, CQ, doorbell records).
-  virtual int allocateControlBuffer() = 0;
-  // Creates the QPs (RST -> INIT); stream is a cudaStream_t as void*.
-  virtual int createQueuePairs(void* stream) = 0;
-  // Destroys and recreates the QPs (active ranks changed).
-  virtual int recreateQueuePairs(void* stream) = 0;
-  // INIT -> RTR -> RTS against the peers' metadata.
-  virtual int connectPeers(int local_rank, bool is_roce, const std::vector<int64_t>& remote_addrs,
-                           const std::vector<int32_t>& remote_keys,
-                           const std::vector<int32_t>& remote_qpns,
-                           const std::vector<int32_t>& remote_lids,
-                           const std::vector<int64_t>& subnet_prefixes,
-                           const std::vector<int64_t>& interface_ids,
-                           const std::vector<int>& active_ranks_mask) = 0;
-  virtual RdmaLocalMetadata localMetadata() const = 0;
-  virtual void* raddrsPtr() = 0;     // device u64[num_ranks]
-  virtual void* rkeysPtr() = 0;      // device u32[num_ranks]
-  virtual void* qpDevCtxsPtr() = 0;  // device IbgdaQpDevCtx[num_qps]
-  virtual bool isRoce() const = 0;
-  virtual int gidIndex() const = 0;
-};
-
-// ---------------------------------------------------------------------------
 // Factories
 // ---------------------------------------------------------------------------
 
@@ -262,7 +196,7 @@ class MOONCAKE_API RdmaTransport {
 // group join (exportLocal / mapPeers), or through `exchange` for the
 // upstream exportIpcHandle / importPeerHandles pair (without an exchange
 // those two fail with FailedPrecondition). InvalidArgument for num_ranks < 1.
-MOONCAKE_API absl::StatusOr<std::unique_ptr<P2pTransport>> createHostP2pTransport(
+MOONCAKE_API absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createHostP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange);
 
 // Which CUDA sharing mechanism createCudaP2pTransport uses.
@@ -282,7 +216,7 @@ enum class CudaHandleKind {
 // Tables live in device memory. FailedPrecondition when the build has no
 // CUDA, no GPU is visible, or the requested kind is unsupported;
 // InvalidArgument for num_ranks < 1 or kVmmPosixFd without an exchange.
-MOONCAKE_API absl::StatusOr<std::unique_ptr<P2pTransport>> createCudaP2pTransport(
+MOONCAKE_API absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange,
     CudaHandleKind kind = CudaHandleKind::kAuto);
 

@@ -45,6 +45,12 @@ enum class McStatus : int {
   // An RDMA put larger than an inline write whose source lies outside this
   // rank's registered buffer (the NIC can only read registered memory).
   kNotRegistered = 5,
+  // The CommCtx has no rank count (num_ranks <= 0): it was built field by
+  // field, as upstream code builds its contexts, and so cannot bound-check
+  // a rank or find its queue pairs. Build it with make_comm_ctx
+  // (<transport/device/comm_device.cuh>) or set num_ranks. Debug builds
+  // trap instead (MOONCAKE_DEVICE_CHECKS, comm_device.h).
+  kIncompleteContext = 6,
 };
 
 // A "low-latency" slot: 8 bytes of data and a 32-bit flag written together

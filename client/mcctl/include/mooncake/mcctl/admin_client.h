@@ -13,6 +13,7 @@
 // thread-safe); the object must outlive them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -39,6 +40,11 @@ class AdminClient {
   absl::StatusOr<mooncake::v1::ListQueuePairsResponse> ListQueuePairs();
   absl::StatusOr<mooncake::v1::ListPeersResponse> ListPeers();
   absl::StatusOr<mooncake::v1::ListMemoryRegionsResponse> ListMemoryRegions();
+  // Streams Admin.WatchEvents with no deadline, calling `on_event` for each
+  // event until it returns false (then OK) or the stream ends (the status
+  // it ended with: Unavailable when the daemon stopped, ResourceExhausted
+  // when this user holds too many watches).
+  absl::Status WatchEvents(const std::function<bool(const mooncake::v1::WatchEvent&)>& on_event);
 
   const std::string& socket_path() const { return socket_path_; }
   // Why no RPC could be sent (bad path, refused connect); OK when connected.

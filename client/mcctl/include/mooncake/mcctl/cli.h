@@ -2,9 +2,15 @@
 // main() is a thin wrapper over RunMcctl() so tests drive the whole CLI
 // in-process against a real gRPC server.
 //
-//   mcctl [--socket PATH] [--timeout-ms N] [--json] COMMAND
-//   COMMAND: status | gpus | nics | topo | sessions | groups | help
+//   mcctl [--socket PATH] [--timeout-ms N] [--json|-j] COMMAND
+//   COMMAND: status | gpus | nics | topo | sessions | groups [NAME] | qps |
+//            mrs | peers | watch [--count N] | doctor [--root DIR] | help
 //   mcctl --version | --help
+//
+// `watch` streams group events until interrupted (or N events with
+// --count); exit 2 when the daemon goes away. `doctor` exits 0 when the
+// node is ready for GPU-initiated transfers and 1 when it is not
+// (mooncake/mcctl/doctor.h), whether or not the daemon answers.
 //
 // The socket is --socket, else $MOONCAKE_SOCKET, else
 // /run/mooncake/mooncaked.sock (mooncake::ResolveSocketPath).
@@ -21,11 +27,15 @@
 // between calls.
 #pragma once
 
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "mooncake/drivers/cuda_driver.h"
+#include "mooncake/mcctl/doctor.h"
 
 namespace mooncake::mcctl {
 
@@ -39,10 +49,19 @@ inline constexpr int kDefaultTimeoutMs = 2000;
 struct CliOptions {
   std::string socket;  // --socket, empty when not given
   int timeout_ms = kDefaultTimeoutMs;
-  bool json = false;
+  bool json = false;  // --json or -j
   bool help = false;
   bool version = false;
-  std::string command;  // empty with --help / --version alone
+  std::string command;     // empty with --help / --version alone
+  std::string group;       // `groups NAME`: show that group only
+  std::string root = "/";  // doctor --root: read sys/, proc/, etc/ below it
+  int count = 0;           // watch --count: stop after N events (0: never)
+};
+
+// What tests substitute for the node (mcctl itself passes none).
+struct McctlHooks {
+  std::shared_ptr<drivers::CudaDriver> cuda_driver;  // doctor: instead of libcuda.so.1
+  std::optional<DaemonFacts> daemon;                 // doctor: instead of asking mooncaked
 };
 
 // Parses the arguments after argv[0]. InvalidArgument with a message naming
@@ -59,5 +78,7 @@ std::string VersionText();
 // Runs mcctl with the arguments after argv[0]; writes results to `out` and
 // diagnostics to `err`; returns the exit code.
 int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+             const McctlHooks& hooks);
 
 }  // namespace mooncake::mcctl

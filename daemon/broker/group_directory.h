@@ -1,0 +1,77 @@
+// GroupDirectory: where the ranks of one group meet when they join on
+// different nodes (issue 9 item 3). The broker keeps forming groups itself;
+// with a directory it also
+//   - claims each local rank cluster-wide before the rank counts (two nodes
+//     cannot both hold a rank, and the world size agrees everywhere),
+//   - learns the ranks that other nodes claimed (RemoteMember), and forms
+//     the group when local and remote ranks together are all present,
+//   - publishes what becomes of its ranks after formation (left, lost), and
+//     withdraws them when they go before it.
+// Without one (no etcd configured) a group lives on one daemon, as before.
+//
+// The implementation over etcd is peering::EtcdGroupDirectory; tests may
+// use an in-memory one. Calls from the broker may come with the broker's
+// lock held: they must only queue work and read the directory's own state,
+// never call back into the broker on the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "broker/group_summary.h"
+#include "mooncake/v1/local.pb.h"
+
+namespace mooncake::daemon {
+
+// A rank as the cluster knows it (held by this node or another).
+struct ClusterMember {
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  std::string node_id;
+  int32_t pid = 0;
+  int gpu_index = -1;
+  std::string gpu_uuid, gpu_pci;
+  std::string handle_kind;
+  uint64_t handle_size = 0;
+  std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it
+  MemberState state = MemberState::kJoined;      // kJoined, kLeft or kLost
+};
+
+// How a claim went. The callback may run more than once: kUnreachable (the
+// directory cannot be reached; it keeps trying) may precede kClaimed or a
+// final error.
+enum class ClaimOutcome { kClaimed, kUnreachable, kFailed };
+using ClaimDone = std::function<void(ClaimOutcome outcome, const absl::Status& status)>;
+
+class GroupDirectory {
+ public:
+  virtual ~GroupDirectory() = default;
+
+  // Groups are scoped by (uid, tenant) as on one node (tenant "" = the
+  // main socket's).
+  //
+  // Claims `me.rank` of the group for this node. `done` runs on the
+  // directory's thread, never under the broker's lock.
+  virtual void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
+                     const ClusterMember& me, ClaimDone done) = 0;
+  // A claimed rank of a formed group left or was lost: the other nodes
+  // report it to their members.
+  virtual void MarkGone(uint32_t uid, const std::string& tenant, const std::string& group,
+                        uint32_t rank, MemberState state) = 0;
+  // The rank is no longer this node's (a join that failed, timed out or was
+  // cancelled, or a released group): its claim goes, and a pending claim is
+  // dropped.
+  virtual void Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
+                        uint32_t rank) = 0;
+  // The ranks other nodes hold in the group now.
+  virtual std::vector<ClusterMember> RemoteMembers(uint32_t uid, const std::string& tenant,
+                                                   const std::string& group) const = 0;
+  // One line for error messages ("etcd unreachable since ...", "" when fine).
+  virtual std::string Trouble() const = 0;
+};
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,614 @@
+#include "peering/etcd_group_directory.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "mooncake/common/escape.h"
+#include "mooncake/common/log.h"
+#include "peering/node_registry.h"
+
+namespace mooncake::daemon::peering {
+namespace {
+
+// Claims of one group per Txn (etcd refuses more than 128 operations in
+// one branch by default; a claim is one compare and one put).
+constexpr size_t kClaimsPerTxn = 100;
+// What one record may hold (a 65536-rank group's QPN table is ~1 MiB as
+// JSON; larger groups of RDMA members do not fit one etcd value anyway).
+constexpr size_t kMaxRecordBytes = 1536 * 1024;
+
+bool ValidGroupName(absl::string_view name) {
+  return !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ||
+           c == ':';
+  });
+}
+
+// Whether `s` means "etcd could not be reached or answer": worth retrying.
+bool Unreachable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
+         absl::IsNotFound(s);  // NotFound: the lease is gone (re-registering)
+}
+
+MemberState StateOf(v1::GroupRankRecord::State s) {
+  switch (s) {
+    case v1::GroupRankRecord::LEFT: return MemberState::kLeft;
+    case v1::GroupRankRecord::LOST: return MemberState::kLost;
+    default: return MemberState::kJoined;
+  }
+}
+
+absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank) {
+  if (json.size() > kMaxRecordBytes) return absl::InvalidArgumentError("record too large");
+  v1::GroupRankRecord r;
+  google::protobuf::util::JsonParseOptions o;
+  o.ignore_unknown_fields = true;  // written by a newer daemon
+  if (!google::protobuf::util::JsonStringToMessage(json, &r, o).ok()) {
+    return absl::InvalidArgumentError("not GroupRankRecord JSON");
+  }
+  if (r.world_size() == 0 || r.world_size() > 65536 || rank >= r.world_size()) {
+    return absl::InvalidArgumentError("rank or world size out of range");
+  }
+  if (!ValidateNodeId(r.node_id()).ok() || r.instance_id().size() > 64 ||
+      r.handle_kind().size() > 64 || r.gpu_uuid().size() > 128 || r.gpu_pci_bus_id().size() > 64) {
+    return absl::InvalidArgumentError("a field is too long or the node id is invalid");
+  }
+  ClusterMember m;
+  if (r.has_rdma()) {
+    const v1::RdmaEndpoint& e = r.rdma();
+    if (e.qps_per_peer() == 0 || e.qps_per_peer() > 64 || e.nic().size() > 64 ||
+        (!e.qpns().empty() && static_cast<uint64_t>(e.qpns_size()) !=
+                                  static_cast<uint64_t>(r.world_size()) * e.qps_per_peer())) {
+      return absl::InvalidArgumentError("an RDMA endpoint of the wrong shape");
+    }
+    m.rdma = std::make_shared<const v1::RdmaEndpoint>(e);
+  }
+  m.rank = rank;
+  m.world_size = r.world_size();
+  m.node_id = r.node_id();
+  m.pid = r.pid();
+  m.gpu_index = r.gpu_index();
+  m.gpu_uuid = r.gpu_uuid();
+  m.gpu_pci = r.gpu_pci_bus_id();
+  m.handle_kind = r.handle_kind();
+  m.handle_size = r.handle_size();
+  m.state = StateOf(r.state());
+  return m;
+}
+
+bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
+  return a.node_id == b.node_id && a.pid == b.pid && a.state == b.state &&
+         a.world_size == b.world_size;
+}
+
+}  // namespace
+
+std::string GroupsPrefix(const std::string& prefix) { return absl::StrCat(prefix, "/groups/"); }
+
+namespace {
+
+std::string Scope(uint32_t uid, const std::string& tenant) {
+  return tenant.empty() ? absl::StrCat(uid) : absl::StrCat(uid, "@", tenant);
+}
+
+// "<uid>" or "<uid>@<tenant>" (a tenant name as daemon_config allows it).
+bool ParseScope(absl::string_view scope, uint32_t* uid, std::string* tenant) {
+  const size_t at = scope.find('@');
+  if (!absl::SimpleAtoi(scope.substr(0, at), uid)) return false;
+  if (at == absl::string_view::npos) {
+    tenant->clear();
+    return true;
+  }
+  const absl::string_view t = scope.substr(at + 1);
+  if (t.empty() || t.size() > 63 || !absl::ascii_isalnum(static_cast<unsigned char>(t.front())) ||
+      !std::all_of(t.begin(), t.end(), [](char ch) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.';
+      })) {
+    return false;
+  }
+  *tenant = std::string(t);
+  return true;
+}
+
+}  // namespace
+
+std::string GroupMetaKey(const std::string& prefix, uint32_t uid, const std::string& tenant,
+                         const std::string& group) {
+  return absl::StrCat(GroupsPrefix(prefix), Scope(uid, tenant), "/", group, "/meta");
+}
+
+std::string GroupRankKey(const std::string& prefix, uint32_t uid, const std::string& tenant,
+                         const std::string& group, uint32_t rank) {
+  return absl::StrCat(GroupsPrefix(prefix), Scope(uid, tenant), "/", group, "/ranks/", rank);
+}
+
+EtcdGroupDirectory::EtcdGroupDirectory(etcd::EtcdClient* etcd, GroupDirectoryOptions options)
+    : etcd_(etcd), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<EtcdGroupDirectory>> EtcdGroupDirectory::Start(
+    etcd::EtcdClient* etcd, GroupDirectoryOptions options) {
+  std::unique_ptr<EtcdGroupDirectory> d(new EtcdGroupDirectory(etcd, std::move(options)));
+  if (absl::Status s = d->Resync(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("reading the cluster's groups: ", s.message()));
+  }
+  d->worker_ = std::thread([p = d.get()] { p->Work(); });
+  return d;
+}
+
+EtcdGroupDirectory::~EtcdGroupDirectory() { Stop(); }
+
+void EtcdGroupDirectory::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+  if (watcher_) watcher_->Cancel();
+}
+
+// ---- the broker's calls (queue only) ----------------------------------------------
+
+void EtcdGroupDirectory::Claim(uint32_t uid, const std::string& tenant, const std::string& group,
+                               const ClusterMember& me, ClaimDone done) {
+  Op op;
+  op.kind = Op::Kind::kClaim;
+  op.group = Key{uid, tenant, group};
+  op.rank = me.rank;
+  op.me = me;
+  op.me.node_id = options_.node_id;
+  op.done = std::move(done);
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(op));
+}
+
+void EtcdGroupDirectory::MarkGone(uint32_t uid, const std::string& tenant, const std::string& group,
+                                  uint32_t rank, MemberState state) {
+  Op op;
+  op.kind = Op::Kind::kMarkGone;
+  op.group = Key{uid, tenant, group};
+  op.rank = rank;
+  op.state = state;
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(op));
+}
+
+void EtcdGroupDirectory::Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
+                                  uint32_t rank) {
+  Op op;
+  op.kind = Op::Kind::kWithdraw;
+  op.group = Key{uid, tenant, group};
+  op.rank = rank;
+  absl::MutexLock lock(&mu_);
+  // A claim still queued is dropped: nobody waits for it any more.
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                              [&](const Op& q) {
+                                return q.kind == Op::Kind::kClaim && q.group == op.group &&
+                                       q.rank == rank;
+                              }),
+               queue_.end());
+  queue_.push_back(std::move(op));
+}
+
+std::vector<ClusterMember> EtcdGroupDirectory::RemoteMembers(uint32_t uid,
+                                                             const std::string& tenant,
+                                                             const std::string& group) const {
+  std::vector<ClusterMember> out;
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(Key{uid, tenant, group});
+  if (it == cache_.end()) return out;
+  for (const auto& [rank, entry] : it->second.ranks) {
+    if (!entry.second) out.push_back(entry.first);
+  }
+  return out;
+}
+
+std::string EtcdGroupDirectory::Trouble() const {
+  absl::MutexLock lock(&mu_);
+  return trouble_;
+}
+
+size_t EtcdGroupDirectory::cached_groups() const {
+  absl::MutexLock lock(&mu_);
+  return cache_.size();
+}
+
+size_t EtcdGroupDirectory::own_ranks() const {
+  absl::MutexLock lock(&mu_);
+  return own_.size();
+}
+
+// ---- reading: the cache and the watch ----------------------------------------------
+
+std::optional<EtcdGroupDirectory::Delivery> EtcdGroupDirectory::ApplyLocked(
+    const std::string& key, const std::string* value) {
+  const std::string prefix = GroupsPrefix(options_.prefix);
+  if (!absl::StartsWith(key, prefix)) return std::nullopt;
+  // <scope>/<group>/meta or <scope>/<group>/ranks/<rank>
+  const absl::string_view rest = absl::string_view(key).substr(prefix.size());
+  std::vector<absl::string_view> parts = absl::StrSplit(rest, '/');
+  uint32_t uid = 0, rank = 0;
+  std::string tenant;
+  if (parts.size() != 4 || parts[2] != "ranks" || !ParseScope(parts[0], &uid, &tenant) ||
+      !ValidGroupName(parts[1]) || !absl::SimpleAtoi(parts[3], &rank)) {
+    return std::nullopt;  // meta, or a key this version does not write
+  }
+  const Key group{uid, std::move(tenant), std::string(parts[1])};
+  if (value == nullptr) {
+    auto g = cache_.find(group);
+    if (g == cache_.end()) return std::nullopt;
+    auto r = g->second.ranks.find(rank);
+    if (r == g->second.ranks.end()) return std::nullopt;
+    const bool mine = r->second.second;
+    g->second.ranks.erase(r);
+    if (g->second.ranks.empty()) cache_.erase(g);
+    if (mine) return std::nullopt;
+    return Delivery{group, rank, std::nullopt};
+  }
+  absl::StatusOr<ClusterMember> m = ParseRecord(*value, rank);
+  if (!m.ok()) {
+    if (warned_keys_.size() < 1024 && warned_keys_.insert(key).second) {
+      MC_LOG(kWarning, "etcd: ignoring group record ", EscapeForDisplay(key, 200), ": ",
+             m.status().message());
+    }
+    return std::nullopt;
+  }
+  const bool mine = m->node_id == options_.node_id;
+  Cached& g = cache_[group];
+  auto r = g.ranks.find(rank);
+  if (r != g.ranks.end() && SameRecord(r->second.first, *m)) return std::nullopt;
+  g.ranks.insert_or_assign(rank, std::make_pair(*m, mine));
+  if (mine) return std::nullopt;
+  return Delivery{group, rank, *std::move(m)};
+}
+
+void EtcdGroupDirectory::Deliver(std::vector<Delivery> deliveries) {
+  if (!options_.sink) return;
+  for (Delivery& d : deliveries) {
+    options_.sink(std::get<0>(d.group), std::get<1>(d.group), std::get<2>(d.group), d.rank,
+                  std::move(d.member));
+  }
+}
+
+void EtcdGroupDirectory::ApplyEvents(const std::vector<etcd::WatchEvent>& events) {
+  std::vector<Delivery> out;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const etcd::WatchEvent& e : events) {
+      std::optional<Delivery> d =
+          ApplyLocked(e.kv.key, e.type == etcd::WatchEvent::Type::kPut ? &e.kv.value : nullptr);
+      if (d) out.push_back(*std::move(d));
+    }
+  }
+  Deliver(std::move(out));
+}
+
+absl::Status EtcdGroupDirectory::Resync() {
+  if (watcher_) watcher_->Cancel();
+  watcher_.reset();
+  const std::string prefix = GroupsPrefix(options_.prefix);
+  absl::StatusOr<etcd::RangeResult> now = etcd_->GetPrefix(prefix);
+  if (!now.ok()) return now.status();
+  std::vector<Delivery> out;
+  {
+    absl::MutexLock lock(&mu_);
+    std::set<std::string> present;
+    for (const etcd::KeyValue& kv : now->kvs) present.insert(kv.key);
+    // Ranks that vanished while no watch ran.
+    std::vector<std::string> gone;
+    for (const auto& [group, cached] : cache_) {
+      for (const auto& [rank, entry] : cached.ranks) {
+        std::string key = GroupRankKey(options_.prefix, std::get<0>(group), std::get<1>(group),
+                                       std::get<2>(group), rank);
+        if (present.count(key) == 0) gone.push_back(std::move(key));
+      }
+    }
+    for (const std::string& key : gone) {
+      if (std::optional<Delivery> d = ApplyLocked(key, nullptr)) out.push_back(*std::move(d));
+    }
+    for (const etcd::KeyValue& kv : now->kvs) {
+      if (std::optional<Delivery> d = ApplyLocked(kv.key, &kv.value)) out.push_back(*std::move(d));
+    }
+  }
+  Deliver(std::move(out));
+  absl::StatusOr<std::unique_ptr<etcd::Watcher>> w = etcd::Watcher::Start(
+      etcd_, prefix, now->revision + 1,
+      [this](const std::vector<etcd::WatchEvent>& events) { ApplyEvents(events); },
+      [this](const absl::Status& error) {
+        MC_LOG(kWarning, "etcd: the watch on the cluster's groups stopped (", error.message(),
+               "); reading them again");
+        absl::MutexLock lock(&mu_);
+        resync_ = true;
+      });
+  if (!w.ok()) return w.status();
+  watcher_ = *std::move(w);
+  return absl::OkStatus();
+}
+
+// ---- writing: the worker -------------------------------------------------------------
+
+void EtcdGroupDirectory::NoteTrouble(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (status.ok()) {
+    trouble_.clear();
+    backoff_ = absl::Milliseconds(50);
+    return;
+  }
+  trouble_ = absl::StrCat("the cluster directory (etcd) is unreachable: ", status.message());
+}
+
+std::string EtcdGroupDirectory::RecordJson(const ClusterMember& m,
+                                           v1::GroupRankRecord::State state) const {
+  v1::GroupRankRecord r;
+  r.set_node_id(options_.node_id);
+  r.set_instance_id(options_.instance_id);
+  r.set_pid(m.pid);
+  r.set_world_size(m.world_size);
+  r.set_gpu_index(m.gpu_index);
+  r.set_gpu_uuid(m.gpu_uuid);
+  r.set_gpu_pci_bus_id(m.gpu_pci);
+  r.set_handle_kind(m.handle_kind);
+  r.set_handle_size(m.handle_size);
+  if (m.rdma) *r.mutable_rdma() = *m.rdma;
+  r.set_state(state);
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(r, &out, o);
+  return out;
+}
+
+void EtcdGroupDirectory::Postpone(std::vector<Op> ops, const absl::Status& why) {
+  NoteTrouble(why);
+  std::vector<std::pair<ClaimDone, absl::Status>> tell;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time when = absl::Now() + backoff_;
+    backoff_ = std::min(backoff_ * 2, options_.max_backoff);
+    for (Op& op : ops) {
+      if (op.kind == Op::Kind::kClaim && !op.told_unreachable) {
+        op.told_unreachable = true;
+        tell.emplace_back(op.done, why);
+      }
+      op.not_before = when;
+      queue_.push_back(std::move(op));
+    }
+  }
+  for (auto& [done, status] : tell) done(ClaimOutcome::kUnreachable, status);
+}
+
+void EtcdGroupDirectory::Work() {
+  while (true) {
+    std::vector<Op> ready;
+    bool resync = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        if (stopping_ || resync_) return true;
+        const absl::Time now = absl::Now();
+        return std::any_of(queue_.begin(), queue_.end(),
+                           [now](const Op& op) { return op.not_before <= now; });
+      };
+      absl::Time next = absl::InfiniteFuture();
+      for (const Op& op : queue_) next = std::min(next, op.not_before);
+      // Wakes for new work at once (the condition is re-checked whenever
+      // mu_ is released); a postponed op wakes it at its time.
+      mu_.AwaitWithDeadline(absl::Condition(&wake),
+                            std::min(next, absl::Now() + absl::Milliseconds(200)));
+      if (stopping_) return;
+      resync = resync_;
+      resync_ = false;
+      const absl::Time now = absl::Now();
+      std::deque<Op> later;
+      for (Op& op : queue_) {
+        if (op.not_before <= now) {
+          ready.push_back(std::move(op));
+        } else {
+          later.push_back(std::move(op));
+        }
+      }
+      queue_ = std::move(later);
+    }
+    if (resync) {
+      if (absl::Status s = Resync(); !s.ok()) {
+        NoteTrouble(s);
+        absl::SleepFor(absl::Milliseconds(200));
+        absl::MutexLock lock(&mu_);
+        resync_ = true;
+      }
+    }
+    // In order, except that the claims of one group gather into one batch,
+    // run before any other operation on that group.
+    std::map<Key, std::vector<Op>> claims;
+    for (Op& op : ready) {
+      if (op.kind == Op::Kind::kClaim) {
+        claims[op.group].push_back(std::move(op));
+        continue;
+      }
+      if (auto c = claims.find(op.group); c != claims.end()) {
+        RunClaims(c->first, std::move(c->second));
+        claims.erase(c);
+      }
+      if (op.kind == Op::Kind::kMarkGone) {
+        RunMarkGone(op);
+      } else {
+        RunWithdraw(op);
+      }
+    }
+    for (auto& [group, batch] : claims) {
+      for (size_t i = 0; i < batch.size(); i += kClaimsPerTxn) {
+        std::vector<Op> part(
+            std::make_move_iterator(batch.begin() + i),
+            std::make_move_iterator(batch.begin() + std::min(batch.size(), i + kClaimsPerTxn)));
+        RunClaims(group, std::move(part));
+      }
+    }
+  }
+}
+
+void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
+  const int64_t lease = options_.lease ? options_.lease() : 0;
+  if (lease == 0) {
+    return Postpone(std::move(claims),
+                    absl::UnavailableError("this node is not registered in etcd (registering "
+                                           "again): cross-node joins wait"));
+  }
+  const auto& [uid, tenant, name] = group;
+  const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
+  const uint32_t world_size = claims.front().me.world_size;
+  const std::string ws = absl::StrCat(world_size);
+  std::vector<std::pair<ClaimDone, absl::Status>> failed;
+  std::vector<ClaimDone> won;
+  auto fail_all = [&](const absl::Status& s) {
+    for (Op& c : claims) failed.emplace_back(std::move(c.done), s);
+    claims.clear();
+  };
+  for (int attempt = 0; attempt < 4 && !claims.empty(); ++attempt) {
+    // The world size: created by the first claim anywhere, then compared.
+    etcd::Txn create_meta;
+    create_meta.IfCreateRevision(meta, etcd::CompareOp::kEqual, 0)
+        .ThenPut(meta, ws, lease)
+        .ElseGet(meta);
+    absl::StatusOr<etcd::TxnResult> r1 = etcd_->Commit(create_meta);
+    if (!r1.ok()) {
+      if (Unreachable(r1.status())) return Postpone(std::move(claims), r1.status());
+      fail_all(r1.status());
+      break;
+    }
+    if (!r1->succeeded) {
+      const std::vector<etcd::KeyValue>& kvs = r1->responses.at(0).kvs;
+      if (kvs.empty()) continue;  // deleted just now: create it again
+      if (kvs[0].value != ws) {
+        fail_all(absl::InvalidArgumentError(
+            absl::StrCat("group '", name, "' has world size ", EscapeForDisplay(kvs[0].value, 16),
+                         " in the cluster but this rank asked for ", world_size,
+                         ": start every rank with the same world size")));
+        break;
+      }
+    }
+    // The ranks, all at once.
+    etcd::Txn take;
+    take.IfValue(meta, etcd::CompareOp::kEqual, ws);
+    for (const Op& c : claims) {
+      const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, c.rank);
+      take.IfCreateRevision(key, etcd::CompareOp::kEqual, 0)
+          .ThenPut(key, RecordJson(c.me, v1::GroupRankRecord::JOINED), lease);
+    }
+    take.ElseGet(meta);
+    for (const Op& c : claims) {
+      take.ElseGet(GroupRankKey(options_.prefix, uid, tenant, name, c.rank));
+    }
+    absl::StatusOr<etcd::TxnResult> r2 = etcd_->Commit(take);
+    if (!r2.ok()) {
+      // A write whose answer was lost may have been applied: the next
+      // attempt finds our own records and counts them as claimed.
+      if (Unreachable(r2.status())) return Postpone(std::move(claims), r2.status());
+      fail_all(r2.status());
+      break;
+    }
+    std::vector<Op> again;
+    {
+      absl::MutexLock lock(&mu_);
+      for (size_t i = 0; i < claims.size(); ++i) {
+        Op& c = claims[i];
+        bool mine = r2->succeeded;
+        if (!r2->succeeded) {
+          const std::vector<etcd::KeyValue>& kvs = r2->responses.at(i + 1).kvs;
+          if (kvs.empty()) {
+            again.push_back(std::move(c));
+            continue;
+          }
+          absl::StatusOr<ClusterMember> holder = ParseRecord(kvs[0].value, c.rank);
+          mine = holder.ok() && holder->node_id == options_.node_id && holder->pid == c.me.pid &&
+                 kvs[0].lease == lease;
+          if (!mine) {
+            failed.emplace_back(std::move(c.done),
+                                absl::AlreadyExistsError(absl::StrCat(
+                                    "rank ", c.rank, " of group '", name, "' is already taken",
+                                    holder.ok() ? absl::StrCat(" by pid ", holder->pid, " on node ",
+                                                               holder->node_id)
+                                                : std::string(" in the cluster"))));
+            continue;
+          }
+        }
+        own_[{group, c.rank}] = c.me;
+        won.push_back(std::move(c.done));
+      }
+    }
+    claims = std::move(again);
+  }
+  if (!claims.empty()) {
+    return Postpone(std::move(claims),
+                    absl::AbortedError("the group's keys kept changing while claiming"));
+  }
+  NoteTrouble(absl::OkStatus());
+  for (ClaimDone& done : won) done(ClaimOutcome::kClaimed, absl::OkStatus());
+  for (auto& [done, status] : failed) done(ClaimOutcome::kFailed, status);
+}
+
+void EtcdGroupDirectory::RunMarkGone(const Op& op) {
+  ClusterMember me;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = own_.find({op.group, op.rank});
+    if (it == own_.end()) return;
+    it->second.state = op.state;
+    me = it->second;
+  }
+  const int64_t lease = options_.lease ? options_.lease() : 0;
+  if (lease == 0) return;  // our keys went with the old lease
+  const auto& [uid, tenant, name] = op.group;
+  const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
+  etcd::Txn t;
+  t.IfLease(key, etcd::CompareOp::kEqual, lease)
+      .ThenPut(key,
+               RecordJson(me, op.state == MemberState::kLeft ? v1::GroupRankRecord::LEFT
+                                                             : v1::GroupRankRecord::LOST),
+               lease);
+  absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(t);
+  if (!r.ok() && Unreachable(r.status())) {
+    Op retry = op;
+    Postpone({std::move(retry)}, r.status());
+  }
+}
+
+void EtcdGroupDirectory::RunWithdraw(const Op& op) {
+  bool last = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (own_.erase({op.group, op.rank}) == 0) return;  // never claimed, or already gone
+    auto g = cache_.find(op.group);
+    last = g == cache_.end() || std::all_of(g->second.ranks.begin(), g->second.ranks.end(),
+                                            [&](const auto& kv) { return kv.first == op.rank; });
+  }
+  const int64_t lease = options_.lease ? options_.lease() : 0;
+  if (lease == 0) return;
+  const auto& [uid, tenant, name] = op.group;
+  const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
+  etcd::Txn t;
+  t.IfLease(key, etcd::CompareOp::kEqual, lease).ThenDelete(key);
+  absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(t);
+  if (!r.ok()) {
+    // Not retried: the key goes with the lease at the latest.
+    MC_LOG(kWarning, "etcd: could not withdraw rank ", op.rank, " of group '", name,
+           "': ", r.status().message());
+    return;
+  }
+  if (last) {
+    // The group's last rank anywhere: its world size goes too, when ours.
+    const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
+    etcd::Txn m;
+    m.IfLease(meta, etcd::CompareOp::kEqual, lease).ThenDelete(meta);
+    (void)etcd_->Commit(m);
+  }
+}
+
+}  // namespace mooncake::daemon::peering

@@ -1,0 +1,164 @@
+// EtcdGroupDirectory: the GroupDirectory of a daemon in a cluster (issue 9
+// item 3): groups whose ranks join on several nodes meet in etcd.
+//
+//   <prefix>/groups/<scope>/<group>/meta          world size, decimal; created once
+//   <prefix>/groups/<scope>/<group>/ranks/<rank>  GroupRankRecord as JSON
+// where <scope> is the uid, or <uid>@<tenant> for a tenant's socket.
+//
+// Both are written under the node's lease (NodeRegistry's): a node that
+// dies or is cut off loses its lease, etcd deletes its keys, and every other
+// node's watch sees its ranks go.
+//
+// Claims. One worker thread does all writes, in the order they were asked
+// for. Claims of one group that are queued together go in one Txn: "meta
+// holds this world size and none of these ranks exists" then create them
+// all (a 256-rank job over 4 nodes costs each node one or two Txns, not 64).
+// When the Txn fails the worker reads what is there: a different world size
+// fails every claim (InvalidArgument); a rank held by another node fails
+// that claim (AlreadyExists, naming node and pid); the rest are tried again.
+// A rank already holding this daemon's own record (an earlier attempt whose
+// answer was lost) counts as claimed. etcd unreachable: the claim is
+// answered kUnreachable once and retried, backing off to 1 s, until it
+// succeeds or is withdrawn.
+//
+// Reads. One Watcher on <prefix>/groups/ keeps a cache of every group's
+// ranks (RemoteMembers answers from it without asking etcd), and every
+// change to another node's rank goes to the sink (GroupBroker::RemoteChanged)
+// on the watcher's thread. A watch etcd cancels (compaction) is replaced by
+// a fresh read and watch, with the differences delivered. What etcd holds is
+// checked before use (sizes, ranks, names): a malformed record is ignored
+// with one warning per key.
+//
+// Groups are scoped by uid in the key: a uid must mean the same user on
+// every node (docs/cluster.md). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "broker/group_directory.h"
+#include "etcd/etcd_client.h"
+#include "etcd/etcd_watch.h"
+#include "mooncake/v1/peer.pb.h"
+
+namespace mooncake::daemon::peering {
+
+struct GroupDirectoryOptions {
+  std::string prefix = "/mooncake";  // no trailing '/'
+  std::string node_id;
+  std::string instance_id;
+  // The node's lease now (0 while it is not registered); claims go under it.
+  std::function<int64_t()> lease;
+  // Where other nodes' rank changes go (nullopt: the rank's claim is gone).
+  std::function<void(uint32_t uid, const std::string& tenant, const std::string& group,
+                     uint32_t rank, std::optional<ClusterMember> member)>
+      sink;
+  // Longest wait between retries while etcd is unreachable.
+  absl::Duration max_backoff = absl::Seconds(1);
+};
+
+// Keys (exposed for tests and tools).
+std::string GroupsPrefix(const std::string& prefix);
+std::string GroupMetaKey(const std::string& prefix, uint32_t uid, const std::string& tenant,
+                         const std::string& group);
+std::string GroupRankKey(const std::string& prefix, uint32_t uid, const std::string& tenant,
+                         const std::string& group, uint32_t rank);
+
+class EtcdGroupDirectory final : public GroupDirectory {
+ public:
+  // Reads the current groups and starts the watch and the worker.
+  // Unavailable when etcd cannot be reached. `etcd` is not owned and must
+  // outlive the directory.
+  static absl::StatusOr<std::unique_ptr<EtcdGroupDirectory>> Start(etcd::EtcdClient* etcd,
+                                                                   GroupDirectoryOptions options);
+  ~EtcdGroupDirectory() override;  // Stop()
+  // Stops the watch and the worker; queued claims are dropped unanswered
+  // (the broker is shutting down too). Idempotent.
+  void Stop();
+
+  void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
+             const ClusterMember& me, ClaimDone done) override;
+  void MarkGone(uint32_t uid, const std::string& tenant, const std::string& group, uint32_t rank,
+                MemberState state) override;
+  void Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
+                uint32_t rank) override;
+  std::vector<ClusterMember> RemoteMembers(uint32_t uid, const std::string& tenant,
+                                           const std::string& group) const override;
+  std::string Trouble() const override;
+
+  // Groups in the cache and ranks this node holds (mcctl, tests).
+  size_t cached_groups() const;
+  size_t own_ranks() const;
+
+ private:
+  using Key = std::tuple<uint32_t, std::string, std::string>;  // (uid, tenant, group)
+  struct Op {
+    enum class Kind { kClaim, kMarkGone, kWithdraw } kind = Kind::kClaim;
+    Key group;
+    uint32_t rank = 0;
+    ClusterMember me;                          // kClaim
+    ClaimDone done;                            // kClaim
+    MemberState state = MemberState::kJoined;  // kMarkGone
+    bool told_unreachable = false;
+    absl::Time not_before = absl::InfinitePast();
+  };
+  struct Cached {
+    // Every node's ranks, this one's included; `mine` marks ours.
+    std::map<uint32_t, std::pair<ClusterMember, bool>> ranks;
+  };
+
+  EtcdGroupDirectory(etcd::EtcdClient* etcd, GroupDirectoryOptions options);
+  absl::Status Resync();  // read the prefix, deliver differences, (re)start the watch
+  void ApplyEvents(const std::vector<etcd::WatchEvent>& events);
+  // Applies one key's new value (nullopt: deleted) to the cache; returns
+  // what to tell the sink, if anything.
+  struct Delivery {
+    Key group;
+    uint32_t rank;
+    std::optional<ClusterMember> member;
+  };
+  std::optional<Delivery> ApplyLocked(const std::string& key, const std::string* value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(std::vector<Delivery> deliveries);
+
+  void Work();  // the worker thread
+  void RunClaims(const Key& group, std::vector<Op> claims);
+  void RunMarkGone(const Op& op);
+  void RunWithdraw(const Op& op);
+  // Claims that could not reach etcd: answered kUnreachable once, queued again.
+  void Postpone(std::vector<Op> ops, const absl::Status& why);
+  void NoteTrouble(const absl::Status& status);
+  std::string RecordJson(const ClusterMember& m, v1::GroupRankRecord::State state) const;
+
+  etcd::EtcdClient* const etcd_;
+  const GroupDirectoryOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::map<Key, Cached> cache_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> warned_keys_ ABSL_GUARDED_BY(mu_);
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  // Own records as written (MarkGone rewrites them with a new state).
+  std::map<std::pair<Key, uint32_t>, ClusterMember> own_ ABSL_GUARDED_BY(mu_);
+  std::string trouble_ ABSL_GUARDED_BY(mu_);
+  absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(50);
+  bool resync_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::unique_ptr<etcd::Watcher> watcher_;  // replaced only by the worker (or Start)
+  std::thread worker_;
+};
+
+}  // namespace mooncake::daemon::peering

@@ -1,0 +1,138 @@
+// EventFeed (daemon/server/event_feed.h): uid scoping, the watch limits,
+// drop-oldest with a DROPPED notice, and Close().
+#include "server/event_feed.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <vector>
+
+namespace mooncake::daemon {
+namespace {
+
+GroupEvent Joined(uint32_t uid, const std::string& group, uint32_t rank) {
+  GroupEvent e;
+  e.kind = GroupEvent::Kind::kJoined;
+  e.uid = uid;
+  e.group = group;
+  e.rank = rank;
+  e.world_size = 4;
+  e.pid = 100 + static_cast<int>(rank);
+  return e;
+}
+
+std::vector<v1::WatchEvent> Drain(EventFeed::Watcher& w) {
+  std::vector<v1::WatchEvent> out;
+  while (auto ev = w.Next()) out.push_back(*ev);
+  return out;
+}
+
+TEST(EventFeedTest, WatchersSeeTheirUidAndRootSeesAll) {
+  EventFeed feed;
+  std::atomic<int> wakes{0};
+  auto alice = feed.Subscribe(1000, [&] { ++wakes; });
+  auto bob = feed.Subscribe(2000, [] {});
+  auto root = feed.Subscribe(0, [] {});
+  ASSERT_TRUE(alice.ok() && bob.ok() && root.ok());
+  feed.OnGroupEvent(Joined(1000, "a", 0));
+  feed.OnGroupEvent(Joined(2000, "b", 1));
+  feed.OnGroupEvent(Joined(0, "r", 2));
+
+  auto a = Drain(**alice);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0].kind(), v1::WatchEvent::WATCHING);
+  EXPECT_EQ(a[1].kind(), v1::WatchEvent::MEMBER_JOINED);
+  EXPECT_EQ(a[1].group(), "a");
+  EXPECT_EQ(a[1].pid(), 100);
+  EXPECT_EQ(a[1].world_size(), 4u);
+  EXPECT_GT(a[1].seq(), a[0].seq());
+  EXPECT_GT(a[1].time_unix_ms(), 0u);
+  EXPECT_EQ(wakes.load(), 1);
+
+  auto b = Drain(**bob);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[1].group(), "b");
+
+  auto r = Drain(**root);
+  ASSERT_EQ(r.size(), 4u);  // WATCHING, a, b, r: root's own group once
+  EXPECT_EQ(r[1].group(), "a");
+  EXPECT_EQ(r[2].group(), "b");
+  EXPECT_EQ(r[3].group(), "r");
+  EXPECT_LT(r[2].seq(), r[3].seq());
+}
+
+TEST(EventFeedTest, WatchLimitsPerUidAndUnsubscribeGivesBack) {
+  EventFeed feed;
+  std::vector<std::shared_ptr<EventFeed::Watcher>> held;
+  for (size_t i = 0; i < EventFeed::kMaxWatchersPerUid; ++i) {
+    auto w = feed.Subscribe(1000, [] {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    held.push_back(*w);
+  }
+  auto refused = feed.Subscribe(1000, [] {});
+  ASSERT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("uid 1000"), std::string::npos);
+  EXPECT_TRUE(feed.Subscribe(1001, [] {}).ok());  // another user is not affected
+  feed.Unsubscribe(held.back());
+  feed.Unsubscribe(held.back());  // idempotent
+  EXPECT_EQ(feed.WatchersOf(1000), EventFeed::kMaxWatchersPerUid - 1);
+  EXPECT_TRUE(feed.Subscribe(1000, [] {}).ok());
+}
+
+TEST(EventFeedTest, TotalWatchLimit) {
+  EventFeed feed;
+  std::vector<std::shared_ptr<EventFeed::Watcher>> held;
+  for (uint32_t uid = 1; held.size() < EventFeed::kMaxWatchers; ++uid) {
+    auto w = feed.Subscribe(uid, [] {});
+    ASSERT_TRUE(w.ok());
+    held.push_back(*w);
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(feed.Subscribe(99999, [] {}).status()));
+}
+
+TEST(EventFeedTest, SlowWatcherLosesOldestAndIsToldHowMany) {
+  EventFeed feed(/*queue_depth=*/4);
+  auto w = feed.Subscribe(1000, [] {});
+  ASSERT_TRUE(w.ok());
+  for (uint32_t rank = 0; rank < 10; ++rank) feed.OnGroupEvent(Joined(1000, "g", rank));
+  auto got = Drain(**w);
+  // 11 queued (WATCHING + 10) into 4 slots: 7 dropped, the newest 4 kept.
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0].kind(), v1::WatchEvent::DROPPED);
+  EXPECT_EQ(got[0].dropped(), 7u);
+  EXPECT_NE(got[0].detail().find("7 events dropped"), std::string::npos);
+  EXPECT_EQ(got[1].rank(), 6u);
+  EXPECT_EQ(got[4].rank(), 9u);
+  EXPECT_FALSE((*w)->Next().has_value());  // the notice is given once
+}
+
+TEST(EventFeedTest, UnsubscribedWatcherGetsNothingAndCloseDrains) {
+  EventFeed feed;
+  std::atomic<int> wakes{0};
+  auto gone = feed.Subscribe(1000, [&] { ++wakes; });
+  auto stays = feed.Subscribe(1000, [] {});
+  ASSERT_TRUE(gone.ok() && stays.ok());
+  feed.Unsubscribe(*gone);
+  feed.OnGroupEvent(Joined(1000, "g", 0));
+  EXPECT_EQ(wakes.load(), 0);
+  EXPECT_EQ(Drain(**gone).size(), 1u);  // its WATCHING only
+
+  EXPECT_FALSE((*stays)->Drained());
+  feed.Close();
+  EXPECT_FALSE((*stays)->Drained());  // still holds WATCHING and the join
+  EXPECT_EQ(Drain(**stays).size(), 2u);
+  EXPECT_TRUE((*stays)->Drained());
+  EXPECT_TRUE(absl::IsFailedPrecondition(feed.Subscribe(1000, [] {}).status()));
+  feed.OnGroupEvent(Joined(1000, "g", 1));  // after Close: nothing, no crash
+}
+
+TEST(EventFeedTest, EveryBrokerKindHasAWireKind) {
+  using K = GroupEvent::Kind;
+  for (K k : {K::kJoined, K::kWithdrew, K::kFormed, K::kReady, K::kFailed, K::kGroupReady, K::kLeft,
+              K::kLost, K::kReleased}) {
+    EXPECT_NE(EventFeed::KindOf(k), v1::WatchEvent::KIND_UNSPECIFIED);
+  }
+}
+
+}  // namespace
+}  // namespace mooncake::daemon

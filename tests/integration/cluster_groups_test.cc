@@ -1,0 +1,279 @@
+// Groups across nodes (issue 9 item 3), end to end: a real etcd on
+// 127.0.0.1 and real mooncaked processes as nodes; members join over raw
+// sessions on each node's socket, as a client would.
+//   - ranks spread over 2 and 3 nodes form one group; every rank gets the
+//     whole view (remote members with their node and RDMA endpoint, never
+//     P2P-reachable);
+//   - a rank held on one node is refused on another (naming the holder),
+//     and so is another world size;
+//   - a rank that leaves or is lost on a live node, and a whole node
+//     SIGKILLed, reach the members on the other nodes as LEFT / LOST (the
+//     node within the lease TTL plus slack);
+//   - etcd down: a group entirely on one node still forms; a cross-node
+//     join waits and fails naming etcd; etcd back: cross-node joins resume.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "cluster_fixture.h"
+#include "etcd/etcd_client.h"
+#include "etcd/etcd_options.h"
+#include "gtest/gtest.h"
+#include "raw_session.h"
+#include "test_util.h"
+
+namespace mooncake::testing {
+namespace {
+
+using abuse::OpenRawSession;
+using abuse::RawSession;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kLeaseTtlS = kClusterLeaseTtlS;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct JoinResult {
+  grpc::Status status;
+  v1::JoinGroupResponse view;
+};
+
+// One member: a session on `socket` that joins and stays.
+struct Member {
+  std::unique_ptr<RawSession> session;
+  std::future<JoinResult> join;
+
+  // Next member event within `timeout_s` (none: KIND_UNSPECIFIED).
+  v1::MemberEvent NextEvent(double timeout_s) {
+    auto ev = std::async(std::launch::async, [this] {
+      v1::SessionEvent e;
+      while (session->events->Read(&e)) {
+        if (e.has_member()) return e.member();
+      }
+      return v1::MemberEvent();
+    });
+    if (ev.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
+      session->ctx.TryCancel();  // ends the read; the session goes with it
+      return v1::MemberEvent();
+    }
+    return ev.get();
+  }
+};
+
+v1::JoinGroupRequest Request(const std::string& group, uint32_t rank, uint32_t world,
+                             uint32_t timeout_ms = 20000) {
+  v1::JoinGroupRequest r;
+  r.set_group(group);
+  r.set_rank(rank);
+  r.set_world_size(world);
+  r.set_timeout_ms(timeout_ms);
+  r.mutable_handle()->set_kind("test");
+  r.mutable_handle()->set_size(4096);
+  // An RDMA endpoint, so the test sees it carried across nodes.
+  v1::RdmaEndpoint* e = r.mutable_rdma();
+  e->set_raddr(0x1000 + rank);
+  e->set_rkey(100 + rank);
+  e->set_qps_per_peer(1);
+  for (uint32_t p = 0; p < world; ++p) e->add_qpns(p == rank ? 0 : 1000 * (rank + 1) + p);
+  e->set_nic("softnic0");
+  return r;
+}
+
+std::unique_ptr<Member> StartJoin(const std::string& socket, v1::JoinGroupRequest req) {
+  auto m = std::make_unique<Member>();
+  m->session = OpenRawSession(socket);
+  if (!m->session) return nullptr;
+  RawSession* s = m->session.get();
+  m->join = std::async(std::launch::async, [s, req] {
+    JoinResult r;
+    grpc::ClientContext ctx;
+    Deadline(&ctx, static_cast<int>(req.timeout_ms()) + 10000);
+    r.status = s->stub->JoinGroup(&ctx, req, &r.view);
+    return r;
+  });
+  return m;
+}
+
+class ClusterGroupsTest : public ClusterFixture {
+ protected:
+  ClusterGroupsTest() : ClusterFixture("/mcgroups") {}
+
+  // Whether `key` appears in etcd within 10 s.
+  bool AwaitKey(const std::string& key) {
+    absl::StatusOr<daemon::etcd::EtcdOptions> o =
+        daemon::etcd::ParseEtcdEndpoints(etcd_.client_url(), {});
+    if (!o.ok()) return false;
+    absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd =
+        daemon::etcd::EtcdClient::Connect(*o);
+    if (!etcd.ok()) return false;
+    for (const auto start = Clock::now(); Since(start) < 10;) {
+      absl::StatusOr<std::optional<daemon::etcd::KeyValue>> kv = (*etcd)->Get(key);
+      if (kv.ok() && kv->has_value()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+};
+
+TEST_F(ClusterGroupsTest, RanksOnTwoAndThreeNodesFormOneGroupWithTheWholeView) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  auto c = Node("node-c");
+  const std::vector<const DaemonProcess*> nodes = {a.get(), b.get(), c.get()};
+  for (uint32_t world : {2u, 4u, 8u}) {
+    const std::string group = absl::StrCat("spread", world);
+    const size_t spread = world == 2 ? 2 : 3;
+    const auto start = Clock::now();
+    std::vector<std::unique_ptr<Member>> members;
+    for (uint32_t r = 0; r < world; ++r) {
+      members.push_back(StartJoin(nodes[r % spread]->socket(), Request(group, r, world)));
+      ASSERT_NE(members.back(), nullptr);
+    }
+    for (uint32_t r = 0; r < world; ++r) {
+      JoinResult j = members[r]->join.get();
+      ASSERT_TRUE(j.status.ok()) << "rank " << r << ": " << j.status.error_message();
+      ASSERT_EQ(j.view.members_size(), static_cast<int>(world));
+      EXPECT_EQ(j.view.rank(), r);
+      for (uint32_t p = 0; p < world; ++p) {
+        const v1::MemberView& v = j.view.members(static_cast<int>(p));
+        EXPECT_EQ(v.rank(), p);
+        const std::string want_node = absl::StrCat("node-", std::string(1, 'a' + p % spread));
+        EXPECT_EQ(v.node_id(), want_node) << "rank " << r << " sees rank " << p;
+        const bool same = p % spread == r % spread;
+        EXPECT_EQ(v.same_node(), same);
+        if (!same) EXPECT_FALSE(v.p2p_reachable());
+        EXPECT_EQ(v.rdma().rkey(), 100 + p);
+        ASSERT_EQ(v.rdma().qpns_size(), static_cast<int>(world));
+        EXPECT_EQ(v.rdma().qpns(static_cast<int>(r)), r == p ? 0 : 1000 * (p + 1) + r);
+        EXPECT_EQ(v.handle_kind(), "test");
+      }
+    }
+    std::printf("[ figures ] %u ranks over %zu nodes formed in %.1f ms\n", world, spread,
+                Since(start) * 1e3);
+    // The listing of one node shows the whole group, other nodes' ranks
+    // with their node.
+    const v1::ListGroupsResponse listed = ListGroups(a->socket());
+    const v1::GroupInfo* info = nullptr;
+    for (const v1::GroupInfo& g : listed.groups()) {
+      if (g.name() == group) info = &g;
+    }
+    ASSERT_NE(info, nullptr) << group;
+    ASSERT_EQ(info->members_size(), static_cast<int>(world));
+    for (const v1::GroupMemberInfo& mi : info->members()) {
+      EXPECT_EQ(mi.node_id(),
+                mi.rank() % spread == 0
+                    ? ""
+                    : absl::StrCat("node-", std::string(1, 'a' + mi.rank() % spread)));
+    }
+  }
+}
+
+TEST_F(ClusterGroupsTest, ARankHeldOnOneNodeIsRefusedOnAnotherAndSoIsAnotherWorldSize) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  auto first = StartJoin(a->socket(), Request("clash", 0, 2, 8000));
+  ASSERT_NE(first, nullptr);
+  // Wait until a's claim is in etcd: the duplicate on b is then refused.
+  ASSERT_TRUE(AwaitKey("/mcgroups/groups/" + std::to_string(::getuid()) + "/clash/ranks/0"));
+  auto twin = StartJoin(b->socket(), Request("clash", 0, 2, 8000));
+  JoinResult t = twin->join.get();
+  EXPECT_EQ(t.status.error_code(), grpc::StatusCode::ALREADY_EXISTS) << t.status.error_message();
+  EXPECT_NE(t.status.error_message().find("node-a"), std::string::npos) << t.status.error_message();
+  auto wrong = StartJoin(b->socket(), Request("clash", 1, 3, 8000));
+  JoinResult w = wrong->join.get();
+  EXPECT_EQ(w.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << w.status.error_message();
+  EXPECT_NE(w.status.error_message().find("world size"), std::string::npos);
+  // The refused ranks left nothing behind: the right rank 1 completes it.
+  auto right = StartJoin(b->socket(), Request("clash", 1, 2, 8000));
+  JoinResult r = right->join.get();
+  EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(first->join.get().status.ok());
+}
+
+TEST_F(ClusterGroupsTest, LeftAndLostRanksAndALostNodeReachTheOtherNodes) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  auto c = Node("node-c");
+  std::vector<std::unique_ptr<Member>> m;
+  m.push_back(StartJoin(a->socket(), Request("fate", 0, 4)));
+  m.push_back(StartJoin(b->socket(), Request("fate", 1, 4)));
+  m.push_back(StartJoin(c->socket(), Request("fate", 2, 4)));
+  m.push_back(StartJoin(c->socket(), Request("fate", 3, 4)));
+  for (auto& x : m) {
+    ASSERT_NE(x, nullptr);
+    JoinResult j = x->join.get();
+    ASSERT_TRUE(j.status.ok()) << j.status.error_message();
+  }
+  // Rank 3 leaves on node-c: rank 0 on node-a hears LEFT.
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::LeaveGroupRequest req;
+    req.set_group("fate");
+    req.set_rank(3);
+    v1::LeaveGroupResponse resp;
+    ASSERT_TRUE(m[3]->session->stub->LeaveGroup(&ctx, req, &resp).ok());
+  }
+  v1::MemberEvent e = m[0]->NextEvent(5);
+  EXPECT_EQ(e.kind(), v1::MemberEvent::LEFT);
+  EXPECT_EQ(e.rank(), 3u);
+  // Rank 1's session ends on node-b, which lives on: LOST on node-a.
+  auto t0 = Clock::now();
+  m[1]->session->ctx.TryCancel();
+  e = m[0]->NextEvent(5);
+  EXPECT_EQ(e.kind(), v1::MemberEvent::LOST);
+  EXPECT_EQ(e.rank(), 1u);
+  EXPECT_NE(e.detail().find("node-b"), std::string::npos) << e.detail();
+  const double rank_lost = Since(t0);
+  // node-c dies (SIGKILL): its rank 2 is LOST on node-a when its lease ends.
+  t0 = Clock::now();
+  c->Stop(SIGKILL);
+  e = m[0]->NextEvent(kLeaseTtlS + 4);
+  const double node_lost = Since(t0);
+  EXPECT_EQ(e.kind(), v1::MemberEvent::LOST);
+  EXPECT_EQ(e.rank(), 2u);
+  EXPECT_NE(e.detail().find("node-c"), std::string::npos) << e.detail();
+  EXPECT_LE(node_lost, kLeaseTtlS + 1.0 + 0.5);
+  std::printf(
+      "[ figures ] lease TTL %d s: a rank lost on a live node reported after %.3f s, a "
+      "SIGKILLed node's rank after %.2f s\n",
+      kLeaseTtlS, rank_lost, node_lost);
+}
+
+TEST_F(ClusterGroupsTest, WithEtcdDownLocalGroupsFormAndCrossNodeJoinsWaitThenResume) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  etcd_.Stop(SIGKILL);
+  // All ranks on node-a: forms without etcd.
+  auto l0 = StartJoin(a->socket(), Request("local", 0, 2, 10000));
+  auto l1 = StartJoin(a->socket(), Request("local", 1, 2, 10000));
+  JoinResult j0 = l0->join.get();
+  EXPECT_TRUE(j0.status.ok()) << j0.status.error_message();
+  EXPECT_TRUE(l1->join.get().status.ok());
+  // Across nodes: waits, and the timeout names etcd.
+  auto x0 = StartJoin(a->socket(), Request("cross", 0, 2, 2000));
+  auto x1 = StartJoin(b->socket(), Request("cross", 1, 2, 2000));
+  JoinResult f = x0->join.get();
+  EXPECT_EQ(f.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << f.status.error_message();
+  EXPECT_NE(f.status.error_message().find("etcd"), std::string::npos) << f.status.error_message();
+  (void)x1->join.get();
+  ASSERT_TRUE(etcd_.Restart().ok());
+  // Back: cross-node joins go through again (once the nodes registered).
+  auto y0 = StartJoin(a->socket(), Request("cross2", 0, 2, 20000));
+  auto y1 = StartJoin(b->socket(), Request("cross2", 1, 2, 20000));
+  JoinResult y = y0->join.get();
+  EXPECT_TRUE(y.status.ok()) << y.status.error_message();
+  JoinResult y_1 = y1->join.get();
+  EXPECT_TRUE(y_1.status.ok()) << y_1.status.error_message();
+  ASSERT_EQ(y.view.members_size(), 2);
+  EXPECT_EQ(y.view.members(1).node_id(), "node-b");
+}
+
+}  // namespace
+}  // namespace mooncake::testing

@@ -60,6 +60,9 @@ std::string ToText(const DaemonConfig& c) {
   key("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid);
   key("max_view_bytes_per_uid", c.max_view_bytes_per_uid);
   key("max_join_timeout_ms", c.max_join_timeout_ms);
+  key("rdma_gid_index", c.rdma_gid_index ? absl::StrCat(*c.rdma_gid_index) : "auto");
+  key("rdma_traffic_class", c.rdma_traffic_class);
+  key("rdma_service_level", c.rdma_service_level);
   std::vector<std::string> tenants;
   for (const TenantSocket& ts : c.tenant_sockets) {
     tenants.push_back(ts.path.empty() ? ts.name : absl::StrCat(ts.name, ":", ts.path));
@@ -92,6 +95,9 @@ void CheckRanges(const DaemonConfig& c) {
   CheckRange("max_waiting_joins_per_uid", c.max_waiting_joins_per_uid, 1, 1 << 24);
   CheckRange("max_view_bytes_per_uid", c.max_view_bytes_per_uid, 4096, 0xffffffffu);
   CheckRange("max_join_timeout_ms", c.max_join_timeout_ms, 1000, 24 * 3600 * 1000);
+  if (c.rdma_gid_index) CheckRange("rdma_gid_index", *c.rdma_gid_index, 0, 255);
+  CheckRange("rdma_traffic_class", c.rdma_traffic_class, 0, 255);
+  CheckRange("rdma_service_level", c.rdma_service_level, 0, 15);
   FUZZ_CHECK(c.tenant_sockets.size() <= kMaxTenantSockets, c.tenant_sockets.size(), " tenants");
   for (size_t i = 0; i < c.tenant_sockets.size(); ++i) {
     const TenantSocket& ts = c.tenant_sockets[i];

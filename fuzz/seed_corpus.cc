@@ -370,6 +370,9 @@ void ConfigSeeds() {
         "max_view_bytes_per_uid = 268435456\n"
         "max_join_timeout_ms = 600000\n"
         "rdma_provider = auto\n"
+        "rdma_gid_index = auto\n"
+        "rdma_traffic_class = 0\n"
+        "rdma_service_level = 0\n"
         "max_qps_per_session = 4096\n"
         "max_mrs_per_session = 256\n"
         "max_registered_bytes_per_session = 68719476736\n"
@@ -385,6 +388,9 @@ void ConfigSeeds() {
         "socket = /run/mooncake/mooncaked.sock\n"
         "tenant_sockets = team-a, team-b:/run/mooncake/b/mooncaked.sock,ns.3\n");
   Write(t, "tenants_command_line", "--socket /tmp/m.sock --tenant-sockets a,b:/tmp/b.sock");
+  Write(t, "rdma_tuning",
+        "rdma_provider = mlx5\nrdma_devices = mlx5_0\nrdma_gid_index = 3\n"
+        "rdma_traffic_class = 106\nrdma_service_level = 3\n");
 }
 
 // ---- escape_fuzzer: u8 max_len, then the text.

@@ -114,16 +114,18 @@ std::string SelfExe() {
   return ec ? std::string() : p.string();
 }
 
-absl::StatusOr<std::unique_ptr<BenchDaemon>> BenchDaemon::Start(const std::string& binary,
-                                                                const std::string& dir,
-                                                                const std::string& node_id) {
+absl::StatusOr<std::unique_ptr<BenchDaemon>> BenchDaemon::Start(
+    const std::string& binary, const std::string& dir, const std::string& node_id,
+    const std::vector<std::string>& extra_args) {
   auto d = std::unique_ptr<BenchDaemon>(new BenchDaemon());
   d->socket_ = dir + "/mooncaked.sock";
   d->log_ = dir + "/mooncaked.log";
   SpawnIo io;
   io.stdout_path = d->log_;
-  absl::StatusOr<pid_t> pid =
-      Spawn({binary, "--socket", d->socket_, "--node-id", node_id, "--log-level", "warning"}, io);
+  std::vector<std::string> argv = {binary,  "--socket",    d->socket_, "--node-id",
+                                   node_id, "--log-level", "warning"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  absl::StatusOr<pid_t> pid = Spawn(argv, io);
   if (!pid.ok()) return pid.status();
   d->pid_ = *pid;
   int64_t deadline = NowNs() + 20LL * 1000000000;
@@ -139,9 +141,9 @@ absl::StatusOr<std::unique_ptr<BenchDaemon>> BenchDaemon::Start(const std::strin
       absl::StrCat(binary, " did not start serving ", d->socket_, " within 20 s; see ", d->log_));
 }
 
-std::optional<int> BenchDaemon::Stop() {
+std::optional<int> BenchDaemon::Stop(int signal) {
   if (pid_ <= 0) return std::nullopt;
-  ::kill(pid_, SIGTERM);
+  ::kill(pid_, signal);
   std::optional<int> st = WaitPid(pid_, 10000);
   if (!st) {
     ::kill(pid_, SIGKILL);

@@ -3,6 +3,7 @@
 // fork), a private mooncaked for the run, and nearest-rank statistics.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -49,15 +50,17 @@ std::string SelfExe();
 // log in <dir>/mooncaked.log); stopped (SIGTERM, then SIGKILL) on exit.
 class BenchDaemon {
  public:
-  static absl::StatusOr<std::unique_ptr<BenchDaemon>> Start(const std::string& binary,
-                                                            const std::string& dir,
-                                                            const std::string& node_id);
+  // `extra_args` go after the daemon's own (e.g. --etcd URL --peer-listen A).
+  static absl::StatusOr<std::unique_ptr<BenchDaemon>> Start(
+      const std::string& binary, const std::string& dir, const std::string& node_id,
+      const std::vector<std::string>& extra_args = {});
   ~BenchDaemon() { Stop(); }
   const std::string& socket() const { return socket_; }
   const std::string& log() const { return log_; }
   pid_t pid() const { return pid_; }
-  // The daemon's wait status (nullopt when it was not running).
-  std::optional<int> Stop();
+  // Sends `signal` (SIGTERM, then SIGKILL after 10 s) and reaps; the
+  // daemon's wait status (nullopt when it was not running).
+  std::optional<int> Stop(int signal = SIGTERM);
 
  private:
   BenchDaemon() = default;

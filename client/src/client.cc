@@ -43,6 +43,35 @@ namespace {
 constexpr uint32_t kClientProtocol = kProtocolVersion;
 constexpr const char* kClientVersion = kMooncakeVersion;
 
+GroupMember MemberFromProto(v1::MemberView&& m) {
+  GroupMember g;
+  g.rank = m.rank();
+  g.node_id = std::move(*m.mutable_node_id());
+  g.pid = m.pid();
+  g.gpu_index = m.gpu_index();
+  g.gpu_uuid = std::move(*m.mutable_gpu_uuid());
+  g.gpu_pci_bus_id = std::move(*m.mutable_gpu_pci_bus_id());
+  g.handle_kind = std::move(*m.mutable_handle_kind());
+  g.handle_data = std::move(*m.mutable_handle_data());
+  g.handle_size = m.handle_size();
+  g.fd_ticket = std::move(*m.mutable_fd_ticket());
+  g.fd_count = m.fd_count();
+  g.same_node = m.same_node();
+  g.p2p_reachable = m.p2p_reachable();
+  g.native_atomics = m.native_atomics();
+  if (m.has_rdma()) {
+    RdmaEndpointInfo r;
+    r.raddr = m.rdma().raddr();
+    r.rkey = m.rdma().rkey();
+    r.qps_per_peer = m.rdma().qps_per_peer();
+    r.qpns.assign(m.rdma().qpns().begin(), m.rdma().qpns().end());
+    r.nic = m.rdma().nic();
+    if (!m.same_node()) r.node = g.node_id;
+    g.rdma = std::move(r);
+  }
+  return g;
+}
+
 SessionEvent FromProto(const v1::MemberEvent& m) {
   SessionEvent e;
   switch (m.kind()) {
@@ -57,6 +86,8 @@ SessionEvent FromProto(const v1::MemberEvent& m) {
   e.rank = m.rank();
   e.pid = m.pid();
   e.detail = m.detail();
+  e.epoch = m.epoch();
+  if (m.has_member()) e.member = MemberFromProto(v1::MemberView(m.member()));
   return e;
 }
 
@@ -510,6 +541,7 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
       r.qps_per_peer = m.rdma().qps_per_peer();
       r.qpns.assign(m.rdma().qpns().begin(), m.rdma().qpns().end());
       r.nic = m.rdma().nic();
+      if (!m.same_node()) r.node = g.node_id;
       g.rdma = std::move(r);
     }
     v.members.push_back(std::move(g));
@@ -545,6 +577,29 @@ absl::Status Client::reportReady(const std::string& group, uint32_t rank, bool o
   v1::ReportReadyResponse resp;
   grpc::Status s = c->stub->ReportReady(&ctx, req, &resp);
   if (!s.ok()) return impl_->CallError(s, "ReportReady", c.get());
+  return absl::OkStatus();
+}
+
+absl::Status Client::releaseRank(const std::string& group, uint32_t rank, uint32_t released_rank,
+                                 const std::optional<RdmaEndpointInfo>& rdma) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::ReleaseRankRequest req;
+  req.set_group(group);
+  req.set_rank(rank);
+  req.set_released_rank(released_rank);
+  if (rdma) {
+    v1::RdmaEndpoint* e = req.mutable_rdma();
+    e->set_raddr(rdma->raddr);
+    e->set_rkey(rdma->rkey);
+    e->set_qps_per_peer(rdma->qps_per_peer);
+    for (uint32_t q : rdma->qpns) e->add_qpns(q);
+    e->set_nic(rdma->nic);
+  }
+  v1::ReleaseRankResponse resp;
+  grpc::Status s = c->stub->ReleaseRank(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "ReleaseRank", c.get());
   return absl::OkStatus();
 }
 
@@ -692,15 +747,20 @@ absl::StatusOr<std::vector<uint32_t>> Client::createQueuePairs(
   return std::vector<uint32_t>(resp.qpns().begin(), resp.qpns().end());
 }
 
-absl::Status Client::connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs) {
+absl::Status Client::connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
+                                       const std::vector<std::string>& remote_nodes) {
+  if (!remote_nodes.empty() && remote_nodes.size() != pairs.size()) {
+    return absl::InvalidArgumentError("connectQueuePairs: one remote node per pair, or none");
+  }
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
   impl_->SetDeadline(&ctx, impl_->call_timeout());
   v1::ConnectQueuePairsRequest req;
-  for (const auto& [mine, theirs] : pairs) {
+  for (size_t i = 0; i < pairs.size(); ++i) {
     v1::QueuePairConnection* q = req.add_connections();
-    q->set_qpn(mine);
-    q->set_remote_qpn(theirs);
+    q->set_qpn(pairs[i].first);
+    q->set_remote_qpn(pairs[i].second);
+    if (!remote_nodes.empty()) q->set_remote_node(remote_nodes[i]);
   }
   v1::ConnectQueuePairsResponse resp;
   grpc::Status s = c->rdma->ConnectQueuePairs(&ctx, req, &resp);

@@ -116,6 +116,7 @@ absl::Status Communicator::Setup() {
   if (rdma_) ctx_.ibgda = rdma_->ibgdaContext();
   ctx_.rank = static_cast<int>(o.rank);
   ctx_.num_ranks = static_cast<int>(o.world_size);
+  active_.assign(o.world_size, 1);
 
   if (o.wait_all_ready) {
     absl::Time deadline = absl::Now() + o.timeout;
@@ -314,6 +315,95 @@ absl::StatusOr<GroupView> Communicator::JoinWithExport() {
   transport_->importPeerHandles(buffer_, static_cast<int>(o.rank), static_cast<int>(o.world_size),
                                 handles, ActiveMask(view));
   return view;
+}
+
+absl::Status Communicator::handleEvent(const SessionEvent& ev) {
+  if (ev.group != options_.group || ev.rank >= options_.world_size || ev.rank == options_.rank) {
+    return absl::OkStatus();
+  }
+  switch (ev.kind) {
+    case SessionEvent::Kind::kLost:
+    case SessionEvent::Kind::kLeft: return ReleasePeer(ev.rank);
+    case SessionEvent::Kind::kJoined: return AdmitPeer(ev);
+    default: return absl::OkStatus();
+  }
+}
+
+// The peer is gone: no route to it in the tables, fresh queue pairs for
+// its replacement, and the daemon told this rank let it go. Its P2P
+// mapping stays until the replacement's arrives (a kernel that still
+// writes there writes to memory that lives on).
+absl::Status Communicator::ReleasePeer(uint32_t r) {
+  if (!joined_) return absl::FailedPreconditionError("handleEvent: this rank left its group");
+  auto step = [r](const char* what, absl::Status s) {
+    return s.ok() ? s
+                  : absl::Status(s.code(),
+                                 absl::StrCat("releasing rank ", r, ": ", what, ": ", s.message()));
+  };
+  active_[r] = 0;
+  if (transport_->availableSnapshot()[r] != 0) {
+    MC_RETURN_IF_ERROR(step("P2P tables", transport_->markPeerUnavailable(static_cast<int>(r))));
+  }
+  std::optional<RdmaEndpointInfo> endpoint;
+  if (rdma_ && rdmaPeer(static_cast<int>(r))) {
+    MC_RETURN_IF_ERROR(
+        step("replacing the queue pairs", rdma_->replaceQueuePairsToward(static_cast<int>(r))));
+    endpoint = rdma_->endpoint();
+  }
+  return step("ReleaseRank", client_->releaseRank(options_.group, options_.rank, r, endpoint));
+}
+
+// A replacement took rank r: map its buffer (P2P) or connect the fresh
+// queue pairs to its own (RDMA), verify, report ready again.
+absl::Status Communicator::AdmitPeer(const SessionEvent& ev) {
+  const uint32_t r = ev.rank;
+  if (!ev.member) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("JOINED of rank ", r, " carries no member entry (daemon too old?)"));
+  }
+  const GroupMember& m = *ev.member;
+  absl::Status s = [&]() -> absl::Status {
+    if (rdmaPeer(static_cast<int>(r))) {
+      if (!m.rdma) {
+        return absl::FailedPreconditionError(
+            "the replacement published no RDMA endpoint: it must choose the RDMA route too");
+      }
+      return rdma_->connectReplacement(static_cast<int>(options_.rank), static_cast<int>(r),
+                                       *m.rdma);
+    }
+    if (!m.p2p_reachable) {
+      return absl::FailedPreconditionError(
+          "the replacement is not reachable by load/store from this rank and is no RDMA peer");
+    }
+    if (m.handle_data.size() % sizeof(int32_t) != 0) {
+      return absl::InvalidArgumentError("the replacement sent a malformed handle");
+    }
+    device::PeerBuffer buffer;
+    buffer.handle = HandleWords(m);
+    if (!m.fd_ticket.empty()) {
+      absl::StatusOr<std::vector<UniqueFd>> fds = client_->fetchFds(m.fd_ticket);
+      if (!fds.ok()) {
+        return absl::Status(fds.status().code(),
+                            absl::StrCat("fetching its fds: ", fds.status().message()));
+      }
+      buffer.fds = *std::move(fds);
+    }
+    return transport_->remapPeer(static_cast<int>(r), std::move(buffer));
+  }();
+  if (s.ok()) {
+    active_[r] = 1;
+    if (r < view_.members.size()) view_.members[r] = m;
+    view_.epoch = std::max(view_.epoch, ev.epoch);
+  }
+  const std::vector<uint32_t> unreachable =
+      s.ok() ? std::vector<uint32_t>{} : std::vector<uint32_t>{r};
+  absl::Status reported = client_->reportReady(options_.group, options_.rank, s.ok(),
+                                               s.ok() ? "" : std::string(s.message()), unreachable);
+  if (!s.ok()) {
+    return absl::Status(
+        s.code(), absl::StrCat("admitting rank ", r, " (epoch ", ev.epoch, "): ", s.message()));
+  }
+  return reported;
 }
 
 std::string Communicator::handleKind() const { return transport_ ? transport_->handleKind() : ""; }

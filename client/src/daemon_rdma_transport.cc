@@ -122,6 +122,7 @@ void DaemonRdmaTransport::ReleaseQueues() {
     control_dev_ = 0;
   }
   qpns_.assign(qpns_.size(), 0);
+  parked_.clear();
   if (qps_ != nullptr) {
     ::operator delete[](qps_, std::align_val_t(64));
     qps_ = nullptr;
@@ -403,6 +404,8 @@ absl::Status DaemonRdmaTransport::connectEndpoints(
     int local_rank, const std::vector<std::optional<RdmaEndpointInfo>>& peers,
     const std::vector<int>& peer_mask) {
   std::vector<std::pair<uint32_t, uint32_t>> pairs;
+  std::vector<std::string> nodes;  // each pair's remote node ("" = this one)
+  bool any_remote = false;
   const size_t q = static_cast<size_t>(qps_per_peer_);
   for (size_t p = 0; p < peer_mask.size() && p < static_cast<size_t>(num_ranks_); ++p) {
     if (!peer_mask[p] || static_cast<int>(p) == local_rank) continue;
@@ -416,11 +419,18 @@ absl::Status DaemonRdmaTransport::connectEndpoints(
                : std::string()),
           ": both ranks of a pair must choose the RDMA route, with the same QPs per peer"));
     }
-    for (size_t c = 0; c < q; ++c) pairs.emplace_back(qpns_[p * q + c], e->qpns[theirs + c]);
+    for (size_t c = 0; c < q; ++c) {
+      pairs.emplace_back(qpns_[p * q + c], e->qpns[theirs + c]);
+      nodes.push_back(e->node);
+    }
+    any_remote |= !e->node.empty();
     raddrs_[p] = e->raddr;
     rkeys_[p] = e->rkey;
   }
-  if (!pairs.empty()) MC_RETURN_IF_ERROR(client_->connectQueuePairs(pairs));
+  if (!pairs.empty()) {
+    MC_RETURN_IF_ERROR(
+        client_->connectQueuePairs(pairs, any_remote ? nodes : std::vector<std::string>{}));
+  }
   return PublishTables();
 }
 
@@ -475,6 +485,66 @@ device::IbgdaContext DaemonRdmaTransport::ibgdaContext() const {
   c.local_atomic_base = nullptr;
   c.remote_atomic_base = nullptr;
   return c;
+}
+
+absl::Status DaemonRdmaTransport::replaceQueuePairsToward(int peer) {
+  if (peer < 0 || peer >= num_ranks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replaceQueuePairsToward: rank ", peer, " is outside 0..", num_ranks_ - 1));
+  }
+  if (qps_ == nullptr) {
+    return absl::FailedPreconditionError("replaceQueuePairsToward before allocateControlBuffer");
+  }
+  const size_t q = static_cast<size_t>(qps_per_peer_);
+  std::vector<uint32_t> old;
+  for (size_t slot = static_cast<size_t>(peer) * q; slot < static_cast<size_t>(peer + 1) * q;
+       ++slot) {
+    if (qpns_[slot] == 0) continue;
+    old.push_back(qpns_[slot]);
+    qpns_[slot] = 0;
+    qps_[slot] = device::IbgdaQpDevCtx();  // no sq: kernels find no route
+  }
+  if (old.empty()) return absl::OkStatus();  // never an RDMA peer
+  raddrs_[peer] = 0;
+  rkeys_[peer] = 0;
+  MC_RETURN_IF_ERROR(PublishQps());
+  MC_RETURN_IF_ERROR(PublishTables());
+  // Their peer's session is gone, so they are half dead already; destroying
+  // them frees the slots' numbers in the daemon.
+  MC_RETURN_IF_ERROR(client_->destroyQueuePairs(old));
+  std::vector<int> mask(static_cast<size_t>(num_ranks_), 0);
+  mask[static_cast<size_t>(peer)] = 1;
+  MC_RETURN_IF_ERROR(createQueuePairsFor(mask));
+  // Unconnected: a WQE posted now would meet a queue pair in RESET.
+  for (size_t slot = static_cast<size_t>(peer) * q; slot < static_cast<size_t>(peer + 1) * q;
+       ++slot) {
+    parked_.emplace_back(slot, qps_[slot]);
+    qps_[slot] = device::IbgdaQpDevCtx();
+  }
+  return PublishQps();
+}
+
+absl::Status DaemonRdmaTransport::connectReplacement(int local_rank, int peer,
+                                                     const RdmaEndpointInfo& e) {
+  if (peer < 0 || peer >= num_ranks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("connectReplacement: rank ", peer, " is outside 0..", num_ranks_ - 1));
+  }
+  std::vector<std::optional<RdmaEndpointInfo>> peers(static_cast<size_t>(num_ranks_));
+  peers[static_cast<size_t>(peer)] = e;
+  std::vector<int> mask(static_cast<size_t>(num_ranks_), 0);
+  mask[static_cast<size_t>(peer)] = 1;
+  MC_RETURN_IF_ERROR(connectEndpoints(local_rank, peers, mask));
+  const size_t q = static_cast<size_t>(qps_per_peer_);
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (it->first / q == static_cast<size_t>(peer)) {
+      qps_[it->first] = it->second;
+      it = parked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return PublishQps();
 }
 
 }  // namespace mooncake

@@ -166,6 +166,28 @@ uint64_t GroupBroker::EntryBytes(const Member& m) const {
          node_id_.size() + 96 + (m.rdma ? 5u * m.rdma->qpns_size() + m.rdma->nic().size() + 32 : 0);
 }
 
+void GroupBroker::FillLocalView(const Member& m, int receiver_gpu, const std::string& ticket,
+                                v1::MemberView* v) const {
+  v->set_rank(m.rank);
+  v->set_node_id(node_id_);
+  v->set_pid(m.cred.pid);
+  v->set_gpu_index(m.gpu_index);
+  v->set_gpu_uuid(m.gpu_uuid);
+  v->set_gpu_pci_bus_id(m.gpu_pci);
+  v->set_handle_kind(m.handle.kind());
+  v->set_handle_data(m.handle.data());
+  v->set_handle_size(m.handle.size());
+  if (m.rdma) *v->mutable_rdma() = *m.rdma;
+  v->set_same_node(true);
+  bool atomics = false;
+  v->set_p2p_reachable(Reachable(receiver_gpu, m.gpu_index, &atomics));
+  v->set_native_atomics(atomics);
+  if (!ticket.empty()) {
+    v->set_fd_ticket(ticket);
+    v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
+  }
+}
+
 std::shared_ptr<const std::string> GroupBroker::EncodeShared(
     const Group& g, int receiver_gpu, const std::vector<std::string>& tickets) const {
   v1::JoinGroupResponse resp;
@@ -196,25 +218,7 @@ std::shared_ptr<const std::string> GroupBroker::EncodeShared(
   };
   for (const auto& [r, m] : g.members) {
     add_remote_before(r);
-    v1::MemberView* v = resp.add_members();
-    v->set_rank(r);
-    v->set_node_id(node_id_);
-    v->set_pid(m.cred.pid);
-    v->set_gpu_index(m.gpu_index);
-    v->set_gpu_uuid(m.gpu_uuid);
-    v->set_gpu_pci_bus_id(m.gpu_pci);
-    v->set_handle_kind(m.handle.kind());
-    v->set_handle_data(m.handle.data());
-    v->set_handle_size(m.handle.size());
-    if (m.rdma) *v->mutable_rdma() = *m.rdma;
-    v->set_same_node(true);
-    bool atomics = false;
-    v->set_p2p_reachable(Reachable(receiver_gpu, m.gpu_index, &atomics));
-    v->set_native_atomics(atomics);
-    if (!tickets[i].empty()) {
-      v->set_fd_ticket(tickets[i]);
-      v->set_fd_count(static_cast<uint32_t>(m.fds->fds.size()));
-    }
+    FillLocalView(m, receiver_gpu, tickets[i], resp.add_members());
     ++i;
   }
   add_remote_before(g.world_size);
@@ -261,6 +265,32 @@ void GroupBroker::CompleteFormation(Formation f) const {
     own.SerializeToString(&view.own);
     w.done(std::move(view));
   }
+  if (!f.reform) return;
+  // Re-formation: every survivor learns each newcomer's entry, as its own
+  // view would hold it, after the newcomers have theirs (so a survivor that
+  // connects at once finds the newcomer's queue pairs there).
+  std::set<uint32_t> newcomers;
+  for (const auto& [rank, w] : f.waiters) newcomers.insert(rank);
+  std::map<uint32_t, size_t> ticket_of;
+  size_t i = 0;
+  for (const auto& [r, m] : g.members) ticket_of[r] = i++;
+  for (const auto& [r, survivor] : g.members) {
+    if (newcomers.count(r) != 0) continue;
+    for (uint32_t n : newcomers) {
+      const Member& joined = g.members.at(n);
+      v1::SessionEvent ev;
+      v1::MemberEvent* me = ev.mutable_member();
+      me->set_group(g.name);
+      me->set_rank(n);
+      me->set_kind(v1::MemberEvent::JOINED);
+      me->set_pid(joined.cred.pid);
+      me->set_epoch(g.epoch);
+      me->set_detail(
+          absl::StrCat("pid ", joined.cred.pid, " took rank ", n, " (epoch ", g.epoch, ")"));
+      FillLocalView(joined, survivor.gpu_index, tickets[ticket_of.at(n)], me->mutable_member());
+      sessions_->Post(survivor.session, std::move(ev));
+    }
+  }
 }
 
 absl::Status GroupBroker::CheckBudget(uint32_t uid, uint64_t view_bytes, bool waits) const {
@@ -305,6 +335,7 @@ void GroupBroker::Emit(const Group& g, GroupEvent::Kind kind, uint32_t rank, int
   GroupEvent ev;
   ev.kind = kind;
   ev.uid = g.uid;
+  ev.tenant = g.tenant;  // watchers see only their tenant's groups
   ev.group = g.name;
   ev.rank = rank;
   ev.pid = pid;
@@ -433,20 +464,32 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
                                                      it->second.cred.pid));
       }
       if (auto it = g->remote.find(req.rank());
-          it != g->remote.end() && it->second.state == MemberState::kJoined) {
+          it != g->remote.end() && IsJoinedNow(it->second.state)) {
         return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '", g->name,
                                                      "' is already taken by pid ", it->second.pid,
                                                      " on node ", it->second.node_id));
       }
       if (g->formed) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "group '", g->name, "' already formed (epoch ", g->epoch, ") and rank ", req.rank(),
-            " left it; a formed group is not re-entered: wait until every member has left, "
-            "or use a new group name"));
+        // Elastic groups: a vacated rank is taken again and the group
+        // re-forms at epoch + 1 (MaybeReformLocked). Node-local groups only:
+        // a cross-node group's ranks are claimed in the directory, and
+        // claiming a rank again is not built yet.
+        const bool claimed = std::any_of(g->members.begin(), g->members.end(), [](const auto& kv) {
+          return kv.second.claim != Member::Claim::kNone;
+        });
+        if (!g->remote.empty() || claimed || directory_ != nullptr) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "group '", g->name, "' is in the cluster directory (etcd) and formed (epoch ",
+              g->epoch, "); rank ", req.rank(),
+              " left it, and ranks of groups in the cluster directory are not re-joined yet "
+              "(only groups on a daemon without cluster_etcd are elastic): wait until every "
+              "member has left, or use a new group name"));
+        }
       }
     }
+    const bool rejoin = g != nullptr && g->formed;
     const size_t joined = g == nullptr ? 0 : g->members.size() + g->remote.size();
-    const bool completes = joined + 1 == req.world_size() && directory_ == nullptr;
+    const bool completes = !rejoin && joined + 1 == req.world_size() && directory_ == nullptr;
     if (absl::Status s = CheckBudget(caller.cred.uid, m.view_bytes, !completes); !s.ok()) {
       return s;
     }
@@ -461,7 +504,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
                            c.rank, " on node ", c.node_id, ") but rank ", req.rank(), " asked for ",
                            req.world_size(), ": start every rank with the same world size"));
         }
-        if (c.rank == req.rank() && c.state == MemberState::kJoined) {
+        if (c.rank == req.rank() && IsJoinedNow(c.state)) {
           return absl::AlreadyExistsError(absl::StrCat("rank ", req.rank(), " of group '",
                                                        req.group(), "' is already taken by pid ",
                                                        c.pid, " on node ", c.node_id));
@@ -495,6 +538,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       claim->handle_size = m.handle.size();
       claim->rdma = m.rdma;
     }
+    if (rejoin) EraseMemberLocked(*g, rank);  // the lost or departed holder
     AddMemberLocked(*g, std::move(m));
     AddWaiterLocked(*g, rank, caller, std::move(done), timeout_ms);
     if (absl::Time d = g->waiters.at(rank).deadline->first; d < timer_next_) {
@@ -511,7 +555,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
           });
       return absl::OkStatus();
     }
-    formation = MaybeFormLocked(*g);
+    formation = rejoin ? MaybeReformLocked(*g) : MaybeFormLocked(*g);
     return absl::OkStatus();
   }();
   if (!error.ok()) return done(error);
@@ -522,7 +566,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   if (g.formed) return std::nullopt;
   size_t remote_joined = 0;
   for (const auto& [r, c] : g.remote) {
-    if (c.state == MemberState::kJoined && g.members.count(r) == 0) ++remote_joined;
+    if (IsJoinedNow(c.state) && g.members.count(r) == 0) ++remote_joined;
   }
   if (g.members.size() + remote_joined < g.world_size) return std::nullopt;
   bool all_claimed = true;
@@ -550,7 +594,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   snapshot->epoch = g.epoch;
   snapshot->members = g.members;
   for (const auto& [r, c] : g.remote) {
-    if (c.state == MemberState::kJoined && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
+    if (IsJoinedNow(c.state) && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
   }
   for (auto it = g.waiters.begin(); it != g.waiters.end();) {
     uint32_t r = it->first;
@@ -561,6 +605,109 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   }
   f.group = std::move(snapshot);
   return f;
+}
+
+// A formed group whose vacated ranks all have a waiting replacement, and
+// whose survivors all released them, re-forms: epoch + 1, the newcomers get
+// the whole view, the survivors a JOINED event each (CompleteFormation) and
+// report ready again once they have connected the newcomers.
+std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
+  if (!g.formed || g.waiters.empty()) return std::nullopt;
+  for (uint32_t r = 0; r < g.world_size; ++r) {
+    auto m = g.members.find(r);
+    if (m == g.members.end() || m->second.state == MemberState::kLeft ||
+        m->second.state == MemberState::kLost) {
+      return std::nullopt;
+    }
+  }
+  for (const auto& [r, w] : g.waiters) {
+    if (auto u = g.unreleased.find(r); u != g.unreleased.end() && !u->second.empty()) {
+      return std::nullopt;
+    }
+  }
+  g.epoch += 1;
+  MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") re-formed with ", g.waiters.size(),
+         " replacement rank(s), epoch ", g.epoch);
+  Emit(g, GroupEvent::Kind::kFormed, g.waiters.begin()->first, 0,
+       absl::StrCat("re-formed with ", g.waiters.size(), " replacement rank(s)"));
+  for (auto& [r, m] : g.members) {
+    // Survivors verify the newcomers and report again; READY follows.
+    if (g.waiters.count(r) == 0) m.state = MemberState::kJoined;
+  }
+  Formation f;
+  f.reform = true;
+  auto snapshot = std::make_shared<Group>();
+  snapshot->name = g.name;
+  snapshot->uid = g.uid;
+  snapshot->tenant = g.tenant;
+  snapshot->world_size = g.world_size;
+  snapshot->formed = true;
+  snapshot->epoch = g.epoch;
+  snapshot->members = g.members;
+  for (auto it = g.waiters.begin(); it != g.waiters.end();) {
+    uint32_t r = it->first;
+    g.unreleased.erase(r);
+    SessionInfo who = it->second.caller;
+    uint32_t t = it->second.timeout_ms;
+    JoinDone d = TakeWaiterLocked(g, it++);
+    f.waiters.emplace_back(r, Waiter{std::move(who), std::move(d), t, {}});
+  }
+  f.group = std::move(snapshot);
+  return f;
+}
+
+void GroupBroker::VacateLocked(Group& g, uint32_t rank) {
+  for (auto& [r, waiting_on] : g.unreleased) waiting_on.erase(rank);
+  std::set<uint32_t>& survivors = g.unreleased[rank];
+  survivors.clear();
+  for (const auto& [r, m] : g.members) {
+    if (r == rank || g.waiters.count(r) != 0 || m.state == MemberState::kLeft ||
+        m.state == MemberState::kLost) {
+      continue;
+    }
+    survivors.insert(r);
+  }
+}
+
+absl::Status GroupBroker::ReleaseRank(const SessionInfo& caller, const v1::ReleaseRankRequest& r) {
+  std::optional<Formation> formation;
+  {
+    absl::MutexLock lock(&mu_);
+    GroupKey key = KeyOf(caller, r.group());
+    auto it = groups_.find(key);
+    if (it == groups_.end()) {
+      return absl::NotFoundError(absl::StrCat("no group '", r.group(), "' for this user"));
+    }
+    Group& g = *it->second;
+    auto m = g.members.find(r.rank());
+    if (m == g.members.end() || m->second.session != caller.id ||
+        m->second.state == MemberState::kLeft || m->second.state == MemberState::kLost) {
+      return absl::NotFoundError(
+          absl::StrCat("this session holds no rank ", r.rank(), " in group '", r.group(), "'"));
+    }
+    auto vacant = g.unreleased.find(r.released_rank());
+    if (!g.formed || vacant == g.unreleased.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r.released_rank(), " of group '", r.group(),
+                       "' is not vacant: release a rank after it was reported LOST or LEFT"));
+    }
+    if (r.has_rdma()) {
+      const v1::RdmaEndpoint& e = r.rdma();
+      if (e.qps_per_peer() == 0 || e.qps_per_peer() > kMaxQpsPerPeer ||
+          (!e.qpns().empty() && static_cast<uint64_t>(e.qpns_size()) !=
+                                    static_cast<uint64_t>(g.world_size) * e.qps_per_peer()) ||
+          e.nic().size() > 64) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("group '", r.group(), "': the released endpoint needs qps_per_peer in 1..",
+                         kMaxQpsPerPeer, " and world_size * qps_per_peer queue pair numbers"));
+      }
+      m->second.rdma = std::make_shared<const v1::RdmaEndpoint>(e);
+    }
+    vacant->second.erase(r.rank());
+    formation = MaybeReformLocked(g);
+  }
+  if (formation) CompleteFormation(std::move(*formation));
+  return absl::OkStatus();
 }
 
 void GroupBroker::ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t session,
@@ -609,26 +756,40 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
                                 uint32_t rank, std::optional<ClusterMember> member) {
   std::optional<Formation> formation;
   absl::MutexLock lock(&mu_);
-  // The directory knows no tenants: what it reports is of the main socket's
-  // groups (tenant ""), never of a tenant's.
   auto it = groups_.find(GroupKey{uid, tenant, group});
   if (it == groups_.end()) return;
   Group& g = *it->second;
+  if (member && (member->world_size != g.world_size || rank >= g.world_size)) {
+    // Not a member of this group as it stands (a stale record of an older
+    // group of the same name): it must not count toward formation.
+    return;
+  }
   auto known = g.remote.find(rank);
   if (!g.formed) {
     // Forming: only who holds which rank matters.
-    if (member && member->state == MemberState::kJoined) {
+    // (A member may already have verified its peers: its node formed first.)
+    if (member && member->state != MemberState::kLeft && member->state != MemberState::kLost) {
       g.remote.insert_or_assign(rank, *std::move(member));
       formation = MaybeFormLocked(g);
     } else if (known != g.remote.end()) {
       g.remote.erase(known);
     }
-  } else if (known != g.remote.end() && known->second.state == MemberState::kJoined) {
-    // Formed: a member of the view left or was lost on its node, or its
-    // claim vanished (its node's lease expired: the node died or was cut
-    // off).
+  } else if (known != g.remote.end() && known->second.state != MemberState::kLeft &&
+             known->second.state != MemberState::kLost) {
+    // Formed: a member of the view verified its peers (or failed to), left
+    // or was lost on its node, or its claim vanished (its node's lease
+    // expired: the node died or was cut off).
     MemberState now = member ? member->state : MemberState::kLost;
-    if (now != MemberState::kJoined) {
+    if (now == known->second.state) {
+      // nothing new
+    } else if (now == MemberState::kReady) {
+      known->second.state = now;
+      MaybeAllReadyLocked(g, rank);
+    } else if (now == MemberState::kFailed) {
+      known->second.state = now;
+      NotifyOthers(g, rank, v1::MemberEvent::FAILED,
+                   absl::StrCat("its peer verification failed on node ", known->second.node_id));
+    } else if (now != MemberState::kJoined) {
       known->second.state = now;
       const bool lost = now == MemberState::kLost;
       NotifyOthers(g, rank, lost ? v1::MemberEvent::LOST : v1::MemberEvent::LEFT,
@@ -704,6 +865,30 @@ void GroupBroker::TimerLoop() {
       uint32_t timeout_ms = w->second.timeout_ms;
       JoinDone done = TakeWaiterLocked(g, w);
       const auto& [list, total] = m->second;
+      if (g.formed) {
+        std::string why;
+        for (const auto& [vacant, waiting_on] : g.unreleased) {
+          if (!waiting_on.empty()) {
+            absl::StrAppend(&why, why.empty() ? "" : "; ", "rank ", vacant,
+                            " not yet released by ranks ", absl::StrJoin(waiting_on, ","));
+          }
+        }
+        for (uint32_t r = 0; r < g.world_size; ++r) {
+          auto mem = g.members.find(r);
+          if (mem == g.members.end() || mem->second.state == MemberState::kLost ||
+              mem->second.state == MemberState::kLeft) {
+            absl::StrAppend(&why, why.empty() ? "" : "; ", "rank ", r, " still vacant");
+          }
+        }
+        expired.push_back(
+            {std::move(done),
+             absl::DeadlineExceededError(absl::StrCat(
+                 "group '", g.name, "': rank ", ref.rank, " could not re-enter the group (epoch ",
+                 g.epoch, ") within ", timeout_ms, " ms: ", why,
+                 " (survivors release a lost rank with Communicator::handleEvent)"))});
+        EraseMemberLocked(g, ref.rank);
+        continue;
+      }
       expired.push_back(
           {std::move(done),
            absl::DeadlineExceededError(absl::StrCat(
@@ -819,19 +1004,20 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
         absl::StrCat("this session holds no rank ", rank, " in group '", group, "'"));
   }
   std::vector<Completion> completions;
-  if (!g.formed) {
-    EraseMemberLocked(g, rank);
-    if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
+  if (auto w = g.waiters.find(rank); !g.formed || w != g.waiters.end()) {
+    if (w != g.waiters.end()) {
       completions.push_back({TakeWaiterLocked(g, w),
                              absl::CancelledError(absl::StrCat("rank ", rank, " of group '", group,
                                                                "' left while waiting"))});
     }
+    EraseMemberLocked(g, rank);
   } else {
     m->second.state = MemberState::kLeft;
     m->second.fds.reset();
+    VacateLocked(g, rank);
     NotifyOthers(g, rank, v1::MemberEvent::LEFT, "left the group");
     if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
-      directory_->MarkGone(g.uid, g.tenant, g.name, rank, MemberState::kLeft);
+      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLeft);
     }
   }
   EraseIfEmpty(key);
@@ -862,6 +1048,10 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
     return absl::FailedPreconditionError("readiness was already reported for this rank");
   }
   m->second.state = r.ok() ? MemberState::kReady : MemberState::kFailed;
+  if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
+    // The other nodes count it toward READY, or report the failure.
+    directory_->MarkState(g.uid, g.tenant, g.name, r.rank(), m->second.state);
+  }
   if (!r.ok()) {
     std::string detail = r.detail();
     TruncateUtf8(&detail, 512);
@@ -869,11 +1059,21 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
     return absl::OkStatus();
   }
   Emit(g, GroupEvent::Kind::kReady, r.rank(), m->second.cred.pid, "");
-  bool all_ready = std::all_of(g.members.begin(), g.members.end(), [](const auto& kv) {
-    return kv.second.state == MemberState::kReady;
-  });
-  if (all_ready && g.members.size() == g.world_size) {
-    Emit(g, GroupEvent::Kind::kGroupReady, r.rank(), 0, "all ranks verified their peers");
+  MaybeAllReadyLocked(g, r.rank());
+  return absl::OkStatus();
+}
+
+void GroupBroker::MaybeAllReadyLocked(const Group& g, uint32_t last_rank) {
+  // Every rank, on this node and on others, reported ready: this node tells
+  // its own members (each node does, when its view completes).
+  const bool all_ready =
+      g.members.size() + g.remote.size() == g.world_size &&
+      std::all_of(g.members.begin(), g.members.end(),
+                  [](const auto& kv) { return kv.second.state == MemberState::kReady; }) &&
+      std::all_of(g.remote.begin(), g.remote.end(),
+                  [](const auto& kv) { return kv.second.state == MemberState::kReady; });
+  if (all_ready) {
+    Emit(g, GroupEvent::Kind::kGroupReady, last_rank, 0, "all ranks verified their peers");
     for (const auto& [rank, mem] : g.members) {
       v1::SessionEvent ev;
       ev.mutable_member()->set_group(g.name);
@@ -883,7 +1083,6 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
       sessions_->Post(mem.session, std::move(ev));
     }
   }
-  return absl::OkStatus();
 }
 
 void GroupBroker::SessionEnded(uint64_t session_id) {
@@ -901,8 +1100,10 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     Member& m = it->second;
     if (m.state == MemberState::kLeft || m.state == MemberState::kLost) continue;
     touched.push_back(KeyOf(g));
-    if (!g.formed) {
-      if (auto w = g.waiters.find(rank); w != g.waiters.end()) {
+    // Forming, or a replacement waiting to re-enter a formed group: the
+    // rank was never part of anyone's view, so it just goes.
+    if (auto w = g.waiters.find(rank); !g.formed || w != g.waiters.end()) {
+      if (w != g.waiters.end()) {
         completions.push_back(
             {TakeWaiterLocked(g, w), absl::CancelledError("the session ended while waiting")});
       }
@@ -911,8 +1112,9 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     }
     m.state = MemberState::kLost;
     m.fds.reset();
+    VacateLocked(g, rank);
     if (directory_ != nullptr && m.claim == Member::Claim::kClaimed) {
-      directory_->MarkGone(g.uid, g.tenant, g.name, rank, MemberState::kLost);
+      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLost);
     }
     NotifyOthers(g, rank, v1::MemberEvent::LOST,
                  absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));

@@ -6,6 +6,14 @@
 // the receiver can reach it directly (P2P). Members that leave or whose
 // session ends are reported to the others as events.
 //
+// Elastic groups: a formed group's rank that was lost or left is vacant;
+// each surviving member releases it (ReleaseRank, with its fresh RDMA
+// endpoint), and a replacement's join of that rank completes once all have:
+// the group re-forms at epoch + 1, the replacement gets the view and the
+// survivors a JOINED event with its entry (docs/architecture.md, "Elastic
+// groups"). Node-local groups only: a group in the cluster directory
+// refuses the re-join with FailedPrecondition.
+//
 // Groups are scoped by the caller's uid and tenant (the tenant socket its
 // session came through; "" for the main socket): the same name under two
 // uids, or two tenants of one uid, is two unrelated groups, and no caller
@@ -124,6 +132,11 @@ class GroupBroker {
                                              const std::function<bool()>& cancelled);
   absl::Status Leave(const SessionInfo& caller, const std::string& group, uint32_t rank);
   absl::Status ReportReady(const SessionInfo& caller, const v1::ReportReadyRequest& request);
+  // Elastic groups: the caller's rank dropped `released_rank` (reported
+  // LOST or LEFT) and, with `rdma` set, publishes a new endpoint (fresh
+  // queue pairs toward that rank). NotFound when the caller holds no such
+  // rank; FailedPrecondition when the released rank is not vacant.
+  absl::Status ReleaseRank(const SessionInfo& caller, const v1::ReleaseRankRequest& request);
 
   // The session is gone: its ranks become `lost` (or vanish while forming).
   void SessionEnded(uint64_t session_id);
@@ -213,6 +226,10 @@ class GroupBroker {
     std::map<uint32_t, Member> members;        // this node's ranks
     std::map<uint32_t, ClusterMember> remote;  // other nodes' ranks (with a directory)
     std::map<uint32_t, Waiter> waiters;        // ranks whose JoinAsync has not completed
+    // Formed groups (elastic): each vacated (lost or left) rank and the
+    // survivors that have not released it yet. A replacement waits for
+    // its set to empty.
+    std::map<uint32_t, std::set<uint32_t>> unreleased;
   };
   // A completion to run once the lock is released.
   struct Completion {
@@ -223,6 +240,9 @@ class GroupBroker {
   struct Formation {
     std::shared_ptr<const Group> group;  // immutable snapshot (no waiters)
     std::vector<std::pair<uint32_t, Waiter>> waiters;
+    // A formed group taken again: the waiters are replacements, and every
+    // other member gets a JOINED event per replacement.
+    bool reform = false;
   };
   // (uid, tenant, name). A tuple, not a struct, so that a key built
   // without the tenant does not compile.
@@ -251,6 +271,17 @@ class GroupBroker {
   // Forms `g` when every rank is present (local, claimed where needed, or
   // remote): marks it formed and takes its waiters.
   std::optional<Formation> MaybeFormLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Posts READY to this node's members once every rank (here and on other
+  // nodes) reported ready; `last_rank` is the report that completed it.
+  void MaybeAllReadyLocked(const Group& g, uint32_t last_rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Re-forms a formed group at epoch + 1 when every vacated rank has a
+  // waiting replacement and every survivor released the vacated ranks.
+  std::optional<Formation> MaybeReformLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `rank` of formed `g` was lost or left: every live member must release it.
+  void VacateLocked(Group& g, uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One local member's entry in a view for a receiver on `receiver_gpu`.
+  void FillLocalView(const Member& m, int receiver_gpu, const std::string& ticket,
+                     v1::MemberView* v) const;
   // The directory's answer to the claim of `rank` made for `session`.
   void ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t session, ClaimOutcome outcome,
                      const absl::Status& status);

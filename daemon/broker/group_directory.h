@@ -38,7 +38,7 @@ struct ClusterMember {
   std::string handle_kind;
   uint64_t handle_size = 0;
   std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it
-  MemberState state = MemberState::kJoined;      // kJoined, kLeft or kLost
+  MemberState state = MemberState::kJoined;      // as its node last published it
 };
 
 // How a claim went. The callback may run more than once: kUnreachable (the
@@ -58,10 +58,11 @@ class GroupDirectory {
   // directory's thread, never under the broker's lock.
   virtual void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
                      const ClusterMember& me, ClaimDone done) = 0;
-  // A claimed rank of a formed group left or was lost: the other nodes
-  // report it to their members.
-  virtual void MarkGone(uint32_t uid, const std::string& tenant, const std::string& group,
-                        uint32_t rank, MemberState state) = 0;
+  // A claimed rank of a formed group reported ready or failed, left or was
+  // lost: the other nodes report it to their members (and count it toward
+  // the group's READY).
+  virtual void MarkState(uint32_t uid, const std::string& tenant, const std::string& group,
+                         uint32_t rank, MemberState state) = 0;
   // The rank is no longer this node's (a join that failed, timed out or was
   // cancelled, or a released group): its claim goes, and a pending claim is
   // dropped.

@@ -26,6 +26,9 @@ struct GroupEvent {
   };
   Kind kind = Kind::kJoined;
   uint32_t uid = 0;  // the group's owner: groups are namespaced by uid
+  // The group's tenant ("" = the main socket's): groups are namespaced by
+  // (uid, tenant), and a watcher sees only its scope's (session/Scope).
+  std::string tenant;
   std::string group;
   uint32_t rank = 0;
   int pid = 0;

@@ -300,6 +300,24 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     if (c->rdma_devices.size() > 64) {
       return absl::InvalidArgumentError("rdma_devices: at most 64 NICs");
     }
+  } else if (key == "rdma_gid_index") {
+    if (value == "auto") {
+      c->rdma_gid_index.reset();
+      return absl::OkStatus();
+    }
+    uint32_t v = 0;
+    if (!absl::SimpleAtoi(value, &v) || v > 255) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rdma_gid_index = '", EscapeForDisplay(value, 32),
+                       "': expected auto or a GID table index in [0, 255] (see `ibv_devinfo -v` "
+                       "or show_gids)"));
+    }
+    c->rdma_gid_index = v;
+  } else if (key == "rdma_traffic_class") {
+    return ParseU32(key, value, 0, 255, &c->rdma_traffic_class);
+  } else if (key == "rdma_service_level") {
+    // 0..15 for InfiniBand; an Ethernet port allows 0..7 (checked at start).
+    return ParseU32(key, value, 0, 15, &c->rdma_service_level);
   } else if (key == "max_qps_per_session") {
     return ParseU32(key, value, 1, 1 << 20, &c->max_qps_per_session);
   } else if (key == "max_mrs_per_session") {

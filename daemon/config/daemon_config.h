@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,15 @@ struct DaemonConfig {
   // mlx5: the NICs that may serve RDMA (names, comma-separated in the
   // file); empty = every mlx5 NIC that opens.
   std::vector<std::string> rdma_devices;
+  // mlx5: the local GID table index (0..255) of every session; unset
+  // ("auto" in the file): chosen per port, RoCE v2 IPv4-mapped first
+  // (ChooseGid, rdma/mlx5/session_params.h).
+  std::optional<uint32_t> rdma_gid_index;
+  // mlx5: every connection's traffic class (0..255; RoCE v2: DSCP << 2 |
+  // ECN) and service level (InfiniBand SL 0..15; Ethernet 802.1p priority
+  // 0..7, checked at start against each served port's link layer).
+  uint32_t rdma_traffic_class = 0;
+  uint32_t rdma_service_level = 0;
   uint32_t max_qps_per_session = 4096;
   uint32_t max_mrs_per_session = 256;
   uint64_t max_registered_bytes_per_session = 64ull << 30;

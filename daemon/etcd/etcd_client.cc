@@ -189,6 +189,16 @@ Txn& Txn::IfLease(absl::string_view key, CompareOp op, int64_t lease_id) {
   return *this;
 }
 
+Txn& Txn::IfNoKeyWithPrefix(absl::string_view prefix) {
+  // etcd checks a range compare against every key in the range, and an
+  // empty range against an absent key: create_revision 0 holds only then.
+  Compare* c = AddCompare(prefix, CompareOp::kEqual);
+  c->set_target(Compare::CREATE);
+  c->set_create_revision(0);
+  c->set_range_end(PrefixRangeEnd(prefix));
+  return *this;
+}
+
 Txn& Txn::ThenPut(absl::string_view key, absl::string_view value, int64_t lease_id) {
   FillPut(request_.add_success()->mutable_request_put(), key, value, lease_id);
   return *this;

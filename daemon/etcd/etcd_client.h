@@ -126,6 +126,9 @@ class Txn {
   Txn& IfCreateRevision(absl::string_view key, CompareOp op, int64_t revision);
   Txn& IfModRevision(absl::string_view key, CompareOp op, int64_t revision);
   Txn& IfLease(absl::string_view key, CompareOp op, int64_t lease_id);
+  // No key starts with `prefix` (non-empty): one compare over the prefix's
+  // range, so "the last one out" can be decided atomically.
+  Txn& IfNoKeyWithPrefix(absl::string_view prefix);
 
   Txn& ThenPut(absl::string_view key, absl::string_view value, int64_t lease_id = 0);
   Txn& ThenDelete(absl::string_view key);

@@ -32,6 +32,19 @@ bool ValidGroupName(absl::string_view name) {
   });
 }
 
+// A uid or rank as this daemon writes it: decimal digits, no sign, no
+// leading zero, no space. SimpleAtoi alone also takes "+7", " 7" and "007",
+// and two spellings of one rank would alias one cache entry (deleting the
+// bogus one would report the real member gone).
+bool ParseCanonicalNumber(absl::string_view text, uint32_t* out) {
+  if (text.empty() || text.size() > 10 || (text.size() > 1 && text.front() == '0')) return false;
+  if (!std::all_of(text.begin(), text.end(),
+                   [](char c) { return absl::ascii_isdigit(static_cast<unsigned char>(c)); })) {
+    return false;
+  }
+  return absl::SimpleAtoi(text, out);
+}
+
 // Whether `s` means "etcd could not be reached or answer": worth retrying.
 bool Unreachable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
@@ -42,6 +55,8 @@ MemberState StateOf(v1::GroupRankRecord::State s) {
   switch (s) {
     case v1::GroupRankRecord::LEFT: return MemberState::kLeft;
     case v1::GroupRankRecord::LOST: return MemberState::kLost;
+    case v1::GroupRankRecord::READY: return MemberState::kReady;
+    case v1::GroupRankRecord::FAILED: return MemberState::kFailed;
     default: return MemberState::kJoined;
   }
 }
@@ -60,6 +75,11 @@ absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank
   if (!ValidateNodeId(r.node_id()).ok() || r.instance_id().size() > 64 ||
       r.handle_kind().size() > 64 || r.gpu_uuid().size() > 128 || r.gpu_pci_bus_id().size() > 64) {
     return absl::InvalidArgumentError("a field is too long or the node id is invalid");
+  }
+  // Members see these in their views: -1 is the host platform, no GPU index
+  // or pid is negative otherwise.
+  if (r.gpu_index() < -1 || r.pid() < 0) {
+    return absl::InvalidArgumentError("a negative GPU index or pid");
   }
   ClusterMember m;
   if (r.has_rdma()) {
@@ -84,6 +104,16 @@ absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank
   return m;
 }
 
+v1::GroupRankRecord::State RecordState(MemberState s) {
+  switch (s) {
+    case MemberState::kLeft: return v1::GroupRankRecord::LEFT;
+    case MemberState::kLost: return v1::GroupRankRecord::LOST;
+    case MemberState::kReady: return v1::GroupRankRecord::READY;
+    case MemberState::kFailed: return v1::GroupRankRecord::FAILED;
+    default: return v1::GroupRankRecord::JOINED;
+  }
+}
+
 bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
   return a.node_id == b.node_id && a.pid == b.pid && a.state == b.state &&
          a.world_size == b.world_size;
@@ -102,7 +132,7 @@ std::string Scope(uint32_t uid, const std::string& tenant) {
 // "<uid>" or "<uid>@<tenant>" (a tenant name as daemon_config allows it).
 bool ParseScope(absl::string_view scope, uint32_t* uid, std::string* tenant) {
   const size_t at = scope.find('@');
-  if (!absl::SimpleAtoi(scope.substr(0, at), uid)) return false;
+  if (!ParseCanonicalNumber(scope.substr(0, at), uid)) return false;
   if (at == absl::string_view::npos) {
     tenant->clear();
     return true;
@@ -170,10 +200,10 @@ void EtcdGroupDirectory::Claim(uint32_t uid, const std::string& tenant, const st
   queue_.push_back(std::move(op));
 }
 
-void EtcdGroupDirectory::MarkGone(uint32_t uid, const std::string& tenant, const std::string& group,
-                                  uint32_t rank, MemberState state) {
+void EtcdGroupDirectory::MarkState(uint32_t uid, const std::string& tenant,
+                                   const std::string& group, uint32_t rank, MemberState state) {
   Op op;
-  op.kind = Op::Kind::kMarkGone;
+  op.kind = Op::Kind::kMarkState;
   op.group = Key{uid, tenant, group};
   op.rank = rank;
   op.state = state;
@@ -238,7 +268,7 @@ std::optional<EtcdGroupDirectory::Delivery> EtcdGroupDirectory::ApplyLocked(
   uint32_t uid = 0, rank = 0;
   std::string tenant;
   if (parts.size() != 4 || parts[2] != "ranks" || !ParseScope(parts[0], &uid, &tenant) ||
-      !ValidGroupName(parts[1]) || !absl::SimpleAtoi(parts[3], &rank)) {
+      !ValidGroupName(parts[1]) || !ParseCanonicalNumber(parts[3], &rank)) {
     return std::nullopt;  // meta, or a key this version does not write
   }
   const Key group{uid, std::move(tenant), std::string(parts[1])};
@@ -437,8 +467,8 @@ void EtcdGroupDirectory::Work() {
         RunClaims(c->first, std::move(c->second));
         claims.erase(c);
       }
-      if (op.kind == Op::Kind::kMarkGone) {
-        RunMarkGone(op);
+      if (op.kind == Op::Kind::kMarkState) {
+        RunMarkState(op);
       } else {
         RunWithdraw(op);
       }
@@ -554,7 +584,7 @@ void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
   for (auto& [done, status] : failed) done(ClaimOutcome::kFailed, status);
 }
 
-void EtcdGroupDirectory::RunMarkGone(const Op& op) {
+void EtcdGroupDirectory::RunMarkState(const Op& op) {
   ClusterMember me;
   {
     absl::MutexLock lock(&mu_);
@@ -569,10 +599,7 @@ void EtcdGroupDirectory::RunMarkGone(const Op& op) {
   const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
   etcd::Txn t;
   t.IfLease(key, etcd::CompareOp::kEqual, lease)
-      .ThenPut(key,
-               RecordJson(me, op.state == MemberState::kLeft ? v1::GroupRankRecord::LEFT
-                                                             : v1::GroupRankRecord::LOST),
-               lease);
+      .ThenPut(key, RecordJson(me, RecordState(op.state)), lease);
   absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(t);
   if (!r.ok() && Unreachable(r.status())) {
     Op retry = op;
@@ -581,13 +608,12 @@ void EtcdGroupDirectory::RunMarkGone(const Op& op) {
 }
 
 void EtcdGroupDirectory::RunWithdraw(const Op& op) {
-  bool last = false;
+  bool last_here = false;
   {
     absl::MutexLock lock(&mu_);
     if (own_.erase({op.group, op.rank}) == 0) return;  // never claimed, or already gone
-    auto g = cache_.find(op.group);
-    last = g == cache_.end() || std::all_of(g->second.ranks.begin(), g->second.ranks.end(),
-                                            [&](const auto& kv) { return kv.first == op.rank; });
+    auto next = own_.lower_bound({op.group, 0});
+    last_here = next == own_.end() || next->first.first != op.group;
   }
   const int64_t lease = options_.lease ? options_.lease() : 0;
   if (lease == 0) return;
@@ -602,11 +628,18 @@ void EtcdGroupDirectory::RunWithdraw(const Op& op) {
            "': ", r.status().message());
     return;
   }
-  if (last) {
-    // The group's last rank anywhere: its world size goes too, when ours.
+  if (last_here) {
+    // This node's last rank of the group is out: the world size goes too
+    // when no rank of any node is left, whichever node created it. Every
+    // node tries once, after its own deletes, so the one whose try comes
+    // last in etcd's order finds the ranks gone (unless a new incarnation
+    // claimed meanwhile: then the compare fails and the meta key stays).
+    // Only the creator deleting it left the key behind whenever another
+    // node's rank went last, and a later group of that name with another
+    // world size was refused until the creator restarted.
     const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
     etcd::Txn m;
-    m.IfLease(meta, etcd::CompareOp::kEqual, lease).ThenDelete(meta);
+    m.IfNoKeyWithPrefix(key.substr(0, key.rfind('/') + 1)).ThenDelete(meta);
     (void)etcd_->Commit(m);
   }
 }

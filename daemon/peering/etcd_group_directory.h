@@ -7,7 +7,9 @@
 //
 // Both are written under the node's lease (NodeRegistry's): a node that
 // dies or is cut off loses its lease, etcd deletes its keys, and every other
-// node's watch sees its ranks go.
+// node's watch sees its ranks go. When a node withdraws its last rank of a
+// group it deletes meta if no rank of any node is left (one Txn with a
+// compare over the ranks' prefix), whichever node created it.
 //
 // Claims. One worker thread does all writes, in the order they were asked
 // for. Claims of one group that are queued together go in one Txn: "meta
@@ -91,8 +93,8 @@ class EtcdGroupDirectory final : public GroupDirectory {
 
   void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
              const ClusterMember& me, ClaimDone done) override;
-  void MarkGone(uint32_t uid, const std::string& tenant, const std::string& group, uint32_t rank,
-                MemberState state) override;
+  void MarkState(uint32_t uid, const std::string& tenant, const std::string& group, uint32_t rank,
+                 MemberState state) override;
   void Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
                 uint32_t rank) override;
   std::vector<ClusterMember> RemoteMembers(uint32_t uid, const std::string& tenant,
@@ -106,12 +108,12 @@ class EtcdGroupDirectory final : public GroupDirectory {
  private:
   using Key = std::tuple<uint32_t, std::string, std::string>;  // (uid, tenant, group)
   struct Op {
-    enum class Kind { kClaim, kMarkGone, kWithdraw } kind = Kind::kClaim;
+    enum class Kind { kClaim, kMarkState, kWithdraw } kind = Kind::kClaim;
     Key group;
     uint32_t rank = 0;
     ClusterMember me;                          // kClaim
     ClaimDone done;                            // kClaim
-    MemberState state = MemberState::kJoined;  // kMarkGone
+    MemberState state = MemberState::kJoined;  // kMarkState
     bool told_unreachable = false;
     absl::Time not_before = absl::InfinitePast();
   };
@@ -136,7 +138,7 @@ class EtcdGroupDirectory final : public GroupDirectory {
 
   void Work();  // the worker thread
   void RunClaims(const Key& group, std::vector<Op> claims);
-  void RunMarkGone(const Op& op);
+  void RunMarkState(const Op& op);
   void RunWithdraw(const Op& op);
   // Claims that could not reach etcd: answered kUnreachable once, queued again.
   void Postpone(std::vector<Op> ops, const absl::Status& why);
@@ -150,7 +152,7 @@ class EtcdGroupDirectory final : public GroupDirectory {
   std::map<Key, Cached> cache_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> warned_keys_ ABSL_GUARDED_BY(mu_);
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
-  // Own records as written (MarkGone rewrites them with a new state).
+  // Own records as written (MarkState rewrites them with a new state).
   std::map<std::pair<Key, uint32_t>, ClusterMember> own_ ABSL_GUARDED_BY(mu_);
   std::string trouble_ ABSL_GUARDED_BY(mu_);
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(50);

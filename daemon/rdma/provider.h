@@ -177,6 +177,17 @@ class RdmaProvider {
   // in ERROR (a transition was made: it must be destroyed).
   virtual absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                                uint32_t remote_qpn) = 0;
+  // Connects QP `qpn` of `session` to QP `remote_qpn` on node `node` of the
+  // cluster (a group spanning nodes) and moves it to RTS. The other node
+  // decides whether its QP answers (it must be connected back to this one).
+  virtual absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                     uint32_t remote_qpn) {
+    (void)session, (void)qpn, (void)remote_qpn;
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", name(), " provider cannot connect queue pairs to another node (", node,
+        ") yet: a NIC needs the peer's LID/GID path, which the group does not carry; use "
+        "softnic (rdma_provider = softnic) across nodes"));
+  }
   virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
   // Everything of `session`; returns once nothing of it is touched again.
   virtual void SessionEnded(uint64_t session) = 0;

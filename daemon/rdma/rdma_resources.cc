@@ -315,6 +315,12 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
                          " is already connected: a queue pair is connected once (destroy it and "
                          "create another to change its peer)"));
       }
+      if (!c.remote_node.empty()) {
+        // Another node's QP: that node decides whether it answers (its QP
+        // must be connected back to this one, by a member of the same group).
+        remote_sessions.push_back(0);
+        continue;
+      }
       auto remote = qp_owner_.find(c.remote_qpn);
       // Another user's QP reads as missing: no oracle for probing numbers.
       if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid) {
@@ -329,8 +335,10 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
   // reused, names no QP of that session).
   for (size_t i = 0; i < pairs.size(); ++i) {
     const QpConnection& c = pairs[i];
-    if (absl::Status s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
-        !s.ok()) {
+    absl::Status s = c.remote_node.empty()
+                         ? provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn)
+                         : provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn);
+    if (!s.ok()) {
       return HalfConnected(session, pairs, i, s);
     }
     absl::MutexLock lock(&mu_);

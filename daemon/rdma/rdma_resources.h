@@ -44,6 +44,7 @@ namespace mooncake::daemon {
 struct QpConnection {
   uint32_t qpn = 0;
   uint32_t remote_qpn = 0;
+  std::string remote_node;  // "" = this node; else a node of the cluster
 };
 
 struct QpRow {

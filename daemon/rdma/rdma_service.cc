@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/status.h"
+#include "peering/node_registry.h"
 #include "server/caller_session.h"
 #include "softnic/types.h"
 
@@ -185,11 +186,11 @@ absl::Status RdmaService::HandleConnectQueuePairs(const SessionInfo& caller,
   pairs.reserve(req.connections_size());
   for (const v1::QueuePairConnection& c : req.connections()) {
     if (!c.remote_node().empty()) {
-      return absl::UnimplementedError(
-          "remote_node: queue pairs to other nodes need the multi-node peering, "
-          "not built yet; leave it empty for this node");
+      if (absl::Status s = peering::ValidateNodeId(c.remote_node()); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("remote_node: ", s.message()));
+      }
     }
-    pairs.push_back(QpConnection{c.qpn(), c.remote_qpn()});
+    pairs.push_back(QpConnection{c.qpn(), c.remote_qpn(), c.remote_node()});
   }
   return rdma_->Connect(caller, pairs);
 }

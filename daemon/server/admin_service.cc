@@ -252,14 +252,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchEvent> {
     Finish(ToGrpc(error));
   }
 
-  WatchReactor(EventFeed* feed, uint32_t uid) : feed_(feed), hook_(std::make_shared<Hook>()) {
+  WatchReactor(EventFeed* feed, const Scope& scope) : feed_(feed), hook_(std::make_shared<Hook>()) {
     // Held until the watcher is in place: a wake racing the constructor
     // waits here instead of reading watcher_ half-set.
     std::shared_ptr<Hook> hook = hook_;  // outlives `this` should a reaction run inline
     std::lock_guard<std::recursive_mutex> hook_lock(hook->mu);
     hook->reactor = this;
     std::weak_ptr<Hook> weak = hook;
-    absl::StatusOr<std::shared_ptr<EventFeed::Watcher>> w = feed_->Subscribe(uid, [weak] {
+    absl::StatusOr<std::shared_ptr<EventFeed::Watcher>> w = feed_->Subscribe(scope, [weak] {
       if (auto h = weak.lock()) {
         std::lock_guard<std::recursive_mutex> lock(h->mu);
         if (h->reactor != nullptr) h->reactor->Pump();
@@ -347,13 +347,16 @@ grpc::ServerWriteReactor<v1::WatchEvent>* AdminService::WatchEvents(
     grpc::CallbackServerContext* ctx, const v1::WatchEventsRequest*) {
   absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return new WatchReactor(caller.status());
-  // The feed is scoped by uid only: a tenant's root would see every
-  // tenant's groups. Closed on tenant sockets until events carry the tenant.
+  // The feed filters by the caller's Scope (uid and tenant, as ListGroups),
+  // so a main-socket user never sees a tenant's groups of its uid. Closed
+  // on tenant sockets until the broker stamps every GroupEvent with its
+  // group's tenant (GroupBroker::Emit): till then a tenant's watch would
+  // see nothing.
   if (!caller->tenant.empty()) {
     return new WatchReactor(absl::UnimplementedError(
         "WatchEvents is not served on a tenant's socket yet; watch from the node's main socket"));
   }
-  return new WatchReactor(&feed_, caller->cred.uid);
+  return new WatchReactor(&feed_, ScopeOf(caller->cred, caller->tenant));
 }
 
 }  // namespace mooncake::daemon

@@ -97,11 +97,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   std::vector<v1::Nic> found(node.topology.nics().begin(), node.topology.nics().end());
   absl::StatusOr<ProviderChoice> choice = ChooseRdmaProvider(
       cfg.rdma_provider, found,
-      [](const std::string& device, uint32_t port) {
+      [&cfg](const std::string& device, uint32_t port) {
         mlx5::Mlx5SessionOptions o;
         o.device = device;
         o.port = port;
-        // Opened and closed at once: proves the context, caps, port and PD.
+        o.gid_index = cfg.rdma_gid_index;
+        // Opened and closed at once: proves the context, caps, port, PD and
+        // (rdma_gid_index) the configured GID.
         return mlx5::Mlx5Session::Open(o).status();
       },
       cfg.rdma_devices);
@@ -118,14 +120,34 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     co.cuda_library = cfg.cuda_library;
     std::unique_ptr<RdmaProvider> provider;
     if (choice->provider == "mlx5") {
+      mlx5::Mlx5ProviderOptions po;
+      po.tuning.traffic_class = cfg.rdma_traffic_class;
+      po.tuning.service_level = cfg.rdma_service_level;
       std::vector<mlx5::Mlx5SessionOptions> served;
       for (const Mlx5Device& dev : choice->devices) {
+        // The tuning's ranges depend on the port's link layer (an Ethernet
+        // priority is 0..7): refused here rather than at every connect.
+        mlx5::LinkLayer link = mlx5::LinkLayer::kInfiniBand;
+        for (const v1::Nic& n : found) {
+          for (const v1::NicPort& p : n.ports()) {
+            if (n.name() == dev.device && p.port() == dev.port && p.link_layer() == "Ethernet") {
+              link = mlx5::LinkLayer::kEthernet;
+            }
+          }
+        }
+        if (absl::Status s = mlx5::ValidateConnectTuning(po.tuning, link); !s.ok()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "rdma_traffic_class / rdma_service_level do not suit ", dev.device, " port ",
+              dev.port, " (", link == mlx5::LinkLayer::kEthernet ? "Ethernet" : "InfiniBand",
+              "): ", s.message()));
+        }
         mlx5::Mlx5SessionOptions so;
         so.device = dev.device;
         so.port = dev.port;
+        so.gid_index = cfg.rdma_gid_index;
         served.push_back(std::move(so));
       }
-      provider = std::make_unique<mlx5::Mlx5Provider>(std::move(served));
+      provider = std::make_unique<mlx5::Mlx5Provider>(std::move(served), std::move(po));
     } else {
       // softnic is listed as a NIC of its own.
       v1::Nic* nic = node.topology.add_nics();
@@ -139,7 +161,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
       port->set_link_layer("softnic");
       softnic::EngineOptions eo;
       eo.sink = cfg.softnic_sink;
-      provider = std::make_unique<SoftnicProvider>("softnic0", eo);
+      auto softnic = std::make_unique<SoftnicProvider>("softnic0", eo);
+      d->softnic_engine_ = &softnic->engine();
+      provider = std::move(softnic);
     }
     const std::vector<std::string> serving = provider->served_nics();
     for (v1::Nic& n : *node.topology.mutable_nics()) {
@@ -296,6 +320,21 @@ absl::Status Daemon::JoinCluster() {
   if (!directory.ok()) return directory.status();
   group_directory_ = *std::move(directory);
   broker_->set_directory(group_directory_.get());
+  if (softnic_engine_ != nullptr) {
+    // QPs connected to other nodes' softnic reach them over the peer port.
+    MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                        peering::PeerChannelCredentials(PeerTls()));
+    softnic_link_ = std::make_shared<peering::SoftnicPeerLink>(
+        node_.node_id,
+        [registry = nodes_.get()](const std::string& node) {
+          for (const v1::NodeRecord& n : registry->Nodes()) {
+            if (n.node_id() == node) return n.peer_address();
+          }
+          return std::string();
+        },
+        std::move(credentials));
+    softnic_engine_->SetRemoteLink(softnic_link_);
+  }
   return absl::OkStatus();
 }
 
@@ -323,7 +362,9 @@ absl::Status Daemon::StartPeerServer() {
                       peering::PeerServerCredentials(tls));
   peer_security_ = security.description;
   peer_service_ = std::make_unique<PeerService>(&node_);
+  peer_service_->set_softnic(softnic_engine_);
   grpc::ServerBuilder pb;
+  pb.SetMaxReceiveMessageSize(peering::SoftnicPeerLink::kMaxMessageBytes);
   pb.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   pb.AddListeningPort(config_.peer_listen, credentials, &port);
@@ -426,6 +467,10 @@ void Daemon::Shutdown(const std::string& reason) {
   if (group_directory_) {
     broker_->set_directory(nullptr);
     group_directory_->Stop();
+  }
+  if (softnic_link_) {
+    softnic_engine_->SetRemoteLink(nullptr);
+    softnic_link_->Stop();  // batches in flight complete with errors
   }
   if (nodes_) nodes_->Stop();
   if (admin_service_) {

@@ -39,6 +39,7 @@
 #include "peering/etcd_group_directory.h"
 #include "peering/node_registry.h"
 #include "peering/peer_tls.h"
+#include "peering/softnic_peer_link.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 #include "server/admin_service.h"
@@ -85,7 +86,10 @@ class Daemon {
   std::unique_ptr<ConnectionTable> connections_;
   std::unique_ptr<SessionRegistry> sessions_;
   std::unique_ptr<FdBroker> fds_;
-  std::unique_ptr<RdmaResources> rdma_;  // null when rdma_provider = off
+  std::unique_ptr<RdmaResources> rdma_;        // null when rdma_provider = off
+  softnic::Engine* softnic_engine_ = nullptr;  // rdma_'s, when its provider is softnic
+  // softnic's way to QPs on other nodes (a cluster member); destroyed before rdma_.
+  std::shared_ptr<peering::SoftnicPeerLink> softnic_link_;
   std::unique_ptr<GroupBroker> broker_;
   std::unique_ptr<SessionLifecycle> lifecycle_;
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "admission/admission_counter.h"
 
 namespace mooncake::daemon {
 
@@ -56,17 +57,21 @@ v1::WatchEvent::Kind EventFeed::KindOf(GroupEvent::Kind kind) {
 }
 
 absl::StatusOr<std::shared_ptr<EventFeed::Watcher>> EventFeed::Subscribe(
-    uint32_t uid, std::function<void()> wake) {
-  std::shared_ptr<Watcher> w(new Watcher(uid, queue_depth_, std::move(wake)));
+    const Scope& scope, std::function<void()> wake) {
+  const uint32_t uid = scope.uid;
+  std::shared_ptr<Watcher> w(new Watcher(scope, queue_depth_, std::move(wake)));
+  // Root and the daemon's own uid are counted but never refused: users
+  // holding every watch must not blind root's `mcctl watch`.
+  const bool privileged = AdmissionCounter::Privileged(uid);
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError("mooncaked is shutting down");
-    if (watchers_.count(uid) >= kMaxWatchersPerUid) {
+    if (!privileged && watchers_.count(uid) >= kMaxWatchersPerUid) {
       return absl::ResourceExhaustedError(
           absl::StrCat("uid ", uid, " already holds ", kMaxWatchersPerUid,
                        " event watches (mcctl watch), the most one user may: end one first"));
     }
-    if (watchers_.size() >= kMaxWatchers) {
+    if (!privileged && unprivileged_ >= kMaxWatchers) {
       return absl::ResourceExhaustedError(absl::StrCat("mooncaked already serves ", kMaxWatchers,
                                                        " event watches: try again later"));
     }
@@ -75,10 +80,15 @@ absl::StatusOr<std::shared_ptr<EventFeed::Watcher>> EventFeed::Subscribe(
     hello.set_time_unix_ms(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())));
     hello.set_kind(v1::WatchEvent::WATCHING);
     hello.set_uid(uid);
-    hello.set_detail(uid == 0 ? "watching every group (root)"
-                              : absl::StrCat("watching the groups of uid ", uid));
+    hello.set_tenant(scope.tenant);
+    const std::string where =
+        scope.tenant.empty() ? "" : absl::StrCat(" of tenant '", scope.tenant, "'");
+    hello.set_detail(scope.all_uids && scope.all_tenants ? "watching every group (root)"
+                     : scope.all_uids ? absl::StrCat("watching every group", where, " (root)")
+                                      : absl::StrCat("watching the groups of uid ", uid, where));
     w->Push(std::move(hello));
     watchers_.emplace(uid, w);
+    if (!privileged) ++unprivileged_;
   }
   return w;
 }
@@ -90,6 +100,7 @@ void EventFeed::Unsubscribe(const std::shared_ptr<Watcher>& watcher) {
   for (auto it = begin; it != end; ++it) {
     if (it->second == watcher) {
       watchers_.erase(it);
+      if (!AdmissionCounter::Privileged(watcher->uid())) --unprivileged_;
       return;
     }
   }
@@ -104,6 +115,7 @@ void EventFeed::OnGroupEvent(const GroupEvent& event) {
     ev.set_kind(KindOf(event.kind));
     ev.set_group(event.group);
     ev.set_uid(event.uid);
+    ev.set_tenant(event.tenant);
     ev.set_rank(event.rank);
     ev.set_pid(event.pid);
     ev.set_world_size(event.world_size);
@@ -113,6 +125,9 @@ void EventFeed::OnGroupEvent(const GroupEvent& event) {
     for (uint32_t who : {event.uid, 0u}) {
       auto [begin, end] = watchers_.equal_range(who);
       for (auto it = begin; it != end; ++it) {
+        // The owner's uid of another tenant, or root of another tenant's
+        // socket, does not see the group (as in ListGroups).
+        if (!it->second->scope().Sees(event.uid, event.tenant)) continue;
         if (!numbered) {
           // Numbered only when someone sees it, so a watcher's gaps are
           // other uids' events, never lost ones.

@@ -3,11 +3,15 @@
 //
 // GroupBroker reports every group event to the feed (it is the broker's
 // GroupEventSink); the feed stamps each with a sequence number and a time
-// and queues it for every watcher allowed to see it: the group owner's uid,
-// and root. Nothing is kept for a uid nobody watches.
+// and queues it for every watcher whose Scope sees the group: the owner's
+// uid through the group's own tenant socket, and root (every tenant from
+// the main socket, its own tenant's from a tenant socket). Nothing is kept
+// for a uid nobody watches.
 //
 // Bounded: at most kMaxWatchersPerUid watches per uid and kMaxWatchers in
-// all (Subscribe fails with ResourceExhausted beyond), and each watcher
+// all (Subscribe fails with ResourceExhausted beyond; root and the daemon's
+// own uid are counted but never refused, as by every per-uid limit in
+// docs/limits.md), and each watcher
 // queues at most `queue_depth` events. A watcher that reads too slowly
 // loses its oldest events; the next one it takes is a DROPPED event that
 // says how many were lost, so a gap is never silent.
@@ -32,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "broker/group_events.h"
 #include "mooncake/v1/admin.pb.h"
+#include "session/session_registry.h"
 
 namespace mooncake::daemon {
 
@@ -45,7 +50,8 @@ class EventFeed final : public GroupEventSink {
   // stream that reads it.
   class Watcher {
    public:
-    uint32_t uid() const { return uid_; }
+    uint32_t uid() const { return scope_.uid; }
+    const Scope& scope() const { return scope_; }
     // The next event to send, or nullopt when none is queued. After a
     // loss, the first event taken is DROPPED with the count.
     std::optional<v1::WatchEvent> Next();
@@ -54,12 +60,12 @@ class EventFeed final : public GroupEventSink {
 
    private:
     friend class EventFeed;
-    Watcher(uint32_t uid, size_t depth, std::function<void()> wake)
-        : uid_(uid), depth_(depth), wake_(std::move(wake)) {}
+    Watcher(Scope scope, size_t depth, std::function<void()> wake)
+        : scope_(std::move(scope)), depth_(depth), wake_(std::move(wake)) {}
     // Queues `event`, dropping the oldest when full.
     void Push(v1::WatchEvent event);
 
-    const uint32_t uid_;
+    const Scope scope_;
     const size_t depth_;
     const std::function<void()> wake_;
     mutable absl::Mutex mu_;
@@ -71,13 +77,20 @@ class EventFeed final : public GroupEventSink {
   explicit EventFeed(size_t queue_depth = kDefaultQueueDepth)
       : queue_depth_(queue_depth < 2 ? 2 : queue_depth) {}
 
-  // Starts a watch for `uid` (root: every group). `wake` is called, from
-  // any thread and possibly under the broker's lock, whenever the watcher
-  // has something new to take (or was closed); it must not block and must
-  // not call Subscribe or Unsubscribe. The first event queued is WATCHING.
-  // ResourceExhausted when `uid` already holds kMaxWatchersPerUid watches
-  // or the daemon kMaxWatchers; FailedPrecondition after Close().
-  absl::StatusOr<std::shared_ptr<Watcher>> Subscribe(uint32_t uid, std::function<void()> wake);
+  // Starts a watch of the groups `scope` sees (ScopeOf the caller's
+  // credentials and tenant). `wake` is called, from any thread and possibly
+  // under the broker's lock, whenever the watcher has something new to take
+  // (or was closed); it must not block and must not call Subscribe or
+  // Unsubscribe. The first event queued is WATCHING. ResourceExhausted when
+  // scope.uid (unprivileged) already holds kMaxWatchersPerUid watches or
+  // unprivileged uids hold kMaxWatchers; FailedPrecondition after Close().
+  absl::StatusOr<std::shared_ptr<Watcher>> Subscribe(const Scope& scope,
+                                                     std::function<void()> wake);
+  // A watch from the main socket: `uid`'s groups of the main socket, every
+  // group for root.
+  absl::StatusOr<std::shared_ptr<Watcher>> Subscribe(uint32_t uid, std::function<void()> wake) {
+    return Subscribe(Scope{uid, "", uid == 0, uid == 0}, std::move(wake));
+  }
   // Ends a watch: no event is queued for it afterwards. Idempotent.
   void Unsubscribe(const std::shared_ptr<Watcher>& watcher);
 
@@ -100,6 +113,7 @@ class EventFeed final : public GroupEventSink {
   mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  size_t unprivileged_ ABSL_GUARDED_BY(mu_) = 0;  // watches held by unprivileged uids
   std::multimap<uint32_t, std::shared_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
 };
 

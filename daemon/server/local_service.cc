@@ -291,6 +291,14 @@ grpc::ServerUnaryReactor* LocalService::ReportReady(grpc::CallbackServerContext*
   return Done(ctx, broker_->ReportReady(*session, *req));
 }
 
+grpc::ServerUnaryReactor* LocalService::ReleaseRank(grpc::CallbackServerContext* ctx,
+                                                    const v1::ReleaseRankRequest* req,
+                                                    v1::ReleaseRankResponse*) {
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, broker_->ReleaseRank(*session, *req));
+}
+
 grpc::ServerUnaryReactor* LocalService::ExportFds(grpc::CallbackServerContext* ctx,
                                                   const v1::ExportFdsRequest* req,
                                                   v1::ExportFdsResponse* resp) {

@@ -53,6 +53,9 @@ class LocalService final
   grpc::ServerUnaryReactor* ReportReady(grpc::CallbackServerContext* ctx,
                                         const v1::ReportReadyRequest* req,
                                         v1::ReportReadyResponse* resp) override;
+  grpc::ServerUnaryReactor* ReleaseRank(grpc::CallbackServerContext* ctx,
+                                        const v1::ReleaseRankRequest* req,
+                                        v1::ReleaseRankResponse* resp) override;
   grpc::ServerUnaryReactor* ExportFds(grpc::CallbackServerContext* ctx,
                                       const v1::ExportFdsRequest* req,
                                       v1::ExportFdsResponse* resp) override;

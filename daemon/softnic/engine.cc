@@ -130,6 +130,26 @@ struct Engine::Qp {
   uint64_t cq_pi = 0;  // CQEs written; its pass parity is the owner bit
   uint64_t wqes_done = 0;
   uint8_t last_syndrome = 0;
+  // Connected to another node's QP (ConnectRemote): where, whether a batch
+  // is out, and which incarnation this is (answers for a destroyed QP whose
+  // number came back are dropped).
+  std::string remote_node;
+  bool remote_busy = false;
+  uint64_t serial = 0;
+};
+
+// One WQE of a batch sent to another node: what its CQE needs, and where a
+// fetched value goes.
+struct Engine::RemoteWqe {
+  uint16_t index = 0;
+  uint8_t opcode = 0;
+  bool signaled = false;
+  uint32_t byte_count = 0;  // writes: the payload
+  size_t op_count = 0;      // its operations in the batch (a large write is several)
+  bool atomic = false;
+  bool masked = false;
+  uint32_t lkey = 0;
+  uint64_t laddr = 0;
 };
 
 // The default executor: the responder QP is one of this engine's own. The
@@ -169,6 +189,11 @@ void Engine::Stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_relaxed);
   thread_.join();
+}
+
+void Engine::SetRemoteLink(std::shared_ptr<RemoteLink> link) {
+  absl::MutexLock lock(&mu_);
+  link_ = std::move(link);
 }
 
 void Engine::SetExecutor(std::shared_ptr<Executor> executor) {
@@ -318,6 +343,7 @@ absl::StatusOr<uint32_t> Engine::CreateQp(QpSpec spec) {
     next_qpn_ = (next_qpn_ + 1) & kQpnMask;
   } while (qpn == 0 || qps_.contains(qpn));
   qp->qpn = qpn;
+  qp->serial = next_serial_++;
   qps_[qpn] = std::move(qp);
   return qpn;
 }
@@ -340,6 +366,32 @@ absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId re
     return absl::FailedPreconditionError(
         absl::StrCat("QP ", qpn, " is ", QpStateName(qp.state), ", not RESET: connect it once"));
   }
+  qp.remote_qpn = remote_qpn;
+  qp.state = QpState::kRts;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& node,
+                                   uint32_t remote_qpn) {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second->pd != pd) {
+    return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
+  }
+  if (link_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this daemon has no link to other nodes: queue pairs to another node need the cluster "
+        "(etcd_endpoints and peer_listen in mooncaked.conf)");
+  }
+  if (node.empty() || remote_qpn == 0 || remote_qpn > kQpnMask) {
+    return absl::InvalidArgumentError("a remote QP needs a node and a QPN of 1..2^24-1");
+  }
+  Qp& qp = *it->second;
+  if (qp.state != QpState::kReset) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("QP ", qpn, " is ", QpStateName(qp.state), ", not RESET: connect it once"));
+  }
+  qp.remote_node = node;
   qp.remote_qpn = remote_qpn;
   qp.state = QpState::kRts;
   return absl::OkStatus();
@@ -378,8 +430,8 @@ std::vector<QpInfo> Engine::ListQps() const {
   absl::MutexLock lock(&mu_);
   out.reserve(qps_.size());
   for (const auto& [qpn, qp] : qps_) {
-    out.push_back(QpInfo{qpn, qp->pd, qp->state, qp->remote_qpn, qp->sq_wqe_cnt, qp->wqes_done,
-                         qp->last_syndrome});
+    out.push_back(QpInfo{qpn, qp->pd, qp->state, qp->remote_qpn, qp->remote_node, qp->sq_wqe_cnt,
+                         qp->wqes_done, qp->last_syndrome});
   }
   std::sort(out.begin(), out.end(), [](const QpInfo& a, const QpInfo& b) { return a.qpn < b.qpn; });
   return out;
@@ -401,6 +453,20 @@ std::vector<RegionInfo> Engine::ListRegions() const {
 
 ResponderResult Engine::ExecuteAsResponder(const ResponderOp& op) {
   absl::MutexLock lock(&mu_);
+  return ExecuteAsResponderLocked(op);
+}
+
+ResponderResult Engine::ExecuteForPeer(const std::string& requester_node, uint32_t requester_qpn,
+                                       const ResponderOp& op) {
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(op.remote_qpn);
+  if (it == qps_.end() || it->second->state != QpState::kRts ||
+      it->second->remote_node != requester_node || it->second->remote_qpn != requester_qpn) {
+    ResponderResult r;
+    r.syndrome = mlx5::kSyndTransportRetryExcErr;
+    r.not_ready = it != qps_.end() && it->second->state == QpState::kReset;
+    return r;
+  }
   return ExecuteAsResponderLocked(op);
 }
 
@@ -653,6 +719,8 @@ bool Engine::Poll(Qp& qp) {
     return true;
   }
 
+  if (!qp.remote_node.empty() && qp.state == QpState::kRts) return PollRemote(qp, pending);
+
   bool did = false;
   for (uint16_t n = 0; n < pending; ++n) {
     // A WQE is taken only when its CQE (if it gets one) has a slot: it may
@@ -683,6 +751,221 @@ bool Engine::Poll(Qp& qp) {
     did = true;
   }
   return did;
+}
+
+// ---- queue pairs connected to another node -------------------------------------
+
+namespace {
+// A large WRITE travels as operations of at most this many bytes (a NIC
+// segments it too); the responder applies them in order.
+constexpr uint64_t kRemoteChunkBytes = 1u << 20;
+}  // namespace
+
+uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, RemoteWqe* out,
+                              std::vector<RemoteOp>* ops) {
+  const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
+  const uint32_t qpn_ds = Be32At(&wqe[4]);
+  const auto opcode = static_cast<uint8_t>(opmod_idx_opcode);
+  const auto opmod = static_cast<uint8_t>(opmod_idx_opcode >> 24);
+  const auto wqe_index = static_cast<uint16_t>(opmod_idx_opcode >> 8);
+  const uint32_t ds = qpn_ds & 0x3fu;
+  out->index = index;
+  out->opcode = opcode;
+  out->signaled = (wqe[offsetof(mlx5::WqeCtrlSeg, fm_ce_se)] & mlx5::kCtrlCqUpdate) != 0;
+  if (wqe_index != index || (qpn_ds >> 8) != qp.qpn) return mlx5::kSyndLocalQpOpErr;
+
+  RemoteOp op;
+  op.responder_qpn = qp.remote_qpn;
+  op.raddr = Be64At(&wqe[16]);
+  op.rkey = Be32At(&wqe[24]);
+  const bool is_write = opcode == mlx5::kOpRdmaWrite || opcode == mlx5::kOpRdmaWriteImm;
+  if (is_write) {
+    const uint32_t count = Be32At(&wqe[32]);
+    ByteSpan source;
+    if ((count & mlx5::kInlineSeg) != 0) {
+      if (ds != 3 && ds != 4) return mlx5::kSyndLocalQpOpErr;
+      const uint32_t len = count & ~mlx5::kInlineSeg;
+      const uint32_t room = ds * mlx5::kDsBytes - 36;
+      if (len == 0 || len > room) return mlx5::kSyndLocalLengthErr;
+      source = ByteSpan{MemoryKind::kHost, reinterpret_cast<uintptr_t>(&wqe[36]), len};
+    } else {
+      if (ds != 3) return mlx5::kSyndLocalQpOpErr;
+      if (count == 0) return mlx5::kSyndLocalLengthErr;
+      const uint32_t lkey = Be32At(&wqe[36]);
+      const uint64_t laddr = Be64At(&wqe[40]);
+      const Region* src = Resolve(qp.pd, lkey, laddr, count, 0);
+      if (src == nullptr || !src->Reachable()) return mlx5::kSyndLocalProtErr;
+      source = src->Span(laddr, count);
+    }
+    // The payload is read now, in WQE order, as a NIC reads it when it
+    // takes the WQE.
+    out->byte_count = static_cast<uint32_t>(source.length);
+    for (uint64_t off = 0; off < source.length; off += kRemoteChunkBytes) {
+      const uint64_t n = std::min(kRemoteChunkBytes, source.length - off);
+      RemoteOp chunk = op;
+      chunk.kind = ResponderOp::Kind::kWrite;
+      chunk.raddr = op.raddr + off;
+      chunk.data.resize(static_cast<size_t>(n));
+      ByteSpan piece = source;
+      piece.addr += off;
+      piece.length = n;
+      const ByteSpan to{MemoryKind::kHost, reinterpret_cast<uintptr_t>(chunk.data.data()), n};
+      if (!CopyBytes(to, piece)) return mlx5::kSyndLocalProtErr;
+      ops->push_back(std::move(chunk));
+      ++out->op_count;
+    }
+    return 0;
+  }
+  if (opcode != mlx5::kOpAtomicFa && opcode != mlx5::kOpAtomicMaskedFa) {
+    return opcode == mlx5::kOpNop && ds == 1 ? 0 : mlx5::kSyndLocalQpOpErr;
+  }
+  const bool masked = opcode == mlx5::kOpAtomicMaskedFa;
+  if (ds != 4 || (masked && opmod != mlx5::kOpmodExtAtomic32)) return mlx5::kSyndLocalQpOpErr;
+  const uint32_t width = masked ? 4 : 8;
+  if (masked) {
+    op.kind = ResponderOp::Kind::kMaskedFetchAdd32;
+    op.add = Be32At(&wqe[32]);
+    op.field_boundary = Be32At(&wqe[36]);
+  } else {
+    op.kind = ResponderOp::Kind::kFetchAdd64;
+    op.add = Be64At(&wqe[32]);
+  }
+  const uint32_t count = Be32At(&wqe[48]);
+  out->lkey = Be32At(&wqe[52]);
+  out->laddr = Be64At(&wqe[56]);
+  if (count != width) return mlx5::kSyndLocalLengthErr;
+  // Checked before the atomic runs there: it cannot be undone.
+  const Region* dst = Resolve(qp.pd, out->lkey, out->laddr, width, kLocalWrite);
+  if (dst == nullptr || !dst->Reachable()) return mlx5::kSyndLocalProtErr;
+  out->atomic = true;
+  out->masked = masked;
+  ops->push_back(std::move(op));
+  out->op_count = 1;
+  return 0;
+}
+
+bool Engine::PollRemote(Qp& qp, uint16_t pending) {
+  if (qp.remote_busy) return false;
+  // Every WQE of the batch may end with a CQE: take only as many as the CQ
+  // has slots for.
+  const uint32_t ci =
+      mlx5::be32(Ref(&qp.cq_dbrec[mlx5::kCqSetCi]).load(std::memory_order_acquire)) &
+      mlx5::kCqCiMask;
+  const uint32_t used = (static_cast<uint32_t>(qp.cq_pi) - ci) & mlx5::kCqCiMask;
+  const uint32_t room = used < qp.cq_cqe_cnt ? qp.cq_cqe_cnt - used : 0;
+  std::vector<RemoteWqe> wqes;
+  RemoteBatch batch;
+  uint64_t bytes = 0;
+  for (uint16_t n = 0;
+       n < pending && n < room && n < kMaxRemoteBatch && bytes < kMaxRemoteBatchBytes; ++n) {
+    const uint16_t index = static_cast<uint16_t>(qp.sq_ci + n);
+    alignas(8) uint8_t wqe[mlx5::kSendWqeBb];
+    const uint8_t* slot = qp.sq + (index & (qp.sq_wqe_cnt - 1)) * mlx5::kSendWqeBb;
+    for (uint32_t i = 0; i < mlx5::kSendWqeBb; i += 8) {
+      const uint64_t v = Ref(reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(slot + i)))
+                             .load(std::memory_order_relaxed);
+      std::memcpy(&wqe[i], &v, 8);
+    }
+    RemoteWqe w;
+    const size_t ops_before = batch.ops.size();
+    const uint8_t syndrome = PrepareRemote(qp, wqe, index, &w, &batch.ops);
+    if (syndrome != 0) {
+      batch.ops.resize(ops_before);
+      if (!wqes.empty()) break;  // after the batch's answers
+      // A local error with nothing in flight: complete it now, as locally.
+      WriteCqe(qp, index, w.opcode, syndrome, 0);
+      qp.state = QpState::kError;
+      qp.last_syndrome = syndrome;
+      ++qp.sq_ci;
+      ++qp.wqes_done;
+      return true;
+    }
+    bytes += w.byte_count;
+    wqes.push_back(w);
+  }
+  if (wqes.empty()) return false;
+  if (options_.sink) {
+    // Benchmarks of the posting path: complete without sending.
+    FinishRemote(qp.qpn, qp.serial, wqes,
+                 std::vector<ResponderResult>(batch.ops.size(), ResponderResult{}));
+    return true;
+  }
+  if (link_ == nullptr) {  // the daemon is shutting down
+    FinishRemote(qp.qpn, qp.serial, wqes, absl::UnavailableError("no link to other nodes"));
+    return true;
+  }
+  qp.remote_busy = true;
+  batch.node = qp.remote_node;
+  batch.requester_qpn = qp.qpn;
+  link_->Send(std::move(batch), [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes)](
+                                    absl::StatusOr<std::vector<ResponderResult>> results) {
+    absl::MutexLock lock(&mu_);
+    FinishRemote(qpn, serial, wqes, results);
+  });
+  return true;
+}
+
+void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<RemoteWqe>& wqes,
+                          const absl::StatusOr<std::vector<ResponderResult>>& results) {
+  mu_.AssertHeld();
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second->serial != serial) return;  // destroyed meanwhile
+  Qp& qp = *it->second;
+  size_t op = 0;
+  bool failed = false;
+  for (const RemoteWqe& w : wqes) {
+    uint8_t syndrome = 0;
+    uint64_t fetched = 0;
+    if (failed) {
+      syndrome = mlx5::kSyndWrFlushErr;
+    } else if (!results.ok()) {
+      // Nobody answered: a ConnectX retries, then reports this.
+      syndrome = mlx5::kSyndTransportRetryExcErr;
+    } else {
+      for (size_t k = 0; k < w.op_count && syndrome == 0; ++k) {
+        if (op + k >= results->size()) {
+          // The responder stopped without saying why: a broken peer.
+          syndrome = mlx5::kSyndTransportRetryExcErr;
+          break;
+        }
+        syndrome = (*results)[op + k].syndrome;
+        fetched = (*results)[op + k].fetched;
+      }
+    }
+    op += w.op_count;
+    if (syndrome == 0 && w.atomic) {
+      // The old value lands as a ConnectX returns it (see ExecuteWqe).
+      uint8_t bytes[8];
+      const uint32_t width = w.masked ? 4 : 8;
+      if (w.masked) {
+        const uint32_t v = mlx5::be32(static_cast<uint32_t>(fetched));
+        std::memcpy(bytes, &v, 4);
+      } else {
+        std::memcpy(bytes, &fetched, 8);
+      }
+      const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, width, kLocalWrite);
+      const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes), width};
+      if (dst == nullptr || !dst->Reachable() || !CopyBytes(dst->Span(w.laddr, width), from)) {
+        syndrome = mlx5::kSyndLocalProtErr;
+      }
+    }
+    if (syndrome != 0) {
+      WriteCqe(qp, w.index, w.opcode, syndrome, 0);
+      if (qp.state != QpState::kError) {
+        qp.state = QpState::kError;
+        qp.last_syndrome = syndrome;
+      }
+      failed = true;
+    } else {
+      if (w.signaled) WriteCqe(qp, w.index, w.opcode, 0, w.byte_count);
+      if (!w.atomic && w.byte_count > 0 && !options_.sink) {
+        bytes_written_.fetch_add(w.byte_count, std::memory_order_relaxed);
+      }
+    }
+    ++qp.sq_ci;
+    ++qp.wqes_done;
+  }
+  qp.remote_busy = false;
 }
 
 void Engine::Run() {

@@ -83,6 +83,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "softnic/executor.h"
+#include "softnic/remote_link.h"
 #include "softnic/types.h"
 
 namespace mooncake::softnic {
@@ -136,6 +137,15 @@ class Engine {
   // not of `pd`); FailedPrecondition: `qpn` is not in RESET.
   // remote_pd: the responder's pd, checked when nonzero.
   absl::Status Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId remote_pd = 0);
+  // Connects `qpn` (of `pd`) to QP `remote_qpn` of another node's softnic,
+  // reached through the remote link (SetRemoteLink), and moves it to RTS.
+  // Its WQEs then go to that node in batches of up to kMaxRemoteBatch (or
+  // kMaxRemoteBatchBytes of payload), one batch in flight per QP, so they
+  // execute there in order; their CQEs are written when the answers come
+  // back. FailedPrecondition without a link or when `qpn` is not in RESET.
+  static constexpr uint32_t kMaxRemoteBatch = 64;
+  static constexpr uint64_t kMaxRemoteBatchBytes = 8u << 20;
+  absl::Status ConnectRemote(PdId pd, uint32_t qpn, const std::string& node, uint32_t remote_qpn);
   // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
@@ -155,6 +165,15 @@ class Engine {
   // engine thread (a peering service serving another node's requests); the
   // engine's own LocalExecutor takes the locked path.
   ResponderResult ExecuteAsResponder(const ResponderOp& op);
+  // The responder side for another node's requester: op.remote_qpn must be
+  // a QP of this engine connected to exactly (requester_node,
+  // requester_qpn), else TRANSPORT_RETRY_EXC_ERR (as a NIC drops packets
+  // for a QP that is not its peer's).
+  ResponderResult ExecuteForPeer(const std::string& requester_node, uint32_t requester_qpn,
+                                 const ResponderOp& op);
+  // Where QPs connected to other nodes send their WQEs (null: none; then
+  // ConnectRemote fails). Set before serving.
+  void SetRemoteLink(std::shared_ptr<RemoteLink> link);
 
   // Replaces the executor (the default is local: this engine's own QPs;
   // null restores it). It is called on the engine thread with the engine's
@@ -178,6 +197,16 @@ class Engine {
   void Run();
   // Processes what the doorbell of `qp` announces; true if it did anything.
   bool Poll(Qp& qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A QP connected to another node: sends the next batch of its WQEs.
+  struct RemoteWqe;
+  bool PollRemote(Qp& qp, uint16_t pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parses one WQE for the remote path and copies out its payload; returns
+  // a local syndrome (0 = ok).
+  uint8_t PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, RemoteWqe* out,
+                        std::vector<RemoteOp>* ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answers to a batch: CQEs, fetched values, and the next batch may go.
+  void FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<RemoteWqe>& wqes,
+                    const absl::StatusOr<std::vector<ResponderResult>>& results);
   // Executes one WQE copied out of the ring; returns the syndrome (0 = ok)
   // and sets the opcode the CQE reports and, for writes, the byte count.
   uint8_t ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
@@ -191,6 +220,8 @@ class Engine {
   absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<RemoteLink> link_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_key_ ABSL_GUARDED_BY(mu_);
   uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);

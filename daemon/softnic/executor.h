@@ -42,6 +42,10 @@ struct ResponderOp {
 struct ResponderResult {
   uint8_t syndrome = 0;  // 0 = success, else an mlx5 CQE syndrome
   uint64_t fetched = 0;  // atomics: the value before the add
+  // With TRANSPORT_RETRY_EXC_ERR from another node: the responder QP
+  // exists but is not connected yet (its owner connects it in a moment), so
+  // the requester retries for a while, as a NIC does, before giving up.
+  bool not_ready = false;
 };
 
 class Executor {

@@ -77,6 +77,7 @@ struct QpInfo {
   PdId pd = 0;
   QpState state = QpState::kReset;
   uint32_t remote_qpn = 0;  // 0 while not connected
+  std::string remote_node;  // "" = this node
   uint32_t sq_wqe_cnt = 0;
   uint64_t wqes_done = 0;     // completed (successfully or not)
   uint8_t last_syndrome = 0;  // of the error CQE that moved it to kError

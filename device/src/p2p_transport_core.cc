@@ -24,6 +24,13 @@ absl::Status BrokeredP2pTransport::mapPeers(void*, int, int, std::vector<PeerBuf
       "exportIpcHandle/importPeerHandles");
 }
 
+absl::Status BrokeredP2pTransport::markPeerUnavailable(int) {
+  return absl::UnimplementedError("markPeerUnavailable: this BrokeredP2pTransport is not elastic");
+}
+absl::Status BrokeredP2pTransport::remapPeer(int, PeerBuffer) {
+  return absl::UnimplementedError("remapPeer: this BrokeredP2pTransport is not elastic");
+}
+
 namespace internal {
 namespace {
 
@@ -319,14 +326,14 @@ bool P2pTransportCore::allPeersAccessible() const {
   return true;
 }
 
-absl::Status P2pTransportCore::Verify() {
+absl::Status P2pTransportCore::Verify(int only) {
   if (rank_ < 0) {
     return absl::FailedPreconditionError(
         "verifyPeerAccess: no peers imported yet; call importPeerHandles first");
   }
   std::vector<ProbeTarget> targets;
   for (int r = 0; r < num_ranks_; ++r) {
-    if (r == rank_ || !active_[r] || available_[r] == 0) continue;
+    if (r == rank_ || !active_[r] || available_[r] == 0 || (only >= 0 && r != only)) continue;
     const PeerMapping& p = peers_[r];
     auto* base = static_cast<char*>(p.base);
     ProbeTarget t;
@@ -378,6 +385,55 @@ bool P2pTransportCore::verifyPeerAccess() {
   if (!s.ok()) Fail(s);
   if (!publish.ok()) Fail(publish);
   return s.ok() && publish.ok() && allPeersAccessible();
+}
+
+absl::Status P2pTransportCore::markPeerUnavailable(int peer) {
+  auto on = EnterPlatform();
+  if (rank_ < 0) {
+    return absl::FailedPreconditionError("markPeerUnavailable: no peers imported yet");
+  }
+  if (peer < 0 || peer >= num_ranks_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat("markPeerUnavailable: rank ", peer,
+                                                   " is not a peer of rank ", rank_, " (0..",
+                                                   num_ranks_ - 1, ")"));
+  }
+  available_[peer] = 0;
+  return PublishTables();
+}
+
+absl::Status P2pTransportCore::remapPeer(int peer, PeerBuffer buffer) {
+  auto on = EnterPlatform();
+  if (rank_ < 0) return absl::FailedPreconditionError("remapPeer: no peers imported yet");
+  if (peer < 0 || peer >= num_ranks_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remapPeer: rank ", peer, " is not a peer of rank ", rank_, " (0..", num_ranks_ - 1, ")"));
+  }
+  // Kernels stop finding the old mapping before it goes.
+  available_[peer] = 0;
+  peer_ptrs_[peer] = nullptr;
+  MC_RETURN_IF_ERROR(PublishTables());
+  if (peers_[peer].base != nullptr) UnmapMemory(peers_[peer]);
+  peers_[peer] = PeerMapping{};
+  off_node_.erase(std::remove(off_node_.begin(), off_node_.end(), peer), off_node_.end());
+  absl::Status s = [&]() -> absl::Status {
+    MC_ASSIGN_OR_RETURN(BufferHandle h, DecodeHandle(buffer.handle));
+    if (h.node_key != node_key_) {
+      return absl::FailedPreconditionError(
+          "the replacement's buffer is on another node: it needs the RDMA route");
+    }
+    active_[peer] = 1;
+    MC_RETURN_IF_ERROR(MapPeer(peer, h, std::move(buffer.fds)));
+    MC_RETURN_IF_ERROR(Verify(peer));
+    return PublishTables();
+  }();
+  if (!s.ok()) {
+    available_[peer] = 0;
+    (void)PublishTables();
+    s = absl::Status(s.code(),
+                     absl::StrCat("remapPeer(rank ", peer, ", ", who_, "): ", s.message()));
+    Fail(s);
+  }
+  return s;
 }
 
 P2PContext P2pTransportCore::p2pContext() {

@@ -61,6 +61,8 @@ class P2pTransportCore : public BrokeredP2pTransport {
   absl::StatusOr<ExportedBuffer> exportLocal(void* ptr) final;
   absl::Status mapPeers(void* local_ptr, int rank, int num_ranks, std::vector<PeerBuffer> peers,
                         const std::vector<int>& active_ranks_mask) final;
+  absl::Status markPeerUnavailable(int peer) final;
+  absl::Status remapPeer(int peer, PeerBuffer buffer) final;
 
  protected:
   // A buffer this rank allocated. `alloc_handle` and `fd` are the
@@ -157,7 +159,8 @@ class P2pTransportCore : public BrokeredP2pTransport {
   template <class FetchFds>
   absl::Status ImportPeers(const std::vector<std::vector<int32_t>>& handles, FetchFds fetch);
   absl::Status MapPeer(int r, const BufferHandle& h, std::vector<UniqueFd> fds);
-  absl::Status Verify();
+  // Verifies every mapped active peer, or only `only` when >= 0.
+  absl::Status Verify(int only = -1);
 
   const int num_ranks_;
   const std::shared_ptr<HandleExchange> exchange_;

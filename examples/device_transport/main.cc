@@ -2,8 +2,9 @@
 // through mooncaked (no handle files, no MPI), plus an n-rank all-to-all.
 //
 //   device_transport_example --platform host --socket S --group G \
-//       --rank R --world-size N [--mode pair|all2all|watch] [--bytes B] [--timeout-ms T]
-//       [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
+//       --rank R --world-size N [--mode pair|all2all|watch|elastic] [--bytes B]
+//       [--timeout-ms T] [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
+//       [--rounds K] [--expect-rejoins J]
 //
 // --route rdma sends to every peer over RDMA (GPU-initiated RDMA's WQEs and
 // doorbells; softnic in mooncaked executes them where no RDMA NIC is);
@@ -18,6 +19,14 @@
 // (up to the timeout); print "EVENT lost rank R" (or left) and PASS. Other
 // events are printed and it keeps waiting. Tests SIGKILL one rank and check
 // the others are told and the daemon cleaned up.
+//
+// --mode elastic (host platform): every rank exchanges puts and signals with
+// every other in a loop (--bytes per message, default 4096), survives the
+// loss of ranks (their LOST event releases them) and admits replacements
+// (start a process with the same --rank: it re-joins the group at epoch + 1).
+// An original rank finishes after --expect-rejoins replacements and --rounds
+// complete rounds after the last; a replacement after --rounds. See
+// elastic_run.h for the lines it prints.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -28,6 +37,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "elastic_run.h"
 #include "example_common.h"
 #include "host_run.h"
 #include "mooncake/client/communicator.h"
@@ -51,6 +61,9 @@ struct Args {
   std::string route = "auto";
   std::vector<uint32_t> rdma_peers;
   uint32_t qps_per_peer = 1;
+  int rounds = 50;         // elastic
+  int expect_rejoins = 0;  // elastic
+  bool bytes_given = false;
 };
 
 void Usage() {
@@ -58,9 +71,11 @@ void Usage() {
                "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
                "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc]\n"
                "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
+               "         [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
                "  --mode watch   set up, print READY, hold the group until a peer is lost or\n"
                "                 leaves, print 'EVENT lost|left rank R' and PASS\n"
-               "  --route rdma   reach every peer over RDMA (softnic where there is no NIC)\n";
+               "  --route rdma   reach every peer over RDMA (softnic where there is no NIC)\n"
+               "  --mode elastic exchange in a loop, survive lost ranks, admit replacements\n";
 }
 
 bool ParseArgs(int argc, char** argv, Args* a) {
@@ -85,8 +100,13 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       ok = absl::SimpleAtoi(v, &a->rank);
     else if (k == "--world-size")
       ok = absl::SimpleAtoi(v, &a->world_size);
-    else if (k == "--bytes")
+    else if (k == "--bytes") {
       ok = absl::SimpleAtoi(v, &a->bytes);
+      a->bytes_given = true;
+    } else if (k == "--rounds")
+      ok = absl::SimpleAtoi(v, &a->rounds) && a->rounds >= 1;
+    else if (k == "--expect-rejoins")
+      ok = absl::SimpleAtoi(v, &a->expect_rejoins) && a->expect_rejoins >= 0;
     else if (k == "--timeout-ms")
       ok = absl::SimpleAtoi(v, &a->timeout_ms);
     else if (k == "--device")
@@ -123,9 +143,16 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     return false;
   }
   if (a->mode.empty()) a->mode = a->world_size == 2 ? "pair" : "all2all";
-  if (a->mode != "pair" && a->mode != "all2all" && a->mode != "watch") {
-    std::cerr << "device_transport_example: --mode is pair, all2all or watch\n";
+  if (a->mode != "pair" && a->mode != "all2all" && a->mode != "watch" && a->mode != "elastic") {
+    std::cerr << "device_transport_example: --mode is pair, all2all, watch or elastic\n";
     return false;
+  }
+  if (a->mode == "elastic") {
+    if (a->platform != "host") {
+      std::cerr << "device_transport_example: --mode elastic runs on the host platform\n";
+      return false;
+    }
+    if (!a->bytes_given) a->bytes = 4096;
   }
   if (a->mode == "pair" && a->world_size < 2) {
     std::cerr << "device_transport_example: pair mode needs --world-size >= 2\n";
@@ -155,7 +182,9 @@ int main(int argc, char** argv) {
   o.group = a.group;
   o.rank = static_cast<uint32_t>(a.rank);
   o.world_size = static_cast<uint32_t>(a.world_size);
-  o.buffer_bytes = mooncake::example::BufferBytes(a.bytes, a.world_size);
+  o.buffer_bytes = a.mode == "elastic"
+                       ? mooncake::example::ElasticBufferBytes(a.bytes, a.world_size)
+                       : mooncake::example::BufferBytes(a.bytes, a.world_size);
   o.platform = *platform;
   o.timeout = absl::Milliseconds(a.timeout_ms);
   o.client_name = absl::StrCat("device_transport_example ", who);
@@ -211,7 +240,14 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (*platform == mooncake::Platform::kHost) {
+  if (a.mode == "elastic") {
+    mooncake::example::ElasticOptions eo;
+    eo.msg_bytes = a.bytes;
+    eo.timeout_ns = timeout_ns;
+    eo.rounds = a.rounds;
+    eo.expect_rejoins = a.expect_rejoins;
+    r = mooncake::example::RunElasticHost(**comm, eo);
+  } else if (*platform == mooncake::Platform::kHost) {
     r = a.mode == "pair"
             ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)
             : mooncake::example::RunAllToAllHost((*comm)->ctx(), (*comm)->buffer(), a.bytes,

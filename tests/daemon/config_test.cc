@@ -174,6 +174,35 @@ TEST(ParseConfigTextTest, RdmaDevicesIsAListOfNicNames) {
   }
 }
 
+TEST(ParseConfigTextTest, RdmaGidIndexTrafficClassAndServiceLevel) {
+  DaemonConfig c;
+  EXPECT_FALSE(c.rdma_gid_index.has_value());  // auto by default
+  EXPECT_EQ(c.rdma_traffic_class, 0u);
+  EXPECT_EQ(c.rdma_service_level, 0u);
+  ASSERT_TRUE(
+      ParseConfigText("rdma_gid_index = 3\nrdma_traffic_class = 106\nrdma_service_level = 15\n",
+                      "t", &c)
+          .ok());
+  EXPECT_EQ(c.rdma_gid_index, std::optional<uint32_t>(3));
+  EXPECT_EQ(c.rdma_traffic_class, 106u);
+  EXPECT_EQ(c.rdma_service_level, 15u);
+  ASSERT_TRUE(ParseConfigText("rdma_gid_index = 0\n", "t", &c).ok());
+  EXPECT_EQ(c.rdma_gid_index, std::optional<uint32_t>(0));  // 0 is an index, not auto
+  ASSERT_TRUE(ParseConfigText("rdma_gid_index = 255\nrdma_gid_index = auto\n", "t", &c).ok());
+  EXPECT_FALSE(c.rdma_gid_index.has_value());
+  for (const char* bad :
+       {"rdma_gid_index = 256\n", "rdma_gid_index = -1\n", "rdma_gid_index = v2\n",
+        "rdma_gid_index =\n", "rdma_traffic_class = 256\n", "rdma_traffic_class = x\n",
+        "rdma_service_level = 16\n", "rdma_service_level = -1\n"}) {
+    DaemonConfig d;
+    absl::Status s = ParseConfigText(bad, "t", &d);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    const std::string key(bad, std::string(bad).find(' '));
+    EXPECT_NE(s.message().find(key), std::string::npos) << s;
+    EXPECT_FALSE(d.rdma_gid_index.has_value()) << bad;
+  }
+}
+
 TEST(ParseConfigTextTest, CommentsBlankLinesAndWhitespace) {
   const char* text =
       "# a full-line comment\n"

@@ -422,6 +422,27 @@ TEST_F(EtcdTest, CompareAndSwapOnModRevision) {
   EXPECT_EQ(client_->Commit(twice).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(EtcdTest, IfNoKeyWithPrefixHoldsOnlyForAnEmptyPrefix) {
+  auto drop_meta_if_empty = [&] {
+    Txn t;
+    t.IfNoKeyWithPrefix("/last/ranks/").ThenDelete("/last/meta");
+    absl::StatusOr<TxnResult> r = client_->Commit(t);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() && r->succeeded;
+  };
+  ASSERT_TRUE(client_->Put("/last/meta", "2").ok());
+  ASSERT_TRUE(client_->Put("/last/ranks/0", "a").ok());
+  ASSERT_TRUE(client_->Put("/last/ranks/1", "b").ok());
+  ASSERT_TRUE(client_->Put("/last/ranks0", "beside the prefix").ok());
+  EXPECT_FALSE(drop_meta_if_empty());
+  ASSERT_TRUE(client_->Delete("/last/ranks/0").ok());
+  EXPECT_FALSE(drop_meta_if_empty());  // one key left is enough to fail it
+  EXPECT_TRUE(client_->Get("/last/meta")->has_value());
+  ASSERT_TRUE(client_->Delete("/last/ranks/1").ok());
+  EXPECT_TRUE(drop_meta_if_empty());  // "/last/ranks0" is not under the prefix
+  EXPECT_FALSE(client_->Get("/last/meta")->has_value());
+}
+
 TEST_F(EtcdTest, RevokedLeaseTakesItsKeys) {
   absl::StatusOr<Lease> lease = client_->GrantLease(30);
   ASSERT_TRUE(lease.ok()) << lease.status();

@@ -1,4 +1,4 @@
-// EventFeed (daemon/server/event_feed.h): uid scoping, the watch limits,
+// EventFeed (daemon/server/event_feed.h): uid and tenant scoping, the watch limits,
 // drop-oldest with a DROPPED notice, and Close().
 #include "server/event_feed.h"
 
@@ -124,6 +124,62 @@ TEST(EventFeedTest, UnsubscribedWatcherGetsNothingAndCloseDrains) {
   EXPECT_TRUE((*stays)->Drained());
   EXPECT_TRUE(absl::IsFailedPrecondition(feed.Subscribe(1000, [] {}).status()));
   feed.OnGroupEvent(Joined(1000, "g", 1));  // after Close: nothing, no crash
+}
+
+// A user's main-socket watch does not see its uid's groups of a tenant
+// socket, nor a tenant's root another tenant's; root on the main socket
+// sees every tenant's (the Scope rules of ListGroups).
+TEST(EventFeedTest, WatchersSeeOnlyTheirTenantsGroups) {
+  EventFeed feed;
+  auto main_user = feed.Subscribe(1000, [] {});
+  auto a_user = feed.Subscribe(Scope{1000, "a", false, false}, [] {});
+  auto a_root = feed.Subscribe(Scope{0, "a", true, false}, [] {});
+  auto main_root = feed.Subscribe(0, [] {});
+  ASSERT_TRUE(main_user.ok() && a_user.ok() && a_root.ok() && main_root.ok());
+  GroupEvent in_a = Joined(1000, "g", 0);
+  in_a.tenant = "a";
+  GroupEvent in_b = Joined(1000, "g", 1);
+  in_b.tenant = "b";
+  feed.OnGroupEvent(in_a);
+  feed.OnGroupEvent(in_b);
+  feed.OnGroupEvent(Joined(1000, "g", 2));  // the main socket's
+
+  auto ranks = [](EventFeed::Watcher& w) {
+    std::vector<std::pair<uint32_t, std::string>> out;
+    for (const v1::WatchEvent& e : Drain(w)) {
+      if (e.kind() == v1::WatchEvent::MEMBER_JOINED) out.emplace_back(e.rank(), e.tenant());
+    }
+    return out;
+  };
+  using R = std::vector<std::pair<uint32_t, std::string>>;
+  EXPECT_EQ(ranks(**main_user), (R{{2, ""}}));
+  EXPECT_EQ(ranks(**a_user), (R{{0, "a"}}));
+  EXPECT_EQ(ranks(**a_root), (R{{0, "a"}}));
+  EXPECT_EQ(ranks(**main_root), (R{{0, "a"}, {1, "b"}, {2, ""}}));
+}
+
+// As every per-uid limit: root is counted but never refused, so users
+// holding every watch cannot blind root's mcctl watch.
+TEST(EventFeedTest, RootIsNeverRefusedAWatch) {
+  EventFeed feed;
+  std::vector<std::shared_ptr<EventFeed::Watcher>> held;
+  for (uint32_t uid = 10000; held.size() < EventFeed::kMaxWatchers; ++uid) {
+    auto w = feed.Subscribe(uid, [] {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    held.push_back(*w);
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(feed.Subscribe(99999, [] {}).status()));
+  for (size_t i = 0; i < EventFeed::kMaxWatchersPerUid + 1; ++i) {
+    auto root = feed.Subscribe(0, [] {});
+    ASSERT_TRUE(root.ok()) << root.status();
+    held.push_back(*root);
+  }
+  // Root's watches do not take unprivileged users' room: one user leaving
+  // makes room for one.
+  feed.Unsubscribe(held.front());
+  feed.Unsubscribe(held.back());
+  EXPECT_TRUE(feed.Subscribe(99999, [] {}).ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(feed.Subscribe(99998, [] {}).status()));
 }
 
 TEST(EventFeedTest, EveryBrokerKindHasAWireKind) {

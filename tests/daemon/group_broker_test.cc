@@ -350,24 +350,6 @@ TEST_F(GroupBrokerTest, JoiningAFormedGroupIsRefused) {
   EXPECT_EQ(Find(1000, "full")->members.size(), 2u);
 }
 
-// BUG (reported to the lead): once a group has formed, members are never
-// erased (a leaving rank is only marked kLeft), so the duplicate-rank check
-// in GroupBroker::Join always fires first and the FailedPrecondition branch
-// ("a formed group is not re-entered") is unreachable: a rank that left and
-// tries to come back is told "rank 1 ... is already taken by pid N" -- the
-// pid of the process that left -- instead of the intended explanation.
-TEST_F(GroupBrokerTest, RejoiningALeftRankOfAFormedGroupIsFailedPrecondition) {
-  SessionInfo a = Open(), b = Open(), c = Open();
-  auto f0 = JoinAsync(a, Req("rejoin", 0, 2));
-  ASSERT_TRUE(Join(b, Req("rejoin", 1, 2)).ok());
-  ASSERT_TRUE(f0.get().ok());
-  ASSERT_TRUE(broker_->Leave(b, "rejoin", 1).ok());
-  JoinResult again = Join(c, Req("rejoin", 1, 2));
-  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition) << again.status();
-  EXPECT_NE(again.status().message().find("already formed"), absl::string_view::npos)
-      << again.status();
-}
-
 TEST_F(GroupBrokerTest, DeadlineExpiryRemovesTheRank) {
   SessionInfo a = Open();
   absl::Time start = absl::Now();
@@ -528,6 +510,115 @@ TEST_F(GroupBrokerTest, SessionEndedAfterFormedIsLost) {
   broker_->SessionEnded(s[0].id);
   broker_->SessionEnded(s[1].id);
   EXPECT_TRUE(broker_->List(0, true).empty()) << "all lost: the group is released";
+}
+
+// Elastic groups: a vacated rank of a formed group is taken again once
+// every survivor released it; the group re-forms at epoch + 1 and the
+// survivors get JOINED with the newcomer's entry.
+v1::ReleaseRankRequest Release(const std::string& group, uint32_t rank, uint32_t released) {
+  v1::ReleaseRankRequest r;
+  r.set_group(group);
+  r.set_rank(rank);
+  r.set_released_rank(released);
+  return r;
+}
+
+TEST_F(GroupBrokerTest, ALeftRankIsTakenAgainAfterTheSurvivorReleasedIt) {
+  SessionInfo a = Open(), b = Open(), c = Open();
+  auto f0 = JoinAsync(a, Req("rejoin", 0, 2));
+  ASSERT_TRUE(Join(b, Req("rejoin", 1, 2)).ok());
+  JoinResult first = f0.get();
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->epoch(), 1u);
+  ASSERT_TRUE(broker_->Leave(b, "rejoin", 1).ok());
+  ASSERT_EQ(Events(a).size(), 1u);  // LEFT
+  auto again = JoinAsync(c, Req("rejoin", 1, 2));
+  // Waits: rank 0 has not released rank 1 yet.
+  EXPECT_EQ(again.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  v1::ReleaseRankRequest rel = Release("rejoin", 0, 1);
+  rel.mutable_rdma()->set_qps_per_peer(1);
+  rel.mutable_rdma()->add_qpns(0);
+  rel.mutable_rdma()->add_qpns(77);
+  ASSERT_TRUE(broker_->ReleaseRank(a, rel).ok());
+  JoinResult view = again.get();
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->epoch(), 2u);
+  ASSERT_EQ(view->members_size(), 2);
+  // The survivor's endpoint as it released the rank.
+  EXPECT_EQ(view->members(0).rdma().qpns(1), 77u);
+  std::vector<v1::SessionEvent> ev = Events(a);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].member().kind(), v1::MemberEvent::JOINED);
+  EXPECT_EQ(ev[0].member().rank(), 1u);
+  EXPECT_EQ(ev[0].member().epoch(), 2u);
+  EXPECT_EQ(ev[0].member().member().pid(), c.cred.pid);
+  EXPECT_EQ(ev[0].member().member().handle_data(), "handle-of-rank-1");
+  EXPECT_TRUE(ev[0].member().member().p2p_reachable());
+  std::optional<GroupSummary> g = Find(1000, "rejoin");
+  ASSERT_TRUE(g.has_value());
+  EXPECT_EQ(g->epoch, 2u);
+  EXPECT_EQ(g->state, GroupState::kFormed);
+  // Both report again: the group is ready at epoch 2.
+  for (auto [s, r] : {std::pair{a, 0u}, std::pair{c, 1u}}) {
+    v1::ReportReadyRequest rr;
+    rr.set_group("rejoin");
+    rr.set_rank(r);
+    rr.set_ok(true);
+    ASSERT_TRUE(broker_->ReportReady(s, rr).ok()) << "rank " << r;
+  }
+  EXPECT_EQ(Find(1000, "rejoin")->state, GroupState::kReady);
+}
+
+TEST_F(GroupBrokerTest, AReplacementTimesOutNamingTheSurvivorsThatDidNotRelease) {
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "norelease", 3);
+  broker_->SessionEnded(s[2].id);
+  ASSERT_TRUE(broker_->ReleaseRank(s[0], Release("norelease", 0, 2)).ok());
+  SessionInfo n = Open();
+  JoinResult late = Join(n, Req("norelease", 2, 3, /*timeout_ms=*/150));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_NE(late.status().message().find("not yet released by ranks 1"), absl::string_view::npos)
+      << late.status();
+  // The rank is vacant again: once rank 1 releases it, the next one gets in.
+  ASSERT_TRUE(broker_->ReleaseRank(s[1], Release("norelease", 1, 2)).ok());
+  SessionInfo m = Open();
+  JoinResult ok = Join(m, Req("norelease", 2, 3));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->epoch(), 2u);
+}
+
+TEST_F(GroupBrokerTest, ReleasingARankThatIsNotVacantIsRefused) {
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "notvacant", 2);
+  EXPECT_EQ(broker_->ReleaseRank(s[0], Release("notvacant", 0, 1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Only the holder of a rank releases for it.
+  broker_->SessionEnded(s[1].id);
+  SessionInfo other = Open();
+  EXPECT_EQ(broker_->ReleaseRank(other, Release("notvacant", 0, 1)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(broker_->ReleaseRank(s[0], Release("notvacant", 0, 1)).ok());
+}
+
+TEST_F(GroupBrokerTest, AReplacementWhoseSessionEndsWhileWaitingLeavesTheRankVacant) {
+  std::vector<SessionInfo> s = FormGroup(
+      this, broker_.get(), [this] { return Open(); }, "quitter", 2);
+  broker_->SessionEnded(s[1].id);
+  SessionInfo q = Open();
+  auto waiting = JoinAsync(q, Req("quitter", 1, 2));
+  // Until the replacement holds rank 1 (the lost holder is listed before).
+  for (int i = 0; i < 5000; ++i) {
+    std::optional<GroupSummary> g = Find(1000, "quitter");
+    if (g && g->members.size() == 2 && g->members[1].pid == q.cred.pid) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  broker_->SessionEnded(q.id);
+  EXPECT_EQ(waiting.get().status().code(), absl::StatusCode::kCancelled);
+  Events(s[0]);  // LOST
+  EXPECT_TRUE(Events(s[0]).empty()) << "nobody is told about a replacement that never got in";
+  ASSERT_TRUE(broker_->ReleaseRank(s[0], Release("quitter", 0, 1)).ok());
+  SessionInfo n = Open();
+  ASSERT_TRUE(Join(n, Req("quitter", 1, 2)).ok());
 }
 
 TEST_F(GroupBrokerTest, ReportReadyFlow) {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
@@ -358,6 +359,28 @@ TEST_F(Mlx5FakeTest, RdmaInfoReportsTheLinkOfTheSessionsNic) {
   sessions_.Close(b.id);
   rdma_->SessionEnded(b.id);
   EXPECT_EQ(service_->HandleGetRdmaInfo(&b, &info).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// GetRdmaInfo needs no session: a caller asking in a loop gets the probed
+// link again instead of making the daemon open a device context per call.
+TEST_F(Mlx5FakeTest, LinkProbesAreReusedNotRepeatedPerCall) {
+  Make();
+  v1::RdmaInfo info;
+  probing_ = true;
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(service_->HandleGetRdmaInfo(nullptr, &info).ok());
+  EXPECT_EQ(info.nic(), "mlx5_0");
+  EXPECT_EQ(info.gid_type(), "IB");
+  EXPECT_EQ(nic_.opens.load(), 1);
+  EXPECT_EQ(nic_.live.load(), 0);
+  // Another NIC is probed for itself; and after a while the link is read again.
+  SessionInfo a = Open(1000, 1);
+  SelectNic(a, "mlx5_1");
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(&a, &info).ok());
+  EXPECT_TRUE(info.is_roce());
+  EXPECT_EQ(nic_.opens.load(), 2);
+  absl::SleepFor(Mlx5Provider::kLinkProbeReuse + absl::Milliseconds(50));
+  ASSERT_TRUE(service_->HandleGetRdmaInfo(nullptr, &info).ok());
+  EXPECT_EQ(nic_.opens.load(), 3);
 }
 
 TEST_F(Mlx5FakeTest, TheConfiguredGidIndexReachesTheSessionAndIsReported) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/match.h"
+#include "mooncake/mcctl/watch.h"
 
 namespace mooncake::mcctl {
 namespace {
@@ -213,6 +214,61 @@ TEST(FormatTest, GroupsListMembers) {
       << s;
   EXPECT_EQ(FormatGroups(v1::ListGroupsResponse()), "no groups\n");
   EXPECT_EQ(FormatSessions(v1::ListSessionsResponse()), "no sessions\n");
+}
+
+TEST(FormatTest, GroupsAcrossNodesAndTenantsSayWhereAndWhose) {
+  v1::ListGroupsResponse r;
+  auto* g = r.add_groups();
+  g->set_name("wide");
+  g->set_uid(1000);
+  g->set_world_size(2);
+  g->set_joined(2);
+  g->set_state("formed");
+  for (int rank = 0; rank < 2; ++rank) {
+    auto* m = g->add_members();
+    m->set_rank(rank);
+    m->set_state("joined");
+    m->set_pid(100 + rank);
+    m->set_gpu_index(0);
+    if (rank == 1) m->set_node_id("node-b");
+  }
+  *r.add_groups() = *g;
+  r.mutable_groups(1)->set_tenant("team-a");
+  const std::string s = FormatGroups(r);
+  // Root sees one name in two tenants: each row says whose.
+  EXPECT_TRUE(absl::StrContains(s, "AGE  TENANT\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "0ms  -\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "0ms  team-a\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "members of wide (tenant team-a):\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "SESSION  NODE\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "0  local\n")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "0  node-b\n")) << s;
+}
+
+TEST(FormatTest, WatchLinesEscapeClientStringsAndNameTheTenant) {
+  v1::WatchEvent e;
+  e.set_seq(7);
+  e.set_time_unix_ms(1738324800123);
+  e.set_kind(v1::WatchEvent::MEMBER_JOINED);
+  e.set_group("g");
+  e.set_uid(1000);
+  e.set_rank(1);
+  e.set_world_size(2);
+  e.set_pid(4242);
+  e.set_detail("evil\n2025-01-31T00:00:00.000Z  group_ready\x1b[2J");
+  std::string text = WatchEventText(e);
+  EXPECT_EQ(text.find('\n'), text.size() - 1) << text;  // one line, however forged
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_FALSE(absl::StrContains(text, "tenant")) << text;  // the main socket's group
+  EXPECT_TRUE(absl::StrContains(WatchEventJson(e), "\"tenant\":\"\"")) << WatchEventJson(e);
+
+  e.set_tenant("team-a");
+  text = WatchEventText(e);
+  EXPECT_TRUE(absl::StrContains(text, "uid 1000 tenant 'team-a'")) << text;
+  const std::string json = WatchEventJson(e);
+  EXPECT_TRUE(absl::StrContains(json, "\"uid\":1000,\"tenant\":\"team-a\",")) << json;
+  EXPECT_EQ(json.find('\n'), json.size() - 1) << json;
+  EXPECT_EQ(json.find('\x1b'), std::string::npos) << json;
 }
 
 }  // namespace

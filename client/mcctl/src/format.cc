@@ -313,30 +313,55 @@ std::string FormatSessions(const v1::ListSessionsResponse& r) {
 
 std::string FormatGroups(const v1::ListGroupsResponse& r) {
   if (r.groups().empty()) return "no groups\n";
-  TextTable t({"NAME", "UID", "SIZE", "JOINED", "STATE", "EPOCH", "AGE"});
+  // Root on the main socket sees every tenant's groups, one name possibly
+  // in several: then each says whose ("-": the main socket's).
+  const bool tenants = std::any_of(r.groups().begin(), r.groups().end(),
+                                   [](const auto& g) { return !g.tenant().empty(); });
+  std::vector<std::string> header = {"NAME", "UID", "SIZE", "JOINED", "STATE", "EPOCH", "AGE"};
+  if (tenants) header.push_back("TENANT");
+  TextTable t(std::move(header));
   for (std::size_t c : {1, 2, 3, 5, 6}) t.SetAlignment(c, TextTable::Align::kRight);
   for (const auto& g : r.groups()) {
-    t.AddRow({g.name(), absl::StrCat(g.uid()), absl::StrCat(g.world_size()),
-              absl::StrCat(g.joined()), OrDash(g.state()), absl::StrCat(g.epoch()),
-              FormatDurationMs(g.age_ms())});
+    std::vector<std::string> row = {g.name(),
+                                    absl::StrCat(g.uid()),
+                                    absl::StrCat(g.world_size()),
+                                    absl::StrCat(g.joined()),
+                                    OrDash(g.state()),
+                                    absl::StrCat(g.epoch()),
+                                    FormatDurationMs(g.age_ms())};
+    if (tenants) row.push_back(OrDash(g.tenant()));
+    t.AddRow(std::move(row));
   }
   std::string out = t.Render();
   for (const auto& g : r.groups()) {
-    absl::StrAppend(&out, "\nmembers of ", EscapeForDisplay(g.name(), std::string::npos), ":\n");
+    absl::StrAppend(
+        &out, "\nmembers of ", EscapeForDisplay(g.name(), std::string::npos),
+        g.tenant().empty() ? "" : absl::StrCat(" (tenant ", EscapeForDisplay(g.tenant(), 64), ")"),
+        ":\n");
     if (g.members().empty()) {
       absl::StrAppend(&out, "  none\n");
       continue;
     }
-    TextTable m({"RANK", "STATE", "PID", "GPU", "HANDLE", "SIZE", "SESSION"});
+    // A group across nodes names each rank's node ("local": this one).
+    const bool cross_node = std::any_of(g.members().begin(), g.members().end(),
+                                        [](const auto& mem) { return !mem.node_id().empty(); });
+    std::vector<std::string> header = {"RANK", "STATE", "PID", "GPU", "HANDLE", "SIZE", "SESSION"};
+    if (cross_node) header.push_back("NODE");
+    TextTable m(std::move(header));
     m.SetIndent("  ");
     for (std::size_t c : {0, 2, 3, 5, 6}) m.SetAlignment(c, TextTable::Align::kRight);
     m.SetMaxWidth(4, kMaxHandleKindWidth);  // the joining client's words
     for (const auto& mem : g.members()) {
       // gpu_index -1 is the host platform (CPU threads over shared memory).
-      m.AddRow({absl::StrCat(mem.rank()), OrDash(mem.state()), absl::StrCat(mem.pid()),
-                mem.gpu_index() < 0 ? "host" : absl::StrCat(mem.gpu_index()),
-                OrDash(mem.handle_kind()), FormatBytes(mem.handle_size()),
-                absl::StrCat(mem.session_id())});
+      std::vector<std::string> row = {absl::StrCat(mem.rank()),
+                                      OrDash(mem.state()),
+                                      absl::StrCat(mem.pid()),
+                                      mem.gpu_index() < 0 ? "host" : absl::StrCat(mem.gpu_index()),
+                                      OrDash(mem.handle_kind()),
+                                      FormatBytes(mem.handle_size()),
+                                      absl::StrCat(mem.session_id())};
+      if (cross_node) row.push_back(mem.node_id().empty() ? "local" : mem.node_id());
+      m.AddRow(std::move(row));
     }
     absl::StrAppend(&out, m.Render());
   }

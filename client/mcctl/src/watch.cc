@@ -48,6 +48,9 @@ std::string WatchEventText(const v1::WatchEvent& e) {
       break;
   }
   absl::StrAppend(&line, " uid ", e.uid());
+  if (!e.tenant().empty()) {
+    absl::StrAppend(&line, " tenant '", EscapeForDisplay(e.tenant(), kMaxShown), "'");
+  }
   if (!e.detail().empty()) absl::StrAppend(&line, ": ", EscapeForDisplay(e.detail(), kMaxShown));
   return absl::StrCat(line, "\n");
 }
@@ -56,7 +59,8 @@ std::string WatchEventJson(const v1::WatchEvent& e) {
   return absl::StrCat(
       "{\"seq\":", e.seq(), ",\"time\":", EscapeForJson(TimeText(e.time_unix_ms())),
       ",\"time_unix_ms\":", e.time_unix_ms(), ",\"kind\":", EscapeForJson(WatchKindName(e.kind())),
-      ",\"group\":", EscapeForJson(e.group()), ",\"uid\":", e.uid(), ",\"rank\":", e.rank(),
+      ",\"group\":", EscapeForJson(e.group()), ",\"uid\":", e.uid(),
+      ",\"tenant\":", EscapeForJson(e.tenant()), ",\"rank\":", e.rank(),
       ",\"world_size\":", e.world_size(), ",\"epoch\":", e.epoch(), ",\"pid\":", e.pid(),
       ",\"detail\":", EscapeForJson(e.detail()), ",\"dropped\":", e.dropped(), "}\n");
 }

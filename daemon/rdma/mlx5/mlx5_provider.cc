@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 #include "softnic/cuda_memory.h"
@@ -65,26 +66,40 @@ const Mlx5SessionOptions& Mlx5Provider::NicOptionsOf(uint64_t session) const {
   return nics_[it == bound_.end() ? 0 : it->second];
 }
 
-absl::StatusOr<SessionLink> Mlx5Provider::LinkOf(uint64_t session) {
-  LocalEndpoint ep;
-  if (std::shared_ptr<Session> s = Find(session)) {
-    ep = s->mlx5->endpoint();
-  } else {
-    // Not opened yet (the client asks before choosing its NIC, and its
-    // first object opens the context): what a context on that NIC chooses
-    // now, by the same code. Not kept: the session's own open decides.
-    const Mlx5SessionOptions& o = NicOptionsOf(session);
-    absl::StatusOr<std::unique_ptr<NicSession>> probe = open_(o);
-    if (!probe.ok()) {
-      return absl::Status(probe.status().code(), absl::StrCat("querying the link of ", o.device,
-                                                              ": ", probe.status().message()));
-    }
-    ep = (*probe)->endpoint();
-  }
+namespace {
+
+SessionLink LinkOfEndpoint(const LocalEndpoint& ep) {
   SessionLink link;
   link.is_roce = ep.link_layer == LinkLayer::kEthernet;
   link.gid_index = ep.gid.index;
   link.gid_type = GidTypeName(ep.gid.type);
+  return link;
+}
+
+}  // namespace
+
+absl::StatusOr<SessionLink> Mlx5Provider::LinkOf(uint64_t session) {
+  if (std::shared_ptr<Session> s = Find(session)) return LinkOfEndpoint(s->mlx5->endpoint());
+  // Not opened yet (the client asks before choosing its NIC, and its
+  // first object opens the context): what a context on that NIC chooses
+  // now, by the same code. Not kept: the session's own open decides.
+  // GetRdmaInfo needs no session, so any user could make the daemon open
+  // device contexts back to back: one probe at a time, its answer reused
+  // for a moment.
+  const Mlx5SessionOptions& o = NicOptionsOf(session);
+  absl::MutexLock lock(&probe_mu_);
+  const absl::Time now = absl::Now();
+  if (auto it = probed_.find(o.device);
+      it != probed_.end() && now - it->second.at < kLinkProbeReuse) {
+    return it->second.link;
+  }
+  absl::StatusOr<std::unique_ptr<NicSession>> probe = open_(o);
+  if (!probe.ok()) {
+    return absl::Status(probe.status().code(), absl::StrCat("querying the link of ", o.device, ": ",
+                                                            probe.status().message()));
+  }
+  SessionLink link = LinkOfEndpoint((*probe)->endpoint());
+  probed_.insert_or_assign(o.device, ProbedLink{link, now});
   return link;
 }
 

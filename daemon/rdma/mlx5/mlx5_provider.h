@@ -17,7 +17,10 @@
 //            it in RESET.
 //   link     LinkOf: the session's endpoint (link layer, the GID its
 //            context chose); before it opens, a context opened and closed
-//            on its NIC says what it would choose.
+//            on its NIC says what it would choose. Any caller may ask
+//            (GetRdmaInfo needs no session), so such probes run one at a
+//            time and an answer is reused for kLinkProbeReuse: a loop of
+//            calls cannot keep the daemon opening device contexts.
 //   counters ListRingCounters reads each QP's doorbell records in the
 //            client's control memory (relaxed loads; provider.h).
 //   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) by default: a daemon
@@ -44,6 +47,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "rdma/mlx5/cpu_doorbell.h"
 #include "rdma/mlx5/mlx5_session.h"
 #include "rdma/provider.h"
@@ -80,6 +84,9 @@ class Mlx5Provider final : public RdmaProvider {
   const std::string& doorbell_mode() const override { return doorbell_mode_; }
   uint32_t max_cq_cqe_cnt() const override { return kMaxCqCqeCnt; }
   static constexpr uint32_t kMaxCqCqeCnt = 65536;
+  // How long a probed link (LinkOf before the session's context opens) is
+  // reused for the same NIC.
+  static constexpr absl::Duration kLinkProbeReuse = absl::Seconds(1);
 
   absl::Status CheckMemoryKind(const std::string& kind) const override;
   // Every ring at a multiple of kUmemPageSize of the control memfd (the
@@ -140,6 +147,14 @@ class Mlx5Provider final : public RdmaProvider {
   const Mlx5SessionOptions& NicOptionsOf(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
   // Sessions bound to a NIC other than the default: index into nics_.
   absl::flat_hash_map<uint64_t, size_t> bound_ ABSL_GUARDED_BY(mu_);
+  // LinkOf's probes: one at a time (held across the open), answers by
+  // device with when they were read. Never taken under mu_.
+  struct ProbedLink {
+    SessionLink link;
+    absl::Time at;
+  };
+  absl::Mutex probe_mu_;
+  absl::flat_hash_map<std::string, ProbedLink> probed_ ABSL_GUARDED_BY(probe_mu_);
   const std::string name_ = "mlx5";
   const std::string doorbell_mode_ = "cpu-assisted";
   mutable absl::Mutex mu_;

@@ -73,6 +73,9 @@ struct RdmaEndpointInfo {
   uint32_t qps_per_peer = 0;
   std::vector<uint32_t> qpns;
   std::string nic;
+  // The member's node when it is another one ("" = this node): its QPs are
+  // reached through that node's daemon.
+  std::string node;
 };
 
 struct JoinOptions {
@@ -164,6 +167,11 @@ struct SessionEvent {
   uint32_t rank = 0;
   int pid = 0;
   std::string detail;
+  // kJoined (elastic groups): the replacement's entry, as this member's
+  // view would hold it (handle, fd ticket, RDMA endpoint), and the group's
+  // new epoch. Communicator::handleEvent connects it.
+  std::optional<GroupMember> member;
+  uint64_t epoch = 0;
 };
 MOONCAKE_API const char* SessionEventKindName(SessionEvent::Kind kind);
 
@@ -212,6 +220,12 @@ class MOONCAKE_API Client {
   absl::Status reportReady(const std::string& group, uint32_t rank, bool ok,
                            const std::string& detail = "",
                            const std::vector<uint32_t>& unreachable = {});
+  // Elastic groups: this member's `rank` dropped `released_rank` (reported
+  // LOST or LEFT) and is ready for its replacement; `rdma`, when set, is
+  // this member's new endpoint (fresh queue pairs toward that rank).
+  // FailedPrecondition when the rank is not vacant.
+  absl::Status releaseRank(const std::string& group, uint32_t rank, uint32_t released_rank,
+                           const std::optional<RdmaEndpointInfo>& rdma = std::nullopt);
 
   // fd channel: send fds (borrowed) for a ticket an RPC can name; fetch the
   // fds a ticket from the daemon stands for (new fds, owned by the caller).
@@ -243,8 +257,12 @@ class MOONCAKE_API Client {
   // `control_bytes`, borrowed). Returns the QP numbers in layout order.
   absl::StatusOr<std::vector<uint32_t>> createQueuePairs(int control_fd, uint64_t control_bytes,
                                                          const std::vector<RdmaQpLayout>& layouts);
-  // Connects (my qpn, remote qpn) pairs on this node.
-  absl::Status connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs);
+  // Connects (my qpn, remote qpn) pairs, on this node or (remote_nodes) on
+  // other nodes of the cluster.
+  // `remote_nodes`, when given, names each pair's remote node ("" = this
+  // node), in the order of `pairs`.
+  absl::Status connectQueuePairs(const std::vector<std::pair<uint32_t, uint32_t>>& pairs,
+                                 const std::vector<std::string>& remote_nodes = {});
   absl::Status destroyQueuePairs(const std::vector<uint32_t>& qpns);
   // Which NIC this session's QPs and regions go on: the closest to GPU
   // `gpu_pci_bus_id` (empty: none) among `allowed` (empty: any). Before any

@@ -22,6 +22,22 @@
 // Destruction leaves the group, unmaps the peers, frees the buffer and
 // closes the session, in that order. Stop kernels that use ctx() first.
 // Events about peers (LEFT/LOST) are available from client().nextEvent().
+//
+// Elastic groups: a group survives the loss of a rank. Pass every event
+// from client().nextEvent() to handleEvent():
+//   LOST/LEFT of rank r  r is marked unavailable in ctx()'s tables (P2P
+//                        and RDMA: a kernel gets kNoRoute for it), this
+//                        rank's queue pairs toward r are replaced by fresh
+//                        ones, and the daemon is told r is released here.
+//   JOINED of rank r     a replacement process took rank r (epoch + 1):
+//                        its buffer is mapped and verified, the fresh queue
+//                        pairs connected to its own, and readiness reported
+//                        again. Peers other than r are never touched.
+// A replacement is an ordinary Create() with the same group, rank and world
+// size: it completes once every survivor released the rank. Kernels that
+// wait on a lost rank should wait with mc_wait_until_for and come back to
+// the host, which then calls handleEvent. Node-local groups only (a
+// daemon with cluster_etcd refuses the re-join, saying so).
 // Thread-safety: none beyond the Client's; use from one thread.
 #pragma once
 
@@ -108,6 +124,18 @@ class MOONCAKE_API Communicator {
   // Leaves the group now (the destructor does it otherwise). Idempotent.
   absl::Status leave();
 
+  // Elastic groups (see above). Events of other groups and other kinds are
+  // ignored (OK). Errors name the peer and the step.
+  absl::Status handleEvent(const SessionEvent& event);
+  // Whether rank r is part of the group now (false between its LOST/LEFT
+  // and its replacement's JOINED). Self is active.
+  bool peerActive(int r) const {
+    return r >= 0 && static_cast<size_t>(r) < active_.size() && active_[r] != 0;
+  }
+  // The group's epoch as this rank knows it: 1 at formation, + 1 for each
+  // re-formation seen (a replacement starts at the epoch it joined).
+  uint64_t epoch() const { return view_.epoch; }
+
  private:
   explicit Communicator(CommunicatorOptions options) : options_(std::move(options)) {}
   absl::Status Setup();
@@ -118,6 +146,8 @@ class MOONCAKE_API Communicator {
   absl::StatusOr<GroupView> JoinWithExport();
   absl::Status PrepareRdma();
   absl::Status ConnectRdma(const GroupView& view);
+  absl::Status ReleasePeer(uint32_t r);
+  absl::Status AdmitPeer(const SessionEvent& joined);
 
   CommunicatorOptions options_;
   std::unique_ptr<Client> client_;
@@ -125,6 +155,7 @@ class MOONCAKE_API Communicator {
   std::unique_ptr<device::BrokeredP2pTransport> transport_;
   std::unique_ptr<DaemonRdmaTransport> rdma_;
   std::vector<int> rdma_mask_;  // [world_size]: 1 = RDMA peer
+  std::vector<int> active_;     // [world_size]: 1 = in the group now
   void* buffer_ = nullptr;
   GroupView view_;
   device::CommCtx ctx_{};

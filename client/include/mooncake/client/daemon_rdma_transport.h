@@ -106,6 +106,15 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   absl::Status connectEndpoints(int local_rank,
                                 const std::vector<std::optional<RdmaEndpointInfo>>& peers,
                                 const std::vector<int>& peer_mask);
+  // Elastic groups: rank `peer` was lost. Destroys this rank's queue pairs
+  // toward it and creates fresh ones in the same slots, unconnected and
+  // hidden from the context (a kernel finds no route to `peer`: kNoRoute);
+  // endpoint() publishes their numbers. Queue pairs toward other peers are
+  // not touched. Stop posting to `peer` first.
+  absl::Status replaceQueuePairsToward(int peer);
+  // Elastic groups: connects the queue pairs replaceQueuePairsToward made
+  // to the replacement's endpoint `e` and shows them to the context again.
+  absl::Status connectReplacement(int local_rank, int peer, const RdmaEndpointInfo& e);
   device::IbgdaContext ibgdaContext() const;
   const RdmaNodeInfo& nodeInfo() const { return info_; }
   // The NIC this rank's QPs are on (after initialize), and why.
@@ -163,6 +172,9 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   void* uar_page_ = nullptr;
   size_t uar_page_bytes_ = 0;
   uint64_t uar_register_dev_ = 0;
+  // Fresh queue pairs toward a lost rank, kept out of the context until
+  // connectReplacement: (slot, its context).
+  std::vector<std::pair<size_t, device::IbgdaQpDevCtx>> parked_;
 };
 
 }  // namespace mooncake

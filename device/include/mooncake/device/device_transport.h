@@ -186,6 +186,18 @@ class MOONCAKE_API BrokeredP2pTransport : public P2pTransport {
   virtual absl::Status mapPeers(void* local_ptr, int rank, int num_ranks,
                                 std::vector<PeerBuffer> peers,
                                 const std::vector<int>& active_ranks_mask);
+
+  // (not upstream) Elastic groups. After an import (mapPeers or
+  // importPeerHandles), marks rank `peer` unavailable in the tables (a
+  // kernel then finds no P2P route to it) and keeps its mapping, so a
+  // kernel still writing to it touches live memory; remapPeer replaces it.
+  // Every other peer is left as it is. Default: Unimplemented.
+  virtual absl::Status markPeerUnavailable(int peer);
+  // (not upstream) Elastic groups: maps rank `peer`'s new buffer (a
+  // replacement process's), verifies it and marks it available; its old
+  // mapping, if any, is unmapped first: stop kernels that use the peer
+  // before calling. Other peers are not touched. Default: Unimplemented.
+  virtual absl::Status remapPeer(int peer, PeerBuffer buffer);
 };
 
 // ---------------------------------------------------------------------------

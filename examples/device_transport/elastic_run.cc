@@ -1,0 +1,283 @@
+#include "elastic_run.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "mooncake/device/comm_device.h"
+
+namespace mooncake::example {
+namespace {
+
+using device::McCmp;
+using device::McStatus;
+
+int64_t NowUs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
+}
+
+// Layout of the symmetric buffer (ElasticBufferBytes):
+//   flag word of source s                 FlagOffset(s)
+//   inbox of source s, parity p           kSignalBytes + (2 s + p) msg
+//   outbox toward d (RDMA source bytes)   kSignalBytes + (2 n + d) msg
+struct Layout {
+  size_t msg;
+  int n;
+  size_t Inbox(int src, uint64_t seq) const {
+    return kSignalBytes + (2 * static_cast<size_t>(src) + (seq & 1)) * msg;
+  }
+  size_t Outbox(int dst) const {
+    return kSignalBytes + (2 * static_cast<size_t>(n) + static_cast<size_t>(dst)) * msg;
+  }
+};
+
+uint8_t Byte(size_t i, int src, int dst, uint64_t seq) {
+  return PatternByte(i + static_cast<size_t>(seq) * 17u, src, dst);
+}
+
+class ElasticLoop {
+ public:
+  ElasticLoop(Communicator& comm, const ElasticOptions& o)
+      : comm_(comm),
+        o_(o),
+        n_(comm.worldSize()),
+        me_(comm.rank()),
+        at_{o.msg_bytes, comm.worldSize()},
+        buf_(static_cast<uint8_t*>(comm.buffer())),
+        sent_(n_, 0),
+        received_(n_, 0),
+        admitted_(n_, false) {}
+
+  RunResult Run();
+
+ private:
+  void Say(const std::string& line) {
+    std::cout << "rank " << me_ << ": " << line << " t=" << NowUs() << std::endl;
+  }
+  uint64_t* Flag(int src) { return reinterpret_cast<uint64_t*>(buf_ + FlagOffset(src)); }
+  // Drains pending events; false (with the reason in *why) when the run
+  // cannot go on.
+  bool PollEvents(absl::Duration wait, std::string* why);
+  bool Send(int dst, std::string* why);
+  std::set<int> ActivePeers() const {
+    std::set<int> out;
+    for (int r = 0; r < n_; ++r) {
+      if (r != me_ && comm_.peerActive(r)) out.insert(r);
+    }
+    return out;
+  }
+
+  Communicator& comm_;
+  const ElasticOptions o_;
+  const int n_, me_;
+  const Layout at_;
+  uint8_t* const buf_;
+  std::vector<uint64_t> sent_, received_;
+  std::vector<bool> admitted_;  // replacement not yet exchanged with
+  int rejoins_ = 0;
+  int degraded_rounds_ = -1;  // >= 0 while counting after a loss
+  std::vector<int> lost_;
+};
+
+bool ElasticLoop::PollEvents(absl::Duration wait, std::string* why) {
+  for (std::optional<SessionEvent> ev = comm_.client().nextEvent(wait); ev;
+       ev = comm_.client().nextEvent(absl::ZeroDuration())) {
+    using K = SessionEvent::Kind;
+    if (ev->kind == K::kDaemonShutdown || ev->kind == K::kDisconnected) {
+      *why = absl::StrCat("lost the daemon: ", ev->detail);
+      return false;
+    }
+    const int r = static_cast<int>(ev->rank);
+    if (ev->kind == K::kLost || ev->kind == K::kLeft) {
+      Say(absl::StrCat(ev->kind == K::kLost ? "LOST" : "LEFT", " rank ", r));
+      if (absl::Status s = comm_.handleEvent(*ev); !s.ok()) {
+        *why = std::string(s.message());
+        return false;
+      }
+      // Nothing more comes from the old process; its replacement starts
+      // the pair's count again.
+      sent_[r] = received_[r] = 0;
+      __atomic_store_n(Flag(r), uint64_t{0}, __ATOMIC_RELEASE);
+      Say(absl::StrCat("RELEASED rank ", r));
+      if (ev->kind == K::kLost) {
+        lost_.push_back(r);
+        degraded_rounds_ = 0;
+      }
+    } else if (ev->kind == K::kJoined) {
+      if (absl::Status s = comm_.handleEvent(*ev); !s.ok()) {
+        *why = std::string(s.message());
+        return false;
+      }
+      admitted_[r] = true;
+      ++rejoins_;
+      Say(absl::StrCat("ADMITTED rank ", r, " epoch ", ev->epoch));
+    }
+  }
+  return true;
+}
+
+bool ElasticLoop::Send(int dst, std::string* why) {
+  const device::CommCtx& ctx = comm_.ctx();
+  const device::McPeer peer = device::mc_peer(ctx, dst);
+  const uint64_t seq = ++sent_[dst];
+  std::vector<uint8_t> msg(at_.msg);
+  for (size_t i = 0; i < at_.msg; ++i) msg[i] = Byte(i, me_, dst, seq);
+  uint8_t* inbox = buf_ + at_.Inbox(me_, seq);  // symmetric: my inbox at dst
+  const void* from = msg.data();
+  if (device::mc_peer_is_rdma(peer)) {
+    // The NIC reads registered memory, later: stage in this rank's outbox.
+    std::memcpy(buf_ + at_.Outbox(dst), msg.data(), at_.msg);
+    from = buf_ + at_.Outbox(dst);
+  }
+  McStatus st = device::mc_put_thread(peer, inbox, from, at_.msg);
+  if (st == McStatus::kOk) st = device::mc_signal(peer, Flag(me_), seq);
+  if (st == McStatus::kOk && device::mc_peer_is_rdma(peer)) st = device::mc_qp_quiet(peer.qp);
+  if (st != McStatus::kOk) {
+    *why = absl::StrCat("sending #", seq, " to rank ", dst, " failed (status ",
+                        static_cast<int>(st), ")");
+    return false;
+  }
+  return true;
+}
+
+RunResult ElasticLoop::Run() {
+  RunResult result;
+  const int needed = comm_.epoch() > 1 ? 0 : o_.expect_rejoins;
+  if (comm_.epoch() > 1) {
+    // A replacement: every peer is new to it as it is to them.
+    for (int r = 0; r < n_; ++r) admitted_[r] = r != me_;
+  }
+  int rdma_peers = 0;
+  for (int r = 0; r < n_; ++r) rdma_peers += comm_.rdmaPeer(r) ? 1 : 0;
+  Say(absl::StrCat("START epoch ", comm_.epoch(), " rdma_peers ", rdma_peers));
+  int full_rounds = 0;
+  uint64_t round = 0;
+  std::string why;
+  for (;;) {
+    ++round;
+    if (!PollEvents(absl::ZeroDuration(), &why)) break;
+    std::set<int> peers = ActivePeers();
+    // Sends: a failure to a peer is expected when it was just lost; its
+    // LOST event takes it out of the round.
+    std::set<int> waiting;
+    std::map<int, std::string> send_failed;
+    for (int step = 1; step < n_; ++step) {
+      const int dst = (me_ + step) % n_;
+      if (peers.count(dst) == 0) continue;
+      std::string send_error;
+      if (!Send(dst, &send_error)) send_failed[dst] = send_error;
+      waiting.insert(dst);
+    }
+    // Receives, in slices: a wait on a lost rank comes back with a status
+    // (mc_wait_until_for) and the host handles the event.
+    int64_t stalled_since = NowUs();
+    bool failed = false;
+    while (!waiting.empty()) {
+      bool progress = false;
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        const int src = *it;
+        if (!comm_.peerActive(src)) {  // lost meanwhile
+          it = waiting.erase(it);
+          continue;
+        }
+        const uint64_t want = received_[src] + 1;
+        uint64_t seen = 0;
+        if (!device::mc_wait_until_for(Flag(src), McCmp::kGe, want, 200'000, &seen)) {
+          ++it;
+          continue;
+        }
+        const uint8_t* inbox = buf_ + at_.Inbox(src, want);
+        uint64_t bad = 0;
+        for (size_t i = 0; i < at_.msg; ++i) bad += inbox[i] != Byte(i, src, me_, want);
+        if (bad != 0) {
+          result.bad_bytes += bad;
+          why = absl::StrCat(bad, " of ", at_.msg, " bytes wrong in message #", want, " from rank ",
+                             src);
+          failed = true;
+          break;
+        }
+        received_[src] = want;
+        progress = true;
+        it = waiting.erase(it);
+      }
+      if (failed) break;
+      if (progress) stalled_since = NowUs();
+      if (waiting.empty()) break;
+      if (!PollEvents(absl::ZeroDuration(), &why)) {
+        failed = true;
+        break;
+      }
+      if (static_cast<uint64_t>(NowUs() - stalled_since) * 1000 > o_.timeout_ns) {
+        why = absl::StrCat("timed out waiting for ranks ", absl::StrJoin(waiting, ","),
+                           " (no message and no LOST event)");
+        failed = true;
+        break;
+      }
+    }
+    // A send that failed is fine only for a peer that is gone: its LOST
+    // (or LEFT) event may come after the failure, so wait for it.
+    const int64_t grace_from = NowUs();
+    while (!failed) {
+      auto still = std::find_if(send_failed.begin(), send_failed.end(),
+                                [this](const auto& kv) { return comm_.peerActive(kv.first); });
+      if (still == send_failed.end()) break;
+      if (static_cast<uint64_t>(NowUs() - grace_from) * 1000 > o_.timeout_ns) {
+        why = still->second + " and the rank was not reported lost";
+        failed = true;
+        break;
+      }
+      if (!PollEvents(absl::Milliseconds(5), &why)) failed = true;
+    }
+    if (failed) {
+      if (why.empty()) why = "exchange failed";
+      break;
+    }
+    for (int r : peers) {
+      if (admitted_[r] && comm_.peerActive(r)) {
+        admitted_[r] = false;
+        Say(absl::StrCat("EXCHANGED rank ", r, " epoch ", comm_.epoch()));
+      }
+    }
+    const std::set<int> now = ActivePeers();
+    const bool full = static_cast<int>(now.size()) == n_ - 1 && now == peers;
+    if (degraded_rounds_ >= 0 && !full && ++degraded_rounds_ == o_.degraded_report_rounds) {
+      std::vector<int> active = {me_};
+      active.insert(active.end(), now.begin(), now.end());
+      std::sort(active.begin(), active.end());
+      Say(absl::StrCat("DEGRADED-OK active ", absl::StrJoin(active, ","), " rounds ",
+                       degraded_rounds_));
+    }
+    if (full) degraded_rounds_ = -1;
+    // Rounds count once the awaited replacements are in; ranks that
+    // finished and left shrink the group (LEFT), they do not stop it.
+    if (rejoins_ >= needed) ++full_rounds;
+    if (rejoins_ >= needed && full_rounds >= o_.rounds) {
+      result.ok = true;
+      result.message = absl::StrCat(round, " rounds, ", rejoins_,
+                                    " replacement(s) admitted, epoch ", comm_.epoch());
+      return result;
+    }
+    if (o_.interval_us > 0) ::usleep(static_cast<useconds_t>(o_.interval_us));
+  }
+  result.message = why;
+  return result;
+}
+
+}  // namespace
+
+RunResult RunElasticHost(Communicator& comm, const ElasticOptions& options) {
+  return ElasticLoop(comm, options).Run();
+}
+
+}  // namespace mooncake::example

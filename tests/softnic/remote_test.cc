@@ -1,0 +1,250 @@
+// softnic across nodes at the engine level (issue 9 item 5): two engines in
+// one process stand for two nodes, and a loopback RemoteLink carries the
+// requester's batches to the other engine's ExecuteForPeer on a thread of
+// its own, as the peer port does. The contract is the local one: data and
+// atomics land, CQEs come in order with the same syndromes, an error flushes
+// what follows, and an unreachable or unconnected peer reads
+// TRANSPORT_RETRY_EXC_ERR. (The peer port itself runs in
+// tests/integration/cluster_groups_test.cc.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "raw_qp.h"
+#include "softnic/engine.h"
+#include "softnic/remote_link.h"
+
+namespace mooncake::softnic {
+namespace {
+
+using test_util::CqeBytes;
+using test_util::CqeOpcode;
+using test_util::CqeSyndrome;
+using test_util::FindQp;
+using test_util::RawQp;
+namespace mlx5 = ::mooncake::device::mlx5;
+
+// Delivers batches to `peer` as node `self`, one at a time, on its own
+// thread; `down` makes it fail them as an unreachable node would.
+class LoopbackLink final : public RemoteLink {
+ public:
+  LoopbackLink(Engine* peer, std::string self)
+      : peer_(peer), self_(std::move(self)), thread_([this] { Serve(); }) {}
+  ~LoopbackLink() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void Send(RemoteBatch batch, RemoteDone done) override {
+    absl::MutexLock lock(&mu_);
+    jobs_.emplace_back(std::move(batch), std::move(done));
+  }
+  std::atomic<bool> down{false};
+  std::atomic<int> batches{0};
+
+ private:
+  void Serve() {
+    while (true) {
+      std::pair<RemoteBatch, RemoteDone> job;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !jobs_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      ++batches;
+      if (down) {
+        job.second(absl::UnavailableError("node-b unreachable"));
+        continue;
+      }
+      std::vector<ResponderResult> out;
+      for (const RemoteOp& op : job.first.ops) {
+        ResponderOp r;
+        r.kind = op.kind;
+        r.remote_qpn = op.responder_qpn;
+        r.raddr = op.raddr;
+        r.rkey = op.rkey;
+        r.source = ByteSpan{MemoryKind::kHost, reinterpret_cast<uintptr_t>(op.data.data()),
+                            op.data.size()};
+        r.add = op.add;
+        r.field_boundary = op.field_boundary;
+        out.push_back(peer_->ExecuteForPeer(self_, job.first.requester_qpn, r));
+        if (out.back().syndrome != 0) break;
+      }
+      job.second(std::move(out));
+    }
+  }
+
+  Engine* const peer_;
+  const std::string self_;
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<RemoteBatch, RemoteDone>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
+constexpr uint64_t kBytes = 8u << 20;
+
+class RemoteTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto a = SharedMapping::Anonymous(kBytes);
+    auto b = SharedMapping::Anonymous(kBytes);
+    ASSERT_TRUE(a.ok() && b.ok());
+    mem_a_ = *a;
+    mem_b_ = *b;
+    for (uint64_t i = 0; i < kBytes; ++i) mem_a_->data()[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::memset(mem_b_->data(), 0, kBytes);
+    key_a_ = Register(a_, 1, mem_a_, kLocalWrite);
+    key_b_ = Register(b_, 2, mem_b_, kRemoteWrite | kRemoteAtomic);
+    link_ = std::make_shared<LoopbackLink>(&b_, "node-a");
+    a_.SetRemoteLink(link_);
+    b_.SetRemoteLink(std::make_shared<LoopbackLink>(&a_, "node-b"));
+    requester_ = RawQp::Create(a_, 1, 64, 64);
+    responder_ = RawQp::Create(b_, 2, 4, 4);
+    ASSERT_NE(requester_, nullptr);
+    ASSERT_NE(responder_, nullptr);
+    ASSERT_TRUE(a_.ConnectRemote(1, requester_->qpn(), "node-b", responder_->qpn()).ok());
+    ASSERT_TRUE(b_.ConnectRemote(2, responder_->qpn(), "node-a", requester_->qpn()).ok());
+    a_.Start();
+    b_.Start();
+  }
+  void TearDown() override {
+    a_.Stop();
+    b_.Stop();
+    a_.SetRemoteLink(nullptr);
+    b_.SetRemoteLink(nullptr);
+  }
+  static uint32_t Register(Engine& e, PdId pd, std::shared_ptr<SharedMapping> m, uint32_t access) {
+    RegionSpec spec;
+    spec.pd = pd;
+    spec.iova = kIova;
+    spec.length = kBytes;
+    spec.access = access;
+    spec.mapping = std::move(m);
+    auto key = e.RegisterRegion(spec);
+    EXPECT_TRUE(key.ok()) << key.status();
+    return key.value_or(0);
+  }
+  void Write(uint64_t off_a, uint64_t off_b, uint32_t n, uint32_t rkey = 0) {
+    mlx5::Wqe64 w;
+    mlx5::build_rdma_write(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                           kIova + off_b, rkey == 0 ? key_b_ : rkey, kIova + off_a, key_a_, n);
+    requester_->Write(w);
+  }
+
+  static constexpr uint64_t kIova = 0x10000000;
+  Engine a_, b_;
+  std::shared_ptr<SharedMapping> mem_a_, mem_b_;
+  uint32_t key_a_ = 0, key_b_ = 0;
+  std::shared_ptr<LoopbackLink> link_;
+  std::unique_ptr<RawQp> requester_, responder_;
+};
+
+TEST_F(RemoteTest, WritesAndAtomicsLandOnTheOtherNodeWithCqesInOrder) {
+  // A small write, a 3 MiB write (several operations on the wire) and the
+  // two atomics, in one ring.
+  Write(0, 0, 100);
+  Write(4096, 65536, 3u << 20);
+  mlx5::Wqe64 w;
+  mlx5::build_atomic_fa64(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                          kIova + 8, key_b_, 5, kIova + (6u << 20), key_a_);
+  requester_->Write(w);
+  mlx5::build_masked_fa32(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                          kIova + 16, key_b_, 7, kIova + (6u << 20) + 64, key_a_);
+  requester_->Write(w);
+  // 100 bytes at 0 wrote bytes 8..15 and 16..19 too: remember them.
+  uint64_t before64;
+  std::memcpy(&before64, mem_a_->data() + 8, 8);
+  uint32_t before32;
+  std::memcpy(&before32, mem_a_->data() + 16, 4);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(requester_->Next(&c)) << "CQE " << i;
+    EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << "CQE " << i << " syndrome " << int(CqeSyndrome(c));
+    EXPECT_EQ(test_util::CqeCounter(c), i);
+    if (i == 1) EXPECT_EQ(CqeBytes(c), 3u << 20);
+  }
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 20, mem_a_->data() + 20, 80), 0);
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 65536, mem_a_->data() + 4096, 3u << 20), 0);
+  uint64_t now64;
+  std::memcpy(&now64, mem_b_->data() + 8, 8);
+  EXPECT_EQ(now64, before64 + 5);
+  uint64_t fetched64;
+  std::memcpy(&fetched64, mem_a_->data() + (6u << 20), 8);
+  EXPECT_EQ(fetched64, before64);  // host order, as a ConnectX returns it
+  uint32_t fetched32;
+  std::memcpy(&fetched32, mem_a_->data() + (6u << 20) + 64, 4);
+  EXPECT_EQ(mlx5::be32(fetched32), before32);  // big-endian (extended atomics)
+  EXPECT_GE(link_->batches.load(), 1);
+  EXPECT_EQ(FindQp(a_, requester_->qpn()).remote_node, "node-b");
+}
+
+TEST_F(RemoteTest, AResponderErrorCompletesWithItsSyndromeAndFlushesTheRest) {
+  Write(0, 0, 64);
+  Write(0, 128, 64, /*rkey=*/key_b_ ^ 0x5a5a);  // unknown there
+  Write(0, 256, 64);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReqErr);
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndRemoteAccessErr);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndWrFlushErr);
+  EXPECT_EQ(mem_b_->data()[256], 0) << "a WQE after the error was executed";
+  EXPECT_EQ(FindQp(a_, requester_->qpn()).state, QpState::kError);
+}
+
+TEST_F(RemoteTest, AnUnreachableNodeOrAnUnconnectedResponderReadsRetryExceeded) {
+  link_->down = true;
+  Write(0, 0, 64);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndTransportRetryExcErr);
+
+  // A second requester whose responder is connected to someone else.
+  link_->down = false;
+  auto stranger = RawQp::Create(a_, 1, 4, 4);
+  ASSERT_NE(stranger, nullptr);
+  ASSERT_TRUE(a_.ConnectRemote(1, stranger->qpn(), "node-b", responder_->qpn()).ok());
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, stranger->qpn(), kUpd, kIova, key_b_, kIova, key_a_, 64);
+  stranger->Write(w);
+  stranger->Ring();
+  ASSERT_TRUE(stranger->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndTransportRetryExcErr);
+  EXPECT_EQ(mem_b_->data()[10], 0);
+}
+
+TEST(RemoteConnect, NeedsALinkAndARemoteQpn) {
+  Engine e;
+  auto qp = RawQp::Create(e, 1, 4, 4);
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5).code(),
+            absl::StatusCode::kFailedPrecondition);
+  Engine peer;
+  e.SetRemoteLink(std::make_shared<LoopbackLink>(&peer, "node-a"));
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.ConnectRemote(2, qp->qpn(), "node-b", 5).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(e.ConnectRemote(1, qp->qpn(), "node-b", 5).ok());
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5).code(),
+            absl::StatusCode::kFailedPrecondition);
+  e.SetRemoteLink(nullptr);
+}
+
+}  // namespace
+}  // namespace mooncake::softnic

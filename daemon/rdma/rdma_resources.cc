@@ -145,8 +145,9 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     budget_.Release(session.id, cost);
     return region.status();
   }
-  mr_owner_[region->lkey] = MrEntry{Owner{session.id, session.cred.uid, session.cred.pid},
-                                    map_bytes, region->listed_kind};
+  mr_owner_[region->lkey] =
+      MrEntry{Owner{session.id, session.cred.uid, session.cred.pid, session.tenant}, map_bytes,
+              region->listed_kind};
   return Registered{region->lkey, region->rkey, region->listed_kind};
 }
 
@@ -260,7 +261,8 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
       controls_[id] = ControlEntry{session.id, map_bytes, static_cast<uint32_t>(qpns.size())};
       for (uint32_t qpn : qpns) {
         qp_owner_[qpn] =
-            QpEntry{Owner{session.id, session.cred.uid, session.cred.pid}, id, false, false};
+            QpEntry{Owner{session.id, session.cred.uid, session.cred.pid, session.tenant}, id,
+                    false, false};
       }
       return qpns;
     }
@@ -323,7 +325,8 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
       }
       auto remote = qp_owner_.find(c.remote_qpn);
       // Another user's QP reads as missing: no oracle for probing numbers.
-      if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid) {
+      if (remote == qp_owner_.end() || remote->second.owner.uid != session.cred.uid ||
+          remote->second.owner.tenant != session.tenant) {
         return absl::NotFoundError(
             absl::StrCat("remote queue pair ", c.remote_qpn, " does not exist on this node"));
       }

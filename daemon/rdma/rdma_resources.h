@@ -195,6 +195,7 @@ class RdmaResources {
     uint64_t session = 0;
     uint32_t uid = 0;
     int32_t pid = 0;
+    std::string tenant;  // the accepting socket's; QPs connect only within one
   };
   // The mutex that serializes `session`'s calls reaching the provider (and
   // its end, which waits for them); made on first use.

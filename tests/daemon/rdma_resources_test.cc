@@ -42,8 +42,9 @@ QpLayout Layout(uint64_t slot, uint32_t depth) {
 
 class RdmaResourcesTest : public ::testing::Test {
  protected:
-  SessionInfo Open(uint32_t uid, int conn) {
-    absl::StatusOr<SessionInfo> s = sessions_.Open(PeerCred{100 + conn, uid, uid}, conn, "t");
+  SessionInfo Open(uint32_t uid, int conn, std::string tenant = {}) {
+    absl::StatusOr<SessionInfo> s =
+        sessions_.Open(PeerCred{100 + conn, uid, uid}, conn, "t", std::move(tenant));
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -107,6 +108,20 @@ TEST_F(RdmaResourcesTest, ConnectsOnlyToQpsOfTheSameUid) {
   for (const QpRow& row : rdma_.ListQps(1000, false)) {
     EXPECT_EQ(row.info.state, softnic::QpState::kRts);
   }
+}
+
+TEST_F(RdmaResourcesTest, ConnectsOnlyWithinOneTenantOfTheUid) {
+  // Pods of one uid on two tenant sockets: neither reaches the other's QP.
+  SessionInfo a = Open(0, 20, "team-a"), b = Open(0, 21, "team-b"), a2 = Open(0, 22, "team-a");
+  const uint32_t depth = 4;
+  const uint64_t bytes = 2 * (2ull * depth * 64 + 64);
+  auto qa = rdma_.CreateQueuePairs(a, Memfd(bytes, true), bytes, {Layout(0, depth)});
+  auto qb = rdma_.CreateQueuePairs(b, Memfd(bytes, true), bytes, {Layout(0, depth)});
+  auto qa2 = rdma_.CreateQueuePairs(a2, Memfd(bytes, true), bytes, {Layout(0, depth)});
+  ASSERT_TRUE(qa.ok() && qb.ok() && qa2.ok());
+  EXPECT_EQ(rdma_.Connect(a, {{(*qa)[0], (*qb)[0]}}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(rdma_.Connect(b, {{(*qb)[0], (*qa)[0]}}).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(rdma_.Connect(a, {{(*qa)[0], (*qa2)[0]}}).ok());
 }
 
 TEST_F(RdmaResourcesTest, SessionEndReleasesEverythingAndLaterCallsFail) {

@@ -519,32 +519,7 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   v.members.reserve(resp.members_size());
   // Move the strings out: at 256 ranks a view holds 65536 of them per process.
   for (v1::MemberView& m : *resp.mutable_members()) {
-    GroupMember g;
-    g.rank = m.rank();
-    g.node_id = std::move(*m.mutable_node_id());
-    g.pid = m.pid();
-    g.gpu_index = m.gpu_index();
-    g.gpu_uuid = std::move(*m.mutable_gpu_uuid());
-    g.gpu_pci_bus_id = std::move(*m.mutable_gpu_pci_bus_id());
-    g.handle_kind = std::move(*m.mutable_handle_kind());
-    g.handle_data = std::move(*m.mutable_handle_data());
-    g.handle_size = m.handle_size();
-    g.fd_ticket = std::move(*m.mutable_fd_ticket());
-    g.fd_count = m.fd_count();
-    g.same_node = m.same_node();
-    g.p2p_reachable = m.p2p_reachable();
-    g.native_atomics = m.native_atomics();
-    if (m.has_rdma()) {
-      RdmaEndpointInfo r;
-      r.raddr = m.rdma().raddr();
-      r.rkey = m.rdma().rkey();
-      r.qps_per_peer = m.rdma().qps_per_peer();
-      r.qpns.assign(m.rdma().qpns().begin(), m.rdma().qpns().end());
-      r.nic = m.rdma().nic();
-      if (!m.same_node()) r.node = g.node_id;
-      g.rdma = std::move(r);
-    }
-    v.members.push_back(std::move(g));
+    v.members.push_back(MemberFromProto(std::move(m)));
   }
   return v;
 }

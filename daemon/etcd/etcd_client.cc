@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "etcd/etcd_internal.h"
@@ -53,6 +54,47 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_vi
         absl::StrCat("etcd TLS ", setting, " '", path, "' is empty; it must hold PEM data"));
   }
   return text;
+}
+
+// What a failed connection to `e` means, in the settings' terms, from
+// gRPC's text; empty when the text says nothing more specific. gRPC names
+// neither cause itself: a server that refuses the client's certificate
+// shows as a read failure after the handshake (TLS 1.3 sends that alert
+// late; TLS 1.2 as an alert in the handshake), and a server that speaks
+// the other protocol as a socket closed before any answer.
+std::string ExplainConnectFailure(const EtcdEndpoint& e, const EtcdOptions& o,
+                                  absl::string_view error) {
+  const bool closed =
+      absl::StrContains(error, "Socket closed") || absl::StrContains(error, "Connection reset");
+  if (!e.tls) {
+    if (!closed && !absl::StrContains(error, "Endpoint read failed")) return "";
+    return "the member accepted the connection and closed it without an answer: if it serves "
+           "TLS, write https:// and set the etcd TLS files";
+  }
+  if (absl::StrContains(error, "certificate verify failed")) {
+    return absl::StrCat(
+        "the server's certificate is not signed by ",
+        o.ca_file.empty()
+            ? "a CA this system trusts (set the etcd TLS ca_file to the CA that signed it)"
+            : absl::StrCat("the CA in the etcd TLS ca_file '", o.ca_file, "'"),
+        ", or does not name the host of ", e.target);
+  }
+  if (absl::StrContains(error, "Endpoint read failed") || absl::StrContains(error, "alert")) {
+    if (o.cert_file.empty()) {
+      return "the server ended the TLS connection: it requires a client certificate (etcd "
+             "--client-cert-auth) and none was given; set the etcd TLS cert_file and key_file "
+             "to a certificate of the CA etcd trusts (etcd --trusted-ca-file)";
+    }
+    return absl::StrCat(
+        "the server ended the TLS connection: it refused the client certificate "
+        "in the etcd TLS cert_file '",
+        o.cert_file, "'; it must be signed by the CA etcd trusts (etcd --trusted-ca-file)");
+  }
+  if (closed) {
+    return "the member closed the connection in the TLS handshake: if it serves plaintext, "
+           "write http:// and drop the etcd TLS files";
+  }
+  return "";
 }
 
 grpc::ChannelArguments MakeChannelArguments() {
@@ -330,14 +372,20 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Connect(EtcdOptions opti
     if (absl::Now() >= deadline) break;
   }
   std::vector<std::string> tried;
+  bool explained = false;
   for (size_t i = 0; i < n; ++i) {
-    tried.push_back(absl::StrCat(client->members_[i].address.url, " (", last_error[i], ")"));
+    const EtcdEndpoint& e = client->members_[i].address;
+    const std::string why = ExplainConnectFailure(e, client->options_, last_error[i]);
+    explained = explained || !why.empty();
+    tried.push_back(absl::StrCat(e.url, " (", why.empty() ? "" : absl::StrCat(why, "; gRPC: "),
+                                 last_error[i], ")"));
   }
-  return absl::UnavailableError(
-      absl::StrCat("etcd: no member answered Maintenance/Status within ",
-                   absl::FormatDuration(dial), ": ", absl::StrJoin(tried, "; "),
-                   ". Check that etcd is running and that the endpoints are its client URLs "
-                   "(etcd --advertise-client-urls)"));
+  return absl::UnavailableError(absl::StrCat(
+      "etcd: no member answered Maintenance/Status within ", absl::FormatDuration(dial), ": ",
+      absl::StrJoin(tried, "; "),
+      explained ? ""
+                : ". Check that etcd is running and that the endpoints are its client URLs "
+                  "(etcd --advertise-client-urls)"));
 }
 
 absl::Status EtcdClient::AwaitConnection(Member& member, absl::Time deadline,

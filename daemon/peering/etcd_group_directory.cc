@@ -218,13 +218,17 @@ void EtcdGroupDirectory::Withdraw(uint32_t uid, const std::string& tenant, const
   op.group = Key{uid, tenant, group};
   op.rank = rank;
   absl::MutexLock lock(&mu_);
-  // A claim still queued is dropped: nobody waits for it any more.
+  // A claim still queued is dropped: nobody waits for it any more. One the
+  // worker is running now must not come back either if it is postponed
+  // (etcd unreachable): it would be written after this withdrawal ran and
+  // hold the rank under the node's lease with nobody behind it.
   queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
                               [&](const Op& q) {
                                 return q.kind == Op::Kind::kClaim && q.group == op.group &&
                                        q.rank == rank;
                               }),
                queue_.end());
+  withdrawn_.insert({op.group, rank});
   queue_.push_back(std::move(op));
 }
 
@@ -404,6 +408,7 @@ void EtcdGroupDirectory::Postpone(std::vector<Op> ops, const absl::Status& why) 
     const absl::Time when = absl::Now() + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
     for (Op& op : ops) {
+      if (op.kind == Op::Kind::kClaim && withdrawn_.count({op.group, op.rank}) != 0) continue;
       if (op.kind == Op::Kind::kClaim && !op.told_unreachable) {
         op.told_unreachable = true;
         tell.emplace_back(op.done, why);
@@ -446,6 +451,12 @@ void EtcdGroupDirectory::Work() {
         }
       }
       queue_ = std::move(later);
+    }
+    // A new lease (the old one expired while etcd was out of reach): this
+    // node's records went with the old one; write them again under it.
+    if (const int64_t lease = options_.lease ? options_.lease() : 0;
+        lease != 0 && lease != published_lease_) {
+      if (published_lease_ == 0 || Republish(lease)) published_lease_ = lease;
     }
     if (resync) {
       if (absl::Status s = Resync(); !s.ok()) {
@@ -584,6 +595,62 @@ void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
   for (auto& [done, status] : failed) done(ClaimOutcome::kFailed, status);
 }
 
+bool EtcdGroupDirectory::Republish(int64_t lease) {
+  std::vector<std::pair<std::pair<Key, uint32_t>, ClusterMember>> mine;
+  {
+    absl::MutexLock lock(&mu_);
+    mine.assign(own_.begin(), own_.end());
+  }
+  size_t written = 0;
+  for (const auto& [where, me] : mine) {
+    const auto& [group, rank] = where;
+    const auto& [uid, tenant, name] = group;
+    const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
+    const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, rank);
+    // The world size first (it went with its creator's lease if that was
+    // this node's), then the rank unless another node took it meanwhile.
+    etcd::Txn m;
+    m.IfCreateRevision(meta, etcd::CompareOp::kEqual, 0)
+        .ThenPut(meta, absl::StrCat(me.world_size), lease);
+    etcd::Txn t;
+    t.IfCreateRevision(key, etcd::CompareOp::kEqual, 0)
+        .ThenPut(key, RecordJson(me, RecordState(me.state)), lease)
+        .ElseGet(key);
+    absl::StatusOr<etcd::TxnResult> r1 = etcd_->Commit(m);
+    absl::StatusOr<etcd::TxnResult> r2 =
+        r1.ok() ? etcd_->Commit(t) : absl::StatusOr<etcd::TxnResult>(r1.status());
+    if (!r2.ok()) {
+      if (Unreachable(r2.status())) {
+        NoteTrouble(r2.status());
+        return false;  // tried again on the worker's next pass
+      }
+      MC_LOG(kWarning, "etcd: could not publish rank ", rank, " of group '", name,
+             "' again: ", r2.status().message());
+      continue;
+    }
+    if (r2->succeeded) {
+      ++written;
+      continue;
+    }
+    const std::vector<etcd::KeyValue>& kvs = r2->responses.at(0).kvs;
+    absl::StatusOr<ClusterMember> holder =
+        kvs.empty() ? absl::NotFoundError("gone") : ParseRecord(kvs[0].value, rank);
+    if (holder.ok() && holder->node_id == options_.node_id && holder->pid == me.pid) {
+      // Ours already (written by a claim under the new lease): nothing to do.
+      continue;
+    }
+    MC_LOG(kWarning, "etcd: rank ", rank, " of group '", name,
+           "' was taken in the cluster while this node was out of reach",
+           holder.ok() ? absl::StrCat(" (by pid ", holder->pid, " on node ", holder->node_id, ")")
+                       : std::string());
+  }
+  if (!mine.empty()) {
+    MC_LOG(kInfo, "etcd: published ", written, " of this node's ", mine.size(),
+           " group ranks again under its new lease");
+  }
+  return true;
+}
+
 void EtcdGroupDirectory::RunMarkState(const Op& op) {
   ClusterMember me;
   {
@@ -594,7 +661,11 @@ void EtcdGroupDirectory::RunMarkState(const Op& op) {
     me = it->second;
   }
   const int64_t lease = options_.lease ? options_.lease() : 0;
-  if (lease == 0) return;  // our keys went with the old lease
+  if (lease == 0) {
+    // Written once the node is registered again (or republished with the
+    // state now in own_ under a new lease).
+    return Postpone({op}, absl::UnavailableError("this node is not registered in etcd"));
+  }
   const auto& [uid, tenant, name] = op.group;
   const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
   etcd::Txn t;
@@ -608,24 +679,33 @@ void EtcdGroupDirectory::RunMarkState(const Op& op) {
 }
 
 void EtcdGroupDirectory::RunWithdraw(const Op& op) {
-  bool last_here = false;
   {
     absl::MutexLock lock(&mu_);
-    if (own_.erase({op.group, op.rank}) == 0) return;  // never claimed, or already gone
-    auto next = own_.lower_bound({op.group, 0});
-    last_here = next == own_.end() || next->first.first != op.group;
+    withdrawn_.erase({op.group, op.rank});             // a later claim of the rank is a new one
+    if (own_.count({op.group, op.rank}) == 0) return;  // never claimed, or already gone
   }
+  // Until the delete is done the rank stays in own_: a record under a lease
+  // that etcd kept (it restarted) would otherwise stay there for good.
   const int64_t lease = options_.lease ? options_.lease() : 0;
-  if (lease == 0) return;
+  if (lease == 0) {
+    return Postpone({op}, absl::UnavailableError("this node is not registered in etcd"));
+  }
   const auto& [uid, tenant, name] = op.group;
   const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
   etcd::Txn t;
   t.IfLease(key, etcd::CompareOp::kEqual, lease).ThenDelete(key);
   absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(t);
+  if (!r.ok() && Unreachable(r.status())) return Postpone({op}, r.status());
+  bool last_here = false;
+  {
+    absl::MutexLock lock(&mu_);
+    own_.erase({op.group, op.rank});
+    auto next = own_.lower_bound({op.group, 0});
+    last_here = next == own_.end() || next->first.first != op.group;
+  }
   if (!r.ok()) {
-    // Not retried: the key goes with the lease at the latest.
     MC_LOG(kWarning, "etcd: could not withdraw rank ", op.rank, " of group '", name,
-           "': ", r.status().message());
+           "': ", r.status().message(), " (the record goes with this node's lease)");
     return;
   }
   if (last_here) {

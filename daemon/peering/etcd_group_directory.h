@@ -140,6 +140,9 @@ class EtcdGroupDirectory final : public GroupDirectory {
   void RunClaims(const Key& group, std::vector<Op> claims);
   void RunMarkState(const Op& op);
   void RunWithdraw(const Op& op);
+  // Writes own_ again under `lease` (a new one: the old lease and every key
+  // under it expired). False when etcd could not be reached.
+  bool Republish(int64_t lease);
   // Claims that could not reach etcd: answered kUnreachable once, queued again.
   void Postpone(std::vector<Op> ops, const absl::Status& why);
   void NoteTrouble(const absl::Status& status);
@@ -154,12 +157,16 @@ class EtcdGroupDirectory final : public GroupDirectory {
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   // Own records as written (MarkState rewrites them with a new state).
   std::map<std::pair<Key, uint32_t>, ClusterMember> own_ ABSL_GUARDED_BY(mu_);
+  // Ranks withdrawn while their claim may be running on the worker: such a
+  // claim is dropped instead of postponed.
+  std::set<std::pair<Key, uint32_t>> withdrawn_ ABSL_GUARDED_BY(mu_);
   std::string trouble_ ABSL_GUARDED_BY(mu_);
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(50);
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 
   std::unique_ptr<etcd::Watcher> watcher_;  // replaced only by the worker (or Start)
+  int64_t published_lease_ = 0;             // the worker's: own_ is written under it
   std::thread worker_;
 };
 

@@ -134,6 +134,11 @@ absl::Status NodeRegistry::Register(absl::Duration wait_out) {
     }
     absl::SleepFor(absl::Milliseconds(250));
   }
+  KeepLease(lease);
+  return absl::OkStatus();
+}
+
+void NodeRegistry::KeepLease(const etcd::Lease& lease) {
   auto keeper = std::make_unique<etcd::LeaseKeeper>(etcd_, lease, [this](const absl::Status& why) {
     absl::MutexLock lock(&mu_);
     lease_lost_ = true;
@@ -145,7 +150,6 @@ absl::Status NodeRegistry::Register(absl::Duration wait_out) {
   lease_ = lease.id;
   lease_lost_ = false;
   state_ = "registered";
-  return absl::OkStatus();
 }
 
 absl::Status NodeRegistry::StartWatch() {
@@ -223,7 +227,20 @@ void NodeRegistry::Reregister() {
     if (backoff == absl::Milliseconds(100)) {
       MC_LOG(kWarning, "etcd: this node's lease was lost; registering ", self_.node_id(), " again");
     }
-    absl::Status s = Register(absl::ZeroDuration());
+    // etcd restarted or was out of reach for a while: a restarted etcd
+    // keeps its leases (and renews them), so the old one may still hold
+    // this node's keys. Keeping it spares every other node a LOST for ranks
+    // that never went away. A new lease only once etcd said the old one is
+    // gone: registering while the answer is unknown would revoke it.
+    absl::StatusOr<bool> resumed = ResumeLease();
+    if (resumed.ok() && *resumed) {
+      MC_LOG(kInfo, "etcd: reached etcd again; node ", self_.node_id(),
+             " kept its lease (its keys never expired)");
+      backoff = absl::Milliseconds(100);
+      continue;
+    }
+    absl::Status s = resumed.ok() ? absl::OkStatus() : resumed.status();
+    if (s.ok()) s = Register(absl::ZeroDuration());
     if (s.ok()) {
       MC_LOG(kInfo, "etcd: node ", self_.node_id(), " registered again");
       backoff = absl::Milliseconds(100);
@@ -275,7 +292,33 @@ std::string NodeRegistry::state() const {
 
 int64_t NodeRegistry::lease_id() const {
   absl::MutexLock lock(&mu_);
-  return lease_;
+  // A lease the keeper gave up on may have expired in etcd: nothing may be
+  // written under it until it is known alive again (ResumeLease) or replaced.
+  return lease_lost_ ? 0 : lease_;
+}
+
+absl::StatusOr<bool> NodeRegistry::ResumeLease() {
+  int64_t old = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    old = lease_;
+  }
+  if (old == 0) return false;
+  const absl::Time asked = absl::Now();
+  absl::StatusOr<etcd::LeaseInfo> alive = etcd_->LeaseTimeToLive(old);
+  if (absl::IsNotFound(alive.status())) return false;  // expired: its keys are gone
+  MC_ASSIGN_OR_RETURN(etcd::LeaseInfo info, std::move(alive));
+  if (info.ttl_seconds <= 0) return false;
+  // The node's key is attached to the lease while it lives; check anyway
+  // (another instance could have taken the node id after a revoke).
+  MC_ASSIGN_OR_RETURN(std::optional<etcd::KeyValue> mine, etcd_->Get(key_));
+  if (!mine.has_value() || mine->lease != old) return false;
+  etcd::Lease lease;
+  lease.id = old;
+  lease.ttl_seconds = info.ttl_seconds;  // what is left: a conservative bound
+  lease.granted_at = asked;
+  KeepLease(lease);
+  return true;
 }
 
 void NodeRegistry::OnNodeEvent(std::function<void(const NodeEvent&)> callback) {

@@ -13,9 +13,13 @@
 // may still run), then AlreadyExists naming the holder: two daemons must
 // not share a node id.
 //
-// etcd lost later. The lease keeper reports the lease lost; a background
-// thread grants a new lease and registers again, backing off up to 2 s,
-// until it succeeds or Stop. state() says what is going on, for mcctl
+// etcd lost later. The lease keeper reports the lease lost and lease_id()
+// reads 0 (nothing is written under a lease that may have expired); a
+// background thread, once etcd answers, keeps the old lease when etcd still
+// has it (a restarted etcd restores and renews its leases, so the node's
+// keys never went), else grants a new lease and registers again (the group
+// directory then publishes its ranks again under it), backing off up to
+// 2 s, until it succeeds or Stop. state() says what is going on, for mcctl
 // status. Nodes() keeps the last view meanwhile (the watch reconnects by
 // itself); local work never waits on etcd.
 //
@@ -79,6 +83,8 @@ class NodeRegistry {
   // "registered", or what is wrong and what it is doing about it.
   std::string state() const;
   const v1::NodeRecord& self() const { return self_; }
+  // The lease to write this node's keys under; 0 while it is lost (or
+  // unknown: etcd out of reach for longer than the TTL).
   int64_t lease_id() const;
 
   // Called (on the watch's thread) for every node that appears or vanishes
@@ -94,6 +100,13 @@ class NodeRegistry {
   absl::Status StartWatch();
   void ApplyEvents(const std::vector<etcd::WatchEvent>& events);
   void Reregister();  // the background thread
+  // After a loss: when etcd still has the old lease alive and the node's
+  // key under it, keeps refreshing it and returns true; false when etcd
+  // says the lease (or the key under it) is gone; an error when etcd did
+  // not answer.
+  absl::StatusOr<bool> ResumeLease();
+  // Refreshes `lease` from now on (replacing the keeper) and writes under it.
+  void KeepLease(const etcd::Lease& lease);
 
   etcd::EtcdClient* const etcd_;
   const NodeRegistryOptions options_;

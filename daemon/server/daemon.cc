@@ -264,8 +264,8 @@ absl::Status Daemon::JoinCluster() {
     return absl::Status(client.status().code(),
                         absl::StrCat("cannot reach etcd (", config_.etcd_endpoints,
                                      "): ", client.status().message(),
-                                     "; start etcd, fix etcd_endpoints, or remove it to run this "
-                                     "node alone"));
+                                     "; start etcd, fix etcd_endpoints or the etcd_*_file TLS "
+                                     "settings, or remove etcd_endpoints to run this node alone"));
   }
   etcd_ = *std::move(client);
   v1::NodeRecord self;

@@ -1,13 +1,16 @@
 // The etcd client (daemon/etcd/) against a real etcd: KV, Txn, leases and
 // their keeper, prefix watches across a server restart, connection
-// failures and endpoint failover. Each test gets its own etcd (free ports,
-// temporary data directory). A missing etcd binary fails the tests; it is
-// never a skip.
+// failures and endpoint failover; and TLS to an etcd that requires client
+// certificates (made by openssl at test time). Each test gets its own etcd
+// (free ports, temporary data directory). A missing etcd binary fails the
+// tests; it is never a skip.
 #include "etcd/etcd_client.h"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +27,7 @@
 #include "etcd/etcd_watch.h"
 #include "etcd_test_server.h"
 #include "gtest/gtest.h"
+#include "test_certs.h"
 
 namespace mooncake::daemon::etcd {
 namespace {
@@ -238,6 +242,16 @@ TEST_F(EtcdTest, StatusNamesServerAndEndpoint) {
   EXPECT_NE(s->cluster_id, 0u);
   EXPECT_EQ(s->endpoint, server_->client_url());
   EXPECT_EQ(client_->preferred_endpoint(), server_->client_url());
+}
+
+TEST_F(EtcdTest, AnHttpsUrlAgainstAPlaintextServerFails) {
+  const std::string url = absl::StrCat("https://127.0.0.1:", server_->client_port());
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(OptionsFor({url}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), url)) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "if it serves plaintext, write http://"))
+      << c.status();
 }
 
 TEST_F(EtcdTest, PutGetOverwriteAndMissingKey) {
@@ -725,6 +739,129 @@ TEST_F(EtcdTest, RequestsFailWithUnavailableWhileEtcdIsDownAndRecover) {
   ASSERT_TRUE(server_->Restart().ok());
   put = client_->Put("/down/k", "v");
   EXPECT_TRUE(put.ok()) << put.status();
+}
+
+// ---- Over TLS: etcd --client-cert-auth, certificates made by openssl ----
+
+class EtcdTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::access(EtcdBinary().c_str(), X_OK), 0) << EtcdBinary() << " not found";
+    char tmpl[] = "/tmp/mc-etcd-tls-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    absl::StatusOr<mooncake::testing::TestCertificates> cluster =
+        mooncake::testing::MakeTestCa(dir_, "cluster");
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    absl::StatusOr<mooncake::testing::TestCertificates> rogue =
+        mooncake::testing::MakeTestCa(dir_, "rogue");
+    ASSERT_TRUE(rogue.ok()) << rogue.status();
+    cluster_ = *cluster;
+    rogue_ = *rogue;
+    server_.UseTls({cluster_.ca_file, cluster_.cert_file, cluster_.key_file});
+    const absl::Status started = server_.Start();
+    ASSERT_TRUE(started.ok()) << started;
+  }
+  void TearDown() override {
+    server_.Stop(SIGKILL);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  // The server's https:// URL with `ca` trusted and `client` (may be
+  // empty: none) as the client's certificate.
+  EtcdOptions Tls(const std::string& ca, const mooncake::testing::TestCertificates* client) {
+    EtcdOptions o = OptionsFor({server_.client_url()});
+    o.ca_file = ca;
+    if (client != nullptr) {
+      o.cert_file = client->cert_file;
+      o.key_file = client->key_file;
+    }
+    return o;
+  }
+
+  std::string dir_;
+  mooncake::testing::TestCertificates cluster_;
+  mooncake::testing::TestCertificates rogue_;
+  EtcdTestServer server_;
+};
+
+TEST_F(EtcdTlsTest, WithTheClustersCertificateKvTxnLeaseAndWatchWork) {
+  ASSERT_TRUE(absl::StartsWith(server_.client_url(), "https://")) << server_.client_url();
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c =
+      EtcdClient::Connect(Tls(cluster_.ca_file, &cluster_));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EtcdClient& client = **c;
+  absl::StatusOr<EtcdStatus> st = client.Status();
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->endpoint, server_.client_url());
+
+  EventLog log;
+  absl::StatusOr<std::unique_ptr<Watcher>> w = StartWatch(&client, "/tls/", 0, &log);
+  ASSERT_TRUE(w.ok()) << w.status();
+
+  ASSERT_TRUE(client.Put("/tls/a", "1").ok());
+  absl::StatusOr<std::optional<KeyValue>> got = client.Get("/tls/a");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->value, "1");
+
+  Txn txn;
+  txn.IfValue("/tls/a", CompareOp::kEqual, "1").ThenPut("/tls/a", "2").ElseGet("/tls/a");
+  absl::StatusOr<TxnResult> committed = client.Commit(txn);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_TRUE(committed->succeeded);
+
+  absl::StatusOr<Lease> lease = client.GrantLease(30);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(client.Put("/tls/leased", "x", lease->id).ok());
+  LeaseKeeper keeper(&client, *lease, [](const absl::Status&) {});
+  absl::StatusOr<LeaseInfo> info = client.LeaseTimeToLive(lease->id, /*with_keys=*/true);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->keys, std::vector<std::string>{"/tls/leased"});
+  keeper.Stop();
+  ASSERT_TRUE(client.RevokeLease(lease->id).ok());
+
+  ASSERT_TRUE(log.WaitForEvents(4, absl::Seconds(5))) << "got only " << log.lines().size();
+  const std::vector<std::string> want = {"PUT /tls/a=1", "PUT /tls/a=2", "PUT /tls/leased=x",
+                                         "DEL /tls/leased"};
+  EXPECT_EQ(log.lines(), want);
+  EXPECT_TRUE(log.errors().empty());
+  (*w)->Cancel();
+}
+
+TEST_F(EtcdTlsTest, WithoutAClientCertificateTheConnectFailsSayingSo) {
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c =
+      EtcdClient::Connect(Tls(cluster_.ca_file, nullptr));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), server_.client_url())) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "requires a client certificate")) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "cert_file and key_file")) << c.status();
+}
+
+TEST_F(EtcdTlsTest, AnotherCasCertificateIsRefusedSayingWhich) {
+  // A client certificate etcd's CA did not sign.
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c =
+      EtcdClient::Connect(Tls(cluster_.ca_file, &rogue_));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "refused the client certificate")) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), rogue_.cert_file)) << c.status();
+  // A server certificate the CA given did not sign.
+  c = EtcdClient::Connect(Tls(rogue_.ca_file, &cluster_));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "the server's certificate is not signed by"))
+      << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), rogue_.ca_file)) << c.status();
+}
+
+TEST_F(EtcdTlsTest, AnHttpUrlFailsClearly) {
+  const std::string url = absl::StrCat("http://127.0.0.1:", server_.client_port());
+  absl::StatusOr<std::unique_ptr<EtcdClient>> c = EtcdClient::Connect(OptionsFor({url}));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), url)) << c.status();
+  EXPECT_TRUE(Contains(c.status().message(), "if it serves TLS, write https://")) << c.status();
 }
 
 }  // namespace

@@ -5,8 +5,13 @@
 // reach a view. A missing etcd binary fails the tests; it is never a skip.
 #include "peering/etcd_group_directory.h"
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -66,7 +71,7 @@ class EtcdGroupDirectoryTest : public ::testing::Test {
     go.prefix = kPrefix;
     go.node_id = "self";
     go.instance_id = "i";
-    go.lease = [] { return int64_t{0}; };  // this test claims nothing
+    go.lease = [this] { return lease_.load(); };  // 0: not registered
     go.sink = [this](uint32_t uid, const std::string& tenant, const std::string& group,
                      uint32_t rank, std::optional<ClusterMember> m) {
       deliveries_.Add(uid, tenant, group, rank, m);
@@ -83,8 +88,47 @@ class EtcdGroupDirectoryTest : public ::testing::Test {
     ASSERT_TRUE(etcd_->Put(absl::StrCat(kPrefix, "/groups/", rest), value).ok());
   }
 
+  // Claims rank `rank` of group "g" (uid 1000, world size 2) as pid 500+rank
+  // and waits for the answer that is not kUnreachable.
+  ClaimOutcome ClaimAndWait(uint32_t rank) {
+    ClusterMember me;
+    me.rank = rank;
+    me.world_size = 2;
+    me.pid = 500 + static_cast<int>(rank);
+    auto answer = std::make_shared<std::promise<ClaimOutcome>>();
+    auto told = std::make_shared<std::atomic<bool>>(false);
+    directory_->Claim(1000, "", "g", me, [answer, told](ClaimOutcome o, const absl::Status&) {
+      if (o != ClaimOutcome::kUnreachable && !told->exchange(true)) answer->set_value(o);
+    });
+    std::future<ClaimOutcome> f = answer->get_future();
+    if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      return ClaimOutcome::kUnreachable;
+    }
+    return f.get();
+  }
+  // The lease of group g's rank key, 0 when absent.
+  int64_t RankLease(uint32_t rank) {
+    absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+        etcd_->Get(GroupRankKey(kPrefix, 1000, "", "g", rank));
+    return kv.ok() && kv->has_value() ? (*kv)->lease : 0;
+  }
+  // Polls `what` until it returns `want` (10 s at most).
+  template <typename F>
+  bool Await(F what, int64_t want) {
+    for (int i = 0; i < 1000; ++i) {
+      if (what() == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  int64_t Grant() {
+    absl::StatusOr<etcd::Lease> l = etcd_->GrantLease(30);
+    return l.ok() ? l->id : 0;
+  }
+
   etcd::testing::EtcdTestServer server_;
   std::unique_ptr<etcd::EtcdClient> etcd_;
+  std::atomic<int64_t> lease_{0};
   Deliveries deliveries_;
   std::unique_ptr<EtcdGroupDirectory> directory_;
 };
@@ -115,6 +159,75 @@ TEST_F(EtcdGroupDirectoryTest, RecordsWithImpossibleFieldsAreIgnored) {
   Put("1000/g/ranks/3", Record("node-b", 43, 4, /*gpu_index=*/-1));  // the host platform: fine
   std::vector<std::string> seen = deliveries_.WaitFor("1000//g/3=node-b:43");
   EXPECT_EQ(seen, (std::vector<std::string>{"1000//g/3=node-b:43"}));
+}
+
+// The node's lease expired while etcd was out of reach and the registry got
+// a new one: the ranks this node holds are written again under it (the old
+// lease took them with it), the world size included.
+TEST_F(EtcdGroupDirectoryTest, ARankIsPublishedAgainUnderANewLease) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  ASSERT_EQ(ClaimAndWait(0), ClaimOutcome::kClaimed);
+  EXPECT_EQ(RankLease(0), a);
+  const int64_t b = Grant();
+  ASSERT_NE(b, 0);
+  lease_ = 0;  // lost ...
+  ASSERT_TRUE(etcd_->RevokeLease(a).ok());
+  ASSERT_TRUE(Await([&] { return RankLease(0); }, 0));
+  lease_ = b;  // ... and registered again under another lease
+  EXPECT_TRUE(Await([&] { return RankLease(0); }, b)) << "lease now " << RankLease(0);
+  absl::StatusOr<std::optional<etcd::KeyValue>> meta =
+      etcd_->Get(GroupMetaKey(kPrefix, 1000, "", "g"));
+  ASSERT_TRUE(meta.ok() && meta->has_value());
+  EXPECT_EQ((*meta)->value, "2");
+  EXPECT_EQ((*meta)->lease, b);
+}
+
+// A rank that leaves while the node is not registered (etcd out of reach,
+// the lease's fate unknown) is deleted once it is: a lease that etcd kept
+// would otherwise hold the record, and the rank, for good.
+TEST_F(EtcdGroupDirectoryTest, AWithdrawalWhileUnregisteredIsDoneOnceRegistered) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  ASSERT_EQ(ClaimAndWait(1), ClaimOutcome::kClaimed);
+  lease_ = 0;
+  directory_->Withdraw(1000, "", "g", 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(RankLease(1), a) << "deleted without a lease to delete it under";
+  lease_ = a;  // etcd had kept it: the registry resumed the same lease
+  EXPECT_TRUE(Await([&] { return RankLease(1); }, 0)) << "the record outlived its withdrawal";
+  EXPECT_EQ(directory_->own_ranks(), 0u);
+}
+
+// A claim that meets etcd down and is withdrawn (its join timed out) never
+// lands later: whether the withdrawal found it queued or running.
+TEST_F(EtcdGroupDirectoryTest, AClaimWithdrawnWhileEtcdWasDownNeverLands) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  server_.Stop(SIGKILL);
+  ClusterMember me;
+  me.rank = 0;
+  me.world_size = 2;
+  me.pid = 700;
+  auto unreachable = std::make_shared<std::promise<void>>();
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  directory_->Claim(1000, "", "z", me, [unreachable, once](ClaimOutcome o, const absl::Status&) {
+    if (o == ClaimOutcome::kUnreachable && !once->exchange(true)) unreachable->set_value();
+  });
+  ASSERT_EQ(unreachable->get_future().wait_for(std::chrono::seconds(10)),
+            std::future_status::ready);
+  directory_->Withdraw(1000, "", "z", 0);
+  ASSERT_TRUE(server_.Restart().ok()) << server_.LogTail();
+  // The lease survived the restart (etcd restores leases); wait out the
+  // backoff (1 s at most) and a retry.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+      etcd_->Get(GroupRankKey(kPrefix, 1000, "", "z", 0));
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  EXPECT_FALSE(kv->has_value()) << "a withdrawn claim was written after etcd came back";
 }
 
 }  // namespace

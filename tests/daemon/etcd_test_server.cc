@@ -19,6 +19,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -95,7 +96,7 @@ EtcdTestServer::~EtcdTestServer() {
 }
 
 std::string EtcdTestServer::client_url() const {
-  return absl::StrCat("http://127.0.0.1:", client_port_);
+  return absl::StrCat(tls() ? "https" : "http", "://127.0.0.1:", client_port_);
 }
 
 std::string EtcdTestServer::LogTail(size_t bytes) const {
@@ -156,6 +157,10 @@ absl::Status EtcdTestServer::Spawn() {
       "--log-outputs=stderr",
       "--log-level=info",
   };
+  if (tls()) {
+    args.insert(args.end(), {"--cert-file=" + tls_.cert_file, "--key-file=" + tls_.key_file,
+                             "--trusted-ca-file=" + tls_.ca_file, "--client-cert-auth"});
+  }
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -188,8 +193,22 @@ absl::Status EtcdTestServer::AwaitReady() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 100);
-  auto channel = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", client_port_),
-                                           grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (tls()) {
+    grpc::SslCredentialsOptions ssl;
+    for (auto [path, pem] : {std::pair{&tls_.ca_file, &ssl.pem_root_certs},
+                             std::pair{&tls_.cert_file, &ssl.pem_cert_chain},
+                             std::pair{&tls_.key_file, &ssl.pem_private_key}}) {
+      std::ifstream in(*path);
+      std::stringstream text;
+      text << in.rdbuf();
+      *pem = text.str();
+      if (pem->empty()) return absl::FailedPreconditionError("cannot read TLS file " + *path);
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  auto channel =
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", client_port_), credentials, args);
   auto stub = etcdserverpb::Maintenance::NewStub(channel);
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   std::string last = "no answer";

@@ -1,6 +1,8 @@
 // Test support for the etcd client: a real etcd server (Debian's
 // etcd-server package) on 127.0.0.1 at free ports, in a temporary data
 // directory, and a TCP proxy that can be cut to make an endpoint die.
+// Plaintext by default; UseTls before Start makes it serve TLS and require
+// client certificates (etcd --client-cert-auth).
 //
 // The server is always cleaned up: the destructor kills and reaps etcd and
 // removes its directory, and etcd gets SIGKILL if the test process dies
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -24,6 +27,13 @@ std::string EtcdBinary();
 
 // A TCP port on 127.0.0.1 that nothing listened on a moment ago.
 int PickFreePort();
+
+// PEM files for EtcdTestServer::UseTls (tests/daemon/test_certs.h makes them).
+struct EtcdTlsFiles {
+  std::string ca_file;    // signed cert_file; client certificates must be of this CA
+  std::string cert_file;  // the server's certificate, for IP:127.0.0.1
+  std::string key_file;
+};
 
 class EtcdTestServer {
  public:
@@ -38,6 +48,13 @@ class EtcdTestServer {
   // message says to run deploy/install-deps.sh); Unavailable with the tail
   // of etcd's log when it exits or never answers.
   absl::Status Start();
+  // Before the first Start: serve the client URL over TLS with
+  // files.cert_file and refuse clients without a certificate of
+  // files.ca_file (--client-cert-auth). Start's readiness probe connects
+  // with files.cert_file as its client certificate (it has no extended key
+  // usage, so it is both).
+  void UseTls(EtcdTlsFiles files) { tls_ = std::move(files); }
+  bool tls() const { return !tls_.cert_file.empty(); }
   // Sends `signal`, waits (5 s, then SIGKILL) and reaps.
   void Stop(int signal = SIGTERM);
   // Stop, then Start on the same ports and data directory.
@@ -45,7 +62,7 @@ class EtcdTestServer {
   bool running() const { return pid_ > 0; }
 
   int client_port() const { return client_port_; }
-  std::string client_url() const;  // http://127.0.0.1:<port>
+  std::string client_url() const;  // http://127.0.0.1:<port>; https:// with UseTls
   // The end of etcd's log (stdout and stderr), for failure messages.
   std::string LogTail(size_t bytes = 3000) const;
 
@@ -58,6 +75,7 @@ class EtcdTestServer {
   int peer_port_ = 0;
   pid_t pid_ = -1;
   bool ever_started_ = false;
+  EtcdTlsFiles tls_;
 };
 
 // Forwards connections from 127.0.0.1:port() to 127.0.0.1:<upstream>, one

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +37,33 @@ size_t FdCount(pid_t pid) {
   return n;
 }
 
+// What the daemon's fds are, by kind ("socket 60, anon_inode:[eventfd] 12,
+// ..."), so that a peak over the bound says what piled up.
+std::string FdKinds(pid_t pid) {
+  std::map<std::string, int> kinds;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      char target[256];
+      const ssize_t n = ::readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+      std::string kind = n > 0 ? std::string(target, static_cast<size_t>(n)) : "?";
+      if (kind.rfind("socket:", 0) == 0 || kind.rfind("pipe:", 0) == 0) {
+        kind = kind.substr(0, kind.find(':'));
+      } else if (kind.rfind("/memfd:", 0) == 0) {
+        kind = "memfd";
+      }
+      ++kinds[kind];
+    }
+    ::closedir(d);
+  }
+  std::string out;
+  for (const auto& [kind, n] : kinds) {
+    out += (out.empty() ? "" : ", ") + kind + " " + std::to_string(n);
+  }
+  return out;
+}
+
 size_t RssKb(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
@@ -56,17 +84,23 @@ class FdSampler {
     if (thread_.joinable()) thread_.join();
     return peak_;
   }
+  // The daemon's fds by kind when the peak was seen (after Stop).
+  const std::string& peak_kinds() const { return peak_kinds_; }
 
  private:
   void Run() {
     while (!stop_) {
-      peak_ = std::max(peak_, FdCount(pid_));
+      if (const size_t n = FdCount(pid_); n > peak_) {
+        peak_ = n;
+        peak_kinds_ = FdKinds(pid_);
+      }
       absl::SleepFor(absl::Milliseconds(10));
     }
   }
   pid_t pid_;
   std::atomic<bool> stop_{false};
   size_t peak_ = 0;
+  std::string peak_kinds_;
   std::thread thread_;
 };
 
@@ -184,8 +218,14 @@ TEST_F(Abuse, IdleConnectionFloodOnBothSockets) {
   EXPECT_EQ(main_flood.Wait(20000), 0);
   EXPECT_EQ(fd_flood.Wait(20000), 0);
   size_t peak = sampler.Stop();
-  // Per-uid caps (32 + 8) plus the victims' own connections.
-  EXPECT_LT(peak, base_fds_ + 32 + 8 + 32) << "peak fds " << peak << ", idle " << base_fds_;
+  // Per-uid caps (32 + 8), the victims' own connections and buffers (32),
+  // and 32 for what the daemon's runtime opens for itself when work piles
+  // up (gRPC grows its thread pool, and wakeup fds with it): on a loaded
+  // 2-core machine (a build beside the test) the peak reached base + 86.
+  // Attacker connections held past the caps would count in hundreds: 2500
+  // are attempted.
+  EXPECT_LT(peak, base_fds_ + 32 + 8 + 32 + 32)
+      << "peak fds " << peak << " (" << sampler.peak_kinds() << "), idle " << base_fds_;
   // Every attacker connection was closed by the daemon: refused at accept,
   // or shut down at the handshake deadline.
   EXPECT_NE(main_flood.output().find("closed_by_daemon=2000"), std::string::npos)

@@ -7,17 +7,23 @@
 //   - a node id held by a live daemon stops a second one at start;
 //   - etcd unreachable at start stops the daemon, naming the endpoint;
 //   - etcd lost and back: the node registers again by itself;
-//   - without etcd: the node alone, "etcd: off".
+//   - without etcd: the node alone, "etcd: off";
+//   - etcd over TLS with client certificates (etcd --client-cert-auth): the
+//     node registers with etcd_ca_file/etcd_cert_file/etcd_key_file; a CA
+//     file missing or of another CA stops the start, saying why.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "cluster_fixture.h"
 #include "gtest/gtest.h"
 #include "mooncake/v1/admin.grpc.pb.h"
+#include "test_certs.h"
 #include "test_util.h"
 
 namespace mooncake::testing {
@@ -57,17 +63,23 @@ double AwaitNodes(const std::string& socket, const std::vector<std::string>& wan
   return -1;
 }
 
+// mooncaked that is expected to fail at start, with <dir>/<conf> and
+// `args`: its exit code and output.
+std::pair<int, std::string> FailingStart(const std::string& dir, const std::string& conf,
+                                         const std::string& args, int timeout_ms) {
+  const std::string cmd =
+      absl::StrCat(BinDir(), "/mooncaked --socket ", dir, "/failing.sock --config ", dir, "/", conf,
+                   " ", args, " 2>&1");
+  Child c = Child::Spawn({"/bin/sh", "-c", cmd});
+  const int rc = c.Wait(timeout_ms);
+  return {rc, c.output()};
+}
+
 class ClusterTest : public ClusterFixture {
  protected:
   ClusterTest() : ClusterFixture("/mctest") {}
-  // mooncaked that is expected to fail at start: its exit code and output.
   std::pair<int, std::string> FailingStart(const std::string& args, int timeout_ms) {
-    const std::string cmd =
-        absl::StrCat(BinDir(), "/mooncaked --socket ", dir_.path(), "/failing.sock --config ",
-                     dir_.path(), "/cluster.conf ", args, " 2>&1");
-    Child c = Child::Spawn({"/bin/sh", "-c", cmd});
-    const int rc = c.Wait(timeout_ms);
-    return {rc, c.output()};
+    return mooncake::testing::FailingStart(dir_.path(), "cluster.conf", args, timeout_ms);
   }
 };
 
@@ -166,6 +178,55 @@ TEST(ClusterWithoutEtcd, TheNodeAloneAndEtcdOff) {
   ASSERT_EQ(view.nodes_size(), 1);
   EXPECT_EQ(view.nodes(0).node_id(), "testnode");
   EXPECT_EQ(GetStatus(d.socket()).etcd_state(), "off");
+}
+
+TEST(ClusterOverTls, ANodeRegistersOverMutualTlsAndAMissingOrWrongCaStopsTheStart) {
+  TempDir dir;
+  absl::StatusOr<TestCertificates> certs = MakeTestCa(dir.path(), "etcd");
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  absl::StatusOr<TestCertificates> rogue = MakeTestCa(dir.path(), "rogue");
+  ASSERT_TRUE(rogue.ok()) << rogue.status();
+  daemon::etcd::testing::EtcdTestServer etcd;
+  etcd.UseTls({certs->ca_file, certs->cert_file, certs->key_file});
+  absl::Status started = etcd.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_EQ(etcd.client_url().rfind("https://", 0), 0u) << etcd.client_url();
+  auto conf = [&](const std::string& name, const std::string& ca_file) {
+    std::ofstream(dir.path() + "/" + name) << "etcd_lease_ttl_s = " << kLeaseTtlS
+                                           << "\netcd_prefix = /mctls\netcd_ca_file = " << ca_file
+                                           << "\netcd_cert_file = " << certs->cert_file
+                                           << "\netcd_key_file = " << certs->key_file << "\n";
+  };
+  conf("tls.conf", certs->ca_file);
+  {
+    const std::string sub = dir.path() + "/secure";
+    ::mkdir(sub.c_str(), 0700);
+    DaemonProcess d(sub,
+                    {"--config", dir.path() + "/tls.conf", "--node-id", "secure", "--peer-listen",
+                     absl::StrCat("127.0.0.1:", PickFreePort()), "--etcd", etcd.client_url()});
+    EXPECT_GE(AwaitNodes(d.socket(), {"secure"}, 5), 0);
+    EXPECT_EQ(GetStatus(d.socket()).etcd_state(), "registered");
+    Child json = Child::Spawn({BinDir() + "/mcctl", "--socket", d.socket(), "peers", "--json"});
+    ASSERT_EQ(json.Wait(10000), 0) << json.output();
+    EXPECT_NE(json.output().find("\"node_id\": \"secure\""), std::string::npos) << json.output();
+  }
+
+  const std::string missing = dir.path() + "/no-such-ca.pem";
+  conf("missing.conf", missing);
+  auto [rc, out] = FailingStart(dir.path(), "missing.conf",
+                                absl::StrCat("--node-id m --etcd ", etcd.client_url()), 20000);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find(missing), std::string::npos) << out;
+  EXPECT_NE(out.find("etcd TLS ca_file"), std::string::npos) << out;
+
+  conf("rogue.conf", rogue->ca_file);
+  std::tie(rc, out) = FailingStart(dir.path(), "rogue.conf",
+                                   absl::StrCat("--node-id r --etcd ", etcd.client_url()), 20000);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("cannot reach etcd"), std::string::npos) << out;
+  EXPECT_NE(out.find("not signed by the CA in the etcd TLS ca_file '" + rogue->ca_file),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 // start; reflection is never served on the peer port.
 #include <grpcpp/grpcpp.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "mooncake/common/version.h"
 #include "mooncake/v1/peer.grpc.pb.h"
+#include "test_certs.h"
 #include "test_util.h"
 
 namespace mooncake::testing {
@@ -32,16 +32,8 @@ std::string Read(const std::string& path) {
 
 // A CA and a certificate for 127.0.0.1 signed by it, in `dir`/<name>*.
 void MakeCa(const std::string& dir, const std::string& name) {
-  const std::string cmd =
-      absl::StrCat("cd ", dir, " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ", name,
-                   "-ca.key -out ", name, "-ca.pem -days 2 -subj /CN=", name,
-                   "-ca >/dev/null 2>&1 && openssl req -newkey rsa:2048 -nodes -keyout ", name,
-                   ".key -out ", name, ".csr -subj /CN=", name,
-                   " >/dev/null 2>&1 && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ",
-                   name, ".ext && openssl x509 -req -in ", name, ".csr -CA ", name,
-                   "-ca.pem -CAkey ", name, "-ca.key -CAcreateserial -out ", name,
-                   ".pem -days 2 -extfile ", name, ".ext >/dev/null 2>&1");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "openssl failed: " << cmd;
+  const absl::StatusOr<TestCertificates> made = MakeTestCa(dir, name);
+  ASSERT_TRUE(made.ok()) << made.status();
 }
 
 grpc::Status Hello(const std::string& addr, std::shared_ptr<grpc::ChannelCredentials> creds) {

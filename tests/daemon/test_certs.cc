@@ -1,0 +1,29 @@
+#include "test_certs.h"
+
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace mooncake::testing {
+
+absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::string& name) {
+  const std::string cmd =
+      absl::StrCat("cd ", dir, " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ", name,
+                   "-ca.key -out ", name, "-ca.pem -days 2 -subj /CN=", name,
+                   "-ca >/dev/null 2>&1 && openssl req -newkey rsa:2048 -nodes -keyout ", name,
+                   ".key -out ", name, ".csr -subj /CN=", name,
+                   " >/dev/null 2>&1 && printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ",
+                   name, ".ext && openssl x509 -req -in ", name, ".csr -CA ", name,
+                   "-ca.pem -CAkey ", name, "-ca.key -CAcreateserial -out ", name,
+                   ".pem -days 2 -extfile ", name, ".ext >/dev/null 2>&1");
+  if (std::system(cmd.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("openssl failed (is the openssl tool installed?): ", cmd));
+  }
+  return TestCertificates{absl::StrCat(dir, "/", name, "-ca.pem"),
+                          absl::StrCat(dir, "/", name, ".pem"),
+                          absl::StrCat(dir, "/", name, ".key")};
+}
+
+}  // namespace mooncake::testing

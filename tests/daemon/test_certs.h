@@ -1,0 +1,25 @@
+// Test support: certificates made by openssl at test time, for the tests of
+// TLS to etcd (etcd_client_test, cluster_test) and of the peer port's mTLS
+// (peer_tls_test). Needs the openssl command line tool.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace mooncake::testing {
+
+// The files MakeTestCa wrote.
+struct TestCertificates {
+  std::string ca_file;    // <dir>/<name>-ca.pem: the CA's certificate
+  std::string cert_file;  // <dir>/<name>.pem: CN=<name>, signed by the CA
+  std::string key_file;   // <dir>/<name>.key: its private key (unencrypted)
+};
+
+// Makes a CA (CN=<name>-ca) and a certificate signed by it for
+// IP:127.0.0.1 and DNS:localhost, valid 2 days, in `dir`. The certificate
+// has no extended key usage, so it serves as a server's and as a client's.
+// Internal with the command line when openssl fails.
+absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::string& name);
+
+}  // namespace mooncake::testing

@@ -1,8 +1,11 @@
 // The daemon's core without its servers, for the RPC fuzzers: the real
 // SessionRegistry, FdBroker, GroupBroker, RdmaResources (softnic) with its
-// RdmaService, and SessionLifecycle wired as Daemon wires them, a made-up
-// node with three GPUs, and small limits so a short input can reach the
-// ResourceExhausted errors. Sessions are opened with made-up credentials,
+// RdmaService, the PeerService over the softnic engine, and
+// SessionLifecycle wired as Daemon wires them, a made-up node with three
+// GPUs, and small limits so a short input can reach the ResourceExhausted
+// errors. The engine has a link to other nodes, as in a cluster, so queue
+// pairs may be connected to another node's; no input posts a WQE, so the
+// link never sends anything (UnusedRemoteLink). Sessions are opened with made-up credentials,
 // as tests/daemon/group_broker_test.cc does.
 //
 // One core serves every input of a run (a GroupBroker starts a thread), so
@@ -29,8 +32,12 @@
 #include "mooncake/common/escape.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
+#include "rdma/softnic_provider.h"
+#include "server/node_identity.h"
+#include "server/peer_service.h"
 #include "server/session_lifecycle.h"
 #include "session/session_registry.h"
+#include "softnic/remote_link.h"
 
 namespace mooncake::fuzz {
 
@@ -163,17 +170,48 @@ class JoinOutcome {
   v1::JoinGroupResponse view_;
 };
 
+// The engine's link to other nodes. A batch is sent only for WQEs a client
+// posted, and no input posts one: a batch sent is a broken invariant (and
+// answering it here, under the engine's lock, could deadlock).
+class UnusedRemoteLink final : public softnic::RemoteLink {
+ public:
+  void Send(softnic::RemoteBatch batch, softnic::RemoteDone) override {
+    FUZZ_CHECK(false, "a batch of ", batch.ops.size(), " operations of QP ", batch.requester_qpn,
+               " was sent to node '", batch.node, "', but no input posts a WQE");
+  }
+};
+
+inline daemon::NodeIdentity MakeNode() {
+  daemon::NodeIdentity n;
+  n.instance_id = "fuzz-instance";
+  n.node_id = "node-a";
+  n.hostname = "node-a";
+  n.topology = MakeTopology();
+  return n;
+}
+
 struct DaemonCore {
   daemon::SessionRegistry sessions{8};
   daemon::FdBroker fds{absl::Seconds(600), &sessions, daemon::FdLimits{48, 96}};
   daemon::GroupBroker broker{"node-a", MakeTopology(), SmallLimits(), &sessions, &fds};
-  daemon::RdmaResources rdma{&sessions, "softnic0", SmallRdmaLimits(), softnic::EngineOptions{},
-                             NoCuda()};
+  // Made here rather than by RdmaResources so that the peer service can
+  // reach the engine, as Daemon::Create keeps it (moved into `rdma`).
+  std::unique_ptr<daemon::SoftnicProvider> softnic_provider =
+      std::make_unique<daemon::SoftnicProvider>("softnic0", softnic::EngineOptions{});
+  softnic::Engine* const engine = &softnic_provider->engine();
+  daemon::RdmaResources rdma{&sessions, SmallRdmaLimits(), std::move(softnic_provider), NoCuda()};
   // The service's Handle* methods only: no connection table, no server.
   daemon::RdmaService rdma_service{/*connections=*/nullptr, &sessions, &fds, &rdma};
   daemon::SessionLifecycle lifecycle{&sessions, &fds, &rdma, &broker};
+  const daemon::NodeIdentity node = MakeNode();
+  daemon::PeerService peer_service{&node};
   int next_conn = 1000;
   std::vector<std::shared_ptr<JoinOutcome>> joins;  // this input's
+
+  DaemonCore() {
+    engine->SetRemoteLink(std::make_shared<UnusedRemoteLink>());
+    peer_service.set_softnic(engine);
+  }
 
   static DaemonCore& Get() {
     static DaemonCore* core = new DaemonCore();  // never destroyed: inputs share it

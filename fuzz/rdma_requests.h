@@ -21,7 +21,8 @@
 // caller's (created QPs in RESET, a region of the length asked, connected
 // QPs in RTS toward the named remote QP); nothing of A2 or B changed; each
 // session's and uid's charges equal what the listings show and stay within
-// the limits (privileged uids aside); an RTS QP's remote is of its uid.
+// the limits (privileged uids aside); an RTS QP's remote on this node is of
+// its uid.
 #pragma once
 
 #include <cstdint>
@@ -92,7 +93,7 @@ inline RdmaCaller PrepareRdma(DaemonCore& core, const daemon::SessionInfo& a) {
     FUZZ_CHECK(q.ok(), q.status());
     c.qpns.insert(c.qpns.end(), q->begin(), q->end());
   }
-  absl::Status connected = core.rdma.Connect(a, {{c.qpns[1], c.qpns[0]}});
+  absl::Status connected = core.rdma.Connect(a, {{c.qpns[1], c.qpns[0], ""}});
   FUZZ_CHECK(connected.ok(), connected);
   std::vector<UniqueFd> fds;
   fds.push_back(SealedMemfd(kMemfdBytes));
@@ -129,7 +130,8 @@ inline void CheckRdmaAccounting(DaemonCore& core, const RdmaSnapshot& now) {
   for (const auto& [qpn, q] : now.qps) {
     qps_of[q.session] += 1;
     uid_of[q.session] = q.uid;
-    if (q.info.state != softnic::QpState::kReset) {
+    // A QP connected to another node's names that node's QP number.
+    if (q.info.state != softnic::QpState::kReset && q.info.remote_node.empty()) {
       auto remote = now.qps.find(q.info.remote_qpn);
       FUZZ_CHECK(remote == now.qps.end() || remote->second.uid == q.uid, "QP ", qpn, " of uid ",
                  q.uid, " is connected to a QP of uid ", remote->second.uid);

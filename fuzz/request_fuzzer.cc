@@ -2,11 +2,16 @@
 // admin.proto, peer.proto, rdma.proto, and the fd channel's FdRequest),
 // parsed from arbitrary bytes and handled as the services handle it, minus
 // the server: the same calls on the real SessionRegistry, FdBroker and
-// GroupBroker, and the Rdma requests through RdmaService itself on a real
-// RdmaResources (softnic) (daemon_core.h, rdma_requests.h).
+// GroupBroker, the Rdma requests through RdmaService itself on a real
+// RdmaResources (softnic) (daemon_core.h, rdma_requests.h), Peer.SoftnicExecute
+// through PeerService itself on that softnic engine (softnic_peer_requests.h),
+// and the Admin.WatchEvents stream on an EventFeed fed by the broker
+// (watch_requests.h).
 //
 // Input: one byte that picks the message (modulo the number of messages,
-// in kMessages order), then the message's bytes.
+// in kMessages order), then the message's bytes; for WatchEvents, whose
+// request has no fields, the watch's script comes between the two
+// (watch_requests.h).
 // Before each input the caller (session A, uid kUidA) holds: rank 0 of the
 // formed one-rank group "fuzz-formed", rank 0 of the two-rank group
 // "fuzz-forming" (waiting), an fd-channel PUT ticket that a request names
@@ -20,7 +25,8 @@
 // round trip; ValidateJoin accepts what its contract says; every JoinGroup
 // completes exactly once with a view of its own group; imported fds arrive
 // whole; strings a client chose are display-safe once escaped; the Rdma
-// invariants of rdma_requests.h; and when the input's sessions end,
+// invariants of rdma_requests.h, softnic_peer_requests.h and
+// watch_requests.h; and when the input's sessions end,
 // nothing is left (groups, usage, tickets, fds, QPs, regions, charges).
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +42,8 @@
 #include "mooncake/v1/rdma.pb.h"
 #include "rdma_requests.h"
 #include "server/admin_service.h"
+#include "softnic_peer_requests.h"
+#include "watch_requests.h"
 
 namespace mooncake::fuzz {
 namespace {
@@ -68,10 +76,12 @@ enum Message {
   kDestroyQueuePairs,
   kSelectNic,
   kGetDoorbellAccess,
+  kWatchEvents,
+  kSoftnicExecute,
   kMessages
 };
 
-bool IsRdma(Message m) { return m >= kGetRdmaInfo && m < kMessages; }
+bool IsRdma(Message m) { return m >= kGetRdmaInfo && m <= kGetDoorbellAccess; }
 
 std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
   switch (m) {
@@ -98,6 +108,8 @@ std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
     case kDestroyQueuePairs: return std::make_unique<v1::DestroyQueuePairsRequest>();
     case kSelectNic: return std::make_unique<v1::SelectNicRequest>();
     case kGetDoorbellAccess: return std::make_unique<v1::GetDoorbellAccessRequest>();
+    case kWatchEvents: return std::make_unique<v1::WatchEventsRequest>();
+    case kSoftnicExecute: return std::make_unique<v1::SoftnicBatch>();
     case kMessages: break;
   }
   return nullptr;
@@ -109,7 +121,9 @@ struct Caller {
   std::string ticket;  // "@ticket"
   uint64_t export_id = 0;
   std::string secret;  // "@secret"
-  RdmaCaller rdma;     // before an Rdma request only
+  RdmaCaller rdma;     // before an Rdma request or SoftnicExecute only
+  PeerCaller peer;     // before SoftnicExecute only
+  WatchScript watch;   // WatchEvents only
 };
 
 Caller Prepare(DaemonCore& core, Message m) {
@@ -135,7 +149,8 @@ Caller Prepare(DaemonCore& core, Message m) {
   FUZZ_CHECK(rec.ok(), rec.status());
   c.export_id = rec->id;
   c.secret = rec->secret;
-  if (IsRdma(m)) c.rdma = PrepareRdma(core, c.session);
+  if (IsRdma(m) || m == kSoftnicExecute) c.rdma = PrepareRdma(core, c.session);
+  if (m == kSoftnicExecute) c.peer = PreparePeer(core, c.rdma);
   return c;
 }
 
@@ -202,7 +217,7 @@ void AdminViews(DaemonCore& core, uint32_t uid) {
   core.broker.CountVisible(uid, all);
 }
 
-void Handle(DaemonCore& core, const Caller& c, Message m, const google::protobuf::Message& msg) {
+void Handle(DaemonCore& core, Caller& c, Message m, const google::protobuf::Message& msg) {
   const SessionInfo& a = c.session;
   switch (m) {
     case kHello: break;  // LocalService::Hello compares one number; parsing is the risk
@@ -304,6 +319,10 @@ void Handle(DaemonCore& core, const Caller& c, Message m, const google::protobuf
     case kDestroyQueuePairs:
     case kSelectNic:
     case kGetDoorbellAccess: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
+    case kWatchEvents: HandleWatchEvents(core, a, c.watch); break;
+    case kSoftnicExecute:
+      HandleSoftnicExecute(core, c.rdma, c.peer, static_cast<const v1::SoftnicBatch&>(msg));
+      break;
     case kMessages: break;
   }
 }
@@ -323,6 +342,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t fds_before = OpenFdCount();
   ByteReader in(data, size);
   const auto m = static_cast<Message>(in.U8() % kMessages);
+  WatchScript watch;
+  if (m == kWatchEvents) watch = ReadWatchScript(in);
   const absl::string_view bytes = in.Rest();
   std::unique_ptr<google::protobuf::Message> msg = NewMessage(m);
   if (msg->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
@@ -332,6 +353,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(again->ParseFromString(once), "a parsed message does not re-parse");
     FUZZ_CHECK(again->SerializeAsString() == once, "round trip changed the message");
     Caller caller = Prepare(core, m);
+    caller.watch = std::move(watch);
     Handle(core, caller, m, *msg);
     core.Finish();
   }

@@ -64,6 +64,10 @@ enum Selector : char {
   kCreateQueuePairs,
   kConnectQueuePairs,
   kDestroyQueuePairs,
+  kSelectNic,
+  kGetDoorbellAccess,
+  kWatchEvents,
+  kSoftnicExecute,
 };
 
 std::string Req(Selector s, const google::protobuf::Message& m) {
@@ -158,6 +162,94 @@ void RdmaSeeds() {
   Write(t, "destroy_with_another_sessions", Req(kDestroyQueuePairs, destroy));
 }
 
+// Admin.WatchEvents (fuzz/watch_requests.h): [how][n][script] before the
+// (empty) request. A script byte is op | arg << 3.
+std::string Watch(uint8_t how, const std::vector<uint8_t>& script) {
+  std::string s{kWatchEvents, static_cast<char>(how), static_cast<char>(script.size())};
+  for (uint8_t b : script) s += static_cast<char>(b);
+  return s;
+}
+uint8_t WatchOp(uint8_t op, uint8_t session, uint8_t group, uint8_t rank, uint8_t not_ok = 0) {
+  return static_cast<uint8_t>(op | (session + 3 * group + 9 * rank + 18 * not_ok) << 3);
+}
+
+void WatchSeeds() {
+  const std::string t = "request_fuzzer";
+  enum : uint8_t { wJoin, wLeave, wReady, wEnd, wRead, wCancel };
+  const uint8_t read8 = wRead | 7 << 3;
+  // Root watches "fuzz-forming" form (A2 takes rank 1), get ready and lose
+  // a member; queue depth 8.
+  Write(t, "watch_root_forms",
+        Watch(2 | 6 << 2, {WatchOp(wJoin, 1, 0, 1), read8, WatchOp(wReady, 0, 0, 0),
+                           WatchOp(wReady, 1, 0, 1), read8, WatchOp(wEnd, 1, 0, 0), read8}));
+  // uid A with a queue of 2: events are dropped before it reads.
+  Write(t, "watch_drops",
+        Watch(0, {WatchOp(wJoin, 1, 0, 1), WatchOp(wJoin, 0, 1, 0), WatchOp(wJoin, 1, 1, 1),
+                  WatchOp(wReady, 0, 1, 0, 1), read8}));
+  // uid B watches its own group, then goes away mid-formation.
+  Write(t, "watch_cancel",
+        Watch(1 | 2 << 2, {WatchOp(wJoin, 2, 1, 0), read8, wCancel, WatchOp(wJoin, 2, 1, 1),
+                           WatchOp(wLeave, 2, 1, 0)}));
+  Write(t, "watch_tenant_socket", Watch(3, {WatchOp(wJoin, 1, 0, 1)}));
+  Write(t, "watch_stopping", Watch(1 << 5, {read8}));
+  Write(t, "watch_past_uid_limit", Watch(3 << 6, {WatchOp(wJoin, 1, 0, 1)}));
+  Write(t, "watch_root_past_limit", Watch(2 | 3 << 6, {WatchOp(wJoin, 0, 2, 0), read8}));
+}
+
+// Peer.SoftnicExecute (fuzz/softnic_peer_requests.h): responder qpns 1..4
+// and rkeys 1..4 name the prepared objects; A2's QP (3) answers node-b's
+// QP 77 and its remote region (key 4) is 4 KiB at 0x200000; B's QP (4)
+// answers node-b's QP 78.
+mooncake::v1::SoftnicOp PeerOp(mooncake::v1::SoftnicOp::Kind kind, uint32_t qpn, uint32_t rkey,
+                               uint64_t raddr, const std::string& data = "", uint64_t add = 0) {
+  mooncake::v1::SoftnicOp op;
+  op.set_kind(kind);
+  op.set_responder_qpn(qpn);
+  op.set_rkey(rkey);
+  op.set_raddr(raddr);
+  op.set_data(data);
+  op.set_add(add);
+  return op;
+}
+
+void SoftnicPeerSeeds() {
+  const std::string t = "request_fuzzer";
+  namespace v1 = mooncake::v1;
+  v1::SoftnicBatch b;
+  b.set_requester_node("node-b");
+  b.set_requester_qpn(77);
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 3, 4, 0x200040, "written by node-b");
+  *b.add_ops() = PeerOp(v1::SoftnicOp::FETCH_ADD_64, 3, 4, 0x200040, "", 1);
+  v1::SoftnicOp masked = PeerOp(v1::SoftnicOp::MASKED_FETCH_ADD_32, 3, 4, 0x200100, "", 0xffff);
+  masked.set_field_boundary(0x80008000);
+  *b.add_ops() = masked;
+  Write(t, "softnic_peer_ops", Req(kSoftnicExecute, b));
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 3, 4, 0x200ffa, "past the end");
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 3, 4, 0x200000, "never executed");
+  Write(t, "softnic_peer_stops_at_failure", Req(kSoftnicExecute, b));
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::FETCH_ADD_64, 3, 4, 0x200004, "", 1);
+  Write(t, "softnic_peer_misaligned", Req(kSoftnicExecute, b));
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 3, 2, 0x100000, "A2's local-only region");
+  Write(t, "softnic_peer_no_access", Req(kSoftnicExecute, b));
+  b.set_requester_qpn(78);
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 3, 4, 0x200000, "wrong requester");
+  Write(t, "softnic_peer_wrong_requester", Req(kSoftnicExecute, b));
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::FETCH_ADD_64, 4, 3, 0x100000, "", 1);
+  Write(t, "softnic_peer_other_session", Req(kSoftnicExecute, b));
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::WRITE, 1, 1, 0x100000, "to a QP in RESET");
+  Write(t, "softnic_peer_not_ready", Req(kSoftnicExecute, b));
+  b.clear_ops();
+  *b.add_ops() = PeerOp(v1::SoftnicOp::FETCH_ADD_64, 3, 4, 0x200000, "atomics carry no data");
+  Write(t, "softnic_peer_invalid_op", Req(kSoftnicExecute, b));
+  b.set_requester_node("");
+  Write(t, "softnic_peer_no_node", Req(kSoftnicExecute, b));
+}
+
 void RequestSeeds() {
   const std::string t = "request_fuzzer";
   namespace v1 = mooncake::v1;
@@ -221,6 +313,8 @@ void RequestSeeds() {
   get.set_ticket("@ticket");
   Write(t, "fd_get", Req(kFdRequest, get));
   RdmaSeeds();
+  WatchSeeds();
+  SoftnicPeerSeeds();
 }
 
 // ---- broker_fuzzer: [op][arg][u16 len][bytes] ...

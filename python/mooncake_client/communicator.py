@@ -7,7 +7,8 @@ from typing import Optional, Sequence
 
 from . import _mooncake_client as _native
 from .client import Client
-from .events import EventIterator
+from .errors import InvalidArgumentError
+from .events import Event, EventIterator, EventKind
 from .info import GroupView
 
 __all__ = ["Communicator"]
@@ -160,8 +161,17 @@ class Communicator:
 
     @property
     def view(self) -> GroupView:
-        """The group as formed: every member by rank."""
+        """The group as this rank knows it: every member by rank (replacements included)."""
         return GroupView.from_dict(self._native.view)
+
+    @property
+    def epoch(self) -> int:
+        """The group's epoch as this rank knows it.
+
+        1 at formation, + 1 for each replacement admitted by ``handle_event``
+        (a replacement starts at the epoch it joined).
+        """
+        return self._native.epoch
 
     @property
     def client(self) -> Client:
@@ -184,9 +194,55 @@ class Communicator:
         """
         return self._native.peer_buffer(rank)
 
+    def peer_active(self, rank: int) -> bool:
+        """Whether `rank` is part of the group now (self: True).
+
+        False between its LOST/LEFT and its replacement's JOINED, once
+        ``handle_event`` saw them.
+        """
+        return self._native.peer_active(rank)
+
     def events(self, timeout: Optional[float] = None) -> EventIterator:
         """Membership events of this communicator's session (see Client.events)."""
         return EventIterator(self._native.client.next_event, timeout)
+
+    def handle_event(self, event: Event) -> None:
+        """Lets this rank follow its elastic group through `event` (from ``events()``).
+
+        ::
+
+            for ev in comm.events(timeout=60):
+                comm.handle_event(ev)
+
+        LOST / LEFT of rank r: r is marked unavailable in ``ctx``'s tables (a
+        kernel gets no route to it), this rank's queue pairs toward r are
+        replaced by fresh ones, and the daemon is told r is released here.
+        JOINED of rank r: a replacement process (an ordinary ``create`` with
+        the same group, rank and world size) took r; its buffer is mapped
+        and verified, or the fresh queue pairs connected to its own, and
+        readiness is reported again; ``epoch`` becomes the event's. Events of
+        other groups, of this rank and of other kinds are ignored. Node-local
+        groups only. The GIL is released meanwhile.
+
+        The event's fields are what this acts on (``dataclasses.replace``
+        works as expected). A JOINED also needs what only an event read from
+        a session carries (the replacement's handle, fd ticket and RDMA
+        endpoint): InvalidArgumentError for a JOINED made by hand.
+        FailedPreconditionError after ``leave()``, for a rank that was not
+        reported LOST or LEFT, or when the replacement cannot be reached;
+        otherwise the error of the step that failed, naming the rank.
+        """
+        if not isinstance(event, Event):
+            raise TypeError(f"handle_event takes a mooncake_client.Event, not {type(event).__name__}")
+        if event.kind == EventKind.JOINED and event._native is None:
+            raise InvalidArgumentError(
+                "INVALID_ARGUMENT",
+                f"handle_event: this JOINED of rank {event.rank} was not read from a session "
+                "(Communicator.events() or Client.events()), so it carries no replacement's handle",
+            )
+        self._native.handle_event(
+            str(event.kind), event.group, event.rank, event.pid, event.epoch, event._native
+        )
 
     # ---- lifetime --------------------------------------------------------------
     def leave(self) -> None:

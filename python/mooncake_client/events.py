@@ -10,6 +10,9 @@
 The daemon tells every session about the groups it is in: a peer joined,
 left, was lost (its process died: within about 100 ms), the group became
 ready or failed, the daemon is shutting down, or the connection dropped.
+A communicator of an elastic group passes each event to
+``Communicator.handle_event``, which lets a lost rank go and admits its
+replacement (a JOINED event, with the group's new ``epoch``).
 ``timeout`` bounds the whole iteration (None: no bound); once it has passed,
 the iterator yields only events already queued, then ends (``timeout=0``:
 drain the queue without waiting). Waiting happens in short slices with the GIL released,
@@ -20,8 +23,10 @@ from __future__ import annotations
 
 import enum
 import time
-from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Union
+
+from .info import GroupMember
 
 __all__ = ["EventKind", "Event", "EventIterator"]
 
@@ -43,13 +48,23 @@ class EventKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Event:
-    """One membership event: which group, which rank (and its pid), and the daemon's detail."""
+    """One membership event: which group, which rank (and its pid), and the daemon's detail.
+
+    ``epoch``: for JOINED (a replacement took ``rank`` of an elastic group),
+    the group's new epoch; 0 for the other kinds. ``member``: for JOINED,
+    the replacement as the group's view now holds it; None otherwise.
+    """
 
     kind: Union[EventKind, str]  # a plain str only for a kind this package does not know
     group: str
     rank: int
     pid: int
     detail: str
+    epoch: int = 0
+    member: Optional[GroupMember] = None
+    # The client library's event, for Communicator.handle_event (None for an
+    # Event made here rather than read from a session).
+    _native: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Event":
@@ -57,7 +72,17 @@ class Event:
             kind: Union[EventKind, str] = EventKind(d["kind"])
         except ValueError:
             kind = d["kind"]
-        return cls(kind=kind, group=d["group"], rank=d["rank"], pid=d["pid"], detail=d["detail"])
+        member = d.get("member")
+        return cls(
+            kind=kind,
+            group=d["group"],
+            rank=d["rank"],
+            pid=d["pid"],
+            detail=d["detail"],
+            epoch=d.get("epoch", 0),
+            member=None if member is None else GroupMember(**member),
+            _native=d.get("native"),
+        )
 
     def __str__(self) -> str:
         return f"{self.kind} {self.group} rank {self.rank} (pid {self.pid}): {self.detail}"

@@ -146,10 +146,19 @@ py::dict SessionEventToDict(const SessionEvent& e) {
   d["rank"] = e.rank;
   d["pid"] = e.pid;
   d["detail"] = e.detail;
+  d["epoch"] = e.epoch;
+  d["member"] = e.member ? py::object(MemberToDict(*e.member)) : py::none();
+  // The event itself, for Communicator.handle_event: a JOINED carries the
+  // replacement's handle, fd ticket and RDMA endpoint, which the dict leaves out.
+  d["native"] = py::cast(std::make_shared<SessionEvent>(e));
   return d;
 }
 
 void RegisterClient(py::module_& m) {
+  py::class_<SessionEvent, std::shared_ptr<SessionEvent>>(
+      m, "SessionEvent",
+      "One membership event as the client library holds it (opaque; "
+      "Communicator.handle_event takes it).");
   py::class_<ClientHandle, std::shared_ptr<ClientHandle>>(m, "Client",
                                                           "A session with mooncaked (low level; "
                                                           "use mooncake_client.Client).")

@@ -48,6 +48,9 @@ absl::Status McStatusToStatus(McStatus s, const std::string& what) {
       return absl::DeadlineExceededError(what + ": the RDMA queue pair made no progress");
     case McStatus::kNotRegistered:
       return absl::InvalidArgumentError(what + ": source outside the registered buffer");
+    case McStatus::kIncompleteContext:
+      return absl::FailedPreconditionError(
+          what + ": the CommCtx has no rank count (num_ranks 0): build it with make_comm_ctx");
   }
   return absl::InternalError(what + ": unknown McStatus " + std::to_string(static_cast<int>(s)));
 }
@@ -134,6 +137,37 @@ class PyCommunicator {
     {
       py::gil_scoped_release unlocked;
       s = c.leave();
+    }
+    ThrowIfError(s);
+  }
+
+  // `read`: the event as the session delivered it (null for one made in
+  // Python), whose member entry (the replacement's handle, fd ticket and
+  // RDMA endpoint) a JOINED needs; the other fields are the Python Event's.
+  void HandleEvent(const std::string& kind, const std::string& group, uint32_t rank, int pid,
+                   uint64_t epoch, const std::shared_ptr<SessionEvent>& read) const {
+    std::shared_ptr<Communicator> keep = shared();
+    SessionEvent event;
+    if (read) event = *read;
+    std::optional<SessionEvent::Kind> known;
+    for (auto k :
+         {SessionEvent::Kind::kJoined, SessionEvent::Kind::kLeft, SessionEvent::Kind::kLost,
+          SessionEvent::Kind::kReady, SessionEvent::Kind::kFailed,
+          SessionEvent::Kind::kDaemonShutdown, SessionEvent::Kind::kDisconnected}) {
+      if (kind == SessionEventKindName(k)) known = k;
+    }
+    if (!known) return;  // a kind this library does not know: nothing to do
+    event.kind = *known;
+    event.group = group;
+    event.rank = rank;
+    event.pid = pid;
+    event.epoch = epoch;
+    absl::Status s;
+    {
+      // Admitting a replacement maps and verifies its buffer, or connects
+      // queue pairs: daemon round trips.
+      py::gil_scoped_release unlocked;
+      s = keep->handleEvent(event);
     }
     ThrowIfError(s);
   }
@@ -344,6 +378,7 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
       .def_property_readonly("world_size",
                              [](const PyCommunicator& p) { return p.get().worldSize(); })
       .def_property_readonly("platform", &PyCommunicator::platformName)
+      .def_property_readonly("epoch", [](const PyCommunicator& p) { return p.get().epoch(); })
       .def_property_readonly("handle_kind",
                              [](const PyCommunicator& p) { return p.get().handleKind(); })
       .def_property_readonly(
@@ -363,6 +398,15 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
                              })
       .def("rdma_peer", [](const PyCommunicator& p, int r) { return p.get().rdmaPeer(r); })
       .def("peer_buffer", &PyCommunicator::PeerBuffer, py::arg("rank"))
+      .def("peer_active", [](const PyCommunicator& p, int r) { return p.get().peerActive(r); })
+      .def(
+          "handle_event",
+          [](const PyCommunicator& p, const std::string& kind, const std::string& group,
+             int64_t rank, int pid, uint64_t epoch, std::shared_ptr<SessionEvent> read) {
+            p.HandleEvent(kind, group, CheckedU32("rank", rank), pid, epoch, read);
+          },
+          py::arg("kind"), py::arg("group"), py::arg("rank"), py::arg("pid"), py::arg("epoch"),
+          py::arg("read").none(true))
       .def("leave", &PyCommunicator::Leave)
       .def("close", &PyCommunicator::Close)
       .def("put", &PyCommunicator::Put, py::arg("peer"), py::arg("dst_offset"),

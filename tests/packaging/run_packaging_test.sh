@@ -116,6 +116,13 @@ done
 # The man page describes the program it ships with (help2man from --help, or
 # the hand-written fallback): both name the doctor command.
 zcat "$root/usr/share/man/man1/mcctl.1.gz" | grep -q 'doctor' || fail "mcctl.1 does not describe mcctl doctor"
+# mooncaked.8 documents every configuration key (its CONFIGURATION section,
+# from deploy/man/mooncaked.h2m or the fallback page): each key the parser
+# takes (daemon/config/daemon_config.cc), font escapes aside.
+zcat "$root/usr/share/man/man8/mooncaked.8.gz" | sed 's/\\f[BIRP]//g' >"$work/mooncaked.8.txt"
+while read -r key; do
+  grep -qw -- "$key" "$work/mooncaked.8.txt" || fail "mooncaked.8 does not document the config key $key"
+done < <(sed -n 's/.*key == "\([a-z_]*\)".*/\1/p' "$repo/daemon/config/daemon_config.cc" | sort -u)
 bash -n "$root/usr/share/bash-completion/completions/mcctl" || fail "the bash completion does not parse"
 sed 's|/usr/local/bin/mooncaked|/usr/bin/mooncaked|g' "$repo/deploy/mooncaked.service" >"$work/expected.service"
 diff -u "$work/expected.service" "$usr/lib/systemd/system/mooncaked.service" ||

@@ -6,6 +6,7 @@ This process is rank 1; rank_worker.py in a child process is rank 0.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import gc
 import os
 import signal
@@ -103,6 +104,60 @@ class TwoRankTest(t.DaemonTestCase):
         rest = [ev for ev in comm.events(timeout=0.3) if ev.group == self.group()]
         self.assertGreaterEqual(time.monotonic() - t0, 0.25)
         self.assertEqual([e.kind for e in rest if e.kind == mc.EventKind.LOST], [])
+
+    def next_event_of(self, comm: mc.Communicator, kind: mc.EventKind) -> mc.Event:
+        for ev in comm.events(timeout=10):
+            if ev.group == self.group() and ev.kind == kind:
+                return ev
+        self.fail(f"no {kind} event of {self.group()} within 10 s")
+
+    def test_handle_event_admits_a_replacement(self):
+        # Elastic group: rank 0 dies, this rank lets it go (handle_event of
+        # LOST), a new process takes rank 0 and this rank admits it
+        # (handle_event of JOINED): epoch 1 -> 2.
+        w = self.worker("--group", self.group(), "holder")
+        comm = create(self, self.group())
+        w.expect_line("READY")
+        self.assertEqual((comm.epoch, comm.view.epoch), (1, 1))
+        self.assertTrue(comm.peer_active(0) and comm.peer_active(1))
+
+        os.kill(w.proc.pid, signal.SIGKILL)
+        w.proc.wait(timeout=10)
+        lost = self.next_event_of(comm, mc.EventKind.LOST)
+        self.assertEqual((lost.rank, lost.pid, lost.member), (0, w.proc.pid, None))
+        comm.handle_event(lost)
+        self.assertFalse(comm.peer_active(0))
+        self.assertTrue(comm.peer_active(1))
+        self.assertEqual(comm.epoch, 1)
+
+        # The replacement is an ordinary create of rank 0; it is ready once
+        # this rank admitted it and reported ready again.
+        w2 = self.worker("--group", self.group(), "holder")
+        joined = self.next_event_of(comm, mc.EventKind.JOINED)
+        self.assertEqual((joined.rank, joined.pid, joined.epoch), (0, w2.proc.pid, 2))
+        self.assertIsInstance(joined.member, mc.GroupMember)
+        self.assertEqual((joined.member.rank, joined.member.pid), (0, w2.proc.pid))
+        self.assertEqual(joined.member.handle_kind, "memfd")
+        comm.handle_event(joined)
+        w2.expect_line("READY")
+        self.assertEqual((comm.epoch, comm.view.epoch), (2, 2))
+        self.assertTrue(comm.peer_active(0))
+        self.assertEqual(comm.view.members[0].pid, w2.proc.pid)
+        # The replacement's buffer is mapped here: write into it.
+        peer = np.asarray(comm.peer_buffer(0))
+        peer[t.SLOT : t.SLOT + t.MSG_BYTES] = np.frombuffer(t.pattern(t.MSG_BYTES, 2), np.uint8)
+        self.assertEqual(bytes(peer[t.SLOT : t.SLOT + t.MSG_BYTES]), t.pattern(t.MSG_BYTES, 2))
+
+        # An event of another group, or of this rank, changes nothing.
+        comm.handle_event(dataclasses.replace(lost, group=self.group() + "-other"))
+        comm.handle_event(dataclasses.replace(lost, rank=1))
+        self.assertTrue(comm.peer_active(0))
+        # A JOINED made by hand carries no replacement's handle.
+        with self.assertRaises(mc.InvalidArgumentError):
+            comm.handle_event(mc.Event(kind=mc.EventKind.JOINED, group=self.group(), rank=0, pid=1, detail=""))
+        with self.assertRaises(TypeError):
+            comm.handle_event({"kind": "lost", "group": self.group(), "rank": 0})
+        w2.kill()
 
 
 class OneRankTest(t.DaemonTestCase):

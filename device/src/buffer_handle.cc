@@ -37,6 +37,7 @@ const char* HandleKindName(HandleKind kind) {
     case HandleKind::kMemfd: return "memfd";
     case HandleKind::kCudaVmmFd: return "cuda-vmm-fd";
     case HandleKind::kCudaIpc: return "cuda-ipc";
+    case HandleKind::kCudaFabric: return "cuda-fabric";
   }
   return "unknown";
 }
@@ -47,6 +48,11 @@ absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle) {
         absl::StrCat("P2P handle: payload of ", handle.payload.size(), " bytes exceeds the ",
                      kMaxPayloadBytes, "-byte limit (a HandleExchange must return at most ",
                      HandleExchange::kMaxExportedBytes, " bytes from exportFds)"));
+  }
+  if (handle.kind == HandleKind::kCudaFabric && handle.payload.size() != kFabricHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("P2P handle: cuda-fabric payload of ",
+                                                   handle.payload.size(), " bytes, expected ",
+                                                   kFabricHandleBytes, " (one CUmemFabricHandle)"));
   }
   const size_t total = kHandleBytes;
   std::string bytes(total, '\0');
@@ -98,13 +104,20 @@ absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words) {
                      "; run the same Mooncake version on every rank"));
   }
   const uint8_t kind = static_cast<uint8_t>(bytes[5]);
-  if (kind < 1 || kind > 3) {
-    return absl::InvalidArgumentError(absl::StrCat("P2P handle: unknown kind ", kind));
+  if (kind < 1 || kind > kMaxHandleKind) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("P2P handle: unknown kind ", kind,
+                     " (made by a newer Mooncake? run the same version on every rank)"));
   }
   const size_t len = static_cast<uint8_t>(bytes[6]);
   if (len > kMaxPayloadBytes || kHandleHeaderBytes + len > bytes.size()) {
     return absl::InvalidArgumentError(absl::StrCat("P2P handle: payload length ", len,
                                                    " does not fit in ", bytes.size(), " bytes"));
+  }
+  if (static_cast<HandleKind>(kind) == HandleKind::kCudaFabric && len != kFabricHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("P2P handle: cuda-fabric payload of ", len,
+                                                   " bytes, expected ", kFabricHandleBytes,
+                                                   " (one CUmemFabricHandle)"));
   }
   BufferHandle h;
   h.kind = static_cast<HandleKind>(kind);

@@ -13,8 +13,10 @@
 //                importer recognises an off-node rank without asking anyone
 //   off 32  ...  payload (<= 96 bytes): empty when the fds travel beside the
 //                handle (the join route), the HandleExchange export name
-//                (<= 40 bytes, the exportIpcHandle adapter), or a 64-byte
-//                cudaIpcMemHandle; zero padded.
+//                (<= 40 bytes, the exportIpcHandle adapter), a 64-byte
+//                cudaIpcMemHandle, or a 64-byte CUmemFabricHandle (kind
+//                cuda-fabric: exactly 64 bytes, checked both ways); zero
+//                padded.
 // Every kind encodes to exactly kHandleBytes (128 bytes, 32 words): upstream
 // EP all-gathers handles with an equal-length collective, so ranks that
 // chose different kinds must still produce blobs of one length. RDMA
@@ -47,7 +49,14 @@ inline constexpr size_t kHandleHeaderBytes = 32;
 inline constexpr size_t kHandleBytes = 128;
 inline constexpr size_t kMaxPayloadBytes = kHandleBytes - kHandleHeaderBytes;
 
-enum class HandleKind : uint8_t { kMemfd = 1, kCudaVmmFd = 2, kCudaIpc = 3 };
+// kCudaFabric: a cuMem VMM allocation named by its 64-byte fabric handle
+// (the payload), mappable by any process of the NVLink fabric, this node's
+// or another's (MNNVL). On the join route its POSIX fd travels beside it
+// too, so a same-node rank without fabric support still maps it.
+enum class HandleKind : uint8_t { kMemfd = 1, kCudaVmmFd = 2, kCudaIpc = 3, kCudaFabric = 4 };
+inline constexpr uint8_t kMaxHandleKind = 4;
+// The payload of a kCudaFabric handle: one CUmemFabricHandle.
+inline constexpr size_t kFabricHandleBytes = 64;
 
 const char* HandleKindName(HandleKind kind);
 
@@ -73,11 +82,13 @@ uint64_t NodeKey(std::string_view node_identity);
 // kernel, which is what memfd and CUDA IPC sharing need. "" if unreadable.
 std::string DefaultNodeIdentity();
 
-// InvalidArgument when the payload is longer than kMaxPayloadBytes.
+// InvalidArgument when the payload is longer than kMaxPayloadBytes, or a
+// kCudaFabric payload is not exactly kFabricHandleBytes.
 absl::StatusOr<std::vector<int32_t>> EncodeHandle(const BufferHandle& handle);
 
 // InvalidArgument naming what is wrong (too short, bad magic, version, kind,
-// payload length) so a mixed-up exchange is easy to diagnose.
+// payload length, a fabric handle's size) so a mixed-up exchange is easy to
+// diagnose.
 absl::StatusOr<BufferHandle> DecodeHandle(const std::vector<int32_t>& words);
 
 // Bytes reserved at the end of each buffer: id line + one probe slot per rank,

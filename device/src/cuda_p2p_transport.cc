@@ -1,7 +1,9 @@
 // CUDA P2pTransport: buffers in GPU memory shared with the other ranks'
-// processes either as cuMem VMM allocations whose POSIX fds travel with the
-// join (or through the HandleExchange), or as legacy IPC handles (64 bytes
-// inside the handle). Tables live in device memory; verification runs a
+// processes as cuMem VMM allocations named by a fabric handle (64 bytes
+// inside the handle; any process of the NVLink fabric, on this node or
+// another, maps it) or by POSIX fds that travel with the join (or through
+// the HandleExchange), or as legacy IPC handles (64 bytes inside the
+// handle). Tables live in device memory; verification runs a
 // kernel that touches every peer through its mapping. Everything else is
 // the shared core (p2p_transport_core.h).
 //
@@ -15,6 +17,8 @@
 // is an embedded fatbin launched with cuLaunchKernel (cuda_verify_kernel.h).
 //
 // Host C++ (g++, no CUDA headers).
+
+#include "cuda_p2p_transport.h"
 
 #include <cstdint>
 #include <cstring>
@@ -48,6 +52,26 @@ using internal::HandleKind;
 void* HostPtr(CuDevicePtr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
 CuDevicePtr DevPtr(const void* p) {
   return static_cast<CuDevicePtr>(reinterpret_cast<uintptr_t>(p));
+}
+
+// What a fabric export needs beyond the GPU's support, for messages.
+constexpr char kFabricNeeds[] =
+    "fabric handles need an IMEX channel in this process's namespace "
+    "(/dev/nvidia-caps-imex-channels/channel0, created by the nvidia-imex service; IMEX channels "
+    "exist on multi-node NVLink systems) and, on NVSwitch systems, a running fabric manager";
+
+// The properties of every VMM allocation of `device`: POSIX fd handles
+// always (same-node peers), fabric handles too for the fabric kind.
+drivers::CuMemAllocationProp VmmProp(int device, bool gdr_vmm, bool fabric) {
+  drivers::CuMemAllocationProp prop{};
+  prop.type = drivers::kCuMemAllocationTypePinned;
+  prop.location.type = drivers::kCuMemLocationTypeDevice;
+  prop.location.id = device;
+  prop.requestedHandleTypes =
+      drivers::kCuMemHandleTypePosixFileDescriptor | (fabric ? drivers::kCuMemHandleTypeFabric : 0);
+  // Lets the RDMA path register the same memory (dmabuf) later.
+  prop.allocFlags.gpuDirectRDMACapable = gdr_vmm ? 1 : 0;
+  return prop;
 }
 
 class CudaP2pTransport final : public internal::P2pTransportCore {
@@ -116,17 +140,25 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
   }
 
  private:
-  bool vmm() const { return kind() == HandleKind::kCudaVmmFd; }
+  // cuMem VMM allocations (POSIX fd or fabric kind), else legacy IPC.
+  bool vmm() const { return kind() == HandleKind::kCudaVmmFd || fabric(); }
+  bool fabric() const { return kind() == HandleKind::kCudaFabric; }
 
   drivers::CuMemAllocationProp AllocationProp() const {
-    drivers::CuMemAllocationProp prop{};
-    prop.type = drivers::kCuMemAllocationTypePinned;
-    prop.location.type = drivers::kCuMemLocationTypeDevice;
-    prop.location.id = device_;
-    prop.requestedHandleTypes = drivers::kCuMemHandleTypePosixFileDescriptor;
-    // Lets the RDMA path register the same memory (dmabuf) later.
-    prop.allocFlags.gpuDirectRDMACapable = gdr_vmm_ ? 1 : 0;
-    return prop;
+    return VmmProp(device_, gdr_vmm_, fabric());
+  }
+
+  // A VMM transport maps both VMM kinds: every allocation of either kind has
+  // a POSIX fd, and a fabric transport also imports fabric handles. Legacy
+  // IPC maps only legacy IPC.
+  bool MapsKind(HandleKind peer) const override {
+    if (!vmm()) return peer == HandleKind::kCudaIpc;
+    return peer == HandleKind::kCudaVmmFd || peer == HandleKind::kCudaFabric;
+  }
+  // A fabric handle reaches across the NVLink fabric (MNNVL): another
+  // node's rank is mapped, not left to the RDMA route.
+  bool MapsOffNode(HandleKind peer) const override {
+    return fabric() && peer == HandleKind::kCudaFabric;
   }
 
   // Reserves address space and maps `handle` read-write for `devices`.
@@ -226,6 +258,15 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
                        &fd, b.alloc_handle, drivers::kCuMemHandleTypePosixFileDescriptor, 0),
                    "export: cuMemExportToShareableHandle(POSIX fd)"));
       fds->emplace_back(fd);
+      if (fabric()) {
+        drivers::CuMemFabricHandle fh{};
+        MC_RETURN_IF_ERROR(CuStatus(
+            *drv_,
+            drv_->memExportToShareableHandle(&fh, b.alloc_handle, drivers::kCuMemHandleTypeFabric,
+                                             0),
+            absl::StrCat("export: cuMemExportToShareableHandle(fabric) (", kFabricNeeds, ")")));
+        payload->assign(reinterpret_cast<const char*>(fh.data), sizeof(fh.data));
+      }
       return absl::OkStatus();
     }
     drivers::CuIpcMemHandle ipc{};
@@ -237,14 +278,40 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
 
   absl::StatusOr<void*> MapMemory(int r, const BufferHandle& h,
                                   std::vector<UniqueFd> fds) override {
-    if (vmm()) {
+    // MapsKind let through only kinds this transport maps: legacy IPC here
+    // means both sides use it, a VMM kind means this side is VMM too.
+    if (h.kind != HandleKind::kCudaIpc) {
       drivers::CuMemHandle handle = 0;
-      MC_RETURN_IF_ERROR(
-          CuStatus(*drv_,
-                   drv_->memImportFromShareableHandle(
-                       &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[0].get())),
-                       drivers::kCuMemHandleTypePosixFileDescriptor),
-                   "cuMemImportFromShareableHandle"));
+      if (h.kind == HandleKind::kCudaFabric && fabric()) {
+        // The fd of a same-node peer, if one came, is not needed.
+        drivers::CuMemFabricHandle fh{};
+        if (h.payload.size() != sizeof(fh.data)) {
+          return absl::InvalidArgumentError(absl::StrCat("fabric handle of ", h.payload.size(),
+                                                         " bytes, expected ", sizeof(fh.data)));
+        }
+        std::memcpy(fh.data, h.payload.data(), sizeof(fh.data));
+        MC_RETURN_IF_ERROR(CuStatus(
+            *drv_,
+            drv_->memImportFromShareableHandle(&handle, &fh, drivers::kCuMemHandleTypeFabric),
+            absl::StrCat("cuMemImportFromShareableHandle(fabric) (", kFabricNeeds,
+                         "; across nodes both must be in one NVLink domain)")));
+      } else if (fds.empty()) {
+        // Only a fabric handle arrives without an fd (the upstream route).
+        return absl::FailedPreconditionError(absl::StrCat(
+            "its buffer is shared as a fabric handle only (exportIpcHandle sends no fd beside "
+            "it), and this rank uses ",
+            handleKind(),
+            " (its GPU lacks fabric handles, or their export failed here: see the log of "
+            "createCudaP2pTransport); every rank must be able to import fabric handles, or "
+            "create every rank with CudaHandleKind::kVmmPosixFd"));
+      } else {
+        MC_RETURN_IF_ERROR(
+            CuStatus(*drv_,
+                     drv_->memImportFromShareableHandle(
+                         &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[0].get())),
+                         drivers::kCuMemHandleTypePosixFileDescriptor),
+                     "cuMemImportFromShareableHandle(POSIX fd)"));
+      }
       // The mapping holds its own reference; ours goes now.
       absl::StatusOr<void*> base =
           MapHandle(handle, h.map_bytes, {device_}, absl::StrCat("rank ", r));
@@ -342,18 +409,52 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
   CuDevicePtr d_peer_ptrs_ = 0;
 };
 
+// Whether fabric handles work on `device`: one allocation of the minimum
+// granularity with the fabric handle type, exported and released, in `ctx`.
+// The device attribute only says the GPU could; without an IMEX channel
+// the create or the export fails (CUDA_ERROR_NOT_PERMITTED or
+// CUDA_ERROR_NOT_SUPPORTED). OK, or the failure naming the call.
+absl::Status ProbeFabric(CudaDriver& drv, int device, CuContext ctx, bool gdr_vmm) {
+  CuContext previous = nullptr;
+  const bool switched = drv.ctxGetCurrent(&previous) == drivers::kCudaSuccess && previous != ctx &&
+                        drv.ctxSetCurrent(ctx) == drivers::kCudaSuccess;
+  absl::Status s = [&]() -> absl::Status {
+    const drivers::CuMemAllocationProp prop = VmmProp(device, gdr_vmm, /*fabric=*/true);
+    size_t granularity = 0;
+    MC_RETURN_IF_ERROR(CuStatus(drv,
+                                drv.memGetAllocationGranularity(
+                                    &granularity, &prop, drivers::kCuMemAllocGranularityMinimum),
+                                "cuMemGetAllocationGranularity(fabric handle type)"));
+    drivers::CuMemHandle handle = 0;
+    MC_RETURN_IF_ERROR(CuStatus(drv, drv.memCreate(&handle, granularity, &prop, 0),
+                                "cuMemCreate(fabric handle type)"));
+    drivers::CuMemFabricHandle fh{};
+    absl::Status exported = CuStatus(
+        drv, drv.memExportToShareableHandle(&fh, handle, drivers::kCuMemHandleTypeFabric, 0),
+        "cuMemExportToShareableHandle(fabric)");
+    drv.memRelease(handle);
+    return exported;
+  }();
+  if (switched) drv.ctxSetCurrent(previous);
+  return s;
+}
+
 // Picks the handle kind for `requested` on `device` (see CudaHandleKind).
-absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKind requested,
-                                      bool have_exchange, bool* gdr_vmm) {
+absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CuContext ctx,
+                                      CudaHandleKind requested, bool have_exchange, bool* gdr_vmm) {
   drivers::CuDevice cu = 0;
   MC_RETURN_IF_ERROR(CuStatus(drv, drv.deviceGet(&cu, device), "cuDeviceGet"));
-  int vmm = 0, posix_fd = 0, gdr = 0;
+  int vmm = 0, posix_fd = 0, gdr = 0, fabric = 0;
   drv.deviceGetAttribute(&vmm, drivers::kCuDeviceAttrVirtualMemoryManagementSupported, cu);
   drv.deviceGetAttribute(&posix_fd, drivers::kCuDeviceAttrHandleTypePosixFileDescriptorSupported,
                          cu);
   drv.deviceGetAttribute(&gdr, drivers::kCuDeviceAttrGpuDirectRdmaWithCudaVmmSupported, cu);
+  drv.deviceGetAttribute(&fabric, drivers::kCuDeviceAttrHandleTypeFabricSupported, cu);
   *gdr_vmm = gdr != 0;
   const bool vmm_ok = vmm != 0 && posix_fd != 0;
+  // Fabric allocations carry a POSIX fd too (same-node peers without fabric
+  // support map them by it), so they need everything VMM fds need.
+  const bool fabric_ok = vmm_ok && fabric != 0;
   switch (requested) {
     case CudaHandleKind::kVmmPosixFd:
       if (!vmm_ok) {
@@ -365,23 +466,60 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CudaHandleKin
       }
       return HandleKind::kCudaVmmFd;
     case CudaHandleKind::kLegacyIpc: return HandleKind::kCudaIpc;
+    case CudaHandleKind::kFabric: {
+      if (!fabric_ok) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "createCudaP2pTransport(kFabric): GPU ", device,
+            " lacks fabric handles (HANDLE_TYPE_FABRIC_SUPPORTED=", fabric,
+            ", VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED=", vmm,
+            ", HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED=", posix_fd,
+            "; fabric handles need a Hopper or newer GPU and driver); use kAuto or kVmmPosixFd"));
+      }
+      absl::Status probe = ProbeFabric(drv, device, ctx, *gdr_vmm);
+      if (!probe.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("createCudaP2pTransport(kFabric): GPU ", device,
+                         " reports fabric handle support, but ", probe.message(), ": ",
+                         kFabricNeeds, "; use kAuto (falls back to VMM POSIX fds) or kVmmPosixFd"));
+      }
+      return HandleKind::kCudaFabric;
+    }
     case CudaHandleKind::kAuto: break;
   }
-  if (vmm_ok && have_exchange) return HandleKind::kCudaVmmFd;
-  MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": using legacy IPC handles (",
+  // kAuto: fabric where it works (it needs no exchange: the handle carries
+  // it), then VMM fds, then legacy IPC. One log line says why fabric was
+  // not taken when the GPU claims it, and what is used instead.
+  std::string fabric_note;
+  if (fabric_ok) {
+    absl::Status probe = ProbeFabric(drv, device, ctx, *gdr_vmm);
+    if (probe.ok()) return HandleKind::kCudaFabric;
+    fabric_note =
+        absl::StrCat("fabric handles unavailable (", probe.message(), "; ", kFabricNeeds, ")");
+  }
+  if (vmm_ok && have_exchange) {
+    if (!fabric_note.empty()) {
+      MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": ", fabric_note,
+             "; using VMM POSIX fds (same-node peers only)");
+    }
+    return HandleKind::kCudaVmmFd;
+  }
+  MC_LOG(kInfo, "CUDA P2P transport on GPU ", device, ": ",
+         fabric_note.empty() ? "" : absl::StrCat(fabric_note, "; "), "using legacy IPC handles (",
          have_exchange ? "the GPU lacks VMM POSIX-fd handles" : "no HandleExchange given", ")");
   return HandleKind::kCudaIpc;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
-    int num_ranks, std::shared_ptr<HandleExchange> exchange, CudaHandleKind kind) {
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> CreateCudaP2pTransport(
+    int num_ranks, std::shared_ptr<HandleExchange> exchange, CudaHandleKind kind,
+    std::shared_ptr<drivers::CudaDriver> drv) {
   if (num_ranks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("createCudaP2pTransport: num_ranks ", num_ranks, " (must be >= 1)"));
   }
-  MC_ASSIGN_OR_RETURN(std::shared_ptr<CudaDriver> drv, drivers::LoadCudaDriver());
   absl::StatusOr<int> device = drivers::CurrentDeviceOrdinal(*drv);
   if (!device.ok()) {
     return absl::Status(device.status().code(),
@@ -397,7 +535,7 @@ absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
                               absl::StrCat("cuDevicePrimaryCtxRetain(GPU ", *device, ")")));
   bool gdr_vmm = false;
   absl::StatusOr<HandleKind> chosen =
-      ChooseKind(*drv, *device, kind, exchange != nullptr, &gdr_vmm);
+      ChooseKind(*drv, *device, ctx, kind, exchange != nullptr, &gdr_vmm);
   if (!chosen.ok()) {
     drv->devicePrimaryCtxRelease(cu);
     return chosen.status();
@@ -406,6 +544,18 @@ absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
                                               *device, cu, ctx, *chosen, gdr_vmm);
   MC_RETURN_IF_ERROR(t->Init());
   return std::unique_ptr<BrokeredP2pTransport>(std::move(t));
+}
+
+}  // namespace internal
+
+absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
+    int num_ranks, std::shared_ptr<HandleExchange> exchange, CudaHandleKind kind) {
+  if (num_ranks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("createCudaP2pTransport: num_ranks ", num_ranks, " (must be >= 1)"));
+  }
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<CudaDriver> drv, drivers::LoadCudaDriver());
+  return internal::CreateCudaP2pTransport(num_ranks, std::move(exchange), kind, std::move(drv));
 }
 
 }  // namespace device

@@ -153,7 +153,10 @@ std::vector<int32_t> P2pTransportCore::exportIpcHandle(void* ptr) {
     BufferHandle h;
     std::vector<UniqueFd> fds;
     MC_RETURN_IF_ERROR(Describe(ptr, &h, &fds));
-    if (fds.empty()) return EncodeHandle(h);  // the handle says it all (legacy IPC)
+    // The handle says it all (legacy IPC, fabric): the fds a fabric buffer
+    // also exports for the join route are not sent (the payload has no room
+    // for an export name beside the fabric handle) and close here.
+    if (fds.empty() || !IsFdKind(h.kind)) return EncodeHandle(h);
     if (exchange_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "exportIpcHandle: ", handleKind(),
@@ -222,7 +225,7 @@ absl::Status P2pTransportCore::ImportPeers(const std::vector<std::vector<int32_t
       if (!h.ok()) return h.status();
       // Another node's buffer cannot be loaded from here: that peer needs
       // the RDMA route. Not a failure of this transport.
-      if (h->node_key != node_key_) {
+      if (h->node_key != node_key_ && !MapsOffNode(h->kind)) {
         off_node_.push_back(r);
         active_[r] = 0;
         return absl::OkStatus();
@@ -243,7 +246,7 @@ absl::Status P2pTransportCore::ImportPeers(const std::vector<std::vector<int32_t
 }
 
 absl::Status P2pTransportCore::MapPeer(int r, const BufferHandle& h, std::vector<UniqueFd> fds) {
-  if (h.kind != kind_) {
+  if (!MapsKind(h.kind)) {
     return absl::InvalidArgumentError(
         absl::StrCat("handle kind ", HandleKindName(h.kind), ", this rank uses ", handleKind(),
                      "; every rank of a group must use the same platform and handle kind"));
@@ -253,9 +256,10 @@ absl::Status P2pTransportCore::MapPeer(int r, const BufferHandle& h, std::vector
         absl::StrCat("its buffer maps ", h.map_bytes, " bytes, this rank's ", local_map_bytes_,
                      "; every rank must allocateBuffer the same size (symmetric layout)"));
   }
-  if (IsFdKind(h.kind) && fds.size() != 1) {
+  if (IsFdKind(h.kind) ? fds.size() != 1 : fds.size() > 1) {
     return absl::InvalidArgumentError(absl::StrCat(fds.size(), " fds arrived for a ",
-                                                   HandleKindName(h.kind), " buffer, expected 1"));
+                                                   HandleKindName(h.kind), " buffer, expected ",
+                                                   IsFdKind(h.kind) ? "1" : "at most 1"));
   }
   MC_ASSIGN_OR_RETURN(void* base, MapMemory(r, h, std::move(fds)));
   peers_[r] = PeerMapping{base, static_cast<size_t>(h.map_bytes), h.buffer_id};
@@ -417,7 +421,7 @@ absl::Status P2pTransportCore::remapPeer(int peer, PeerBuffer buffer) {
   off_node_.erase(std::remove(off_node_.begin(), off_node_.end(), peer), off_node_.end());
   absl::Status s = [&]() -> absl::Status {
     MC_ASSIGN_OR_RETURN(BufferHandle h, DecodeHandle(buffer.handle));
-    if (h.node_key != node_key_) {
+    if (h.node_key != node_key_ && !MapsOffNode(h.kind)) {
       return absl::FailedPreconditionError(
           "the replacement's buffer is on another node: it needs the RDMA route");
     }

@@ -111,7 +111,9 @@ class P2pTransportCore : public BrokeredP2pTransport {
   // Stores one u64 at `addr` inside a local buffer (the buffer id).
   virtual absl::Status WriteLocalWord(void* addr, uint64_t value) = 0;
   // The fds that share `b` with another process (empty for kinds that need
-  // none), and the kind-specific payload (a cudaIpcMemHandle) for the handle.
+  // none), and the kind-specific payload (a cudaIpcMemHandle, a fabric
+  // handle) for the handle. A kind whose payload says it all (fabric) may
+  // still return an fd for same-node peers; the upstream route drops it.
   virtual absl::Status ExportMemory(Buffer& b, std::vector<UniqueFd>* fds,
                                     std::string* payload) = 0;
   // Maps rank r's buffer, described by `h` and backed by `fds`; returns its
@@ -119,6 +121,15 @@ class P2pTransportCore : public BrokeredP2pTransport {
   virtual absl::StatusOr<void*> MapMemory(int r, const BufferHandle& h,
                                           std::vector<UniqueFd> fds) = 0;
   virtual void UnmapMemory(const PeerMapping& p) = 0;
+  // Whether this platform maps a peer's buffer of kind `peer` (default: the
+  // same kind as its own). The CUDA platform maps both VMM kinds (POSIX fd,
+  // fabric) whatever its own, so a group whose ranks chose differently
+  // still works on one node.
+  virtual bool MapsKind(HandleKind peer) const { return peer == kind_; }
+  // Whether a buffer of kind `peer` exported on another node is mappable
+  // here (a fabric handle over a multi-node NVLink domain); otherwise an
+  // off-node peer is left to the RDMA route. Default: never.
+  virtual bool MapsOffNode(HandleKind /*peer*/) const { return false; }
   // Reads every target's id word, writes its probe value and reads it back,
   // through the same path the platform's kernels use. A non-OK status means
   // the probe itself failed (every target is suspect).

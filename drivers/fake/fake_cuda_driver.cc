@@ -80,6 +80,21 @@ void* AsPtr(CuDevicePtr p) { return reinterpret_cast<void*>(static_cast<uintptr_
 
 bool IsPowerOfTwo(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
+// The fake's fabric handle: magic, the exporter's pid and the fd number of
+// its memfd, and the allocation's size; the rest zero.
+constexpr char kFabricMagic[8] = {'M', 'C', 'F', 'A', 'K', 'E', 'F', 'H'};
+struct FakeFabricHandle {
+  char magic[8];
+  int32_t pid;
+  int32_t fd;
+  uint64_t size;
+};
+static_assert(sizeof(FakeFabricHandle) <= sizeof(CuMemFabricHandle));
+
+// Placeholders for loaded modules and functions (setModulesLoadable).
+char g_module_token;
+char g_function_token;
+
 }  // namespace
 
 struct FakeCudaDriver::Allocation {
@@ -156,6 +171,16 @@ void FakeCudaDriver::setInitResult(CuResult r) {
 void FakeCudaDriver::setGranularity(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   granularity_ = bytes;
+}
+
+void FakeCudaDriver::setImexChannel(bool present) {
+  std::lock_guard<std::mutex> lock(mu_);
+  imex_channel_ = present;
+}
+
+void FakeCudaDriver::setModulesLoadable(bool loadable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  modules_loadable_ = loadable;
 }
 
 void FakeCudaDriver::failNext(std::string_view method, CuResult r, int times) {
@@ -592,7 +617,18 @@ CuResult FakeCudaDriver::memExportToShareableHandle(void* shareable, CuMemHandle
       (alloc->second->handle_types & handle_type) == 0) {
     return kCudaErrorInvalidValue;
   }
-  // A fabric handle names memory across nodes: nothing a host fake can give.
+  if (handle_type == kCuMemHandleTypeFabric) {
+    if (!imex_channel_) return kCudaErrorNotSupported;
+    FakeFabricHandle f{};
+    std::memcpy(f.magic, kFabricMagic, sizeof(f.magic));
+    f.pid = static_cast<int32_t>(::getpid());
+    f.fd = alloc->second->fd;
+    f.size = alloc->second->size;
+    auto* out = static_cast<CuMemFabricHandle*>(shareable);
+    std::memset(out->data, 0, sizeof(out->data));
+    std::memcpy(out->data, &f, sizeof(f));
+    return kCudaSuccess;
+  }
   if (handle_type != kCuMemHandleTypePosixFileDescriptor) return kCudaErrorNotSupported;
   int fd = ::fcntl(alloc->second->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return kCudaErrorOperatingSystem;
@@ -605,6 +641,25 @@ CuResult FakeCudaDriver::memImportFromShareableHandle(CuMemHandle* handle, void*
   MC_FAKE_ENTER("memImportFromShareableHandle");
   if (!initialized_) return kCudaErrorNotInitialized;
   if (handle == nullptr) return kCudaErrorInvalidValue;
+  if (handle_type == kCuMemHandleTypeFabric) {
+    if (!imex_channel_) return kCudaErrorNotSupported;
+    if (os_handle == nullptr) return kCudaErrorInvalidValue;
+    FakeFabricHandle f{};
+    std::memcpy(&f, static_cast<const CuMemFabricHandle*>(os_handle)->data, sizeof(f));
+    if (std::memcmp(f.magic, kFabricMagic, sizeof(f.magic)) != 0) return kCudaErrorInvalidValue;
+    const std::string path = "/proc/" + std::to_string(f.pid) + "/fd/" + std::to_string(f.fd);
+    int own = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (own < 0) return kCudaErrorInvalidValue;  // the exporter or its memory is gone
+    struct stat st {};
+    if (::fstat(own, &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size) {
+      ::close(own);
+      return kCudaErrorInvalidValue;
+    }
+    *handle = next_handle_++;
+    handles_[*handle] =
+        std::make_shared<Allocation>(own, static_cast<size_t>(f.size), kCuMemHandleTypeFabric);
+    return kCudaSuccess;
+  }
   if (handle_type != kCuMemHandleTypePosixFileDescriptor) return kCudaErrorNotSupported;
   const int fd = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
   struct stat st {};
@@ -802,19 +857,34 @@ CuResult FakeCudaDriver::ipcCloseMemHandle(CuDevicePtr) {
   return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
 }
 
-CuResult FakeCudaDriver::moduleLoadData(CuModule*, const void*) {
+CuResult FakeCudaDriver::moduleLoadData(CuModule* module, const void* image) {
   MC_FAKE_ENTER("moduleLoadData");
-  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!modules_loadable_) return kCudaErrorNotSupported;
+  if (module == nullptr || image == nullptr) return kCudaErrorInvalidValue;
+  *module = reinterpret_cast<CuModule>(&g_module_token);
+  return kCudaSuccess;
 }
 
-CuResult FakeCudaDriver::moduleGetFunction(CuFunction*, CuModule, const char*) {
+CuResult FakeCudaDriver::moduleGetFunction(CuFunction* function, CuModule module,
+                                           const char* name) {
   MC_FAKE_ENTER("moduleGetFunction");
-  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!modules_loadable_) return kCudaErrorNotSupported;
+  if (function == nullptr || name == nullptr ||
+      module != reinterpret_cast<CuModule>(&g_module_token)) {
+    return kCudaErrorInvalidValue;
+  }
+  *function = reinterpret_cast<CuFunction>(&g_function_token);
+  return kCudaSuccess;
 }
 
-CuResult FakeCudaDriver::moduleUnload(CuModule) {
+CuResult FakeCudaDriver::moduleUnload(CuModule module) {
   MC_FAKE_ENTER("moduleUnload");
-  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (!modules_loadable_) return kCudaErrorNotSupported;
+  return module == reinterpret_cast<CuModule>(&g_module_token) ? kCudaSuccess
+                                                               : kCudaErrorInvalidValue;
 }
 
 CuResult FakeCudaDriver::launchKernel(CuFunction, unsigned, unsigned, unsigned, unsigned, unsigned,

@@ -41,7 +41,14 @@
 // primary context (retain/release counted); the current context is per
 // thread, as with the driver, and shared by every fake in the process.
 // Legacy IPC, modules and kernel launches answer CUDA_ERROR_NOT_SUPPORTED:
-// nothing on the host can run device code.
+// nothing on the host can run device code (setModulesLoadable lets modules
+// load, for code that loads its kernels at setup; launches still fail).
+// Fabric handles (kCuMemHandleTypeFabric) export only once
+// setImexChannel(true) says the node has an IMEX channel; without one
+// export and import answer CUDA_ERROR_NOT_SUPPORTED, as on a node without
+// the IMEX service. The fake's fabric handle names the memfd of the
+// exporting process (pid and fd number, reopened through /proc on import),
+// so it works within one host only, which is all a host test needs.
 //
 // Ownership: the fake owns every allocation, fd and mapping it creates and
 // frees what is left in its destructor. Fds returned by export belong to
@@ -115,6 +122,12 @@ class FakeCudaDriver : public CudaDriver {
   // results come first.
   void setResult(std::string_view method, CuResult r);
   void clearResult(std::string_view method);
+  // Whether fabric handles export and import (an IMEX channel is present);
+  // false at first.
+  void setImexChannel(bool present);
+  // Whether moduleLoadData / moduleGetFunction / moduleUnload succeed (with
+  // placeholder objects); false at first. launchKernel fails either way.
+  void setModulesLoadable(bool loadable);
 
   // --- Inspection ------------------------------------------------------------
 
@@ -230,6 +243,8 @@ class FakeCudaDriver : public CudaDriver {
   CuResult init_result_ = kCudaSuccess;
   bool initialized_ = false;
   size_t granularity_ = size_t{2} << 20;
+  bool imex_channel_ = false;
+  bool modules_loadable_ = false;
   std::map<std::string, std::vector<CuResult>, std::less<>> fail_next_;  // front = next
   std::map<std::string, CuResult, std::less<>> results_;
   std::map<std::string, int, std::less<>> calls_;

@@ -35,6 +35,46 @@ TEST(BufferHandle, EveryKindEncodesToOneLength) {
   }
 }
 
+// A fabric handle is one CUmemFabricHandle: 64 bytes exactly, both ways,
+// so a truncated or padded handle is refused before it reaches the driver.
+TEST(BufferHandle, FabricPayloadIsExactly64Bytes) {
+  BufferHandle h;
+  h.kind = HandleKind::kCudaFabric;
+  h.map_bytes = 4 << 20;
+  h.buffer_id = 7;
+  h.node_key = NodeKey("node-7");
+  for (size_t i = 0; i < kFabricHandleBytes; ++i) h.payload.push_back(static_cast<char>(0xa0 + i));
+  auto words = EncodeHandle(h);
+  ASSERT_TRUE(words.ok()) << words.status();
+  EXPECT_EQ(words->size() * 4, kHandleBytes);
+  auto back = DecodeHandle(*words);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->kind, HandleKind::kCudaFabric);
+  EXPECT_STREQ(HandleKindName(back->kind), "cuda-fabric");
+  EXPECT_EQ(back->payload, h.payload);
+
+  for (size_t bad : {size_t{0}, size_t{40}, size_t{63}, size_t{65}, kMaxPayloadBytes}) {
+    BufferHandle b = h;
+    b.payload.assign(bad, 'f');
+    auto enc = EncodeHandle(b);
+    ASSERT_FALSE(enc.ok()) << bad << " bytes";
+    EXPECT_EQ(enc.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(enc.status().message().find("cuda-fabric payload of " + std::to_string(bad)),
+              std::string::npos)
+        << enc.status();
+    // The same bytes under another kind encode; relabelled as fabric, the
+    // decoder refuses them.
+    b.kind = HandleKind::kCudaIpc;
+    auto ipc = EncodeHandle(b);
+    ASSERT_TRUE(ipc.ok()) << ipc.status();
+    std::vector<int32_t> v = *ipc;
+    v[1] = (v[1] & ~0xff00) | (static_cast<int>(HandleKind::kCudaFabric) << 8);
+    auto dec = DecodeHandle(v);
+    ASSERT_FALSE(dec.ok()) << bad << " bytes";
+    EXPECT_NE(dec.status().message().find("expected 64"), std::string::npos) << dec.status();
+  }
+}
+
 TEST(BufferHandle, NodeKeysTellNodesApart) {
   EXPECT_EQ(NodeKey("node-a"), NodeKey("node-a"));
   EXPECT_NE(NodeKey("node-a"), NodeKey("node-b"));
@@ -68,6 +108,10 @@ TEST(BufferHandle, DiagnosesForeignHandles) {
 
   v = good;
   v[1] = (v[1] & ~0xff00) | (9 << 8);  // kind byte
+  EXPECT_NE(DecodeHandle(v).status().message().find("unknown kind"), std::string::npos);
+  v[1] = (v[1] & ~0xff00) | ((kMaxHandleKind + 1) << 8);  // the first kind past the known ones
+  EXPECT_NE(DecodeHandle(v).status().message().find("unknown kind"), std::string::npos);
+  v[1] = (v[1] & ~0xff00);  // kind 0
   EXPECT_NE(DecodeHandle(v).status().message().find("unknown kind"), std::string::npos);
 
   v = good;

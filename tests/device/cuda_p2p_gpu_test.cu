@@ -255,21 +255,92 @@ TEST(CudaP2pTransport, VmmRanksInOneProcess) {
   DriveInProcessRanks(t, buf, gpus, L);
 }
 
+// Whether fabric handles work on GPU 0 (an IMEX channel is present): the
+// explicit request either succeeds or says why not.
+bool FabricWorks() { return createCudaP2pTransport(2, nullptr, CudaHandleKind::kFabric).ok(); }
+
 TEST(CudaP2pTransport, AutoPicksVmmWithAnExchangeAndLegacyWithout) {
   if (GpuCount() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  // With an IMEX channel kAuto takes fabric handles, exchange or not.
+  const bool fabric = FabricWorks();
   auto with = createCudaP2pTransport(2, std::make_shared<InProcessHandleExchange>());
   ASSERT_TRUE(with.ok()) << with.status();
-  EXPECT_EQ((*with)->handleKind(), "cuda-vmm-fd");  // H200: VMM + POSIX fd supported
+  // H200: VMM + POSIX fd supported.
+  EXPECT_EQ((*with)->handleKind(), fabric ? "cuda-fabric" : "cuda-vmm-fd");
   auto without = createCudaP2pTransport(2, nullptr);
   ASSERT_TRUE(without.ok()) << without.status();
-  EXPECT_EQ((*without)->handleKind(), "cuda-ipc");
+  EXPECT_EQ((*without)->handleKind(), fabric ? "cuda-fabric" : "cuda-ipc");
   // VMM without an exchange is the join route (fds travel with the join).
   auto vmm_bare = createCudaP2pTransport(2, nullptr, CudaHandleKind::kVmmPosixFd);
   ASSERT_TRUE(vmm_bare.ok()) << vmm_bare.status();
   void* b = (*without)->allocateBuffer(4096);
   ASSERT_NE(b, nullptr) << (*without)->lastError();
   EXPECT_EQ((*without)->exportIpcHandle(b).size(), 32u);  // one length for every kind
+}
+
+// Fabric handles (MNNVL). Where the node has an IMEX channel: two ranks in
+// one process share through the 64-byte fabric handle alone (no exchange),
+// verified and driven. Elsewhere (single-node machines: the GPU reports
+// fabric support, the export fails): kFabric is refused naming the CUDA
+// error and the IMEX channel, and kAuto falls back to VMM fds with one log
+// line saying the same. The outcome is printed, so the log records what
+// this machine's driver answered.
+TEST(CudaP2pTransport, FabricHandlesOrTheLoggedFallback) {
+  const int gpus = GpuCount();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  auto fabric = createCudaP2pTransport(2, nullptr, CudaHandleKind::kFabric);
+  if (!fabric.ok()) {
+    std::printf("fabric handles on GPU 0: unavailable: %s\n", fabric.status().ToString().c_str());
+    EXPECT_EQ(fabric.status().code(), absl::StatusCode::kFailedPrecondition) << fabric.status();
+    const std::string why(fabric.status().message());
+    const bool claimed = why.find("reports fabric handle support, but") != std::string::npos;
+    if (claimed) {
+      EXPECT_NE(why.find("/dev/nvidia-caps-imex-channels"), std::string::npos) << why;
+      EXPECT_NE(why.find("CUDA_ERROR_"), std::string::npos) << "names the CUDA error: " << why;
+    } else {
+      EXPECT_NE(why.find("lacks fabric handles"), std::string::npos) << why;
+    }
+    ::testing::internal::CaptureStderr();
+    auto autok = createCudaP2pTransport(2, std::make_shared<InProcessHandleExchange>());
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    std::printf("kAuto logged: %s", log.empty() ? "(nothing)\n" : log.c_str());
+    ASSERT_TRUE(autok.ok()) << autok.status();
+    EXPECT_EQ((*autok)->handleKind(), "cuda-vmm-fd");
+    if (claimed) {
+      EXPECT_NE(log.find("fabric handles unavailable"), std::string::npos) << log;
+      EXPECT_NE(log.find("using VMM POSIX fds"), std::string::npos) << log;
+      // The same CUDA error as the explicit request's.
+      const size_t at = why.find("CUDA_ERROR_");
+      const std::string error = why.substr(at, why.find(' ', at) - at);
+      EXPECT_NE(log.find(error), std::string::npos) << error << " not in: " << log;
+    }
+    return;
+  }
+  std::printf("fabric handles on GPU 0: available (IMEX channel present)\n");
+  constexpr int kN = 2;
+  const Layout L{kN, (1 << 20) + 13};
+  std::vector<std::unique_ptr<BrokeredP2pTransport>> t(kN);
+  std::vector<void*> buf(kN);
+  std::vector<std::vector<int32_t>> handles(kN);
+  for (int r = 0; r < kN; ++r) {
+    ASSERT_EQ(cudaSetDevice(r % gpus), cudaSuccess);
+    auto made = createCudaP2pTransport(kN, nullptr, CudaHandleKind::kFabric);
+    ASSERT_TRUE(made.ok()) << made.status();
+    t[r] = *std::move(made);
+    EXPECT_EQ(t[r]->handleKind(), "cuda-fabric");
+    buf[r] = t[r]->allocateBuffer(L.bytes());
+    ASSERT_NE(buf[r], nullptr) << t[r]->lastError();
+    handles[r] = t[r]->exportIpcHandle(buf[r]);
+    ASSERT_EQ(handles[r].size(), 32u) << t[r]->lastError();
+  }
+  for (int r = 0; r < kN; ++r) {
+    t[r]->importPeerHandles(buf[r], r, kN, handles, {});
+    ASSERT_TRUE(t[r]->lastError().ok()) << t[r]->lastError();
+    ASSERT_TRUE(t[r]->verifyPeerAccess()) << t[r]->lastError();
+  }
+  DriveInProcessRanks(t, buf, gpus, L);
 }
 
 // The join route on CUDA VMM: exportLocal's fd goes straight to the peer's

@@ -141,6 +141,10 @@ MC_SAME_FIELD(OurAllocFlags, TheirAllocFlags, gpuDirectRDMACapable);
 MC_SAME_FIELD(OurAllocFlags, TheirAllocFlags, usage);
 MC_SAME_FIELD(OurAllocFlags, TheirAllocFlags, reserved);
 
+static_assert(sizeof(CuMemFabricHandle) == sizeof(CUmemFabricHandle));
+static_assert(alignof(CuMemFabricHandle) == alignof(CUmemFabricHandle));
+MC_SAME_FIELD(CuMemFabricHandle, CUmemFabricHandle, data);
+
 static_assert(sizeof(CuMemAccessDesc) == sizeof(CUmemAccessDesc));
 static_assert(alignof(CuMemAccessDesc) == alignof(CUmemAccessDesc));
 MC_SAME_FIELD(CuMemAccessDesc, CUmemAccessDesc, location);

@@ -305,6 +305,78 @@ TEST_F(FakeCudaDriverTest, FabricExportIsNotSupported) {
   EXPECT_EQ(cu_.memCreate(&handle, kGran, &prop, 0), kCudaErrorNotSupported);
 }
 
+// With an IMEX channel, a fabric handle names the allocation: importing
+// it maps the same memory (also after the exporter released its handle,
+// while a mapping keeps it), and anything else is refused.
+TEST_F(FakeCudaDriverTest, FabricHandlesWorkWithAnImexChannel) {
+  ASSERT_EQ(cu_.init(0), kCudaSuccess);
+  cu_.setImexChannel(true);
+  CuMemAllocationProp prop = Prop(0);
+  prop.requestedHandleTypes = kCuMemHandleTypePosixFileDescriptor | kCuMemHandleTypeFabric;
+  CuMemHandle handle = 0;
+  ASSERT_EQ(cu_.memCreate(&handle, kGran, &prop, 0), kCudaSuccess);
+  CuMemFabricHandle fabric{};
+  ASSERT_EQ(cu_.memExportToShareableHandle(&fabric, handle, kCuMemHandleTypeFabric, 0),
+            kCudaSuccess);
+  CuMemHandle imported = 0;
+  ASSERT_EQ(cu_.memImportFromShareableHandle(&imported, &fabric, kCuMemHandleTypeFabric),
+            kCudaSuccess);
+  EXPECT_NE(imported, handle);
+  EXPECT_EQ(cu_.liveHandles(), 2u);
+
+  CuDevicePtr a = 0, b = 0;
+  ASSERT_EQ(cu_.memAddressReserve(&a, kGran, 0, 0, 0), kCudaSuccess);
+  ASSERT_EQ(cu_.memAddressReserve(&b, kGran, 0, 0, 0), kCudaSuccess);
+  ASSERT_EQ(cu_.memMap(a, kGran, 0, handle, 0), kCudaSuccess);
+  ASSERT_EQ(cu_.memMap(b, kGran, 0, imported, 0), kCudaSuccess);
+  CuMemAccessDesc rw{{kCuMemLocationTypeDevice, 0}, kCuMemAccessFlagsProtReadWrite};
+  ASSERT_EQ(cu_.memSetAccess(a, kGran, &rw, 1), kCudaSuccess);
+  ASSERT_EQ(cu_.memSetAccess(b, kGran, &rw, 1), kCudaSuccess);
+  *reinterpret_cast<volatile uint64_t*>(a) = 0x0123456789abcdefull;
+  EXPECT_EQ(*reinterpret_cast<volatile uint64_t*>(b), 0x0123456789abcdefull);
+
+  CuMemFabricHandle forged = fabric;
+  forged.data[0] ^= 0xff;
+  CuMemHandle bad = 0;
+  EXPECT_EQ(cu_.memImportFromShareableHandle(&bad, &forged, kCuMemHandleTypeFabric),
+            kCudaErrorInvalidValue);
+  // A POSIX-fd-only allocation has no fabric handle to export.
+  CuMemHandle fd_only = 0;
+  prop.requestedHandleTypes = kCuMemHandleTypePosixFileDescriptor;
+  ASSERT_EQ(cu_.memCreate(&fd_only, kGran, &prop, 0), kCudaSuccess);
+  EXPECT_EQ(cu_.memExportToShareableHandle(&forged, fd_only, kCuMemHandleTypeFabric, 0),
+            kCudaErrorInvalidValue);
+  // Without the channel, import fails as export does.
+  cu_.setImexChannel(false);
+  EXPECT_EQ(cu_.memImportFromShareableHandle(&bad, &fabric, kCuMemHandleTypeFabric),
+            kCudaErrorNotSupported);
+
+  EXPECT_EQ(cu_.memUnmap(a, kGran), kCudaSuccess);
+  EXPECT_EQ(cu_.memUnmap(b, kGran), kCudaSuccess);
+  EXPECT_EQ(cu_.memAddressFree(a, kGran), kCudaSuccess);
+  EXPECT_EQ(cu_.memAddressFree(b, kGran), kCudaSuccess);
+  EXPECT_EQ(cu_.memRelease(handle), kCudaSuccess);
+  EXPECT_EQ(cu_.memRelease(imported), kCudaSuccess);
+  EXPECT_EQ(cu_.memRelease(fd_only), kCudaSuccess);
+  EXPECT_EQ(cu_.liveHandles(), 0u);
+}
+
+TEST_F(FakeCudaDriverTest, ModulesLoadOnlyWhenAllowed) {
+  ASSERT_EQ(cu_.init(0), kCudaSuccess);
+  static const char kImage[] = "not a fatbin";
+  CuModule module = nullptr;
+  EXPECT_EQ(cu_.moduleLoadData(&module, kImage), kCudaErrorNotSupported);
+  cu_.setModulesLoadable(true);
+  ASSERT_EQ(cu_.moduleLoadData(&module, kImage), kCudaSuccess);
+  CuFunction f = nullptr;
+  ASSERT_EQ(cu_.moduleGetFunction(&f, module, "kernel"), kCudaSuccess);
+  EXPECT_NE(f, nullptr);
+  EXPECT_EQ(cu_.launchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr),
+            kCudaErrorNotSupported)
+      << "nothing runs device code on the host";
+  EXPECT_EQ(cu_.moduleUnload(module), kCudaSuccess);
+}
+
 TEST_F(FakeCudaDriverTest, CopiesBetweenEveryKindOfDeviceMemory) {
   ASSERT_EQ(cu_.init(0), kCudaSuccess);
   CuContext ctx = nullptr;

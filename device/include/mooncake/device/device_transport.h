@@ -213,20 +213,36 @@ MOONCAKE_API absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createHostP2p
 
 // Which CUDA sharing mechanism createCudaP2pTransport uses.
 enum class CudaHandleKind {
-  // cuMem VMM with POSIX fds when the device supports it and an exchange is
-  // given; legacy IPC otherwise (the choice is logged once).
+  // Fabric handles when the GPU reports them and a test export succeeds;
+  // else cuMem VMM with POSIX fds when the device supports it and an
+  // exchange is given; else legacy IPC. When the GPU reports fabric support
+  // but the export fails (no IMEX channel, as on single-node machines), one
+  // log line names the CUDA error and what is missing.
   kAuto,
   // cuMem VMM allocation, fd shared through HandleExchange.
   kVmmPosixFd,
   // cudaMalloc + cudaIpcGetMemHandle; no exchange needed. One process cannot
   // open its own handle, so in-process multi-rank setups need kVmmPosixFd.
   kLegacyIpc,
+  // cuMem VMM allocation with the fabric handle type (handleKind()
+  // "cuda-fabric"): the 64-byte CUmemFabricHandle travels inside the handle,
+  // so no exchange is needed and ranks on other nodes of a multi-node NVLink
+  // domain (MNNVL) map the buffer too. Needs an IMEX channel
+  // (/dev/nvidia-caps-imex-channels). Each buffer also has a POSIX fd, which
+  // the join route (exportLocal) sends beside the handle so a same-node rank
+  // using kVmmPosixFd maps it; exportIpcHandle sends only the fabric handle.
+  // FailedPrecondition at creation, naming the reason, when the GPU lacks
+  // fabric handles or the test export fails.
+  kFabric,
 };
 
 // CUDA: buffers on the device current at creation (cudaGetDevice()); later
 // calls switch to it for their duration and restore the caller's device.
-// Tables live in device memory. FailedPrecondition when the build has no
-// CUDA, no GPU is visible, or the requested kind is unsupported;
+// Tables live in device memory. A VMM transport (fabric or POSIX fd) maps
+// peers of both VMM kinds, so ranks that chose differently still share on
+// one node; another node's rank is mapped only when both use fabric
+// handles. FailedPrecondition when the build has no CUDA, no GPU is
+// visible, or the requested kind is unsupported;
 // InvalidArgument for num_ranks < 1 or kVmmPosixFd without an exchange.
 MOONCAKE_API absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> createCudaP2pTransport(
     int num_ranks, std::shared_ptr<HandleExchange> exchange,

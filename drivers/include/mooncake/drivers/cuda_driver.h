@@ -78,6 +78,14 @@ using CuStream = CuStreamOpaque*;  // nullptr: the context's default stream
 struct CuIpcMemHandle {
   char reserved[64];
 };
+// CUmemFabricHandle: 64 opaque bytes naming a cuMem allocation created with
+// kCuMemHandleTypeFabric to any process of the same NVLink fabric (this node
+// or another of a multi-node NVLink domain). Export and import need an IMEX
+// channel (/dev/nvidia-caps-imex-channels/channel<N>, made by the
+// nvidia-imex service) in the process's namespace.
+struct CuMemFabricHandle {
+  unsigned char data[64];
+};
 
 // CUresult values.
 inline constexpr CuResult kCudaSuccess = 0;
@@ -215,6 +223,7 @@ class CudaDriver {
   // For kCuMemHandleTypePosixFileDescriptor `shareable` points to an int that
   // receives a new fd (the caller closes it), and `os_handle` is the fd cast
   // to a pointer (`reinterpret_cast<void*>(static_cast<uintptr_t>(fd))`).
+  // For kCuMemHandleTypeFabric both point to a CuMemFabricHandle.
   virtual CuResult memExportToShareableHandle(void* shareable, CuMemHandle handle, int handle_type,
                                               unsigned long long flags) = 0;
   virtual CuResult memImportFromShareableHandle(CuMemHandle* handle, void* os_handle,

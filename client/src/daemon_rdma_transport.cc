@@ -345,19 +345,27 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q.scratch_lkey = control_keys_.lkey;
     qpns_[slots[i]] = qpns[i];
   }
-  return PublishQps();
+  return PublishQps(slots);
 }
 
-absl::Status DaemonRdmaTransport::PublishQps() {
+absl::Status DaemonRdmaTransport::PublishQps(const std::vector<size_t>& slots) {
   if (!cuda_) return absl::OkStatus();
   drivers::CudaDriver& drv = Cuda(cuda_);
-  const size_t bytes = qpns_.size() * sizeof(device::IbgdaQpDevCtx);
+  constexpr size_t kCtx = sizeof(device::IbgdaQpDevCtx);
   if (qps_dev_ == 0) {
+    const size_t bytes = qpns_.size() * kCtx;
     drivers::CuDevicePtr d = 0;
     MC_RETURN_IF_ERROR(drivers::CuStatus(drv, drv.memAlloc(&d, bytes), "cuMemAlloc (QP contexts)"));
     qps_dev_ = d;
+    return drivers::CuStatus(drv, drv.memcpyHtoD(qps_dev_, qps_, bytes), "copying QP contexts");
   }
-  return drivers::CuStatus(drv, drv.memcpyHtoD(qps_dev_, qps_, bytes), "copying QP contexts");
+  for (size_t slot : slots) {
+    if (slot >= qpns_.size()) continue;
+    MC_RETURN_IF_ERROR(drivers::CuStatus(drv,
+                                         drv.memcpyHtoD(qps_dev_ + slot * kCtx, &qps_[slot], kCtx),
+                                         absl::StrCat("copying the context of QP slot ", slot)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DaemonRdmaTransport::PublishTables() {
@@ -496,9 +504,13 @@ absl::Status DaemonRdmaTransport::replaceQueuePairsToward(int peer) {
     return absl::FailedPreconditionError("replaceQueuePairsToward before allocateControlBuffer");
   }
   const size_t q = static_cast<size_t>(qps_per_peer_);
-  std::vector<uint32_t> old;
+  std::vector<size_t> peer_slots;
   for (size_t slot = static_cast<size_t>(peer) * q; slot < static_cast<size_t>(peer + 1) * q;
        ++slot) {
+    peer_slots.push_back(slot);
+  }
+  std::vector<uint32_t> old;
+  for (size_t slot : peer_slots) {
     if (qpns_[slot] == 0) continue;
     old.push_back(qpns_[slot]);
     qpns_[slot] = 0;
@@ -507,7 +519,7 @@ absl::Status DaemonRdmaTransport::replaceQueuePairsToward(int peer) {
   if (old.empty()) return absl::OkStatus();  // never an RDMA peer
   raddrs_[peer] = 0;
   rkeys_[peer] = 0;
-  MC_RETURN_IF_ERROR(PublishQps());
+  MC_RETURN_IF_ERROR(PublishQps(peer_slots));
   MC_RETURN_IF_ERROR(PublishTables());
   // Their peer's session is gone, so they are half dead already; destroying
   // them frees the slots' numbers in the daemon.
@@ -516,12 +528,11 @@ absl::Status DaemonRdmaTransport::replaceQueuePairsToward(int peer) {
   mask[static_cast<size_t>(peer)] = 1;
   MC_RETURN_IF_ERROR(createQueuePairsFor(mask));
   // Unconnected: a WQE posted now would meet a queue pair in RESET.
-  for (size_t slot = static_cast<size_t>(peer) * q; slot < static_cast<size_t>(peer + 1) * q;
-       ++slot) {
+  for (size_t slot : peer_slots) {
     parked_.emplace_back(slot, qps_[slot]);
     qps_[slot] = device::IbgdaQpDevCtx();
   }
-  return PublishQps();
+  return PublishQps(peer_slots);
 }
 
 absl::Status DaemonRdmaTransport::connectReplacement(int local_rank, int peer,
@@ -536,15 +547,17 @@ absl::Status DaemonRdmaTransport::connectReplacement(int local_rank, int peer,
   mask[static_cast<size_t>(peer)] = 1;
   MC_RETURN_IF_ERROR(connectEndpoints(local_rank, peers, mask));
   const size_t q = static_cast<size_t>(qps_per_peer_);
+  std::vector<size_t> restored;
   for (auto it = parked_.begin(); it != parked_.end();) {
     if (it->first / q == static_cast<size_t>(peer)) {
       qps_[it->first] = it->second;
+      restored.push_back(it->first);
       it = parked_.erase(it);
     } else {
       ++it;
     }
   }
-  return PublishQps();
+  return PublishQps(restored);
 }
 
 }  // namespace mooncake

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <vector>
@@ -14,6 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mooncake/device/comm_device.h"
+#if MOONCAKE_EXAMPLE_HAVE_CUDA
+#include "elastic_cuda.h"
+#endif
 
 namespace mooncake::example {
 namespace {
@@ -21,40 +25,82 @@ namespace {
 using device::McCmp;
 using device::McStatus;
 
+// A wait on one peer's flag gives up after this and the loop polls events:
+// a lost peer never hangs the loop (its LOST event takes it out).
+constexpr uint64_t kWaitSliceNs = 200'000;
+
 int64_t NowUs() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000 + ts.tv_nsec / 1000;
 }
 
-// Layout of the symmetric buffer (ElasticBufferBytes):
-//   flag word of source s                 FlagOffset(s)
-//   inbox of source s, parity p           kSignalBytes + (2 s + p) msg
-//   outbox toward d (RDMA source bytes)   kSignalBytes + (2 n + d) msg
-struct Layout {
-  size_t msg;
-  int n;
-  size_t Inbox(int src, uint64_t seq) const {
-    return kSignalBytes + (2 * static_cast<size_t>(src) + (seq & 1)) * msg;
-  }
-  size_t Outbox(int dst) const {
-    return kSignalBytes + (2 * static_cast<size_t>(n) + static_cast<size_t>(dst)) * msg;
-  }
-};
+// The host platform: the buffer is mapped here, so the loop's thread stages,
+// puts and checks with plain CPU loads and stores through the Device API's
+// host implementation.
+class HostPath final : public ElasticDataPath {
+ public:
+  HostPath(const device::CommCtx& ctx, void* buffer, ElasticLayout at)
+      : ctx_(ctx), buf_(static_cast<uint8_t*>(buffer)), at_(at), msg_(at.msg) {}
 
-uint8_t Byte(size_t i, int src, int dst, uint64_t seq) {
-  return PatternByte(i + static_cast<size_t>(seq) * 17u, src, dst);
-}
+  PathResult Send(int dst, uint64_t seq, std::string* why) override {
+    const device::McPeer peer = device::mc_peer(ctx_, dst);
+    for (size_t i = 0; i < at_.msg; ++i) msg_[i] = ElasticByte(i, ctx_.rank, dst, seq);
+    uint8_t* inbox = buf_ + at_.Inbox(ctx_.rank, seq);  // symmetric: my inbox at dst
+    const void* from = msg_.data();
+    if (device::mc_peer_is_rdma(peer)) {
+      // The NIC reads registered memory, later: stage in this rank's outbox.
+      std::memcpy(buf_ + at_.Outbox(dst), msg_.data(), at_.msg);
+      from = buf_ + at_.Outbox(dst);
+    }
+    McStatus st = device::mc_put_thread(peer, inbox, from, at_.msg);
+    if (st == McStatus::kOk) st = device::mc_signal(peer, Flag(ctx_.rank), seq);
+    if (st == McStatus::kOk && device::mc_peer_is_rdma(peer)) st = device::mc_qp_quiet(peer.qp);
+    if (st != McStatus::kOk) {
+      *why = absl::StrCat("sending #", seq, " to rank ", dst, " failed (status ",
+                          static_cast<int>(st), ")");
+      return PathResult::kPeerFailed;
+    }
+    return PathResult::kOk;
+  }
+
+  PathResult WaitFlag(int src, uint64_t want, uint64_t timeout_ns, std::string*) override {
+    uint64_t seen = 0;
+    return device::mc_wait_until_for(Flag(src), McCmp::kGe, want, timeout_ns, &seen)
+               ? PathResult::kOk
+               : PathResult::kNotYet;
+  }
+
+  PathResult CheckInbox(int src, uint64_t seq, uint64_t* bad, std::string*) override {
+    const uint8_t* inbox = buf_ + at_.Inbox(src, seq);
+    uint64_t wrong = 0;
+    for (size_t i = 0; i < at_.msg; ++i) wrong += inbox[i] != ElasticByte(i, src, ctx_.rank, seq);
+    *bad = wrong;
+    return PathResult::kOk;
+  }
+
+  PathResult ZeroFlag(int src, std::string*) override {
+    __atomic_store_n(Flag(src), uint64_t{0}, __ATOMIC_RELEASE);
+    return PathResult::kOk;
+  }
+
+ private:
+  uint64_t* Flag(int src) { return reinterpret_cast<uint64_t*>(buf_ + FlagOffset(src)); }
+
+  const device::CommCtx& ctx_;  // Communicator::ctx(): handleEvent updates it
+  uint8_t* const buf_;
+  const ElasticLayout at_;
+  std::vector<uint8_t> msg_;
+};
 
 class ElasticLoop {
  public:
-  ElasticLoop(Communicator& comm, const ElasticOptions& o)
+  ElasticLoop(Communicator& comm, const ElasticOptions& o, ElasticDataPath& path)
       : comm_(comm),
         o_(o),
+        path_(path),
         n_(comm.worldSize()),
         me_(comm.rank()),
-        at_{o.msg_bytes, comm.worldSize()},
-        buf_(static_cast<uint8_t*>(comm.buffer())),
         sent_(n_, 0),
         received_(n_, 0),
         admitted_(n_, false) {}
@@ -65,11 +111,9 @@ class ElasticLoop {
   void Say(const std::string& line) {
     std::cout << "rank " << me_ << ": " << line << " t=" << NowUs() << std::endl;
   }
-  uint64_t* Flag(int src) { return reinterpret_cast<uint64_t*>(buf_ + FlagOffset(src)); }
   // Drains pending events; false (with the reason in *why) when the run
   // cannot go on.
   bool PollEvents(absl::Duration wait, std::string* why);
-  bool Send(int dst, std::string* why);
   std::set<int> ActivePeers() const {
     std::set<int> out;
     for (int r = 0; r < n_; ++r) {
@@ -80,9 +124,8 @@ class ElasticLoop {
 
   Communicator& comm_;
   const ElasticOptions o_;
+  ElasticDataPath& path_;
   const int n_, me_;
-  const Layout at_;
-  uint8_t* const buf_;
   std::vector<uint64_t> sent_, received_;
   std::vector<bool> admitted_;  // replacement not yet exchanged with
   int rejoins_ = 0;
@@ -108,7 +151,7 @@ bool ElasticLoop::PollEvents(absl::Duration wait, std::string* why) {
       // Nothing more comes from the old process; its replacement starts
       // the pair's count again.
       sent_[r] = received_[r] = 0;
-      __atomic_store_n(Flag(r), uint64_t{0}, __ATOMIC_RELEASE);
+      if (path_.ZeroFlag(r, why) != PathResult::kOk) return false;
       Say(absl::StrCat("RELEASED rank ", r));
       if (ev->kind == K::kLost) {
         lost_.push_back(r);
@@ -123,30 +166,6 @@ bool ElasticLoop::PollEvents(absl::Duration wait, std::string* why) {
       ++rejoins_;
       Say(absl::StrCat("ADMITTED rank ", r, " epoch ", ev->epoch));
     }
-  }
-  return true;
-}
-
-bool ElasticLoop::Send(int dst, std::string* why) {
-  const device::CommCtx& ctx = comm_.ctx();
-  const device::McPeer peer = device::mc_peer(ctx, dst);
-  const uint64_t seq = ++sent_[dst];
-  std::vector<uint8_t> msg(at_.msg);
-  for (size_t i = 0; i < at_.msg; ++i) msg[i] = Byte(i, me_, dst, seq);
-  uint8_t* inbox = buf_ + at_.Inbox(me_, seq);  // symmetric: my inbox at dst
-  const void* from = msg.data();
-  if (device::mc_peer_is_rdma(peer)) {
-    // The NIC reads registered memory, later: stage in this rank's outbox.
-    std::memcpy(buf_ + at_.Outbox(dst), msg.data(), at_.msg);
-    from = buf_ + at_.Outbox(dst);
-  }
-  McStatus st = device::mc_put_thread(peer, inbox, from, at_.msg);
-  if (st == McStatus::kOk) st = device::mc_signal(peer, Flag(me_), seq);
-  if (st == McStatus::kOk && device::mc_peer_is_rdma(peer)) st = device::mc_qp_quiet(peer.qp);
-  if (st != McStatus::kOk) {
-    *why = absl::StrCat("sending #", seq, " to rank ", dst, " failed (status ",
-                        static_cast<int>(st), ")");
-    return false;
   }
   return true;
 }
@@ -172,18 +191,25 @@ RunResult ElasticLoop::Run() {
     // LOST event takes it out of the round.
     std::set<int> waiting;
     std::map<int, std::string> send_failed;
-    for (int step = 1; step < n_; ++step) {
+    bool failed = false;
+    for (int step = 1; step < n_ && !failed; ++step) {
       const int dst = (me_ + step) % n_;
       if (peers.count(dst) == 0) continue;
       std::string send_error;
-      if (!Send(dst, &send_error)) send_failed[dst] = send_error;
+      switch (path_.Send(dst, ++sent_[dst], &send_error)) {
+        case PathResult::kOk: break;
+        case PathResult::kBroken:
+          why = send_error;
+          failed = true;
+          break;
+        default: send_failed[dst] = send_error;
+      }
       waiting.insert(dst);
     }
     // Receives, in slices: a wait on a lost rank comes back with a status
     // (mc_wait_until_for) and the host handles the event.
     int64_t stalled_since = NowUs();
-    bool failed = false;
-    while (!waiting.empty()) {
+    while (!failed && !waiting.empty()) {
       bool progress = false;
       for (auto it = waiting.begin(); it != waiting.end();) {
         const int src = *it;
@@ -192,18 +218,21 @@ RunResult ElasticLoop::Run() {
           continue;
         }
         const uint64_t want = received_[src] + 1;
-        uint64_t seen = 0;
-        if (!device::mc_wait_until_for(Flag(src), McCmp::kGe, want, 200'000, &seen)) {
+        const PathResult waited = path_.WaitFlag(src, want, kWaitSliceNs, &why);
+        if (waited == PathResult::kNotYet) {
           ++it;
           continue;
         }
-        const uint8_t* inbox = buf_ + at_.Inbox(src, want);
         uint64_t bad = 0;
-        for (size_t i = 0; i < at_.msg; ++i) bad += inbox[i] != Byte(i, src, me_, want);
+        if (waited != PathResult::kOk ||
+            path_.CheckInbox(src, want, &bad, &why) != PathResult::kOk) {
+          failed = true;
+          break;
+        }
         if (bad != 0) {
           result.bad_bytes += bad;
-          why = absl::StrCat(bad, " of ", at_.msg, " bytes wrong in message #", want, " from rank ",
-                             src);
+          why = absl::StrCat(bad, " of ", o_.msg_bytes, " bytes wrong in message #", want,
+                             " from rank ", src);
           failed = true;
           break;
         }
@@ -276,8 +305,33 @@ RunResult ElasticLoop::Run() {
 
 }  // namespace
 
+RunResult RunElastic(Communicator& comm, const ElasticOptions& options, ElasticDataPath& path) {
+  return ElasticLoop(comm, options, path).Run();
+}
+
 RunResult RunElasticHost(Communicator& comm, const ElasticOptions& options) {
-  return ElasticLoop(comm, options).Run();
+  HostPath path(comm.ctx(), comm.buffer(), ElasticLayout{options.msg_bytes, comm.worldSize()});
+  return RunElastic(comm, options, path);
+}
+
+RunResult RunElasticCuda(Communicator& comm, const ElasticOptions& options) {
+#if MOONCAKE_EXAMPLE_HAVE_CUDA
+  std::string error;
+  std::unique_ptr<ElasticDataPath> path = MakeCudaElasticPath(
+      comm.ctx(), comm.buffer(), ElasticLayout{options.msg_bytes, comm.worldSize()}, &error);
+  if (path == nullptr) {
+    RunResult r;
+    r.message = error;
+    return r;
+  }
+  return RunElastic(comm, options, *path);
+#else
+  (void)comm;
+  (void)options;
+  RunResult r;
+  r.message = "this build has no CUDA support (rebuild with the CUDA toolkit)";
+  return r;
+#endif
 }
 
 }  // namespace mooncake::example

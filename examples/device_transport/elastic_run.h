@@ -1,6 +1,8 @@
-// --mode elastic of device_transport_example (host platform): every rank
-// exchanges puts and signals with every rank of the group in a loop, and
-// keeps going when ranks are lost and replaced (Communicator::handleEvent).
+// --mode elastic of device_transport_example (host and CUDA platforms):
+// every rank exchanges puts and signals with every rank of the group in a
+// loop, and keeps going when ranks are lost and replaced
+// (Communicator::handleEvent). The loop is the same on both platforms; only
+// its data path differs (elastic_data_path.h).
 //
 // Each (sender, receiver) pair counts its own exchanges: the n-th message
 // from s to d goes to d's slot for s, parity n % 2, with the pattern of (s,
@@ -24,6 +26,7 @@
 #include <cstdint>
 #include <string>
 
+#include "elastic_data_path.h"
 #include "example_common.h"
 #include "mooncake/client/communicator.h"
 
@@ -52,7 +55,17 @@ inline size_t ElasticBufferBytes(size_t msg_bytes, int world) {
   return kSignalBytes + msg_bytes * static_cast<size_t>(world) * 3;
 }
 
-// Runs until PASS (returns an ok result) or a failure (message says what).
+// Runs until PASS (returns an ok result) or a failure (message says what),
+// moving the data through `path` (which works on comm's buffer and ctx()).
+RunResult RunElastic(Communicator& comm, const ElasticOptions& options, ElasticDataPath& path);
+
+// RunElastic with the host platform's data path (CPU loads and stores, the
+// Device API's host implementation).
 RunResult RunElasticHost(Communicator& comm, const ElasticOptions& options);
+
+// RunElastic with CUDA kernels on the current device (the one the
+// Communicator's buffer was allocated on). In a build without CUDA it
+// returns a failure saying so.
+RunResult RunElasticCuda(Communicator& comm, const ElasticOptions& options);
 
 }  // namespace mooncake::example

@@ -20,13 +20,14 @@
 // events are printed and it keeps waiting. Tests SIGKILL one rank and check
 // the others are told and the daemon cleaned up.
 //
-// --mode elastic (host platform): every rank exchanges puts and signals with
-// every other in a loop (--bytes per message, default 4096), survives the
+// --mode elastic (host or CUDA platform): every rank exchanges puts and
+// signals with every other in a loop (--bytes per message, default 4096), survives the
 // loss of ranks (their LOST event releases them) and admits replacements
 // (start a process with the same --rank: it re-joins the group at epoch + 1).
 // An original rank finishes after --expect-rejoins replacements and --rounds
 // complete rounds after the last; a replacement after --rounds. See
-// elastic_run.h for the lines it prints.
+// elastic_run.h for the lines it prints. On CUDA, kernels on the rank's GPU
+// move and check the messages (elastic_cuda.h); the loop is the same.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -147,13 +148,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
     std::cerr << "device_transport_example: --mode is pair, all2all, watch or elastic\n";
     return false;
   }
-  if (a->mode == "elastic") {
-    if (a->platform != "host") {
-      std::cerr << "device_transport_example: --mode elastic runs on the host platform\n";
-      return false;
-    }
-    if (!a->bytes_given) a->bytes = 4096;
-  }
+  if (a->mode == "elastic" && !a->bytes_given) a->bytes = 4096;
   if (a->mode == "pair" && a->world_size < 2) {
     std::cerr << "device_transport_example: pair mode needs --world-size >= 2\n";
     return false;
@@ -246,7 +241,8 @@ int main(int argc, char** argv) {
     eo.timeout_ns = timeout_ns;
     eo.rounds = a.rounds;
     eo.expect_rejoins = a.expect_rejoins;
-    r = mooncake::example::RunElasticHost(**comm, eo);
+    r = *platform == mooncake::Platform::kHost ? mooncake::example::RunElasticHost(**comm, eo)
+                                               : mooncake::example::RunElasticCuda(**comm, eo);
   } else if (*platform == mooncake::Platform::kHost) {
     r = a.mode == "pair"
             ? mooncake::example::RunPairHost((*comm)->ctx(), (*comm)->buffer(), a.bytes, timeout_ns)

@@ -20,8 +20,8 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,cluster,rdma,compat,latency,put,nvshmem,
-#                     nccl_lsa,nvlink
+#                     env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,latency,put,
+#                     nvshmem,nccl_lsa,nvlink
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   MC_STEP_TIMEOUT   seconds one step may run (default 900)
@@ -42,7 +42,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,cluster,rdma,compat,latency,put,nvshmem,nccl_lsa,nvlink},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,latency,put,nvshmem,nccl_lsa,nvlink},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -215,6 +215,24 @@ if want daemon; then
   ok "${np:-0}"
   if [[ -z "$nf" ]]; then bad 1 "daemon_e2e.sh (no summary)"; elif [[ $nf -gt 0 ]]; then bad "$nf" "daemon_e2e.sh"; fi
   while IFS= read -r why; do skip 1 "daemon_e2e.sh: $why"; done < <(sed -n 's/^skip - //p' "$out")
+  rm -f "$out"
+fi
+
+# Elastic groups with CUDA ranks: --mode elastic, rank 2 SIGKILLed and
+# replaced, over P2P and RDMA (softnic); tests/gpu/elastic_e2e.sh, which
+# also prints the recovery timings.
+if want elastic; then
+  ee2e="$share/elastic_e2e.sh"
+  [[ -f "$ee2e" ]] || ee2e="$here/elastic_e2e.sh"
+  section "elastic end to end (CUDA ranks, SIGKILL and replacement)"
+  out=$(mktemp)
+  timed bash "$ee2e" "$bin" 2>&1 | tee "$out"
+  summary='^\([0-9]*\) passed, \([0-9]*\) failed\(, \([0-9]*\) skipped\)\?$'
+  np=$(sed -n "s/$summary/\1/p" "$out" | tail -1)
+  nf=$(sed -n "s/$summary/\2/p" "$out" | tail -1)
+  ok "${np:-0}"
+  if [[ -z "$nf" ]]; then bad 1 "elastic_e2e.sh (no summary)"; elif [[ $nf -gt 0 ]]; then bad "$nf" "elastic_e2e.sh"; fi
+  while IFS= read -r why; do skip 1 "elastic_e2e.sh: $why"; done < <(sed -n 's/^skip - //p' "$out")
   rm -f "$out"
 fi
 

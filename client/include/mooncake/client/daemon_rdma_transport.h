@@ -131,8 +131,13 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   DaemonRdmaTransport(Client* client, DaemonRdmaOptions options, RdmaNodeInfo info);
   int Fail(absl::Status s);
   void ReleaseQueues();
-  // CUDA: copies the QP contexts / the raddr and rkey tables to the device.
-  absl::Status PublishQps();
+  // CUDA: copies the QP contexts of `slots` to the device (all of them when
+  // the device copy is first made). Only those: the device copy also holds
+  // each QP's posting state (resv_head, ready_head, cons_tail, error), which
+  // kernels advance there and the host copy never sees; copying a live QP's
+  // host entry over it would rewind the QP (its later WQEs go unexecuted).
+  absl::Status PublishQps(const std::vector<size_t>& slots);
+  // CUDA: copies the raddr and rkey tables to the device.
   absl::Status PublishTables();
   // CUDA over mlx5: the doorbell hand-off; on refusal, logs once why and
   // leaves the daemon ringing (CPU-assisted).

@@ -64,8 +64,10 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& path, absl::string_vi
 // the other protocol as a socket closed before any answer.
 std::string ExplainConnectFailure(const EtcdEndpoint& e, const EtcdOptions& o,
                                   absl::string_view error) {
-  const bool closed =
-      absl::StrContains(error, "Socket closed") || absl::StrContains(error, "Connection reset");
+  const bool closed = absl::StrContains(error, "Socket closed") ||
+                      absl::StrContains(error, "Connection reset") ||
+                      absl::StrContains(error, "WRONG_VERSION_NUMBER") ||
+                      absl::StrContains(error, "Handshake failed");
   if (!e.tls) {
     if (!closed && !absl::StrContains(error, "Endpoint read failed")) return "";
     return "the member accepted the connection and closed it without an answer: if it serves "
@@ -79,20 +81,25 @@ std::string ExplainConnectFailure(const EtcdEndpoint& e, const EtcdOptions& o,
             : absl::StrCat("the CA in the etcd TLS ca_file '", o.ca_file, "'"),
         ", or does not name the host of ", e.target);
   }
+  const std::string certificate =
+      o.cert_file.empty()
+          ? std::string(
+                "it requires a client certificate (etcd --client-cert-auth) and none was "
+                "given; set the etcd TLS cert_file and key_file to a certificate of the "
+                "CA etcd trusts (etcd --trusted-ca-file)")
+          : absl::StrCat("it refused the client certificate in the etcd TLS cert_file '",
+                         o.cert_file,
+                         "'; it must be signed by the CA etcd trusts (etcd --trusted-ca-file)");
   if (absl::StrContains(error, "Endpoint read failed") || absl::StrContains(error, "alert")) {
-    if (o.cert_file.empty()) {
-      return "the server ended the TLS connection: it requires a client certificate (etcd "
-             "--client-cert-auth) and none was given; set the etcd TLS cert_file and key_file "
-             "to a certificate of the CA etcd trusts (etcd --trusted-ca-file)";
-    }
-    return absl::StrCat(
-        "the server ended the TLS connection: it refused the client certificate "
-        "in the etcd TLS cert_file '",
-        o.cert_file, "'; it must be signed by the CA etcd trusts (etcd --trusted-ca-file)");
+    return absl::StrCat("the server ended the TLS connection: ", certificate);
   }
   if (closed) {
-    return "the member closed the connection in the TLS handshake: if it serves plaintext, "
-           "write http:// and drop the etcd TLS files";
+    // With TLS 1.3 a refused client certificate can also end this way (the
+    // server closes before its alert is read): name both causes.
+    return absl::StrCat(
+        "the member closed the connection in the TLS handshake: if it serves plaintext, write "
+        "http:// and drop the etcd TLS files; if it serves TLS, ",
+        certificate);
   }
   return "";
 }

@@ -197,6 +197,7 @@ void EtcdGroupDirectory::Claim(uint32_t uid, const std::string& tenant, const st
   op.me.node_id = options_.node_id;
   op.done = std::move(done);
   absl::MutexLock lock(&mu_);
+  op.seq = next_claim_seq_++;
   queue_.push_back(std::move(op));
 }
 
@@ -208,6 +209,14 @@ void EtcdGroupDirectory::MarkState(uint32_t uid, const std::string& tenant,
   op.rank = rank;
   op.state = state;
   absl::MutexLock lock(&mu_);
+  // Only the newest state counts: an older one still queued (postponed
+  // while etcd was away) must not be written after it.
+  queue_.erase(std::remove_if(queue_.begin(), queue_.end(),
+                              [&](const Op& q) {
+                                return q.kind == Op::Kind::kMarkState && q.group == op.group &&
+                                       q.rank == rank;
+                              }),
+               queue_.end());
   queue_.push_back(std::move(op));
 }
 
@@ -228,7 +237,7 @@ void EtcdGroupDirectory::Withdraw(uint32_t uid, const std::string& tenant, const
                                        q.rank == rank;
                               }),
                queue_.end());
-  withdrawn_.insert({op.group, rank});
+  withdrawn_[{op.group, rank}] = next_claim_seq_;
   queue_.push_back(std::move(op));
 }
 
@@ -408,7 +417,10 @@ void EtcdGroupDirectory::Postpone(std::vector<Op> ops, const absl::Status& why) 
     const absl::Time when = absl::Now() + backoff_;
     backoff_ = std::min(backoff_ * 2, options_.max_backoff);
     for (Op& op : ops) {
-      if (op.kind == Op::Kind::kClaim && withdrawn_.count({op.group, op.rank}) != 0) continue;
+      if (op.kind == Op::Kind::kClaim) {
+        auto w = withdrawn_.find({op.group, op.rank});
+        if (w != withdrawn_.end() && op.seq < w->second) continue;  // withdrawn while it ran
+      }
       if (op.kind == Op::Kind::kClaim && !op.told_unreachable) {
         op.told_unreachable = true;
         tell.emplace_back(op.done, why);
@@ -496,6 +508,28 @@ void EtcdGroupDirectory::Work() {
 }
 
 void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
+  {
+    // A rank whose withdrawal is still to be done (etcd was away): its new
+    // claim waits, or the withdrawal would delete the newcomer's record.
+    std::vector<Op> wait;
+    absl::MutexLock lock(&mu_);
+    for (auto it = claims.begin(); it != claims.end();) {
+      auto w = withdrawn_.find({group, it->rank});
+      if (w == withdrawn_.end()) {
+        ++it;
+        continue;
+      }
+      // Older than the withdrawal (taken off the queue just before it):
+      // nobody waits for it any more.
+      if (it->seq >= w->second) wait.push_back(std::move(*it));
+      it = claims.erase(it);
+    }
+    for (Op& op : wait) {
+      op.not_before = absl::Now() + absl::Milliseconds(100);
+      queue_.push_back(std::move(op));
+    }
+  }
+  if (claims.empty()) return;
   const int64_t lease = options_.lease ? options_.lease() : 0;
   if (lease == 0) {
     return Postpone(std::move(claims),
@@ -599,7 +633,10 @@ bool EtcdGroupDirectory::Republish(int64_t lease) {
   std::vector<std::pair<std::pair<Key, uint32_t>, ClusterMember>> mine;
   {
     absl::MutexLock lock(&mu_);
-    mine.assign(own_.begin(), own_.end());
+    for (const auto& entry : own_) {
+      // A rank on its way out is not written again (its withdrawal runs next).
+      if (withdrawn_.count(entry.first) == 0) mine.push_back(entry);
+    }
   }
   size_t written = 0;
   for (const auto& [where, me] : mine) {
@@ -636,7 +673,18 @@ bool EtcdGroupDirectory::Republish(int64_t lease) {
     absl::StatusOr<ClusterMember> holder =
         kvs.empty() ? absl::NotFoundError("gone") : ParseRecord(kvs[0].value, rank);
     if (holder.ok() && holder->node_id == options_.node_id && holder->pid == me.pid) {
-      // Ours already (written by a claim under the new lease): nothing to do.
+      if (kvs[0].lease == lease) continue;  // ours already, under the new lease
+      // Ours under the old lease, which etcd still has: move it to the new
+      // one, or it goes when the old one expires.
+      etcd::Txn move;
+      move.IfModRevision(key, etcd::CompareOp::kEqual, kvs[0].mod_revision)
+          .ThenPut(key, RecordJson(me, RecordState(me.state)), lease);
+      absl::StatusOr<etcd::TxnResult> moved = etcd_->Commit(move);
+      if (!moved.ok() && Unreachable(moved.status())) {
+        NoteTrouble(moved.status());
+        return false;
+      }
+      if (moved.ok() && moved->succeeded) ++written;
       continue;
     }
     MC_LOG(kWarning, "etcd: rank ", rank, " of group '", name,
@@ -681,8 +729,10 @@ void EtcdGroupDirectory::RunMarkState(const Op& op) {
 void EtcdGroupDirectory::RunWithdraw(const Op& op) {
   {
     absl::MutexLock lock(&mu_);
-    withdrawn_.erase({op.group, op.rank});             // a later claim of the rank is a new one
-    if (own_.count({op.group, op.rank}) == 0) return;  // never claimed, or already gone
+    if (own_.count({op.group, op.rank}) == 0) {
+      withdrawn_.erase({op.group, op.rank});  // claims of the rank may go now
+      return;                                 // never claimed, or already gone
+    }
   }
   // Until the delete is done the rank stays in own_: a record under a lease
   // that etcd kept (it restarted) would otherwise stay there for good.
@@ -700,6 +750,7 @@ void EtcdGroupDirectory::RunWithdraw(const Op& op) {
   {
     absl::MutexLock lock(&mu_);
     own_.erase({op.group, op.rank});
+    withdrawn_.erase({op.group, op.rank});  // claims of the rank may go now
     auto next = own_.lower_bound({op.group, 0});
     last_here = next == own_.end() || next->first.first != op.group;
   }

@@ -116,6 +116,7 @@ class EtcdGroupDirectory final : public GroupDirectory {
     MemberState state = MemberState::kJoined;  // kMarkState
     bool told_unreachable = false;
     absl::Time not_before = absl::InfinitePast();
+    uint64_t seq = 0;  // kClaim: order of the Claim() calls
   };
   struct Cached {
     // Every node's ranks, this one's included; `mine` marks ours.
@@ -157,9 +158,13 @@ class EtcdGroupDirectory final : public GroupDirectory {
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   // Own records as written (MarkState rewrites them with a new state).
   std::map<std::pair<Key, uint32_t>, ClusterMember> own_ ABSL_GUARDED_BY(mu_);
-  // Ranks withdrawn while their claim may be running on the worker: such a
-  // claim is dropped instead of postponed.
-  std::set<std::pair<Key, uint32_t>> withdrawn_ ABSL_GUARDED_BY(mu_);
+  // Ranks with a withdrawal not yet done, and the seq of the first claim
+  // made after it. An older claim (running on the worker when the
+  // withdrawal came) is dropped if it is postponed; a newer one (a new
+  // process joining the rank) waits until the withdrawal is done, so the
+  // withdrawal can never delete the newcomer's record.
+  std::map<std::pair<Key, uint32_t>, uint64_t> withdrawn_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_claim_seq_ ABSL_GUARDED_BY(mu_) = 1;
   std::string trouble_ ABSL_GUARDED_BY(mu_);
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(50);
   bool resync_ ABSL_GUARDED_BY(mu_) = false;

@@ -253,7 +253,9 @@ void NodeRegistry::Reregister() {
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff)) return;
     }
-    backoff = std::min(backoff * 2, absl::Seconds(2));
+    // At most a quarter of the TTL: a restarted etcd keeps the old lease for
+    // about one TTL (plus an election), and ResumeLease must ask within it.
+    backoff = std::min({backoff * 2, absl::Seconds(2), options_.lease_ttl / 4});
   }
 }
 
@@ -315,8 +317,10 @@ absl::StatusOr<bool> NodeRegistry::ResumeLease() {
   if (!mine.has_value() || mine->lease != old) return false;
   etcd::Lease lease;
   lease.id = old;
-  lease.ttl_seconds = info.ttl_seconds;  // what is left: a conservative bound
-  lease.granted_at = asked;
+  // The keeper paces its refreshes by the granted TTL; known alive until
+  // granted_at + TTL = the time asked + what was left.
+  lease.ttl_seconds = std::max<int64_t>(info.granted_ttl_seconds, info.ttl_seconds);
+  lease.granted_at = asked - absl::Seconds(lease.ttl_seconds - info.ttl_seconds);
   KeepLease(lease);
   return true;
 }

@@ -19,8 +19,8 @@
 // has it (a restarted etcd restores and renews its leases, so the node's
 // keys never went), else grants a new lease and registers again (the group
 // directory then publishes its ranks again under it), backing off up to
-// 2 s, until it succeeds or Stop. state() says what is going on, for mcctl
-// status. Nodes() keeps the last view meanwhile (the watch reconnects by
+// 2 s (a quarter of the TTL when that is less), until it succeeds or Stop. state() says what is
+// going on, for mcctl status. Nodes() keeps the last view meanwhile (the watch reconnects by
 // itself); local work never waits on etcd.
 //
 // Stop (the daemon's SIGTERM): revokes the lease, so the node's keys vanish

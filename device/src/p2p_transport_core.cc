@@ -231,7 +231,19 @@ absl::Status P2pTransportCore::ImportPeers(const std::vector<std::vector<int32_t
         return absl::OkStatus();
       }
       MC_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, fetch(r, *h));
-      return MapPeer(r, *h, std::move(fds));
+      absl::Status mapped = MapPeer(r, *h, std::move(fds));
+      if (!mapped.ok() && h->node_key != node_key_) {
+        // A fabric handle of another node that this GPU cannot import (not
+        // in its NVLink domain, no IMEX channel): the peer is off-node as
+        // before fabric handles existed, and takes the RDMA route.
+        MC_LOG(kInfo, handleKind(), " P2P transport (", who_, "): rank ", r,
+               " is on another node and its fabric handle does not map here (", mapped.message(),
+               "); it needs the RDMA route");
+        off_node_.push_back(r);
+        active_[r] = 0;
+        return absl::OkStatus();
+      }
+      return mapped;
     }();
     if (!s.ok()) {
       failed.push_back(r);

@@ -57,8 +57,9 @@ struct Args {
   std::string mode;  // default: pair for 2 ranks, all2all otherwise
   size_t bytes = 1 << 20;
   int timeout_ms = 30000;
-  int device = -1;              // CUDA device; default: rank % device count
-  std::string handle = "auto";  // CUDA sharing: auto, vmm (cuMem POSIX fd), ipc (legacy)
+  int device = -1;  // CUDA device; default: rank % device count
+  // CUDA sharing: auto, vmm (cuMem POSIX fd), ipc (legacy), fabric (MNNVL)
+  std::string handle = "auto";
   std::string route = "auto";
   std::vector<uint32_t> rdma_peers;
   uint32_t qps_per_peer = 1;
@@ -70,7 +71,7 @@ struct Args {
 void Usage() {
   std::cerr << "usage: device_transport_example --platform host|cuda --rank R --world-size N\n"
                "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
-               "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc]\n"
+               "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc|fabric]\n"
                "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
                "         [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
                "  --mode watch   set up, print READY, hold the group until a peer is lost or\n"
@@ -125,7 +126,7 @@ bool ParseArgs(int argc, char** argv, Args* a) {
       ok = absl::SimpleAtoi(v, &a->qps_per_peer) && a->qps_per_peer >= 1 && a->qps_per_peer <= 64;
     else if (k == "--handle") {
       a->handle = v;
-      ok = v == "auto" || v == "vmm" || v == "ipc";
+      ok = v == "auto" || v == "vmm" || v == "ipc" || v == "fabric";
     } else {
       std::cerr << "device_transport_example: unknown argument " << k << "\n";
       return false;
@@ -186,9 +187,10 @@ int main(int argc, char** argv) {
   o.route = *mooncake::ParseRoute(a.route);
   o.rdma_peers = a.rdma_peers;
   o.qps_per_peer = a.qps_per_peer;
-  o.cuda_handle = a.handle == "vmm"   ? mooncake::device::CudaHandleKind::kVmmPosixFd
-                  : a.handle == "ipc" ? mooncake::device::CudaHandleKind::kLegacyIpc
-                                      : mooncake::device::CudaHandleKind::kAuto;
+  o.cuda_handle = a.handle == "vmm"      ? mooncake::device::CudaHandleKind::kVmmPosixFd
+                  : a.handle == "ipc"    ? mooncake::device::CudaHandleKind::kLegacyIpc
+                  : a.handle == "fabric" ? mooncake::device::CudaHandleKind::kFabric
+                                         : mooncake::device::CudaHandleKind::kAuto;
 #if MOONCAKE_EXAMPLE_HAVE_CUDA
   if (*platform == mooncake::Platform::kCuda) {
     absl::Status s = mooncake::example::PrepareCudaDevice(a.device, a.rank, &o.gpu_uuid);

@@ -89,7 +89,9 @@ class Communicator:
         is given, torch.cuda.set_device(device) makes it current first.
         None: torch's current device if torch is imported, else the daemon's
         index of this rank's GPU.
-        cuda_handle (cuda): "auto", "vmm" (cuMem POSIX fd) or "ipc" (legacy IPC).
+        cuda_handle (cuda): "auto", "vmm" (cuMem POSIX fd), "ipc" (legacy IPC)
+        or "fabric" (cuMem fabric handle, MNNVL: needs an IMEX channel; "auto"
+        tries it first and falls back to "vmm" with a logged reason).
 
         Raises InvalidArgumentError for bad arguments, UnavailableError when
         no daemon answers, DeadlineExceededError when the other ranks do not

@@ -338,9 +338,11 @@ std::unique_ptr<PyCommunicator> Create(const std::string& group, int64_t rank, i
     o.cuda_handle = device::CudaHandleKind::kVmmPosixFd;
   } else if (cuda_handle == "ipc") {
     o.cuda_handle = device::CudaHandleKind::kLegacyIpc;
+  } else if (cuda_handle == "fabric") {
+    o.cuda_handle = device::CudaHandleKind::kFabric;
   } else if (cuda_handle != "auto") {
     ThrowError(absl::StatusCode::kInvalidArgument,
-               "unknown cuda_handle '" + cuda_handle + "': expected auto, vmm or ipc");
+               "unknown cuda_handle '" + cuda_handle + "': expected auto, vmm, ipc or fabric");
   }
   return PyCommunicator::Create(std::move(o), cuda_device);
 }

@@ -198,7 +198,41 @@ TEST_F(EtcdGroupDirectoryTest, AWithdrawalWhileUnregisteredIsDoneOnceRegistered)
   EXPECT_EQ(RankLease(1), a) << "deleted without a lease to delete it under";
   lease_ = a;  // etcd had kept it: the registry resumed the same lease
   EXPECT_TRUE(Await([&] { return RankLease(1); }, 0)) << "the record outlived its withdrawal";
-  EXPECT_EQ(directory_->own_ranks(), 0u);
+  // (own_ is updated just after the delete's answer.)
+  EXPECT_TRUE(Await([&] { return static_cast<int64_t>(directory_->own_ranks()); }, 0));
+}
+
+// A new process claims a rank whose old holder's withdrawal is still
+// waiting (the node was not registered): the withdrawal goes first, and it
+// never deletes the newcomer's record.
+TEST_F(EtcdGroupDirectoryTest, ANewClaimWaitsForThePendingWithdrawalOfItsRank) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  ASSERT_EQ(ClaimAndWait(1), ClaimOutcome::kClaimed);  // pid 501
+  lease_ = 0;
+  directory_->Withdraw(1000, "", "g", 1);
+  ClusterMember next;
+  next.rank = 1;
+  next.world_size = 2;
+  next.pid = 601;
+  auto answer = std::make_shared<std::promise<ClaimOutcome>>();
+  auto told = std::make_shared<std::atomic<bool>>(false);
+  directory_->Claim(1000, "", "g", next, [answer, told](ClaimOutcome o, const absl::Status&) {
+    if (o != ClaimOutcome::kUnreachable && !told->exchange(true)) answer->set_value(o);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  lease_ = a;
+  std::future<ClaimOutcome> f = answer->get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_EQ(f.get(), ClaimOutcome::kClaimed);
+  // Well past any retry: the newcomer's record is there, and it is the only one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+      etcd_->Get(GroupRankKey(kPrefix, 1000, "", "g", 1));
+  ASSERT_TRUE(kv.ok() && kv->has_value()) << "the withdrawal deleted the newcomer's record";
+  EXPECT_NE((*kv)->value.find("\"pid\":601"), std::string::npos) << (*kv)->value;
+  EXPECT_EQ(directory_->own_ranks(), 1u);
 }
 
 // A claim that meets etcd down and is withdrawn (its join timed out) never

@@ -201,6 +201,25 @@ TEST_F(CudaP2pFakeTest, FabricMapsRanksOfOtherNodes) {
   EXPECT_EQ((*v)->peerPtrsTablePtr()[1], nullptr);
 }
 
+// Another node's fabric handle that does not import here (another NVLink
+// domain): the rank is left to the RDMA route as it was before fabric
+// handles, and the transport stays healthy.
+TEST_F(CudaP2pFakeTest, AnOffNodeFabricHandleThatDoesNotImportTakesTheRdmaRoute) {
+  cu_->setImexChannel(true);
+  auto a = Make(CudaHandleKind::kFabric, Exchange("node-a"));
+  auto b = Make(CudaHandleKind::kFabric, Exchange("node-b"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  void* pa = (*a)->allocateBuffer(kBytes);
+  void* pb = (*b)->allocateBuffer(kBytes);
+  std::vector<std::vector<int32_t>> handles = {(*a)->exportIpcHandle(pa),
+                                               (*b)->exportIpcHandle(pb)};
+  cu_->failNext("memImportFromShareableHandle", drivers::kCudaErrorNotPermitted);
+  (*a)->importPeerHandles(pa, 0, 2, handles, {});
+  EXPECT_TRUE((*a)->lastError().ok()) << (*a)->lastError();
+  EXPECT_FALSE((*a)->allPeersAccessible());
+  EXPECT_EQ((*a)->peerPtrsTablePtr()[1], nullptr);
+}
+
 TEST_F(CudaP2pFakeTest, AutoFallsBackToVmmFdsWhenTheFabricExportFails) {
   // No IMEX channel (the fake's default, and the machines here): the GPU
   // reports fabric handles, cuMemCreate works, the export does not.

@@ -88,19 +88,30 @@ class EtcdGroupDirectoryTest : public ::testing::Test {
     ASSERT_TRUE(etcd_->Put(absl::StrCat(kPrefix, "/groups/", rest), value).ok());
   }
 
-  // Claims rank `rank` of group "g" (uid 1000, world size 2) as pid 500+rank
-  // and waits for the answer that is not kUnreachable.
-  ClaimOutcome ClaimAndWait(uint32_t rank) {
+  // Claims `rank` of `group` (uid 1000, world size 2) as `pid`; the future
+  // holds the first answer that is not kUnreachable (with
+  // `unreachable_counts`, the first answer of any kind).
+  std::future<ClaimOutcome> StartClaim(const std::string& group, uint32_t rank, int pid,
+                                       bool unreachable_counts = false) {
     ClusterMember me;
     me.rank = rank;
     me.world_size = 2;
-    me.pid = 500 + static_cast<int>(rank);
+    me.pid = pid;
     auto answer = std::make_shared<std::promise<ClaimOutcome>>();
     auto told = std::make_shared<std::atomic<bool>>(false);
-    directory_->Claim(1000, "", "g", me, [answer, told](ClaimOutcome o, const absl::Status&) {
-      if (o != ClaimOutcome::kUnreachable && !told->exchange(true)) answer->set_value(o);
-    });
-    std::future<ClaimOutcome> f = answer->get_future();
+    directory_->Claim(
+        1000, "", group, me,
+        [answer, told, unreachable_counts](ClaimOutcome o, const absl::Status&) {
+          if ((unreachable_counts || o != ClaimOutcome::kUnreachable) && !told->exchange(true)) {
+            answer->set_value(o);
+          }
+        });
+    return answer->get_future();
+  }
+  // Claims rank `rank` of group "g" as pid 500+rank and waits (10 s) for
+  // the answer that is not kUnreachable.
+  ClaimOutcome ClaimAndWait(uint32_t rank) {
+    std::future<ClaimOutcome> f = StartClaim("g", rank, 500 + static_cast<int>(rank));
     if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
       return ClaimOutcome::kUnreachable;
     }
@@ -212,18 +223,9 @@ TEST_F(EtcdGroupDirectoryTest, ANewClaimWaitsForThePendingWithdrawalOfItsRank) {
   ASSERT_EQ(ClaimAndWait(1), ClaimOutcome::kClaimed);  // pid 501
   lease_ = 0;
   directory_->Withdraw(1000, "", "g", 1);
-  ClusterMember next;
-  next.rank = 1;
-  next.world_size = 2;
-  next.pid = 601;
-  auto answer = std::make_shared<std::promise<ClaimOutcome>>();
-  auto told = std::make_shared<std::atomic<bool>>(false);
-  directory_->Claim(1000, "", "g", next, [answer, told](ClaimOutcome o, const absl::Status&) {
-    if (o != ClaimOutcome::kUnreachable && !told->exchange(true)) answer->set_value(o);
-  });
+  std::future<ClaimOutcome> f = StartClaim("g", 1, 601);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   lease_ = a;
-  std::future<ClaimOutcome> f = answer->get_future();
   ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
   EXPECT_EQ(f.get(), ClaimOutcome::kClaimed);
   // Well past any retry: the newcomer's record is there, and it is the only one.
@@ -242,17 +244,9 @@ TEST_F(EtcdGroupDirectoryTest, AClaimWithdrawnWhileEtcdWasDownNeverLands) {
   ASSERT_NE(a, 0);
   lease_ = a;
   server_.Stop(SIGKILL);
-  ClusterMember me;
-  me.rank = 0;
-  me.world_size = 2;
-  me.pid = 700;
-  auto unreachable = std::make_shared<std::promise<void>>();
-  auto once = std::make_shared<std::atomic<bool>>(false);
-  directory_->Claim(1000, "", "z", me, [unreachable, once](ClaimOutcome o, const absl::Status&) {
-    if (o == ClaimOutcome::kUnreachable && !once->exchange(true)) unreachable->set_value();
-  });
-  ASSERT_EQ(unreachable->get_future().wait_for(std::chrono::seconds(10)),
-            std::future_status::ready);
+  std::future<ClaimOutcome> first = StartClaim("z", 0, 700, /*unreachable_counts=*/true);
+  ASSERT_EQ(first.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(first.get(), ClaimOutcome::kUnreachable);
   directory_->Withdraw(1000, "", "z", 0);
   ASSERT_TRUE(server_.Restart().ok()) << server_.LogTail();
   // The lease survived the restart (etcd restores leases); wait out the

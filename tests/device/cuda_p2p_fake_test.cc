@@ -82,6 +82,29 @@ class CudaP2pFakeTest : public ::testing::Test {
     return t;
   }
 
+  // Two fabric transports on two nodes (an IMEX channel present), a buffer
+  // each, and their upstream-route handles.
+  struct TwoNodes {
+    std::unique_ptr<BrokeredP2pTransport> a, b;
+    void* pa = nullptr;
+    void* pb = nullptr;
+    std::vector<std::vector<int32_t>> handles;
+  };
+  TwoNodes FabricOnTwoNodes() {
+    cu_->setImexChannel(true);
+    TwoNodes n;
+    auto a = Make(CudaHandleKind::kFabric, Exchange("node-a"));
+    auto b = Make(CudaHandleKind::kFabric, Exchange("node-b"));
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (!a.ok() || !b.ok()) return n;
+    n.a = *std::move(a);
+    n.b = *std::move(b);
+    n.pa = n.a->allocateBuffer(kBytes);
+    n.pb = n.b->allocateBuffer(kBytes);
+    n.handles = {n.a->exportIpcHandle(n.pa), n.b->exportIpcHandle(n.pb)};
+    return n;
+  }
+
   static int FabricLines(const std::string& log) {
     int n = 0;
     for (absl::string_view line : absl::StrSplit(log, '\n')) {
@@ -179,17 +202,12 @@ TEST_F(CudaP2pFakeTest, JoinRouteFabricHandlesNeedNoFd) {
 // MNNVL: a fabric handle from another node is mapped, not left to RDMA;
 // a VMM-fd transport leaves the same off-node rank to the RDMA route.
 TEST_F(CudaP2pFakeTest, FabricMapsRanksOfOtherNodes) {
-  cu_->setImexChannel(true);
-  auto a = Make(CudaHandleKind::kFabric, Exchange("node-a"));
-  auto b = Make(CudaHandleKind::kFabric, Exchange("node-b"));
-  ASSERT_TRUE(a.ok() && b.ok());
-  void* pa = (*a)->allocateBuffer(kBytes);
-  void* pb = (*b)->allocateBuffer(kBytes);
-  std::vector<std::vector<int32_t>> handles = {(*a)->exportIpcHandle(pa),
-                                               (*b)->exportIpcHandle(pb)};
-  (*a)->importPeerHandles(pa, 0, 2, handles, {});
-  EXPECT_TRUE((*a)->allPeersAccessible()) << (*a)->lastError();
-  ExpectShared(pb, (*a)->peerPtrsTablePtr()[1], 7);
+  TwoNodes n = FabricOnTwoNodes();
+  ASSERT_NE(n.a, nullptr);
+  std::vector<std::vector<int32_t>>& handles = n.handles;
+  n.a->importPeerHandles(n.pa, 0, 2, handles, {});
+  EXPECT_TRUE(n.a->allPeersAccessible()) << n.a->lastError();
+  ExpectShared(n.pb, n.a->peerPtrsTablePtr()[1], 7);
 
   auto v = Make(CudaHandleKind::kVmmPosixFd, Exchange("node-a"));
   ASSERT_TRUE(v.ok()) << v.status();
@@ -205,19 +223,13 @@ TEST_F(CudaP2pFakeTest, FabricMapsRanksOfOtherNodes) {
 // domain): the rank is left to the RDMA route as it was before fabric
 // handles, and the transport stays healthy.
 TEST_F(CudaP2pFakeTest, AnOffNodeFabricHandleThatDoesNotImportTakesTheRdmaRoute) {
-  cu_->setImexChannel(true);
-  auto a = Make(CudaHandleKind::kFabric, Exchange("node-a"));
-  auto b = Make(CudaHandleKind::kFabric, Exchange("node-b"));
-  ASSERT_TRUE(a.ok() && b.ok());
-  void* pa = (*a)->allocateBuffer(kBytes);
-  void* pb = (*b)->allocateBuffer(kBytes);
-  std::vector<std::vector<int32_t>> handles = {(*a)->exportIpcHandle(pa),
-                                               (*b)->exportIpcHandle(pb)};
+  TwoNodes n = FabricOnTwoNodes();
+  ASSERT_NE(n.a, nullptr);
   cu_->failNext("memImportFromShareableHandle", drivers::kCudaErrorNotPermitted);
-  (*a)->importPeerHandles(pa, 0, 2, handles, {});
-  EXPECT_TRUE((*a)->lastError().ok()) << (*a)->lastError();
-  EXPECT_FALSE((*a)->allPeersAccessible());
-  EXPECT_EQ((*a)->peerPtrsTablePtr()[1], nullptr);
+  n.a->importPeerHandles(n.pa, 0, 2, n.handles, {});
+  EXPECT_TRUE(n.a->lastError().ok()) << n.a->lastError();
+  EXPECT_FALSE(n.a->allPeersAccessible());
+  EXPECT_EQ(n.a->peerPtrsTablePtr()[1], nullptr);
 }
 
 TEST_F(CudaP2pFakeTest, AutoFallsBackToVmmFdsWhenTheFabricExportFails) {

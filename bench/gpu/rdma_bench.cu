@@ -392,7 +392,7 @@ int SizeSweep(const std::string& socket,
   BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
   BENCH_CUDA(cudaMalloc(&bad, sizeof(unsigned long long)));
   FillPatternKernel<<<264, 256>>>(b0, max_n + 4096);
-  // MC_RDMA_SWEEP_MAX caps the sizes (tests/gpu/run.sh's memcheck pass: an
+  // MC_RDMA_SWEEP_MAX caps the sizes (tests/gpu/run.sh's memcheck and racecheck passes: an
   // instrumented compare of 256 MiB takes minutes).
   const char* cap_env = std::getenv("MC_RDMA_SWEEP_MAX");
   const size_t cap = cap_env != nullptr ? std::strtoull(cap_env, nullptr, 10) : max_n;

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -236,6 +238,19 @@ class MOONCAKE_INTERNAL Client::Impl {
     return out;
   }
 
+  uint64_t AddLossHandler(std::function<void(const std::string&)> handler) {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    const uint64_t id = ++next_loss_id_;
+    loss_handlers_.emplace(id, std::move(handler));
+    return id;
+  }
+
+  // loss_mu_ is held while handlers run: removal waits for a running one.
+  void RemoveLossHandler(uint64_t id) {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    loss_handlers_.erase(id);
+  }
+
   std::optional<SessionEvent> NextEvent(absl::Duration timeout) {
     std::unique_lock<std::mutex> lock(ev_mu_);
     ev_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), [this] { return !events_.empty(); });
@@ -246,6 +261,11 @@ class MOONCAKE_INTERNAL Client::Impl {
   }
 
  private:
+  void RunLossHandlers(const std::string& why) {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    for (auto& [id, handler] : loss_handlers_) handler(why);
+  }
+
   void PushEvent(SessionEvent e) {
     {
       std::lock_guard<std::mutex> lock(ev_mu_);
@@ -346,6 +366,7 @@ class MOONCAKE_INTERNAL Client::Impl {
         e.detail = st.ok() ? "session closed" : st.error_message();
       }
       MarkLostFromReader(raw, e.detail);
+      RunLossHandlers(e.detail);
       PushEvent(std::move(e));
     });
     if (opened_future.wait_for(absl::ToChronoNanoseconds(options_.call_timeout)) !=
@@ -416,6 +437,9 @@ class MOONCAKE_INTERNAL Client::Impl {
   std::mutex ev_mu_;
   std::condition_variable ev_cv_;
   std::deque<SessionEvent> events_;
+  std::mutex loss_mu_;
+  uint64_t next_loss_id_ = 0;
+  std::map<uint64_t, std::function<void(const std::string&)>> loss_handlers_;
 };
 
 // ---------------------------------------------------------------------------
@@ -754,6 +778,12 @@ absl::Status Client::destroyQueuePairs(const std::vector<uint32_t>& qpns) {
   if (!s.ok()) return impl_->CallError(s, "DestroyQueuePairs", c.get());
   return absl::OkStatus();
 }
+
+uint64_t Client::addDaemonLossHandler(std::function<void(const std::string& why)> handler) {
+  return impl_->AddLossHandler(std::move(handler));
+}
+
+void Client::removeDaemonLossHandler(uint64_t id) { impl_->RemoveLossHandler(id); }
 
 std::optional<SessionEvent> Client::nextEvent(absl::Duration timeout) {
   return impl_->NextEvent(timeout);

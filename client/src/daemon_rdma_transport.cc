@@ -43,6 +43,9 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
     MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
     t->cuda_ = std::static_pointer_cast<void>(drv);
   }
+  DaemonRdmaTransport* raw = t.get();
+  t->loss_handler_ =
+      client->addDaemonLossHandler([raw](const std::string& why) { raw->OnDaemonLoss(why); });
   return t;
 }
 
@@ -53,8 +56,36 @@ DaemonRdmaTransport::DaemonRdmaTransport(Client* client, DaemonRdmaOptions optio
 }
 
 DaemonRdmaTransport::~DaemonRdmaTransport() {
+  // First: a loss handler running now returns before what it reads goes.
+  client_->removeDaemonLossHandler(loss_handler_);
   ReleaseQueues();
   ReleaseGpuDoorbells();
+}
+
+void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
+  std::lock_guard<std::mutex> lock(loss_mu_);
+  // The daemon's objects are gone (softnic stopped with it; a NIC's QPs go
+  // with the verbs context): nothing will complete these QPs' WQEs again.
+  int failed = 0;
+  if (control_ != nullptr) {
+    for (size_t slot = 0; slot < qpns_.size(); ++slot) {
+      if (qpns_[slot] == 0) continue;
+      FailQueuePairRings(control_, options_.sq_depth, slot, qpns_[slot]);
+      ++failed;
+    }
+  }
+  std::string uar;
+  if (uar_page_ != nullptr && !uar_detached_) {
+    GpuUar mapped{uar_page_, uar_page_bytes_, uar_register_dev_, false};
+    absl::Status s = DetachUarFromCommandFd(mapped);
+    uar_detached_ = mapped.detached;
+    uar = s.ok() ? "; the UAR page no longer holds the daemon's verbs context"
+                 : absl::StrCat("; ", s.message());
+  }
+  if (failed > 0 || !uar.empty()) {
+    MC_LOG(kWarning, "mooncaked went away (", why, "): ", failed,
+           " RDMA queue pair(s) failed (WR_FLUSH_ERR: kernels get kRdmaError)", uar);
+  }
 }
 
 void DaemonRdmaTransport::SetUpGpuDoorbells() {
@@ -63,9 +94,11 @@ void DaemonRdmaTransport::SetUpGpuDoorbells() {
   if (access.ok()) {
     absl::StatusOr<GpuUar> uar = MapUarForGpu(*access, Cuda(cuda_));
     if (uar.ok()) {
+      std::lock_guard<std::mutex> lock(loss_mu_);
       uar_page_ = uar->page;
       uar_page_bytes_ = uar->page_bytes;
       uar_register_dev_ = uar->device_register;
+      uar_detached_ = false;
       doorbell_mode_ = "gpu-uar";
       static std::once_flag logged;
       std::call_once(logged, [&] {
@@ -90,11 +123,13 @@ void DaemonRdmaTransport::SetUpGpuDoorbells() {
 }
 
 void DaemonRdmaTransport::ReleaseGpuDoorbells() {
+  std::lock_guard<std::mutex> lock(loss_mu_);
   if (uar_page_ == nullptr) return;
-  GpuUar uar{uar_page_, uar_page_bytes_, uar_register_dev_};
+  GpuUar uar{uar_page_, uar_page_bytes_, uar_register_dev_, uar_detached_};
   UnmapUarForGpu(uar, Cuda(cuda_));
   uar_page_ = nullptr;
   uar_register_dev_ = 0;
+  uar_detached_ = false;
 }
 
 int DaemonRdmaTransport::Fail(absl::Status s) {
@@ -111,6 +146,7 @@ void DaemonRdmaTransport::ReleaseQueues() {
   if (!live.empty()) (void)client_->destroyQueuePairs(live);
   if (control_keys_.lkey != 0) (void)client_->deregisterMemory(control_keys_.lkey);
   control_keys_ = {};
+  std::lock_guard<std::mutex> lock(loss_mu_);
   if (cuda_) {
     // Kernels using the context must have finished (the caller's contract).
     drivers::CudaDriver& drv = Cuda(cuda_);
@@ -171,6 +207,7 @@ int DaemonRdmaTransport::initialize(const std::string& device_name, int num_rank
   num_ranks_ = num_ranks;
   qps_per_peer_ = num_qps / num_ranks;
   if (qps_per_peer_ > 64) return Fail(absl::InvalidArgumentError("at most 64 QPs per peer"));
+  std::lock_guard<std::mutex> lock(loss_mu_);
   qpns_.assign(static_cast<size_t>(num_qps), 0);
   raddrs_.assign(static_cast<size_t>(num_ranks), 0);
   rkeys_.assign(static_cast<size_t>(num_ranks), 0);
@@ -235,7 +272,10 @@ int DaemonRdmaTransport::allocateControlBuffer() {
   }
   void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
   if (p == MAP_FAILED) return Fail(ErrnoStatus(errno, "mmap (RDMA control memory)"));
-  control_ = static_cast<uint8_t*>(p);
+  {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    control_ = static_cast<uint8_t*>(p);
+  }
   if (cuda_) {
     // The GPU writes WQEs and doorbell records here and softnic reads them
     // through its own mapping of the memfd: pinned, mapped for the device.
@@ -322,6 +362,7 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
   // fetch scratch keeps its host address: it is the iova softnic writes to.
   uint8_t* view =
       cuda_ ? reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(control_dev_)) : control_;
+  std::unique_lock<std::mutex> lock(loss_mu_);
   for (size_t i = 0; i < slots.size(); ++i) {
     const RdmaQpLayout& l = layouts[i];
     device::IbgdaQpDevCtx& q = qps_[slots[i]];
@@ -345,6 +386,7 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q.scratch_lkey = control_keys_.lkey;
     qpns_[slots[i]] = qpns[i];
   }
+  lock.unlock();
   return PublishQps(slots);
 }
 
@@ -510,11 +552,14 @@ absl::Status DaemonRdmaTransport::replaceQueuePairsToward(int peer) {
     peer_slots.push_back(slot);
   }
   std::vector<uint32_t> old;
-  for (size_t slot : peer_slots) {
-    if (qpns_[slot] == 0) continue;
-    old.push_back(qpns_[slot]);
-    qpns_[slot] = 0;
-    qps_[slot] = device::IbgdaQpDevCtx();  // no sq: kernels find no route
+  {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    for (size_t slot : peer_slots) {
+      if (qpns_[slot] == 0) continue;
+      old.push_back(qpns_[slot]);
+      qpns_[slot] = 0;
+      qps_[slot] = device::IbgdaQpDevCtx();  // no sq: kernels find no route
+    }
   }
   if (old.empty()) return absl::OkStatus();  // never an RDMA peer
   raddrs_[peer] = 0;

@@ -52,6 +52,23 @@ absl::StatusOr<GpuUar> MapUarForGpu(const DoorbellAccess& access, drivers::CudaD
   return uar;
 }
 
+absl::Status DetachUarFromCommandFd(GpuUar& uar) {
+  if (uar.page == nullptr || uar.detached) return absl::OkStatus();
+  // MAP_FIXED replaces the old mapping atomically: no moment where the
+  // address is unmapped and another mapping could take it.
+  void* p =
+      ::mmap(uar.page, uar.page_bytes, PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    return absl::InternalError(absl::StrCat(
+        "mmap(MAP_FIXED) of anonymous memory over the UAR page (to release the daemon's verbs "
+        "context): ",
+        std::strerror(err)));
+  }
+  uar.detached = true;
+  return absl::OkStatus();
+}
+
 void UnmapUarForGpu(GpuUar& uar, drivers::CudaDriver& cuda) {
   if (uar.page == nullptr) return;
   (void)cuda.memHostUnregister(uar.page);

@@ -28,6 +28,7 @@ struct GpuUar {
   void* page = nullptr;  // the process's mapping of the UAR page
   size_t page_bytes = 0;
   drivers::CuDevicePtr device_register = 0;  // what kernels store the doorbell to
+  bool detached = false;  // DetachUarFromCommandFd ran: `page` is anonymous memory
 };
 
 // Maps and registers `access`'s UAR page in the CUDA context current on this
@@ -36,7 +37,21 @@ struct GpuUar {
 // the mmap's errno or CUDA's refusal, named, with what to change.
 absl::StatusOr<GpuUar> MapUarForGpu(const DoorbellAccess& access, drivers::CudaDriver& cuda);
 
-// Unregisters and unmaps (no-op for an empty GpuUar).
+// The daemon is gone: drops this process's hold on its verbs context. The
+// mapping of the command fd is the only reference the client keeps (the fd
+// itself is closed after mmap), and while it exists the kernel keeps the
+// context, with every QP, CQ, MR and UAR in it, even after the daemon exited.
+// The page is replaced in place by anonymous memory (mmap MAP_FIXED, one
+// step), so the kernel frees the context once the daemon's own references
+// are gone, and a stray CPU store through the old address lands harmlessly.
+// The CUDA registration is left as it is: a kernel still ringing must not
+// fault, and the GPU's own mapping of the NIC page (its PTEs, made at
+// registration) holds no reference on the file. UnmapUarForGpu drops it once
+// kernels have stopped. Idempotent; no-op for an empty GpuUar. Errors: the
+// mmap's errno, named (the page then stays mapped).
+absl::Status DetachUarFromCommandFd(GpuUar& uar);
+
+// Unregisters and unmaps (no-op for an empty GpuUar), detached or not.
 void UnmapUarForGpu(GpuUar& uar, drivers::CudaDriver& cuda);
 
 }  // namespace mooncake

@@ -3,7 +3,9 @@
 // so the mapping at the UAR's offset is real and a store through the
 // "device" register lands in the page the daemon handed out. The real NIC
 // path (mlx5_ib_mmap of a DevX UAR, cuMemHostRegister(IOMEMORY) on a GPU)
-// needs a ConnectX NIC and a GPU together.
+// needs a ConnectX NIC and a GPU together; so does the proof that the
+// kernel then frees the daemon's context (here: no mapping of the stand-in
+// fd is left in /proc/self/maps).
 #include "gpu_doorbell.h"
 
 #include <fcntl.h>
@@ -11,6 +13,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "fake_cuda_driver.h"
 #include "gtest/gtest.h"
@@ -69,6 +73,44 @@ TEST_F(GpuDoorbellTest, TheRegisterTheKernelStoresToIsTheHandedOutUarRegister) {
   UnmapUarForGpu(*uar, cu_);
   EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
   EXPECT_EQ(uar->page, nullptr);
+}
+
+// Lines of /proc/self/maps naming the stand-in command fd.
+int MappingsOfTheCommandFd() {
+  std::ifstream maps("/proc/self/maps");
+  int n = 0;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("fake-uverbs") != std::string::npos;
+  return n;
+}
+
+// The daemon went away: the process must stop holding its verbs context.
+// The mapping is the only hold (the command fd is closed after mmap), so
+// detaching it leaves nothing of the file in this process, while the
+// address and the CUDA registration stay valid for a kernel still ringing.
+TEST_F(GpuDoorbellTest, DetachingFromTheDaemonDropsTheCommandFdButKeepsTheRegister) {
+  absl::StatusOr<GpuUar> uar = MapUarForGpu(Access(), cu_);
+  ASSERT_TRUE(uar.ok()) << uar.status();
+  ASSERT_EQ(MappingsOfTheCommandFd(), 1);
+  void* const page = uar->page;
+  const drivers::CuDevicePtr reg = uar->device_register;
+
+  ASSERT_TRUE(DetachUarFromCommandFd(*uar).ok());
+  EXPECT_TRUE(uar->detached);
+  EXPECT_EQ(MappingsOfTheCommandFd(), 0) << "the UAR mapping still references the command fd";
+  EXPECT_EQ(uar->page, page);
+  EXPECT_EQ(uar->device_register, reg);
+  EXPECT_EQ(cu_.liveHostRegistrations(), 1u) << "unregistering under a running kernel faults it";
+  // A late store lands in anonymous memory, not in the daemon's page.
+  *reinterpret_cast<volatile uint64_t*>(reg) = 0x99;
+  EXPECT_EQ(ReadBack(2 * kPage + 0x800), 0u);
+  ASSERT_TRUE(DetachUarFromCommandFd(*uar).ok()) << "idempotent";
+
+  UnmapUarForGpu(*uar, cu_);
+  EXPECT_EQ(cu_.liveHostRegistrations(), 0u);
+  EXPECT_EQ(uar->page, nullptr);
+  GpuUar empty;
+  EXPECT_TRUE(DetachUarFromCommandFd(empty).ok());
 }
 
 TEST_F(GpuDoorbellTest, AGpuThatRefusesIoMemorySaysWhatToEnableAndLeavesNothingMapped) {

@@ -46,9 +46,23 @@ echo "GPUs: $ngpu; placement: $layout"
 # An array, not a shell function: "ex ... &" on a function forks a subshell
 # that forks the example, so $! would be the subshell. Ranks that are only
 # waited for run under `timeout`; the watch ranks below run bare, so that $!
-# is the example itself and the SIGKILL hits it (they bound themselves with
-# --timeout-ms).
+# is the example itself and the SIGKILL hits it. --timeout-ms bounds only
+# their formation (a watch holds the group until an event), so they are
+# waited for with wait_bounded.
 ex_bare=("$bin/device_transport_example" --platform cuda --socket "$sock")
+# wait_bounded PID SECONDS: wait for PID; SIGKILL it after SECONDS (status
+# 137). Polls (bash reaps its children as they exit, so kill -0 fails once
+# PID is gone): a watchdog subshell killed early runs this script's EXIT
+# trap, which removes $tmp.
+wait_bounded() {
+  local pid=$1 i
+  for ((i = 0; i < $2 * 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.01
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+}
 ex=(timeout -k 5 "${MC_RANK_TIMEOUT:-120}" "${ex_bare[@]}")
 mcctl() { timeout -k 5 20 "$bin/mcctl" --socket "$sock" "$@"; }
 
@@ -149,7 +163,7 @@ kill -KILL $w1
 sleep 1
 nq=$(mcctl qps --json | grep -o '"qpn"' | wc -l)
 check "1 s after SIGKILL only the survivor's QP is left (found $nq)" $([[ $nq -le 1 ]]; echo $?)
-wait $w0; rw0=$?
+wait_bounded $w0 30; rw0=$?
 cat "$tmp/w0"
 check "RDMA watch: SIGKILLed rank reported lost" $([[ $rw0 -eq 0 ]] && grep -q 'EVENT lost rank 1' "$tmp/w0"; echo $?)
 pids=()
@@ -167,7 +181,7 @@ check "mcctl groups shows the CUDA handle kind (cuda-vmm-fd)" $(grep -q cuda-vmm
 check "mcctl groups shows the group ready" $(grep -q '"ready"' "$tmp/groups.json"; echo $?)
 t0=$(date +%s%N)
 kill -KILL $w1
-wait $w0; rw0=$?
+wait_bounded $w0 30; rw0=$?
 t1=$(date +%s%N)
 cat "$tmp/w0"
 echo "survivor exited $(( (t1 - t0) / 1000000 )) ms after the SIGKILL"

@@ -262,13 +262,17 @@ if want rdma; then
   else
     rtmp=$(mktemp -d /tmp/mc-rdma-bench.XXXXXX)
     echo "softnic_sink = true" >"$rtmp/sink.conf"
-    # memcheck: the posting kernels of `check` under compute-sanitizer
-    # (where it can attach; see the sanitizer step).
+    # memcheck, racecheck: the posting kernels of `check` under
+    # compute-sanitizer (where it can attach; see the sanitizer step), the
+    # sweep capped alike. racecheck reports shared-memory hazards: the
+    # posting paths use none today (warp shuffles, global atomics), so the
+    # pass keeps it that way for the warp and block posters.
     modes="check post bw lat"
     if [[ -z "$sandbox" ]] && command -v compute-sanitizer >/dev/null; then
-      modes="$modes memcheck"
+      modes="$modes memcheck racecheck"
     elif want sanitizer; then
       skip 1 "compute-sanitizer memcheck of rdma_bench check: ${sandbox:-compute-sanitizer not found}"
+      skip 1 "compute-sanitizer racecheck of rdma_bench check: ${sandbox:-compute-sanitizer not found}"
     fi
     for mode in $modes; do
       conf=()
@@ -278,6 +282,7 @@ if want rdma; then
       for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
       cmd=("$bin/rdma_bench" --socket "$rtmp/d.sock" $mode)
       [[ $mode == memcheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
+      [[ $mode == racecheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       if timed "${cmd[@]}"; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi
       kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     done

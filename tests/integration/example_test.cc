@@ -84,6 +84,26 @@ TEST(DeviceTransportExample, WatchReportsASigkilledPeer) {
   EXPECT_EQ(ListGroups(daemon.socket()).groups_size(), 0);
 }
 
+// --timeout-ms bounds forming the group, not the watch: a watcher holds
+// the group past it and still reports the peer killed later.
+TEST(DeviceTransportExample, WatchOutlivesTheSetupTimeout) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks =
+      StartRanks(daemon.socket(), "long-watch", 2, {"--mode", "watch", "--timeout-ms", "2000"});
+  ASSERT_FALSE(ranks[0].WaitForLine("READY", 20000).empty()) << ranks[0].output();
+  ASSERT_FALSE(ranks[1].WaitForLine("READY", 20000).empty()) << ranks[1].output();
+  // Twice the timeout: both still watching (Wait returns -1 on its timeout).
+  EXPECT_EQ(ranks[0].Wait(4000), -1) << "the watch ended at its setup timeout\n"
+                                     << ranks[0].output();
+  EXPECT_EQ(ranks[1].Wait(0), -1) << ranks[1].output();
+  EXPECT_EQ(ListGroups(daemon.socket()).groups_size(), 1);
+  ranks[1].Kill(SIGKILL);
+  EXPECT_EQ(ranks[0].Wait(10000), 0) << ranks[0].output();
+  EXPECT_NE(ranks[0].output().find("EVENT lost rank 1"), std::string::npos) << ranks[0].output();
+  EXPECT_NE(ranks[0].output().find("PASS"), std::string::npos) << ranks[0].output();
+}
+
 TEST(DeviceTransportExample, NoDaemonIsASetupError) {
   TempDir dir;
   Child c = Child::Spawn({BinDir() + "/device_transport_example", "--platform", "host", "--socket",

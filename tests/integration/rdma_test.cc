@@ -1,19 +1,24 @@
 // The RDMA route end to end on the host platform: real mooncaked (softnic
 // provider), real example processes whose CPU threads write mlx5 WQEs and
 // ring doorbell records, mcctl listings of the daemon's QPs and MRs, and
-// cleanup when a rank with QPs is SIGKILLed.
+// cleanup when a rank with QPs is SIGKILLed. And what a daemon stop does to
+// running ranks: RDMA queue pairs fail at once, P2P mappings keep working.
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "daemon_process.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "mooncake/device/types_device.h"
 #include "test_util.h"
 
 namespace mooncake::testing {
@@ -52,6 +57,18 @@ size_t FdCount(pid_t pid) {
     ::closedir(d);
   }
   return n;
+}
+
+// Whether `pid`'s fd count drops to `limit` or below within `within`
+// (polled from /proc every 5 ms; on a loaded machine the daemon's threads
+// may need a moment after the session ended to close what it held).
+bool FdsWithin(pid_t pid, size_t limit, absl::Duration within) {
+  const absl::Time deadline = absl::Now() + within;
+  for (;;) {
+    if (FdCount(pid) <= limit) return true;
+    if (absl::Now() >= deadline) return false;
+    usleep(5000);
+  }
 }
 
 v1::ListQueuePairsResponse ListQps(const std::string& socket) {
@@ -154,6 +171,9 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
                           {{"--route", "rdma", "--mode", "watch", "--timeout-ms", "30000"}});
   ASSERT_FALSE(ranks[0].WaitForLine("READY", 30000).empty()) << ranks[0].output();
   ASSERT_FALSE(ranks[1].WaitForLine("READY", 30000).empty()) << ranks[1].output();
+  // With both ranks' sessions (one connection each) and their objects.
+  const size_t fds_live = FdCount(daemon.child().pid());
+  ASSERT_GT(fds_live, fds_before);
 
   google::protobuf::ListValue qps = McctlJsonArray(daemon.socket(), "qps");
   ASSERT_EQ(qps.values_size(), 2);  // one QP per rank toward the other
@@ -162,6 +182,9 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
     EXPECT_GT(f.at("qpn").number_value(), 0);
     EXPECT_EQ(f.at("state").string_value(), "RTS");
     EXPECT_GT(f.at("session_id").number_value(), 0);
+    // The acceptance key; the same number as session_id.
+    ASSERT_EQ(f.count("session"), 1u) << "mcctl qps --json entry without \"session\"";
+    EXPECT_EQ(f.at("session").number_value(), f.at("session_id").number_value());
     EXPECT_EQ(f.at("doorbell_mode").string_value(), "doorbell-record");
   }
   google::protobuf::ListValue mrs = McctlJsonArray(daemon.socket(), "mrs");
@@ -170,6 +193,8 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
     const auto& f = m.struct_value().fields();
     EXPECT_GT(f.at("size").number_value(), 0);
     EXPECT_GT(f.at("session_id").number_value(), 0);
+    ASSERT_EQ(f.count("session"), 1u) << "mcctl mrs --json entry without \"session\"";
+    EXPECT_EQ(f.at("session").number_value(), f.at("session_id").number_value());
     EXPECT_EQ(f.count("lkey"), 0u) << "keys must not be listed";
   }
 
@@ -186,20 +211,28 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
     if (!gone) usleep(10000);
   }
   EXPECT_TRUE(gone) << "the killed rank's QPs/MRs were still listed after 1 s";
+  // Its session's fds (its connection at least) are released with them:
+  // fewer fds than with both ranks within 1 s of its QPs disappearing. Read
+  // from /proc only, so no connection of the test's inflates the count.
+  EXPECT_TRUE(FdsWithin(daemon.child().pid(), fds_live - 1, absl::Seconds(1)))
+      << "1 s after the killed rank's QPs went the daemon still holds "
+      << FdCount(daemon.child().pid()) << " fds, as many as with both ranks (" << fds_live << ")";
 
   EXPECT_EQ(ranks[0].Wait(10000), 0) << ranks[0].output();
   EXPECT_NE(ranks[0].output().find("EVENT lost rank 1"), std::string::npos) << ranks[0].output();
-  // With both ranks gone, so is everything, and the daemon holds no more fds
-  // than before (mappings keep no fds; connections were swept).
-  size_t fds_after = 0;
-  for (int i = 0; i < 300; ++i) {
-    fds_after = FdCount(daemon.child().pid());
-    if (fds_after <= fds_before && ListQps(daemon.socket()).qps_size() == 0) break;
-    usleep(10000);
+  // With both ranks gone, so is everything; within 1 s of the last QP
+  // disappearing the daemon holds no more fds than before the ranks came
+  // (mappings keep no fds; connections were swept).
+  bool none = false;
+  for (int i = 0; i < 500 && !none; ++i) {
+    none = ListQps(daemon.socket()).qps_size() == 0;
+    if (!none) usleep(10000);
   }
-  EXPECT_EQ(ListQps(daemon.socket()).qps_size(), 0);
+  ASSERT_TRUE(none) << "the survivor's QPs were still listed 5 s after it exited";
+  EXPECT_TRUE(FdsWithin(daemon.child().pid(), fds_before, absl::Seconds(1)))
+      << "1 s after the last QP went the daemon holds " << FdCount(daemon.child().pid())
+      << " fds, more than its baseline of " << fds_before;
   EXPECT_EQ(ListMrs(daemon.socket()).regions_size(), 0);
-  EXPECT_LE(fds_after, fds_before);
 }
 
 // A daemon restart tears down the RDMA resources it owned (softnic runs in
@@ -216,6 +249,66 @@ TEST(RdmaRoute, DaemonStopIsReportedToRanksHoldingQps) {
   for (auto& r : ranks) {
     EXPECT_EQ(r.Wait(10000), 2) << r.output();
     EXPECT_NE(r.output().find("lost the daemon"), std::string::npos) << r.output();
+  }
+}
+
+// What a rank still posting after the daemon went gets: its QPs were failed
+// when the client learnt of it (one WR_FLUSH_ERR completion each), so
+// mc_quiet returns kRdmaError at once instead of kTimedOut after the QPs'
+// timeout (DaemonRdmaOptions::timeout_ns, 10 s), and closing does not hang.
+TEST(RdmaRoute, DaemonStopFailsTheRanksQueuePairsAtOnce) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  std::vector<Child> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Child::Spawn({BinDir() + "/mc_test_client", "rdma-after-daemon",
+                                  daemon.socket(), "rdma-after", std::to_string(r), "2"}));
+  }
+  for (auto& r : ranks) ASSERT_FALSE(r.WaitForLine("READY", 30000).empty()) << r.output();
+  EXPECT_EQ(daemon.Stop(), 0);
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(30000), 0) << r.output();
+    const std::string line = r.WaitForLine("AFTER DAEMON", 0);
+    int put = -1, quiet = -1;
+    long ms = -1;
+    ASSERT_EQ(std::sscanf(line.c_str(), "AFTER DAEMON put=%d quiet=%d ms=%ld", &put, &quiet, &ms),
+              3)
+        << r.output();
+    EXPECT_TRUE(put == static_cast<int>(device::McStatus::kOk) ||
+                put == static_cast<int>(device::McStatus::kRdmaError))
+        << r.output();
+    EXPECT_EQ(quiet, static_cast<int>(device::McStatus::kRdmaError)) << r.output();
+    EXPECT_LT(ms, 5000) << "mc_quiet waited for the QP timeout\n" << r.output();
+    EXPECT_NE(r.output().find("CLOSED"), std::string::npos) << r.output();
+  }
+}
+
+// The other half of the restart contract: P2P mappings are the processes'
+// own (memfds each rank mapped), so ranks keep exchanging data through them
+// after the daemon is gone, and closing the Communicator then does not hang.
+TEST(DaemonRestart, P2pMappingsKeepWorkingAfterTheDaemonStops) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  std::vector<Child> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.push_back(Child::Spawn({BinDir() + "/mc_test_client", "p2p-after-daemon", daemon.socket(),
+                                  "p2p-survives", std::to_string(r), "2"}));
+  }
+  for (auto& r : ranks) {
+    ASSERT_NE(r.WaitForLine("READY", 30000).find("handle=memfd"), std::string::npos) << r.output();
+  }
+  EXPECT_EQ(daemon.Stop(), 0);
+  EXPECT_FALSE(daemon.running());
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(30000), 0) << r.output();
+    const std::string& out = r.output();
+    // The exchange happened after the daemon was gone, and worked.
+    const size_t gone_at = out.find("DAEMON GONE");
+    const size_t done_at = out.find("EXCHANGED 1 messages of 1000 bytes, all correct");
+    EXPECT_NE(gone_at, std::string::npos) << out;
+    EXPECT_NE(done_at, std::string::npos) << out;
+    EXPECT_LT(gone_at, done_at) << out;
+    EXPECT_NE(out.find("CLOSED"), std::string::npos) << out;
   }
 }
 

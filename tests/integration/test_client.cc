@@ -6,6 +6,17 @@
 //       PEERFD lines, then prints EVENT lines until stdin closes.
 //   mc_test_client denied SOCKET EXPORT_ID SECRET_HEX TICKET
 //       tries to import another user's export and redeem their ticket.
+//   mc_test_client p2p-after-daemon SOCKET GROUP RANK WORLD
+//       forms a host-platform group over P2P (Communicator: memfd buffers
+//       mapped from every peer), prints READY, waits until its session says
+//       the daemon is gone, prints DAEMON GONE, then puts a message into
+//       every peer's buffer through those mappings and counts arrivals with
+//       mc_red_add; prints "EXCHANGED ..., all correct" and exits 0 (1 on
+//       wrong bytes, 2 on a setup error, 3 on a timeout).
+//   mc_test_client rdma-after-daemon SOCKET GROUP RANK WORLD
+//       the same group over RDMA (softnic); once the daemon is gone, puts
+//       to the next rank and calls mc_quiet: prints
+//       "AFTER DAEMON put=S quiet=S ms=T" (McStatus numbers) and exits 0.
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,6 +30,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "mooncake/client/client.h"
+#include "mooncake/client/communicator.h"
+#include "mooncake/device/comm_device.h"
 #include "mooncake/v1/admin.grpc.pb.h"
 
 namespace {
@@ -124,6 +137,103 @@ int Denied(int argc, char** argv) {
   return 0;
 }
 
+uint8_t P2pPattern(size_t i, uint32_t src) { return static_cast<uint8_t>(i * 7 + src * 31 + 1); }
+
+int AfterDaemon(int argc, char** argv, mooncake::Route route) {
+  if (argc < 6) return 64;
+  mooncake::CommunicatorOptions o;
+  o.socket_path = argv[2];
+  o.group = argv[3];
+  if (!absl::SimpleAtoi(argv[4], &o.rank) || !absl::SimpleAtoi(argv[5], &o.world_size) ||
+      o.world_size < 2 || o.world_size > 64 || o.rank >= o.world_size) {
+    return 64;
+  }
+  // [0, 8): arrival counter; from 4096: one kSlot slot per source rank.
+  constexpr size_t kMsg = 1000, kSlot = 1024, kSlots = 4096;
+  o.buffer_bytes = kSlots + kSlot * o.world_size;
+  o.platform = mooncake::Platform::kHost;
+  o.route = route;
+  o.timeout = absl::Seconds(20);
+  o.client_name = "test member after the daemon";
+  auto comm = mooncake::Communicator::Create(o);
+  if (!comm.ok()) {
+    std::cout << "ERROR setup " << comm.status().message() << std::endl;
+    return 2;
+  }
+  std::cout << "READY handle=" << (*comm)->handleKind() << std::endl;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (;;) {
+    auto ev = (*comm)->client().nextEvent(absl::Milliseconds(100));
+    if (ev && (ev->kind == mooncake::SessionEvent::Kind::kDaemonShutdown ||
+               ev->kind == mooncake::SessionEvent::Kind::kDisconnected)) {
+      std::cout << "DAEMON GONE " << mooncake::SessionEventKindName(ev->kind) << std::endl;
+      break;
+    }
+    if (absl::Now() > deadline) {
+      std::cout << "ERROR the daemon is still there" << std::endl;
+      return 3;
+    }
+  }
+  const mooncake::device::CommCtx& ctx = (*comm)->ctx();
+  auto* buf = static_cast<uint8_t*>((*comm)->buffer());
+  auto* counter = reinterpret_cast<uint64_t*>(buf);
+  if (route == mooncake::Route::kRdma) {
+    // Nothing executes WQEs any more: what do a put and mc_quiet say?
+    const int dst = static_cast<int>((o.rank + 1) % o.world_size);
+    const absl::Time start = absl::Now();
+    const auto put = mooncake::device::mc_put_thread(ctx, dst, buf + kSlots, buf + kSlots, 16);
+    const auto quiet = mooncake::device::mc_quiet(ctx);
+    std::cout << "AFTER DAEMON put=" << static_cast<int>(put)
+              << " quiet=" << static_cast<int>(quiet)
+              << " ms=" << absl::ToInt64Milliseconds(absl::Now() - start) << std::endl;
+    comm->reset();
+    std::cout << "CLOSED" << std::endl;
+    return 0;
+  }
+  uint8_t msg[kMsg];
+  for (size_t i = 0; i < kMsg; ++i) msg[i] = P2pPattern(i, o.rank);
+  for (uint32_t dst = 0; dst < o.world_size; ++dst) {
+    if (dst == o.rank) continue;
+    if (!mooncake::device::mc_p2p_available(ctx, static_cast<int>(dst))) {
+      std::cout << "ERROR rank " << dst << " is not mapped" << std::endl;
+      return 2;
+    }
+    auto st = mooncake::device::mc_put_thread(ctx, static_cast<int>(dst),
+                                              buf + kSlots + kSlot * o.rank, msg, kMsg);
+    mooncake::device::mc_fence();
+    if (st == mooncake::device::McStatus::kOk) {
+      st = mooncake::device::mc_red_add(ctx, static_cast<int>(dst), counter, uint64_t{1});
+    }
+    if (st != mooncake::device::McStatus::kOk) {
+      std::cout << "ERROR put to rank " << dst << ": status " << static_cast<int>(st) << std::endl;
+      return 2;
+    }
+  }
+  uint64_t seen = 0;
+  const uint64_t want = o.world_size - 1;
+  if (!mooncake::device::mc_wait_until_for(counter, mooncake::device::McCmp::kGe, want,
+                                           uint64_t{20'000'000'000}, &seen)) {
+    std::cout << "ERROR " << seen << " of " << want << " arrivals" << std::endl;
+    return 3;
+  }
+  uint64_t bad = 0;
+  for (uint32_t src = 0; src < o.world_size; ++src) {
+    if (src == o.rank) continue;
+    const uint8_t* slot = buf + kSlots + kSlot * src;
+    for (size_t i = 0; i < kMsg; ++i) bad += slot[i] != P2pPattern(i, src);
+  }
+  if (bad != 0) {
+    std::cout << "ERROR " << bad << " bytes wrong" << std::endl;
+    return 1;
+  }
+  std::cout << "EXCHANGED " << want << " messages of " << kMsg << " bytes, all correct"
+            << std::endl;
+  // The destructor talks to a daemon that is gone: it must not hang.
+  comm->reset();
+  std::cout << "CLOSED" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,5 +241,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "member") return Member(argc, argv);
   if (cmd == "denied") return Denied(argc, argv);
+  if (cmd == "p2p-after-daemon") return AfterDaemon(argc, argv, mooncake::Route::kP2p);
+  if (cmd == "rdma-after-daemon") return AfterDaemon(argc, argv, mooncake::Route::kRdma);
   return 64;
 }

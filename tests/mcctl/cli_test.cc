@@ -581,6 +581,46 @@ TEST(PrettyJsonTest, IndentsAndLeavesStringsAlone) {
             "}");
 }
 
+// `qps --json` / `mrs --json` entries name their owner session as
+// "session" (issue 8's acceptance keys) and still as "session_id".
+TEST(JsonOutputTest, QueuePairsAndRegionsNameTheirSession) {
+  constexpr uint64_t kBig = (uint64_t{1} << 40) + 3;  // exact as a JSON number
+  v1::ListQueuePairsResponse qps;
+  qps.add_qps()->set_session_id(kBig);
+  auto* q = qps.add_qps();
+  q->set_qpn(4660);
+  q->set_state("RTS");
+  q->set_session_id(7);
+  absl::StatusOr<std::string> qj = QueuePairsJson(qps);
+  ASSERT_TRUE(qj.ok()) << qj.status();
+  ListValue ql = ParseArray(*qj);
+  ASSERT_EQ(ql.values_size(), 2) << *qj;
+  EXPECT_EQ(ql.values(0).struct_value().fields().at("session").number_value(),
+            static_cast<double>(kBig))
+      << *qj;
+  const auto& qf = ql.values(1).struct_value().fields();
+  EXPECT_EQ(qf.at("qpn").number_value(), 4660) << *qj;
+  EXPECT_EQ(qf.at("state").string_value(), "RTS") << *qj;
+  EXPECT_EQ(qf.at("session").number_value(), 7) << *qj;
+  EXPECT_EQ(qf.at("session_id").number_value(), 7) << *qj;
+  EXPECT_TRUE(absl::StrContains(*qj, absl::StrCat("\"session\":", kBig))) << *qj;
+
+  v1::ListMemoryRegionsResponse mrs;
+  auto* m = mrs.add_regions();
+  m->set_size(1 << 20);
+  m->set_session_id(9);
+  absl::StatusOr<std::string> mj = MemoryRegionsJson(mrs);
+  ASSERT_TRUE(mj.ok()) << mj.status();
+  ListValue ml = ParseArray(*mj);
+  ASSERT_EQ(ml.values_size(), 1) << *mj;
+  const auto& mf = ml.values(0).struct_value().fields();
+  EXPECT_EQ(mf.at("size").number_value(), 1 << 20) << *mj;
+  EXPECT_EQ(mf.at("session").number_value(), 9) << *mj;
+  EXPECT_EQ(mf.at("session_id").number_value(), 9) << *mj;
+  EXPECT_EQ(QueuePairsJson(v1::ListQueuePairsResponse()).value(), "[]");
+  EXPECT_EQ(MemoryRegionsJson(v1::ListMemoryRegionsResponse()).value(), "[]");
+}
+
 // The installed binary, run as a separate process: exactly one line on
 // stderr when the daemon is missing (no gRPC log noise), and the exit code.
 TEST(McctlBinaryTest, UnreachableFromTheRealBinary) {

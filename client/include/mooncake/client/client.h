@@ -281,6 +281,24 @@ class MOONCAKE_API Client {
   // Next membership event (LEFT/LOST/READY/...), or nullopt on timeout.
   std::optional<SessionEvent> nextEvent(absl::Duration timeout);
 
+  // Daemon loss: `handler` runs each time a session ends because the daemon
+  // went away (it shut down, crashed, or the connection broke), with the
+  // reason, on the Client's session thread, before the kDaemonShutdown /
+  // kDisconnected event is queued: whoever sees that event from nextEvent()
+  // knows every handler has returned. Never run for this Client's own
+  // teardown. For releasing what holds the daemon's objects alive
+  // (DaemonRdmaTransport drops its UAR mapping and fails its queue pairs
+  // here). A handler must be short and must not call this Client (a
+  // reconnect waits for the thread it runs on). Returns the id that
+  // removeDaemonLossHandler takes.
+  //   uint64_t id = client->addDaemonLossHandler([](const std::string& why) { ... });
+  //   ...
+  //   client->removeDaemonLossHandler(id);  // before what the handler uses goes
+  uint64_t addDaemonLossHandler(std::function<void(const std::string& why)> handler);
+  // Unregisters; if the handler is running, waits until it returns (so not
+  // from inside a handler). Unknown ids are ignored.
+  void removeDaemonLossHandler(uint64_t id);
+
   class Impl;
 
  private:

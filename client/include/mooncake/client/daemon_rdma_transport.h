@@ -25,6 +25,16 @@
 //         memory; the data buffer is registered from its cuMem VMM fd
 //         (registerMemoryFd with kind "cuda-vmm-fd"). Works in the CUDA
 //         context current at Create.
+// When the daemon goes away (Client::addDaemonLossHandler: before the
+// client's kDaemonShutdown / kDisconnected event is queued) the QPs' objects
+// go with it, and the transport makes that visible and final: every live QP
+// gets one WR_FLUSH_ERR completion (so mc_quiet returns kRdmaError and later
+// posts fail at once instead of waiting timeout_ns), and in "gpu-uar" mode
+// the UAR page is detached from the daemon's command fd, so the kernel frees
+// the daemon's verbs context (QPs, CQs, MRs) instead of keeping it alive for
+// this process. The GPU's registration of the page stays until the transport
+// is destroyed (a kernel still ringing must not fault): stop the kernels and
+// destroy the transport (the Communicator) on that event.
 // Upstream methods return 0 on success and keep the reason of a failure in
 // lastError(). Not thread-safe (setup happens on one thread); the device
 // side is safe from any number of threads.
@@ -32,6 +42,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -143,9 +154,15 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // leaves the daemon ringing (CPU-assisted).
   void SetUpGpuDoorbells();
   void ReleaseGpuDoorbells();
+  // On the client's session thread when the daemon went away (see above).
+  void OnDaemonLoss(const std::string& why);
 
   Client* const client_;
   const DaemonRdmaOptions options_;
+  uint64_t loss_handler_ = 0;  // Client::addDaemonLossHandler id
+  // Held by OnDaemonLoss and wherever setup changes what it reads: the
+  // control memory, qpns_ and the UAR mapping.
+  std::mutex loss_mu_;
   RdmaNodeInfo info_;  // nic and link refreshed by initialize()
   absl::Status last_error_;
   int num_ranks_ = 0;
@@ -177,6 +194,7 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   void* uar_page_ = nullptr;
   size_t uar_page_bytes_ = 0;
   uint64_t uar_register_dev_ = 0;
+  bool uar_detached_ = false;  // the daemon went: the page is anonymous memory now
   // Fresh queue pairs toward a lost rank, kept out of the context until
   // connectReplacement: (slot, its context).
   std::vector<std::pair<size_t, device::IbgdaQpDevCtx>> parked_;

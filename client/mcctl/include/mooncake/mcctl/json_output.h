@@ -21,6 +21,9 @@
 //   groups    array of GroupInfo, each with "joined_ranks" [int] (ranks whose
 //             member is neither "left" nor "lost", ascending; the daemon's
 //             "joined" counts the same ranks)
+//   qps       array of QueuePairInfo, each with "session" (= "session_id",
+//             the owner session; both keys are printed)
+//   mrs       array of MemoryRegionInfo, each with "session" likewise
 //
 // Functions return compact JSON (no whitespace); PrettyJson() indents it.
 // Errors: Internal when protobuf refuses to print a well-known type (not
@@ -47,7 +50,7 @@ absl::StatusOr<std::string> NicsJson(const mooncake::v1::Topology& topology);
 absl::StatusOr<std::string> TopologyJson(const mooncake::v1::Topology& topology);
 absl::StatusOr<std::string> SessionsJson(const mooncake::v1::ListSessionsResponse& sessions);
 absl::StatusOr<std::string> GroupsJson(const mooncake::v1::ListGroupsResponse& groups);
-// Arrays of QueuePairInfo / MemoryRegionInfo objects.
+// Arrays of QueuePairInfo / MemoryRegionInfo objects, with "session" added.
 absl::StatusOr<std::string> QueuePairsJson(const mooncake::v1::ListQueuePairsResponse& qps);
 // {"self_node_id", "etcd_state", "nodes": [NodeRecord...]}.
 absl::StatusOr<std::string> PeersJson(const mooncake::v1::ListPeersResponse& peers);

@@ -11,7 +11,8 @@
 //                         error CQE in qp->error.
 //   mc_qp_post_warp(qp, wqe, have)  the lanes of a warp post together: one
 //                         reservation and one doorbell for up to 32 WQEs.
-//   mc_qp_quiet(qp)       wait until everything rung before the call completed.
+//   mc_qp_quiet(qp)       wait until everything rung before the call completed,
+//                         or the QP failed (kRdmaError / kTimedOut at once).
 //
 // Every WQE asks for a CQE (kCtrlCqUpdate) and the CQ has at least as many
 // entries as the send queue, so the CQ cannot overrun: at most sq_wqe_cnt WQEs
@@ -189,14 +190,20 @@ MC_DEVICE McStatus mc_qp_post_warp(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bo
       static_cast<int>(mc_warp_bcast_u64(static_cast<uint64_t>(static_cast<uint32_t>(st)), 0)));
 }
 
-// Waits until every WQE rung on `qp` before the call has completed.
+// Waits until every WQE rung on `qp` before the call has completed. Once
+// the QP has failed it stops waiting: after an error CQE a NIC only flushes
+// what is left (nothing of it executes), and a QP whose provider is gone
+// (failed by the client with one WR_FLUSH_ERR CQE when the daemon went
+// away) completes nothing more at all.
 MC_DEVICE McStatus mc_qp_quiet(IbgdaQpDevCtx* qp) {
   const uint64_t target = mc_ld_acquire_gpu(&qp->ready_head);
   uint32_t spins = 0;
   uint64_t start = 0;
   while (mc_ld_acquire_gpu(&qp->cons_tail) < target) {
     mc_qp_poll(qp);
-    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
+    const uint32_t error = mc_ld_acquire(&qp->error);
+    if ((error & kQpErrStalled) != 0) return McStatus::kTimedOut;
+    if (error != 0) return McStatus::kRdmaError;
     if (qp->timeout_ns != 0 && (spins & 255u) == 0) {
       const uint64_t now = mc_time_ns();
       if (start == 0) {

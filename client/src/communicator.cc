@@ -354,7 +354,8 @@ absl::Status Communicator::ReleasePeer(uint32_t r) {
 }
 
 // A replacement took rank r: map its buffer (P2P) or connect the fresh
-// queue pairs to its own (RDMA), verify, report ready again.
+// queue pairs to its own (RDMA), verify, and report ready again once every
+// released rank is back.
 absl::Status Communicator::AdmitPeer(const SessionEvent& ev) {
   const uint32_t r = ev.rank;
   if (!ev.member) {
@@ -394,6 +395,13 @@ absl::Status Communicator::AdmitPeer(const SessionEvent& ev) {
     active_[r] = 1;
     if (r < view_.members.size()) view_.members[r] = m;
     view_.epoch = std::max(view_.epoch, ev.epoch);
+  }
+  if (s.ok() && std::find(active_.begin(), active_.end(), 0) != active_.end()) {
+    // A group re-forms only once every vacant rank has a replacement, and
+    // each comes in a JOINED event of its own: readiness is reported after
+    // the last one (a report after the first would let READY out before
+    // this rank connected the others).
+    return absl::OkStatus();
   }
   const std::vector<uint32_t> unreachable =
       s.ok() ? std::vector<uint32_t>{} : std::vector<uint32_t>{r};

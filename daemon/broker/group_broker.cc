@@ -188,6 +188,21 @@ void GroupBroker::FillLocalView(const Member& m, int receiver_gpu, const std::st
   }
 }
 
+void GroupBroker::FillRemoteView(const ClusterMember& c, v1::MemberView* v) {
+  v->set_rank(c.rank);
+  v->set_node_id(c.node_id);
+  v->set_pid(c.pid);
+  v->set_gpu_index(c.gpu_index);
+  v->set_gpu_uuid(c.gpu_uuid);
+  v->set_gpu_pci_bus_id(c.gpu_pci);
+  v->set_handle_kind(c.handle_kind);
+  v->set_handle_size(c.handle_size);
+  if (c.rdma) *v->mutable_rdma() = *c.rdma;
+  // Another node: no handle bytes, no fds, no load/store path.
+  v->set_same_node(false);
+  v->set_p2p_reachable(false);
+}
+
 std::shared_ptr<const std::string> GroupBroker::EncodeShared(
     const Group& g, int receiver_gpu, const std::vector<std::string>& tickets) const {
   v1::JoinGroupResponse resp;
@@ -200,20 +215,7 @@ std::shared_ptr<const std::string> GroupBroker::EncodeShared(
   // Members in rank order: remote ranks interleave with this node's.
   auto add_remote_before = [&](uint32_t limit) {
     for (; remote != g.remote.end() && remote->first < limit; ++remote) {
-      const ClusterMember& c = remote->second;
-      v1::MemberView* v = resp.add_members();
-      v->set_rank(c.rank);
-      v->set_node_id(c.node_id);
-      v->set_pid(c.pid);
-      v->set_gpu_index(c.gpu_index);
-      v->set_gpu_uuid(c.gpu_uuid);
-      v->set_gpu_pci_bus_id(c.gpu_pci);
-      v->set_handle_kind(c.handle_kind);
-      v->set_handle_size(c.handle_size);
-      if (c.rdma) *v->mutable_rdma() = *c.rdma;
-      // Another node: no handle bytes, no fds, no load/store path.
-      v->set_same_node(false);
-      v->set_p2p_reachable(false);
+      FillRemoteView(remote->second, resp.add_members());
     }
   };
   for (const auto& [r, m] : g.members) {
@@ -274,20 +276,31 @@ void GroupBroker::CompleteFormation(Formation f) const {
   std::map<uint32_t, size_t> ticket_of;
   size_t i = 0;
   for (const auto& [r, m] : g.members) ticket_of[r] = i++;
+  auto joined_event = [&g](uint32_t rank, int32_t pid, const std::string& where) {
+    v1::SessionEvent ev;
+    v1::MemberEvent* me = ev.mutable_member();
+    me->set_group(g.name);
+    me->set_rank(rank);
+    me->set_kind(v1::MemberEvent::JOINED);
+    me->set_pid(pid);
+    me->set_epoch(g.epoch);
+    me->set_detail(absl::StrCat("pid ", pid, where, " took rank ", rank, " (epoch ", g.epoch, ")"));
+    return ev;
+  };
   for (const auto& [r, survivor] : g.members) {
     if (newcomers.count(r) != 0) continue;
     for (uint32_t n : newcomers) {
       const Member& joined = g.members.at(n);
-      v1::SessionEvent ev;
-      v1::MemberEvent* me = ev.mutable_member();
-      me->set_group(g.name);
-      me->set_rank(n);
-      me->set_kind(v1::MemberEvent::JOINED);
-      me->set_pid(joined.cred.pid);
-      me->set_epoch(g.epoch);
-      me->set_detail(
-          absl::StrCat("pid ", joined.cred.pid, " took rank ", n, " (epoch ", g.epoch, ")"));
-      FillLocalView(joined, survivor.gpu_index, tickets[ticket_of.at(n)], me->mutable_member());
+      v1::SessionEvent ev = joined_event(n, joined.cred.pid, "");
+      FillLocalView(joined, survivor.gpu_index, tickets[ticket_of.at(n)],
+                    ev.mutable_member()->mutable_member());
+      sessions_->Post(survivor.session, std::move(ev));
+    }
+    // Replacements on other nodes: their entry as the records give it.
+    for (uint32_t n : f.remote_newcomers) {
+      const ClusterMember& joined = g.remote.at(n);
+      v1::SessionEvent ev = joined_event(n, joined.pid, absl::StrCat(" on node ", joined.node_id));
+      FillRemoteView(joined, ev.mutable_member()->mutable_member());
       sessions_->Post(survivor.session, std::move(ev));
     }
   }
@@ -469,34 +482,21 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
                                                      "' is already taken by pid ", it->second.pid,
                                                      " on node ", it->second.node_id));
       }
-      if (g->formed) {
-        // Elastic groups: a vacated rank is taken again and the group
-        // re-forms at epoch + 1 (MaybeReformLocked). Node-local groups only:
-        // a cross-node group's ranks are claimed in the directory, and
-        // claiming a rank again is not built yet.
-        const bool claimed = std::any_of(g->members.begin(), g->members.end(), [](const auto& kv) {
-          return kv.second.claim != Member::Claim::kNone;
-        });
-        if (!g->remote.empty() || claimed || directory_ != nullptr) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "group '", g->name, "' is in the cluster directory (etcd) and formed (epoch ",
-              g->epoch, "); rank ", req.rank(),
-              " left it, and ranks of groups in the cluster directory are not re-joined yet "
-              "(only groups on a daemon without cluster_etcd are elastic): wait until every "
-              "member has left, or use a new group name"));
-        }
-      }
     }
-    const bool rejoin = g != nullptr && g->formed;
+    std::vector<ClusterMember> remote;
+    if (g == nullptr && directory_ != nullptr) {
+      remote = directory_->RemoteMembers(caller.cred.uid, caller.tenant, req.group());
+    }
+    // A rank of a formed group is vacant (its holder was lost or left):
+    // the caller is its replacement. The group may have formed on other
+    // nodes only (a replacement on a node new to it).
+    const bool rejoin = g != nullptr ? g->formed : FormedInRecords(remote);
     const size_t joined = g == nullptr ? 0 : g->members.size() + g->remote.size();
     const bool completes = !rejoin && joined + 1 == req.world_size() && directory_ == nullptr;
     if (absl::Status s = CheckBudget(caller.cred.uid, m.view_bytes, !completes); !s.ok()) {
       return s;
     }
     if (g == nullptr) {
-      std::vector<ClusterMember> remote;
-      if (directory_ != nullptr)
-        remote = directory_->RemoteMembers(caller.cred.uid, caller.tenant, req.group());
       for (const ClusterMember& c : remote) {
         if (c.world_size != req.world_size()) {
           return absl::InvalidArgumentError(
@@ -520,6 +520,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
         const uint32_t r = c.rank;
         fresh->remote.emplace(r, std::move(c));
       }
+      if (rejoin) AdoptFormationLocked(*fresh);
       g = fresh.get();
       groups_.emplace(key, std::move(fresh));
     }
@@ -537,8 +538,13 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       claim->handle_kind = m.handle.kind();
       claim->handle_size = m.handle.size();
       claim->rdma = m.rdma;
+      claim->epoch = rejoin ? g->epoch : 0;
     }
-    if (rejoin) EraseMemberLocked(*g, rank);  // the lost or departed holder
+    if (rejoin) {
+      // The lost or departed holder, here or on another node.
+      EraseMemberLocked(*g, rank);
+      g->remote.erase(rank);
+    }
     AddMemberLocked(*g, std::move(m));
     AddWaiterLocked(*g, rank, caller, std::move(done), timeout_ms);
     if (absl::Time d = g->waiters.at(rank).deadline->first; d < timer_next_) {
@@ -548,11 +554,15 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
     }
     if (claim) {
       // Queued only; the answer comes on the directory's thread.
-      directory_->Claim(
-          g->uid, g->tenant, g->name, *claim,
-          [this, key, rank, session = caller.id](ClaimOutcome outcome, const absl::Status& status) {
-            ClaimAnswered(key, rank, session, outcome, status);
-          });
+      ClaimDone answered = [this, key, rank, session = caller.id](ClaimOutcome outcome,
+                                                                  const absl::Status& status) {
+        ClaimAnswered(key, rank, session, outcome, status);
+      };
+      if (rejoin) {
+        directory_->ClaimVacant(g->uid, g->tenant, g->name, *claim, std::move(answered));
+      } else {
+        directory_->Claim(g->uid, g->tenant, g->name, *claim, std::move(answered));
+      }
       return absl::OkStatus();
     }
     formation = rejoin ? MaybeReformLocked(*g) : MaybeFormLocked(*g);
@@ -584,6 +594,16 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
          !all_claimed ? " on this node alone: the cluster directory is unreachable" : "",
          ", epoch ", g.epoch);
   Emit(g, GroupEvent::Kind::kFormed, 0, 0, absl::StrCat("all ", g.world_size, " ranks in"));
+  if (directory_ != nullptr && remote_joined > 0) {
+    // The records say the group formed (its epoch) from now on, not only
+    // once ranks report ready: a replacement on a node new to the group
+    // then re-joins it instead of forming it afresh.
+    for (const auto& [r, m] : g.members) {
+      if (m.claim == Member::Claim::kClaimed) {
+        directory_->MarkState(g.uid, g.tenant, g.name, r, MemberState::kJoined, g.epoch);
+      }
+    }
+  }
   Formation f;
   auto snapshot = std::make_shared<Group>();
   snapshot->name = g.name;
@@ -607,35 +627,97 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   return f;
 }
 
-// A formed group whose vacated ranks all have a waiting replacement, and
-// whose survivors all released them, re-forms: epoch + 1, the newcomers get
-// the whole view, the survivors a JOINED event each (CompleteFormation) and
-// report ready again once they have connected the newcomers.
-std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
-  if (!g.formed || g.waiters.empty()) return std::nullopt;
-  for (uint32_t r = 0; r < g.world_size; ++r) {
-    auto m = g.members.find(r);
-    if (m == g.members.end() || m->second.state == MemberState::kLeft ||
-        m->second.state == MemberState::kLost) {
-      return std::nullopt;
+// Whether the records of another node's ranks say the group formed: a
+// record written after formation carries its epoch, and only a formed
+// group's ranks are LOST or LEFT.
+bool GroupBroker::FormedInRecords(const std::vector<ClusterMember>& records) {
+  return std::any_of(records.begin(), records.end(),
+                     [](const ClusterMember& c) { return c.epoch > 0 || !IsJoinedNow(c.state); });
+}
+
+// A group this node first sees formed (a replacement joins here, the other
+// ranks are elsewhere): its epoch and its vacant ranks, with the survivors
+// that have not released each, from the records.
+void GroupBroker::AdoptFormationLocked(Group& g) {
+  g.formed = true;
+  g.epoch = 1;
+  for (const auto& [r, c] : g.remote) {
+    if (!c.joining) g.epoch = std::max(g.epoch, c.epoch);
+  }
+  for (uint32_t v = 0; v < g.world_size; ++v) {
+    if (PresentLocked(g, v)) continue;
+    std::set<uint32_t>& waiting_on = g.unreleased[v];
+    for (const auto& [r, c] : g.remote) {
+      if (IsJoinedNow(c.state) && !c.joining && !c.Released(v, g.epoch)) waiting_on.insert(r);
     }
   }
+}
+
+bool GroupBroker::PresentLocked(const Group& g, uint32_t rank) {
+  if (auto m = g.members.find(rank); m != g.members.end()) return IsJoinedNow(m->second.state);
+  auto c = g.remote.find(rank);
+  return c != g.remote.end() && IsJoinedNow(c->second.state);
+}
+
+// A formed group whose vacated ranks all have a replacement (a waiting join
+// here, or a JOINING record of another node), and whose survivors all
+// released them, re-forms: epoch + 1, the newcomers here get the whole
+// view, the survivors here a JOINED event per newcomer (CompleteFormation)
+// and report ready again once they have connected them. Every node of the
+// group decides this on its own from the same records, so each re-forms
+// once the last release it needs has reached it.
+std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
+  if (!g.formed) return std::nullopt;
+  std::vector<uint32_t> remote_newcomers;
+  bool remote_ranks = false;
+  for (const auto& [r, c] : g.remote) {
+    if (!IsJoinedNow(c.state) || g.members.count(r) != 0) continue;
+    remote_ranks = true;
+    if (c.joining) remote_newcomers.push_back(r);
+  }
+  if (g.waiters.empty() && remote_newcomers.empty()) return std::nullopt;
+  for (uint32_t r = 0; r < g.world_size; ++r) {
+    if (!PresentLocked(g, r)) return std::nullopt;
+  }
+  auto released = [&g](uint32_t r) {
+    auto u = g.unreleased.find(r);
+    return u == g.unreleased.end() || u->second.empty();
+  };
   for (const auto& [r, w] : g.waiters) {
-    if (auto u = g.unreleased.find(r); u != g.unreleased.end() && !u->second.empty()) {
-      return std::nullopt;
-    }
+    // With a directory the replacement's claim must be in first (with
+    // other nodes in the group; alone here, as at formation, it need not).
+    const Member::Claim claim = g.members.at(r).claim;
+    if (claim == Member::Claim::kPending) return std::nullopt;
+    if (claim == Member::Claim::kUnreachable && remote_ranks) return std::nullopt;
+    if (!released(r)) return std::nullopt;
+  }
+  for (uint32_t r : remote_newcomers) {
+    if (!released(r)) return std::nullopt;
   }
   g.epoch += 1;
-  MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") re-formed with ", g.waiters.size(),
-         " replacement rank(s), epoch ", g.epoch);
-  Emit(g, GroupEvent::Kind::kFormed, g.waiters.begin()->first, 0,
-       absl::StrCat("re-formed with ", g.waiters.size(), " replacement rank(s)"));
+  const size_t newcomers = g.waiters.size() + remote_newcomers.size();
+  MC_LOG(kInfo, "group '", g.name, "' (uid ", g.uid, ") re-formed with ", newcomers,
+         " replacement rank(s)",
+         remote_newcomers.empty() ? ""
+                                  : absl::StrCat(" (", remote_newcomers.size(), " on other nodes)"),
+         ", epoch ", g.epoch);
+  Emit(g, GroupEvent::Kind::kFormed,
+       g.waiters.empty() ? remote_newcomers.front() : g.waiters.begin()->first, 0,
+       absl::StrCat("re-formed with ", newcomers, " replacement rank(s)"));
   for (auto& [r, m] : g.members) {
     // Survivors verify the newcomers and report again; READY follows.
     if (g.waiters.count(r) == 0) m.state = MemberState::kJoined;
   }
+  for (auto& [r, c] : g.remote) {
+    if (!IsJoinedNow(c.state) || g.members.count(r) != 0) continue;
+    c.joining = false;
+    // Survivors on other nodes report again too, unless their node
+    // re-formed first and the report for this epoch is in already.
+    if (c.epoch < g.epoch) c.state = MemberState::kJoined;
+  }
   Formation f;
   f.reform = true;
+  f.remote_newcomers = std::move(remote_newcomers);
   auto snapshot = std::make_shared<Group>();
   snapshot->name = g.name;
   snapshot->uid = g.uid;
@@ -644,9 +726,18 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
   snapshot->formed = true;
   snapshot->epoch = g.epoch;
   snapshot->members = g.members;
+  for (const auto& [r, c] : g.remote) {
+    if (IsJoinedNow(c.state) && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
+  }
+  for (uint32_t r : f.remote_newcomers) g.unreleased.erase(r);
   for (auto it = g.waiters.begin(); it != g.waiters.end();) {
     uint32_t r = it->first;
     g.unreleased.erase(r);
+    Member& m = g.members.at(r);
+    if (directory_ != nullptr && m.claim == Member::Claim::kClaimed) {
+      // JOINING -> JOINED at the new epoch.
+      directory_->MarkState(g.uid, g.tenant, g.name, r, MemberState::kJoined, g.epoch);
+    }
     SessionInfo who = it->second.caller;
     uint32_t t = it->second.timeout_ms;
     JoinDone d = TakeWaiterLocked(g, it++);
@@ -666,6 +757,11 @@ void GroupBroker::VacateLocked(Group& g, uint32_t rank) {
       continue;
     }
     survivors.insert(r);
+  }
+  // Survivors on other nodes release on their nodes; their records say so.
+  for (const auto& [r, c] : g.remote) {
+    if (r == rank || c.joining || !IsJoinedNow(c.state) || g.members.count(r) != 0) continue;
+    if (!c.Released(rank, g.epoch)) survivors.insert(r);
   }
 }
 
@@ -704,6 +800,11 @@ absl::Status GroupBroker::ReleaseRank(const SessionInfo& caller, const v1::Relea
       m->second.rdma = std::make_shared<const v1::RdmaEndpoint>(e);
     }
     vacant->second.erase(r.rank());
+    if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
+      // The replacement's node (maybe another) waits for this release.
+      directory_->Release(g.uid, g.tenant, g.name, r.rank(), r.released_rank(), g.epoch,
+                          r.has_rdma() ? m->second.rdma : nullptr);
+    }
     formation = MaybeReformLocked(g);
   }
   if (formation) CompleteFormation(std::move(*formation));
@@ -722,13 +823,33 @@ void GroupBroker::ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t ses
     auto m = g.members.find(rank);
     if (m == g.members.end() || m->second.session != session) return;  // gone meanwhile
     switch (outcome) {
-      case ClaimOutcome::kClaimed: m->second.claim = Member::Claim::kClaimed; break;
+      case ClaimOutcome::kClaimed:
+        if (m->second.claim == Member::Claim::kUnreachable && g.formed &&
+            g.waiters.count(rank) == 0 && directory_ != nullptr) {
+          // Formed (or re-formed) here while the directory was away: the
+          // record written at the claim says JOINED (or JOINING) at an old
+          // epoch; what this node knows since goes in now, or other nodes
+          // keep reading the rank as a newcomer.
+          directory_->MarkState(g.uid, g.tenant, g.name, rank, m->second.state, g.epoch);
+        }
+        m->second.claim = Member::Claim::kClaimed;
+        break;
       case ClaimOutcome::kUnreachable:
         if (m->second.claim == Member::Claim::kPending) {
           m->second.claim = Member::Claim::kUnreachable;
         }
         break;
       case ClaimOutcome::kFailed:
+        if (auto w = g.waiters.find(rank); g.formed && w != g.waiters.end()) {
+          // A replacement the cluster refused (another took the rank first).
+          // Another node's replacement may be the one (kept aside).
+          m->second.claim = Member::Claim::kNone;
+          completions.push_back({TakeWaiterLocked(g, w), status});
+          EraseMemberLocked(g, rank);
+          formation = MaybeReformLocked(g);
+          if (!formation) EraseIfEmpty(key);
+          break;
+        }
         if (g.formed) {
           // Formed on this node alone while the directory was away, and
           // another node holds the rank now: the cluster disagrees.
@@ -746,10 +867,27 @@ void GroupBroker::ClaimAnswered(const GroupKey& key, uint32_t rank, uint64_t ses
         EraseIfEmpty(key);
         break;
     }
-    if (outcome != ClaimOutcome::kFailed) formation = MaybeFormLocked(g);
+    if (outcome != ClaimOutcome::kFailed) {
+      formation = g.formed ? MaybeReformLocked(g) : MaybeFormLocked(g);
+    }
   }
   Complete(&completions);
   if (formation) CompleteFormation(std::move(*formation));
+}
+
+// Another node's rank of formed `g` left or was lost (`state`): this
+// node's members hear of it, and the rank is vacant until replaced.
+void GroupBroker::RemoteGoneLocked(Group& g, uint32_t rank, MemberState state,
+                                   const std::string& detail) {
+  ClusterMember& c = g.remote.at(rank);
+  c.state = state;
+  c.joining = false;
+  const bool lost = state == MemberState::kLost;
+  NotifyOthers(g, rank, lost ? v1::MemberEvent::LOST : v1::MemberEvent::LEFT, detail);
+  MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " on node ", c.node_id,
+         lost ? " lost" : " left");
+  if (lost && counters_ != nullptr) counters_->RecordLost();
+  VacateLocked(g, rank);
 }
 
 void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const std::string& group,
@@ -774,35 +912,83 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
     } else if (known != g.remote.end()) {
       g.remote.erase(known);
     }
-  } else if (known != g.remote.end() && known->second.state != MemberState::kLeft &&
-             known->second.state != MemberState::kLost) {
-    // Formed: a member of the view verified its peers (or failed to), left
-    // or was lost on its node, or its claim vanished (its node's lease
-    // expired: the node died or was cut off).
-    MemberState now = member ? member->state : MemberState::kLost;
-    if (now == known->second.state) {
+  } else if (auto local = g.members.find(rank);
+             local != g.members.end() && IsJoinedNow(local->second.state)) {
+    // Held here. A replacement of ours still waiting for its claim may
+    // lose it to this other node's replacement: kept aside, so the group
+    // re-forms with that one if ours is refused.
+    if (member && IsJoinedNow(member->state) && g.waiters.count(rank) != 0) {
+      ClusterMember other = *std::move(member);
+      other.joining = true;
+      g.remote.insert_or_assign(rank, std::move(other));
+    }
+  } else if (!member) {
+    // The rank's claim vanished: it was withdrawn, or its node's lease
+    // expired (the node died or was cut off).
+    if (known != g.remote.end() && IsJoinedNow(known->second.state)) {
+      if (known->second.joining) {
+        // A replacement waiting on another node gave up (or its node went):
+        // the rank is vacant again; the survivors' releases stand.
+        known->second.joining = false;
+        known->second.state = MemberState::kLost;
+      } else {
+        RemoteGoneLocked(g, rank, MemberState::kLost,
+                         absl::StrCat("node ", known->second.node_id,
+                                      " is gone from the cluster (its lease expired)"));
+      }
+    }
+  } else if (known == g.remote.end() || !IsJoinedNow(known->second.state) ||
+             known->second.node_id != member->node_id || known->second.pid != member->pid) {
+    // Another holder than the one this node knows.
+    if (known != g.remote.end() && IsJoinedNow(known->second.state)) {
+      // The old one's end was not seen on its own (a watch resynced): it
+      // is lost all the same.
+      RemoteGoneLocked(g, rank, MemberState::kLost,
+                       absl::StrCat("pid ", known->second.pid, " on node ", known->second.node_id,
+                                    " was replaced"));
+    }
+    if (!IsJoinedNow(member->state)) {
+      // A record of a vacant rank (its holder was lost or left).
+      g.remote.insert_or_assign(rank, *std::move(member));
+    } else {
+      // A replacement claimed the vacant rank on its node. A holder lost
+      // or departed here is replaced: its record was taken over.
+      if (local != g.members.end()) EraseMemberLocked(g, rank);
+      ClusterMember joining = *std::move(member);
+      joining.joining = true;  // until this node re-forms
+      g.remote.insert_or_assign(rank, std::move(joining));
+      formation = MaybeReformLocked(g);
+    }
+  } else {
+    // The holder this node knows: what its node published about it now.
+    ClusterMember& k = known->second;
+    k.rdma = member->rdma;
+    k.epoch = member->epoch;
+    k.released = member->released;
+    bool released_any = false;
+    for (auto& [vacant, waiting_on] : g.unreleased) {
+      if (k.Released(vacant, g.epoch) && waiting_on.erase(rank) != 0) released_any = true;
+    }
+    const MemberState now = member->state;
+    if (now == k.state) {
       // nothing new
     } else if (now == MemberState::kReady) {
-      known->second.state = now;
+      k.state = now;
       MaybeAllReadyLocked(g, rank);
     } else if (now == MemberState::kFailed) {
-      known->second.state = now;
+      k.state = now;
       NotifyOthers(g, rank, v1::MemberEvent::FAILED,
-                   absl::StrCat("its peer verification failed on node ", known->second.node_id));
+                   absl::StrCat("its peer verification failed on node ", k.node_id));
     } else if (now != MemberState::kJoined) {
-      known->second.state = now;
       const bool lost = now == MemberState::kLost;
-      NotifyOthers(g, rank, lost ? v1::MemberEvent::LOST : v1::MemberEvent::LEFT,
-                   !member ? absl::StrCat("node ", known->second.node_id,
-                                          " is gone from the cluster (its lease expired)")
-                   : lost
-                       ? absl::StrCat("pid ", known->second.pid,
-                                      " exited or lost its session on node ", known->second.node_id)
-                       : absl::StrCat("left the group (node ", known->second.node_id, ")"));
-      MC_LOG(kInfo, "group '", g.name, "': rank ", rank, " on node ", known->second.node_id,
-             lost ? " lost" : " left");
-      if (lost && counters_ != nullptr) counters_->RecordLost();
+      RemoteGoneLocked(
+          g, rank, now,
+          lost ? absl::StrCat("pid ", k.pid, " exited or lost its session on node ", k.node_id)
+               : absl::StrCat("left the group (node ", k.node_id, ")"));
+    } else {
+      k.state = now;
     }
+    if (released_any) formation = MaybeReformLocked(g);
   }
   if (formation) {
     mu_.Unlock();
@@ -874,11 +1060,14 @@ void GroupBroker::TimerLoop() {
           }
         }
         for (uint32_t r = 0; r < g.world_size; ++r) {
-          auto mem = g.members.find(r);
-          if (mem == g.members.end() || mem->second.state == MemberState::kLost ||
-              mem->second.state == MemberState::kLeft) {
+          if (!PresentLocked(g, r)) {
             absl::StrAppend(&why, why.empty() ? "" : "; ", "rank ", r, " still vacant");
           }
+        }
+        if (auto mem = g.members.find(ref.rank);
+            mem != g.members.end() && mem->second.claim == Member::Claim::kPending) {
+          absl::StrAppend(&why, why.empty() ? "" : "; ",
+                          "its claim in the cluster directory is not answered");
         }
         expired.push_back(
             {std::move(done),
@@ -1017,7 +1206,7 @@ absl::Status GroupBroker::Leave(const SessionInfo& caller, const std::string& gr
     VacateLocked(g, rank);
     NotifyOthers(g, rank, v1::MemberEvent::LEFT, "left the group");
     if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
-      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLeft);
+      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLeft, g.epoch);
     }
   }
   EraseIfEmpty(key);
@@ -1050,7 +1239,7 @@ absl::Status GroupBroker::ReportReady(const SessionInfo& caller, const v1::Repor
   m->second.state = r.ok() ? MemberState::kReady : MemberState::kFailed;
   if (directory_ != nullptr && m->second.claim == Member::Claim::kClaimed) {
     // The other nodes count it toward READY, or report the failure.
-    directory_->MarkState(g.uid, g.tenant, g.name, r.rank(), m->second.state);
+    directory_->MarkState(g.uid, g.tenant, g.name, r.rank(), m->second.state, g.epoch);
   }
   if (!r.ok()) {
     std::string detail = r.detail();
@@ -1114,7 +1303,7 @@ void GroupBroker::SessionEnded(uint64_t session_id) {
     m.fds.reset();
     VacateLocked(g, rank);
     if (directory_ != nullptr && m.claim == Member::Claim::kClaimed) {
-      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLost);
+      directory_->MarkState(g.uid, g.tenant, g.name, rank, MemberState::kLost, g.epoch);
     }
     NotifyOthers(g, rank, v1::MemberEvent::LOST,
                  absl::StrCat("pid ", m.cred.pid, " exited or lost its session"));

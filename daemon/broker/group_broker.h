@@ -11,8 +11,11 @@
 // endpoint), and a replacement's join of that rank completes once all have:
 // the group re-forms at epoch + 1, the replacement gets the view and the
 // survivors a JOINED event with its entry (docs/architecture.md, "Elastic
-// groups"). Node-local groups only: a group in the cluster directory
-// refuses the re-join with FailedPrecondition.
+// groups"). Across nodes the same steps travel through the directory: the
+// replacement claims the vacant rank (ClaimVacant, a JOINING record), each
+// survivor's release is written into its record, and every node re-forms
+// on its own once its view holds a replacement for every vacant rank and
+// every release.
 //
 // Groups are scoped by the caller's uid and tenant (the tenant socket its
 // session came through; "" for the main socket): the same name under two
@@ -227,8 +230,8 @@ class GroupBroker {
     std::map<uint32_t, ClusterMember> remote;  // other nodes' ranks (with a directory)
     std::map<uint32_t, Waiter> waiters;        // ranks whose JoinAsync has not completed
     // Formed groups (elastic): each vacated (lost or left) rank and the
-    // survivors that have not released it yet. A replacement waits for
-    // its set to empty.
+    // survivors (here and on other nodes) that have not released it yet.
+    // A replacement waits for its set to empty.
     std::map<uint32_t, std::set<uint32_t>> unreleased;
   };
   // A completion to run once the lock is released.
@@ -241,8 +244,10 @@ class GroupBroker {
     std::shared_ptr<const Group> group;  // immutable snapshot (no waiters)
     std::vector<std::pair<uint32_t, Waiter>> waiters;
     // A formed group taken again: the waiters are replacements, and every
-    // other member gets a JOINED event per replacement.
+    // other member gets a JOINED event per replacement, here and on other
+    // nodes (remote_newcomers, entries of group->remote).
     bool reform = false;
+    std::vector<uint32_t> remote_newcomers;
   };
   // (uid, tenant, name). A tuple, not a struct, so that a key built
   // without the tenant does not compile.
@@ -279,6 +284,17 @@ class GroupBroker {
   std::optional<Formation> MaybeReformLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `rank` of formed `g` was lost or left: every live member must release it.
   void VacateLocked(Group& g, uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Another node's rank of formed `g` left or was lost.
+  void RemoteGoneLocked(Group& g, uint32_t rank, MemberState state, const std::string& detail)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether other nodes' records show their group formed, and setting up a
+  // group first seen formed from them (epoch, vacant ranks, releases).
+  static bool FormedInRecords(const std::vector<ClusterMember>& records);
+  void AdoptFormationLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `rank` has a live holder, here or on another node.
+  static bool PresentLocked(const Group& g, uint32_t rank);
+  // Another node's member's entry in a view.
+  static void FillRemoteView(const ClusterMember& c, v1::MemberView* v);
   // One local member's entry in a view for a receiver on `receiver_gpu`.
   void FillLocalView(const Member& m, int receiver_gpu, const std::string& ticket,
                      v1::MemberView* v) const;

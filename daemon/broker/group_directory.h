@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,6 +40,22 @@ struct ClusterMember {
   uint64_t handle_size = 0;
   std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it
   MemberState state = MemberState::kJoined;      // as its node last published it
+  // The group's epoch on its node when the record was written (0: not
+  // formed yet).
+  uint64_t epoch = 0;
+  // A replacement of a vacant rank, waiting for the group to re-form
+  // (elastic groups; state is kJoined).
+  bool joining = false;
+  // Vacant ranks it released, each with the epoch at which it did.
+  std::vector<std::pair<uint32_t, uint64_t>> released;
+
+  // Whether it released `rank` at `epoch` or later.
+  bool Released(uint32_t rank, uint64_t epoch) const {
+    for (const auto& [r, e] : released) {
+      if (r == rank && e >= epoch) return true;
+    }
+    return false;
+  }
 };
 
 // How a claim went. The callback may run more than once: kUnreachable (the
@@ -58,11 +75,25 @@ class GroupDirectory {
   // directory's thread, never under the broker's lock.
   virtual void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
                      const ClusterMember& me, ClaimDone done) = 0;
+  // Elastic groups: claims vacant rank `me.rank` of a formed group for a
+  // replacement (a record in state JOINING at `me.epoch`). It takes the
+  // rank over a LOST or LEFT record, comparing that record's revision so
+  // two replacements cannot both win, or where no record is left (its
+  // node's lease expired); a live holder fails it with AlreadyExists.
+  virtual void ClaimVacant(uint32_t uid, const std::string& tenant, const std::string& group,
+                           const ClusterMember& me, ClaimDone done) = 0;
   // A claimed rank of a formed group reported ready or failed, left or was
-  // lost: the other nodes report it to their members (and count it toward
-  // the group's READY).
+  // lost, or (kJoined) the group re-formed around it: the other nodes report
+  // it to their members (and count it toward the group's READY). `epoch`
+  // is the group's epoch now; releases older than it are dropped.
   virtual void MarkState(uint32_t uid, const std::string& tenant, const std::string& group,
-                         uint32_t rank, MemberState state) = 0;
+                         uint32_t rank, MemberState state, uint64_t epoch) = 0;
+  // Elastic groups: claimed rank `rank` released vacant `released_rank` at
+  // `epoch`, with its fresh RDMA endpoint (null: unchanged). The node of the
+  // rank's replacement waits for every survivor's release.
+  virtual void Release(uint32_t uid, const std::string& tenant, const std::string& group,
+                       uint32_t rank, uint32_t released_rank, uint64_t epoch,
+                       std::shared_ptr<const v1::RdmaEndpoint> rdma) = 0;
   // The rank is no longer this node's (a join that failed, timed out or was
   // cancelled, or a released group): its claim goes, and a pending claim is
   // dropped.

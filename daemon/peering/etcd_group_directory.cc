@@ -57,7 +57,7 @@ MemberState StateOf(v1::GroupRankRecord::State s) {
     case v1::GroupRankRecord::LOST: return MemberState::kLost;
     case v1::GroupRankRecord::READY: return MemberState::kReady;
     case v1::GroupRankRecord::FAILED: return MemberState::kFailed;
-    default: return MemberState::kJoined;
+    default: return MemberState::kJoined;  // JOINED, JOINING
   }
 }
 
@@ -91,6 +91,26 @@ absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank
     }
     m.rdma = std::make_shared<const v1::RdmaEndpoint>(e);
   }
+  if (static_cast<uint64_t>(r.released_size()) > r.world_size()) {
+    return absl::InvalidArgumentError("more released ranks than the world size");
+  }
+  // Epochs count re-formations: far below 2^53, so one more never wraps.
+  constexpr uint64_t kMaxEpoch = uint64_t{1} << 53;
+  if (r.epoch() > kMaxEpoch) return absl::InvalidArgumentError("an epoch out of range");
+  for (const v1::GroupRankRecord::Released& rel : r.released()) {
+    if (rel.rank() >= r.world_size() || rel.rank() == rank || rel.epoch() > kMaxEpoch) {
+      return absl::InvalidArgumentError("a released rank or its epoch out of range");
+    }
+    m.released.emplace_back(rel.rank(), rel.epoch());
+  }
+  std::sort(m.released.begin(), m.released.end());
+  if (std::adjacent_find(m.released.begin(), m.released.end(), [](const auto& a, const auto& b) {
+        return a.first == b.first;
+      }) != m.released.end()) {
+    return absl::InvalidArgumentError("a rank released twice");
+  }
+  m.epoch = r.epoch();
+  m.joining = r.state() == v1::GroupRankRecord::JOINING;
   m.rank = rank;
   m.world_size = r.world_size();
   m.node_id = r.node_id();
@@ -114,9 +134,15 @@ v1::GroupRankRecord::State RecordState(MemberState s) {
   }
 }
 
+// Whether `b` tells the broker nothing new about `a`. A release changes
+// only `released`, the epoch and the RDMA endpoint (fresh queue pairs).
 bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
+  auto endpoint = [](const ClusterMember& m) {
+    return m.rdma ? m.rdma->SerializeAsString() : std::string();
+  };
   return a.node_id == b.node_id && a.pid == b.pid && a.state == b.state &&
-         a.world_size == b.world_size;
+         a.world_size == b.world_size && a.epoch == b.epoch && a.joining == b.joining &&
+         a.released == b.released && endpoint(a) == endpoint(b);
 }
 
 }  // namespace
@@ -201,13 +227,48 @@ void EtcdGroupDirectory::Claim(uint32_t uid, const std::string& tenant, const st
   queue_.push_back(std::move(op));
 }
 
+void EtcdGroupDirectory::ClaimVacant(uint32_t uid, const std::string& tenant,
+                                     const std::string& group, const ClusterMember& me,
+                                     ClaimDone done) {
+  Op op;
+  op.kind = Op::Kind::kClaim;
+  op.vacant = true;
+  op.group = Key{uid, tenant, group};
+  op.rank = me.rank;
+  op.me = me;
+  op.me.node_id = options_.node_id;
+  op.me.joining = true;
+  op.me.state = MemberState::kJoined;
+  op.me.released.clear();
+  op.done = std::move(done);
+  absl::MutexLock lock(&mu_);
+  op.seq = next_claim_seq_++;
+  queue_.push_back(std::move(op));
+}
+
+void EtcdGroupDirectory::Release(uint32_t uid, const std::string& tenant, const std::string& group,
+                                 uint32_t rank, uint32_t released_rank, uint64_t epoch,
+                                 std::shared_ptr<const v1::RdmaEndpoint> rdma) {
+  Op op;
+  op.kind = Op::Kind::kRelease;
+  op.group = Key{uid, tenant, group};
+  op.rank = rank;
+  op.released_rank = released_rank;
+  op.epoch = epoch;
+  op.rdma = std::move(rdma);
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(op));
+}
+
 void EtcdGroupDirectory::MarkState(uint32_t uid, const std::string& tenant,
-                                   const std::string& group, uint32_t rank, MemberState state) {
+                                   const std::string& group, uint32_t rank, MemberState state,
+                                   uint64_t epoch) {
   Op op;
   op.kind = Op::Kind::kMarkState;
   op.group = Key{uid, tenant, group};
   op.rank = rank;
   op.state = state;
+  op.epoch = epoch;
   absl::MutexLock lock(&mu_);
   // Only the newest state counts: an older one still queued (postponed
   // while etcd was away) must not be written after it.
@@ -401,7 +462,14 @@ std::string EtcdGroupDirectory::RecordJson(const ClusterMember& m,
   r.set_handle_kind(m.handle_kind);
   r.set_handle_size(m.handle_size);
   if (m.rdma) *r.mutable_rdma() = *m.rdma;
-  r.set_state(state);
+  r.set_state(m.joining && state == v1::GroupRankRecord::JOINED ? v1::GroupRankRecord::JOINING
+                                                                : state);
+  r.set_epoch(m.epoch);
+  for (const auto& [rank, epoch] : m.released) {
+    v1::GroupRankRecord::Released* rel = r.add_released();
+    rel->set_rank(rank);
+    rel->set_epoch(epoch);
+  }
   std::string out;
   google::protobuf::util::JsonPrintOptions o;
   o.preserve_proto_field_names = true;
@@ -487,48 +555,66 @@ void EtcdGroupDirectory::Work() {
         continue;
       }
       if (auto c = claims.find(op.group); c != claims.end()) {
-        RunClaims(c->first, std::move(c->second));
+        RunClaimBatch(c->first, std::move(c->second));
         claims.erase(c);
       }
       if (op.kind == Op::Kind::kMarkState) {
         RunMarkState(op);
+      } else if (op.kind == Op::Kind::kRelease) {
+        RunRelease(op);
       } else {
         RunWithdraw(op);
       }
     }
-    for (auto& [group, batch] : claims) {
-      for (size_t i = 0; i < batch.size(); i += kClaimsPerTxn) {
-        std::vector<Op> part(
-            std::make_move_iterator(batch.begin() + i),
-            std::make_move_iterator(batch.begin() + std::min(batch.size(), i + kClaimsPerTxn)));
-        RunClaims(group, std::move(part));
-      }
+    for (auto& [group, batch] : claims) RunClaimBatch(group, std::move(batch));
+  }
+}
+
+void EtcdGroupDirectory::RunClaimBatch(const Key& group, std::vector<Op> batch) {
+  // A replacement's claim goes alone (it compares the record it takes over).
+  std::vector<Op> vacant;
+  for (auto it = batch.begin(); it != batch.end();) {
+    if (it->vacant) {
+      vacant.push_back(std::move(*it));
+      it = batch.erase(it);
+    } else {
+      ++it;
     }
+  }
+  for (Op& op : vacant) RunClaimVacant(group, std::move(op));
+  for (size_t i = 0; i < batch.size(); i += kClaimsPerTxn) {
+    std::vector<Op> part(
+        std::make_move_iterator(batch.begin() + i),
+        std::make_move_iterator(batch.begin() + std::min(batch.size(), i + kClaimsPerTxn)));
+    RunClaims(group, std::move(part));
+  }
+}
+
+void EtcdGroupDirectory::HoldWithdrawn(const Key& group, std::vector<Op>* claims) {
+  // A rank whose withdrawal is still to be done (etcd was away, or the
+  // withdrawal is queued behind): its new claim waits, or the withdrawal
+  // would delete the newcomer's record.
+  std::vector<Op> wait;
+  absl::MutexLock lock(&mu_);
+  for (auto it = claims->begin(); it != claims->end();) {
+    auto w = withdrawn_.find({group, it->rank});
+    if (w == withdrawn_.end()) {
+      ++it;
+      continue;
+    }
+    // Older than the withdrawal (taken off the queue just before it):
+    // nobody waits for it any more.
+    if (it->seq >= w->second) wait.push_back(std::move(*it));
+    it = claims->erase(it);
+  }
+  for (Op& op : wait) {
+    op.not_before = absl::Now() + absl::Milliseconds(50);
+    queue_.push_back(std::move(op));
   }
 }
 
 void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
-  {
-    // A rank whose withdrawal is still to be done (etcd was away): its new
-    // claim waits, or the withdrawal would delete the newcomer's record.
-    std::vector<Op> wait;
-    absl::MutexLock lock(&mu_);
-    for (auto it = claims.begin(); it != claims.end();) {
-      auto w = withdrawn_.find({group, it->rank});
-      if (w == withdrawn_.end()) {
-        ++it;
-        continue;
-      }
-      // Older than the withdrawal (taken off the queue just before it):
-      // nobody waits for it any more.
-      if (it->seq >= w->second) wait.push_back(std::move(*it));
-      it = claims.erase(it);
-    }
-    for (Op& op : wait) {
-      op.not_before = absl::Now() + absl::Milliseconds(100);
-      queue_.push_back(std::move(op));
-    }
-  }
+  HoldWithdrawn(group, &claims);
   if (claims.empty()) return;
   const int64_t lease = options_.lease ? options_.lease() : 0;
   if (lease == 0) {
@@ -699,31 +785,190 @@ bool EtcdGroupDirectory::Republish(int64_t lease) {
   return true;
 }
 
-void EtcdGroupDirectory::RunMarkState(const Op& op) {
+void EtcdGroupDirectory::RunClaimVacant(const Key& group, Op claim) {
+  std::vector<Op> one;
+  one.push_back(std::move(claim));
+  HoldWithdrawn(group, &one);
+  if (one.empty()) return;
+  Op& c = one.front();
+  const int64_t lease = options_.lease ? options_.lease() : 0;
+  if (lease == 0) {
+    return Postpone(std::move(one),
+                    absl::UnavailableError("this node is not registered in etcd (registering "
+                                           "again): the replacement waits"));
+  }
+  const auto& [uid, tenant, name] = group;
+  const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
+  const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, c.rank);
+  const std::string ws = absl::StrCat(c.me.world_size);
+  absl::Status failed;
+  bool won = false;
+  const std::string ranks = key.substr(0, key.rfind('/') + 1);
+  for (int attempt = 0; attempt < 4 && !won && failed.ok(); ++attempt) {
+    etcd::Txn read;
+    read.IfCreateRevision(key, etcd::CompareOp::kEqual, 0)
+        .ThenGet(meta)
+        .ThenGetPrefix(ranks)
+        .ElseGet(meta)
+        .ElseGet(key)
+        .ElseGetPrefix(ranks);
+    absl::StatusOr<etcd::TxnResult> now = etcd_->Commit(read);
+    if (!now.ok()) {
+      if (Unreachable(now.status())) return Postpone(std::move(one), now.status());
+      failed = now.status();
+      break;
+    }
+    const std::vector<etcd::KeyValue>& metas = now->responses.at(0).kvs;
+    const std::vector<etcd::KeyValue>& records = now->responses.back().kvs;
+    etcd::Txn take;
+    if (!metas.empty()) {
+      if (metas[0].value != ws) {
+        failed = absl::FailedPreconditionError(
+            absl::StrCat("group '", name, "' has world size ", EscapeForDisplay(metas[0].value, 16),
+                         " in the cluster but the replacement asked for ", ws,
+                         ": start it with the group's world size"));
+        break;
+      }
+      take.IfValue(meta, etcd::CompareOp::kEqual, ws);
+    } else {
+      // The world size went with the lease of the node that wrote it (that
+      // node died, or its last rank left): while any other rank of the
+      // group still holds a record, the group lives; the replacement writes
+      // the world size again, under its own lease, provided that rank's
+      // record is still there when it does.
+      const etcd::KeyValue* survivor = nullptr;
+      for (const etcd::KeyValue& kv : records) {
+        uint32_t other = 0;
+        if (kv.key == key ||
+            !ParseCanonicalNumber(absl::string_view(kv.key).substr(ranks.size()), &other)) {
+          continue;
+        }
+        absl::StatusOr<ClusterMember> m = ParseRecord(kv.value, other);
+        if (m.ok() && m->world_size == c.me.world_size) {
+          survivor = &kv;
+          break;
+        }
+      }
+      if (survivor == nullptr) {
+        failed = absl::FailedPreconditionError(
+            absl::StrCat("group '", name, "' is no longer in the cluster with world size ", ws,
+                         " (every other rank left it): start the group again"));
+        break;
+      }
+      take.IfCreateRevision(meta, etcd::CompareOp::kEqual, 0)
+          .IfCreateRevision(survivor->key, etcd::CompareOp::kEqual, survivor->create_revision)
+          .ThenPut(meta, ws, lease);
+    }
+    if (now->succeeded) {
+      take.IfCreateRevision(key, etcd::CompareOp::kEqual, 0);  // no record: its node died
+    } else {
+      const etcd::KeyValue& held = now->responses.at(1).kvs.at(0);
+      absl::StatusOr<ClusterMember> holder = ParseRecord(held.value, c.rank);
+      if (holder.ok() && holder->node_id == options_.node_id && holder->pid == c.me.pid &&
+          held.lease == lease) {
+        won = true;  // ours: an earlier attempt whose answer was lost
+        break;
+      }
+      if (!holder.ok()) {
+        // Perhaps a newer daemon's record of a live rank: never overwritten.
+        failed = absl::FailedPreconditionError(
+            absl::StrCat("rank ", c.rank, " of group '", name,
+                         "' is held in the cluster by a record this daemon cannot read (",
+                         holder.status().message(), "): remove ", EscapeForDisplay(key, 200),
+                         " from etcd if its holder is gone"));
+        break;
+      }
+      if (holder->state != MemberState::kLost && holder->state != MemberState::kLeft) {
+        failed = absl::AlreadyExistsError(absl::StrCat(
+            "rank ", c.rank, " of group '", name, "' is already taken by pid ", holder->pid,
+            " on node ", holder->node_id,
+            holder->joining ? " (another replacement)"
+                            : " (if that process or its node died, retry once it is reported "
+                              "LOST: within the node lease's TTL)"));
+        break;
+      }
+      // LOST or LEFT: taken over only as it stands now.
+      take.IfModRevision(key, etcd::CompareOp::kEqual, held.mod_revision);
+    }
+    take.ThenPut(key, RecordJson(c.me, v1::GroupRankRecord::JOINED), lease);
+    absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(take);
+    if (!r.ok()) {
+      if (Unreachable(r.status())) return Postpone(std::move(one), r.status());
+      failed = r.status();
+      break;
+    }
+    won = r->succeeded;  // else the record changed meanwhile: read it again
+  }
+  if (!won && failed.ok()) {
+    return Postpone(std::move(one), absl::AbortedError("the rank's record kept changing"));
+  }
+  if (won) {
+    absl::MutexLock lock(&mu_);
+    own_[{group, c.rank}] = c.me;
+  }
+  NoteTrouble(absl::OkStatus());
+  if (won) {
+    c.done(ClaimOutcome::kClaimed, absl::OkStatus());
+  } else {
+    c.done(ClaimOutcome::kFailed, failed);
+  }
+}
+
+void EtcdGroupDirectory::RewriteOwn(const Op& op, const std::function<void(ClusterMember&)>& edit) {
   ClusterMember me;
   {
     absl::MutexLock lock(&mu_);
     auto it = own_.find({op.group, op.rank});
     if (it == own_.end()) return;
-    it->second.state = op.state;
+    // Edited in own_ at once: a republish under a new lease writes it too.
+    edit(it->second);
     me = it->second;
   }
   const int64_t lease = options_.lease ? options_.lease() : 0;
   if (lease == 0) {
     // Written once the node is registered again (or republished with the
-    // state now in own_ under a new lease).
+    // record now in own_ under a new lease).
     return Postpone({op}, absl::UnavailableError("this node is not registered in etcd"));
   }
   const auto& [uid, tenant, name] = op.group;
   const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, op.rank);
   etcd::Txn t;
   t.IfLease(key, etcd::CompareOp::kEqual, lease)
-      .ThenPut(key, RecordJson(me, RecordState(op.state)), lease);
+      .ThenPut(key, RecordJson(me, RecordState(me.state)), lease);
   absl::StatusOr<etcd::TxnResult> r = etcd_->Commit(t);
   if (!r.ok() && Unreachable(r.status())) {
     Op retry = op;
     Postpone({std::move(retry)}, r.status());
   }
+}
+
+void EtcdGroupDirectory::RunMarkState(const Op& op) {
+  RewriteOwn(op, [&op](ClusterMember& me) {
+    me.state = op.state;
+    if (op.epoch > me.epoch) {
+      me.epoch = op.epoch;
+      // Releases of vacancies before this epoch are settled.
+      me.released.erase(std::remove_if(me.released.begin(), me.released.end(),
+                                       [&op](const auto& rel) { return rel.second < op.epoch; }),
+                        me.released.end());
+    }
+    // A replacement is a member like the others once its group re-formed.
+    if (op.epoch > 0) me.joining = false;
+  });
+}
+
+void EtcdGroupDirectory::RunRelease(const Op& op) {
+  RewriteOwn(op, [&op](ClusterMember& me) {
+    me.epoch = std::max(me.epoch, op.epoch);
+    auto same = std::find_if(me.released.begin(), me.released.end(),
+                             [&op](const auto& rel) { return rel.first == op.released_rank; });
+    if (same != me.released.end()) {
+      same->second = op.epoch;
+    } else {
+      me.released.emplace_back(op.released_rank, op.epoch);
+    }
+    if (op.rdma) me.rdma = op.rdma;
+  });
 }
 
 void EtcdGroupDirectory::RunWithdraw(const Op& op) {

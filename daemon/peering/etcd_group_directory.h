@@ -23,6 +23,12 @@
 // answered kUnreachable once and retried, backing off to 1 s, until it
 // succeeds or is withdrawn.
 //
+// Elastic groups. ClaimVacant writes a replacement's JOINING record over a
+// LOST or LEFT one (comparing its mod_revision) or where none is left, one
+// claim per Txn; Release and MarkState rewrite this node's own records
+// (the released ranks, the fresh RDMA endpoint, the epoch), only while they
+// are still under the node's lease.
+//
 // Reads. One Watcher on <prefix>/groups/ keeps a cache of every group's
 // ranks (RemoteMembers answers from it without asking etcd), and every
 // change to another node's rank goes to the sink (GroupBroker::RemoteChanged)
@@ -93,8 +99,13 @@ class EtcdGroupDirectory final : public GroupDirectory {
 
   void Claim(uint32_t uid, const std::string& tenant, const std::string& group,
              const ClusterMember& me, ClaimDone done) override;
+  void ClaimVacant(uint32_t uid, const std::string& tenant, const std::string& group,
+                   const ClusterMember& me, ClaimDone done) override;
   void MarkState(uint32_t uid, const std::string& tenant, const std::string& group, uint32_t rank,
-                 MemberState state) override;
+                 MemberState state, uint64_t epoch) override;
+  void Release(uint32_t uid, const std::string& tenant, const std::string& group, uint32_t rank,
+               uint32_t released_rank, uint64_t epoch,
+               std::shared_ptr<const v1::RdmaEndpoint> rdma) override;
   void Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
                 uint32_t rank) override;
   std::vector<ClusterMember> RemoteMembers(uint32_t uid, const std::string& tenant,
@@ -108,12 +119,16 @@ class EtcdGroupDirectory final : public GroupDirectory {
  private:
   using Key = std::tuple<uint32_t, std::string, std::string>;  // (uid, tenant, group)
   struct Op {
-    enum class Kind { kClaim, kMarkState, kWithdraw } kind = Kind::kClaim;
+    enum class Kind { kClaim, kMarkState, kRelease, kWithdraw } kind = Kind::kClaim;
     Key group;
     uint32_t rank = 0;
-    ClusterMember me;                          // kClaim
-    ClaimDone done;                            // kClaim
-    MemberState state = MemberState::kJoined;  // kMarkState
+    ClusterMember me;                              // kClaim
+    ClaimDone done;                                // kClaim
+    bool vacant = false;                           // kClaim: ClaimVacant (one at a time)
+    MemberState state = MemberState::kJoined;      // kMarkState
+    uint64_t epoch = 0;                            // kMarkState, kRelease
+    uint32_t released_rank = 0;                    // kRelease
+    std::shared_ptr<const v1::RdmaEndpoint> rdma;  // kRelease (null: unchanged)
     bool told_unreachable = false;
     absl::Time not_before = absl::InfinitePast();
     uint64_t seq = 0;  // kClaim: order of the Claim() calls
@@ -138,8 +153,20 @@ class EtcdGroupDirectory final : public GroupDirectory {
   void Deliver(std::vector<Delivery> deliveries);
 
   void Work();  // the worker thread
+  // The claims of one group: replacements one by one, the rest in batches.
+  void RunClaimBatch(const Key& group, std::vector<Op> batch);
   void RunClaims(const Key& group, std::vector<Op> claims);
+  // A replacement's claim of a vacant rank (ClaimVacant).
+  void RunClaimVacant(const Key& group, Op claim);
+  // Takes the claims of ranks with a withdrawal still to be done out of
+  // `claims`: newer ones are queued again, older ones dropped.
+  void HoldWithdrawn(const Key& group, std::vector<Op>* claims);
   void RunMarkState(const Op& op);
+  void RunRelease(const Op& op);
+  // Writes own record `op.rank` of `op.group` after `edit` changed it (under
+  // the node's lease, only while the record is still under it); postponed
+  // while etcd is away.
+  void RewriteOwn(const Op& op, const std::function<void(ClusterMember&)>& edit);
   void RunWithdraw(const Op& op);
   // Writes own_ again under `lease` (a new one: the old lease and every key
   // under it expired). False when etcd could not be reached.

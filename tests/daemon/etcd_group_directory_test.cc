@@ -117,6 +117,32 @@ class EtcdGroupDirectoryTest : public ::testing::Test {
     }
     return f.get();
   }
+  // A replacement's claim of `rank` of `group` (uid 1000, world size 2,
+  // epoch 1) as `pid`; waits (10 s) for the answer that is not
+  // kUnreachable and puts its status in `why`.
+  ClaimOutcome ClaimVacantAndWait(const std::string& group, uint32_t rank, int pid,
+                                  absl::Status* why) {
+    ClusterMember me;
+    me.rank = rank;
+    me.world_size = 2;
+    me.pid = pid;
+    me.epoch = 1;
+    auto answer = std::make_shared<std::promise<std::pair<ClaimOutcome, absl::Status>>>();
+    auto told = std::make_shared<std::atomic<bool>>(false);
+    directory_->ClaimVacant(1000, "", group, me,
+                            [answer, told](ClaimOutcome o, const absl::Status& s) {
+                              if (o != ClaimOutcome::kUnreachable && !told->exchange(true)) {
+                                answer->set_value({o, s});
+                              }
+                            });
+    std::future<std::pair<ClaimOutcome, absl::Status>> f = answer->get_future();
+    if (f.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      return ClaimOutcome::kUnreachable;
+    }
+    auto [o, s] = f.get();
+    *why = s;
+    return o;
+  }
   // The lease of group g's rank key, 0 when absent.
   int64_t RankLease(uint32_t rank) {
     absl::StatusOr<std::optional<etcd::KeyValue>> kv =
@@ -166,7 +192,14 @@ TEST_F(EtcdGroupDirectoryTest, OtherSpellingsOfAKeyDoNotAliasTheMember) {
 TEST_F(EtcdGroupDirectoryTest, RecordsWithImpossibleFieldsAreIgnored) {
   Put("1000/g/ranks/0", Record("node-b", 40, 4, /*gpu_index=*/-7));
   Put("1000/g/ranks/1", Record("node-b", -1, 4));
-  Put("1000/g/ranks/2", Record("node-b", 42, 2));                    // rank past its own world size
+  Put("1000/g/ranks/2", Record("node-b", 42, 2));  // rank past its own world size
+  // An epoch that would wrap, a rank released twice, a rank releasing itself.
+  Put("1000/h/ranks/0",
+      R"({"node_id":"node-b","pid":44,"world_size":4,"epoch":"18446744073709551615"})");
+  Put("1000/h/ranks/1", R"({"node_id":"node-b","pid":45,"world_size":4,"epoch":"2",)"
+                        R"("released":[{"rank":2,"epoch":"2"},{"rank":2,"epoch":"1"}]})");
+  Put("1000/h/ranks/2",
+      R"({"node_id":"node-b","pid":46,"world_size":4,"released":[{"rank":2,"epoch":"1"}]})");
   Put("1000/g/ranks/3", Record("node-b", 43, 4, /*gpu_index=*/-1));  // the host platform: fine
   std::vector<std::string> seen = deliveries_.WaitFor("1000//g/3=node-b:43");
   EXPECT_EQ(seen, (std::vector<std::string>{"1000//g/3=node-b:43"}));
@@ -256,6 +289,133 @@ TEST_F(EtcdGroupDirectoryTest, AClaimWithdrawnWhileEtcdWasDownNeverLands) {
       etcd_->Get(GroupRankKey(kPrefix, 1000, "", "z", 0));
   ASSERT_TRUE(kv.ok()) << kv.status();
   EXPECT_FALSE(kv->has_value()) << "a withdrawn claim was written after etcd came back";
+}
+
+// Elastic groups across nodes: a replacement's claim of a vacant rank.
+// It takes the rank over a LOST or LEFT record, or where its node's lease
+// took the record, never from a live holder, and only while the group is
+// still in the cluster.
+TEST_F(EtcdGroupDirectoryTest, AVacantRankIsTakenOverOnlyFromALostOrDepartedHolder) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  auto claim_vacant = [&](uint32_t rank, int pid, absl::Status* why) {
+    return ClaimVacantAndWait("v", rank, pid, why);
+  };
+  absl::Status why;
+  // No group in the cluster any more (no meta key): refused.
+  EXPECT_EQ(claim_vacant(1, 801, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsFailedPrecondition(why)) << why;
+  Put("1000/v/meta", "2");
+  // A live holder on another node: refused, naming it.
+  Put("1000/v/ranks/1", Record("node-b", 41, 2));
+  EXPECT_EQ(claim_vacant(1, 801, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsAlreadyExists(why)) << why;
+  EXPECT_NE(why.message().find("pid 41 on node node-b"), std::string::npos) << why;
+  // Lost: taken over, as a JOINING record of this node under its lease.
+  Put("1000/v/ranks/1",
+      R"({"node_id":"node-b","pid":41,"world_size":2,"state":"LOST","epoch":"1"})");
+  EXPECT_EQ(claim_vacant(1, 801, &why), ClaimOutcome::kClaimed) << why;
+  absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+      etcd_->Get(GroupRankKey(kPrefix, 1000, "", "v", 1));
+  ASSERT_TRUE(kv.ok() && kv->has_value());
+  EXPECT_EQ((*kv)->lease, a);
+  EXPECT_NE((*kv)->value.find("\"state\":\"JOINING\""), std::string::npos) << (*kv)->value;
+  EXPECT_NE((*kv)->value.find("\"pid\":801"), std::string::npos) << (*kv)->value;
+  // A second replacement finds the first one there.
+  EXPECT_EQ(claim_vacant(1, 802, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsAlreadyExists(why)) << why;
+  EXPECT_NE(why.message().find("another replacement"), std::string::npos) << why;
+  // No record at all (its node's lease expired): taken.
+  EXPECT_EQ(claim_vacant(0, 900, &why), ClaimOutcome::kClaimed) << why;
+}
+
+// The world size went with its writer's lease (that node died) while
+// another rank's record stayed: the replacement writes it again under its
+// own lease; with no other rank left, the group is gone.
+TEST_F(EtcdGroupDirectoryTest, AReplacementRestoresTheWorldSizeThatWentWithItsWritersNode) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  auto claim_vacant = [&](const std::string& group, uint32_t rank, absl::Status* why) {
+    return ClaimVacantAndWait(group, rank, 700, why);
+  };
+  absl::Status why;
+  Put("1000/w/ranks/0", Record("node-c", 50, 2));
+  EXPECT_EQ(claim_vacant("w", 1, &why), ClaimOutcome::kClaimed) << why;
+  absl::StatusOr<std::optional<etcd::KeyValue>> meta =
+      etcd_->Get(GroupMetaKey(kPrefix, 1000, "", "w"));
+  ASSERT_TRUE(meta.ok() && meta->has_value());
+  EXPECT_EQ((*meta)->value, "2");
+  EXPECT_EQ((*meta)->lease, a);
+  // The only other record has another world size: not this group.
+  Put("1000/x/ranks/0", Record("node-c", 51, 4));
+  EXPECT_EQ(claim_vacant("x", 1, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsFailedPrecondition(why)) << why;
+  EXPECT_NE(why.message().find("every other rank left it"), std::string::npos) << why;
+  // A world size in the cluster other than the replacement's: refused, naming both.
+  Put("1000/y/meta", "3");
+  Put("1000/y/ranks/0", Record("node-c", 52, 3));
+  EXPECT_EQ(claim_vacant("y", 1, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsFailedPrecondition(why)) << why;
+  EXPECT_NE(why.message().find("world size 3"), std::string::npos) << why;
+  // A holder's record this daemon cannot read (a newer daemon's?) is never
+  // taken over.
+  Put("1000/z/meta", "2");
+  Put("1000/z/ranks/1", R"({"node_id":"node-c","pid":53,"world_size":1})");
+  EXPECT_EQ(claim_vacant("z", 1, &why), ClaimOutcome::kFailed);
+  EXPECT_TRUE(absl::IsFailedPrecondition(why)) << why;
+  EXPECT_NE(why.message().find("cannot read"), std::string::npos) << why;
+}
+
+// A survivor's release goes into its record with its fresh endpoint, other
+// nodes read it back, and the next epoch's state drops it.
+TEST_F(EtcdGroupDirectoryTest, AReleaseIsPublishedInTheRecordAndSettledByTheNextEpoch) {
+  const int64_t a = Grant();
+  ASSERT_NE(a, 0);
+  lease_ = a;
+  ASSERT_EQ(ClaimAndWait(0), ClaimOutcome::kClaimed);
+  auto endpoint = std::make_shared<v1::RdmaEndpoint>();
+  endpoint->set_qps_per_peer(1);
+  endpoint->add_qpns(0);
+  endpoint->add_qpns(4242);
+  directory_->MarkState(1000, "", "g", 0, MemberState::kReady, 1);
+  directory_->Release(1000, "", "g", 0, 1, 1, endpoint);
+  auto record = [&]() -> std::string {
+    absl::StatusOr<std::optional<etcd::KeyValue>> kv =
+        etcd_->Get(GroupRankKey(kPrefix, 1000, "", "g", 0));
+    return kv.ok() && kv->has_value() ? (*kv)->value : "";
+  };
+  auto has = [&](const std::string& needle) {
+    for (int i = 0; i < 500; ++i) {
+      if (record().find(needle) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  EXPECT_TRUE(has(R"("released":[{"rank":1,"epoch":"1"}])")) << record();
+  EXPECT_NE(record().find("4242"), std::string::npos) << record();
+  EXPECT_NE(record().find("\"state\":\"READY\""), std::string::npos) << record();
+  // As another node reads it (a second directory over the same etcd).
+  GroupDirectoryOptions go;
+  go.prefix = kPrefix;
+  go.node_id = "other";
+  go.instance_id = "j";
+  absl::StatusOr<std::unique_ptr<EtcdGroupDirectory>> other =
+      EtcdGroupDirectory::Start(etcd_.get(), std::move(go));
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::vector<ClusterMember> seen = (*other)->RemoteMembers(1000, "", "g");
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].Released(1, 1));
+  EXPECT_FALSE(seen[0].Released(1, 2));
+  EXPECT_EQ(seen[0].epoch, 1u);
+  ASSERT_NE(seen[0].rdma, nullptr);
+  EXPECT_EQ(seen[0].rdma->qpns(1), 4242u);
+  (*other)->Stop();
+  // Re-formed at epoch 2: the release is settled and goes.
+  directory_->MarkState(1000, "", "g", 0, MemberState::kJoined, 2);
+  EXPECT_TRUE(has(R"("epoch":"2")")) << record();
+  EXPECT_EQ(record().find("released"), std::string::npos) << record();
 }
 
 }  // namespace

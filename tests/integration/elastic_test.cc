@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "daemon_process.h"
+#include "elastic_rank.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -18,21 +19,7 @@ namespace {
 
 Child StartRank(const std::string& socket, const std::string& group, int rank,
                 const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {BinDir() + "/device_transport_example",
-                                   "--platform",
-                                   "host",
-                                   "--socket",
-                                   socket,
-                                   "--group",
-                                   group,
-                                   "--rank",
-                                   std::to_string(rank),
-                                   "--world-size",
-                                   "4",
-                                   "--mode",
-                                   "elastic",
-                                   "--timeout-ms",
-                                   "20000"};
+  std::vector<std::string> argv = ElasticRankArgv(socket, group, rank, 20000);
   argv.insert(argv.end(), extra.begin(), extra.end());
   return Child::Spawn(argv);
 }

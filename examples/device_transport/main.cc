@@ -4,11 +4,13 @@
 //   device_transport_example --platform host --socket S --group G \
 //       --rank R --world-size N [--mode pair|all2all|watch|elastic] [--bytes B]
 //       [--timeout-ms T] [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
-//       [--rounds K] [--expect-rejoins J]
+//       [--nic N1,N2,...] [--rounds K] [--expect-rejoins J]
 //
 // --route rdma sends to every peer over RDMA (GPU-initiated RDMA's WQEs and
 // doorbells; softnic in mooncaked executes them where no RDMA NIC is);
 // --rdma-peers makes only those peers RDMA (both ends of a pair must say so).
+// --nic puts this rank's QPs on one of those NICs (default: the daemon's
+// choice, the NIC closest to the rank's GPU).
 //
 // Start one process per rank. Prints PASS and exits 0 when every byte
 // checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
@@ -64,6 +66,7 @@ struct Args {
   std::string route = "auto";
   std::vector<uint32_t> rdma_peers;
   uint32_t qps_per_peer = 1;
+  std::vector<std::string> nics;
   int rounds = 50;         // elastic
   int expect_rejoins = 0;  // elastic
   bool bytes_given = false;
@@ -74,7 +77,7 @@ void Usage() {
                "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
                "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc|fabric]\n"
                "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
-               "         [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
+               "         [--nic N1,N2,...] [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
                "  --timeout-ms T how long to wait for the group to form and be ready, and\n"
                "                 (pair, all2all, elastic) for each transfer; default 30000\n"
                "  --mode watch   set up, print READY, hold the group until a peer is lost or\n"
@@ -126,6 +129,11 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         ok = ok && absl::SimpleAtoi(part, &p);
         a->rdma_peers.push_back(p);
       }
+    } else if (k == "--nic") {
+      for (absl::string_view part : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+        a->nics.emplace_back(part);
+      }
+      ok = !a->nics.empty();
     } else if (k == "--qps-per-peer")
       ok = absl::SimpleAtoi(v, &a->qps_per_peer) && a->qps_per_peer >= 1 && a->qps_per_peer <= 64;
     else if (k == "--handle") {
@@ -191,6 +199,7 @@ int main(int argc, char** argv) {
   o.route = *mooncake::ParseRoute(a.route);
   o.rdma_peers = a.rdma_peers;
   o.qps_per_peer = a.qps_per_peer;
+  o.rdma_nics = a.nics;
   o.cuda_handle = a.handle == "vmm"      ? mooncake::device::CudaHandleKind::kVmmPosixFd
                   : a.handle == "ipc"    ? mooncake::device::CudaHandleKind::kLegacyIpc
                   : a.handle == "fabric" ? mooncake::device::CudaHandleKind::kFabric

@@ -142,6 +142,26 @@ TEST(RdmaRoute, ForcedRdmaPairInsideAP2pGroup) {
   ExpectAllPass(ranks, 60000);
 }
 
+// --nic (CommunicatorOptions::rdma_nics, upstream's factory filter) puts a
+// rank's QPs on the NIC it names; a NIC the daemon does not serve is a
+// setup error naming it and what is served.
+TEST(RdmaRoute, ARankChoosesItsNicByName) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks = StartRanks(daemon.socket(), "nic-by-name", 2,
+                          {{"--route", "rdma", "--nic", "softnic0", "--bytes", "4099"}});
+  ExpectAllPass(ranks, 60000);
+  auto wrong = StartRanks(daemon.socket(), "nic-wrong", 2,
+                          {{"--route", "rdma", "--nic", "mlx5_7", "--timeout-ms", "5000"}});
+  for (auto& r : wrong) {
+    EXPECT_EQ(r.Wait(30000), 2) << r.output();
+    EXPECT_NE(r.output().find("NIC \"mlx5_7\" is not served by mooncaked here (it serves "
+                              "softnic0)"),
+              std::string::npos)
+        << r.output();
+  }
+}
+
 TEST(RdmaRoute, OneSidedRdmaChoiceIsAClearSetupError) {
   TempDir dir;
   DaemonProcess daemon(dir.path());

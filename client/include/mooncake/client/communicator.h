@@ -96,6 +96,11 @@ struct CommunicatorOptions {
   std::vector<uint32_t> rdma_peers;  // kAuto: these peers go over RDMA
   uint32_t qps_per_peer = 1;         // RDMA channels per peer
   uint32_t rdma_sq_depth = 256;      // WQEs per QP
+  // NICs this rank's QPs may go on (upstream's createIbgdaDeviceTransport
+  // filter: "mlx5_0", "softnic0"); empty = any the daemon serves, the one
+  // closest to the rank's GPU first. Overrides the daemon's choice for
+  // this rank only.
+  std::vector<std::string> rdma_nics;
 };
 
 class MOONCAKE_API Communicator {

@@ -287,15 +287,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mooncake::fuzz;
-  DaemonCore& core = DaemonCore::Get();
-  const size_t fds_before = OpenFdCount();
-  {
+  RunLeakChecked([&] {
+    DaemonCore& core = DaemonCore::Get();
     ByteReader in(data, size);
     Script script(core);
     script.Run(in);
     core.Finish();
-  }
-  FUZZ_CHECK(OpenFdCount() == fds_before, "fd leak: ", fds_before, " fds open before, ",
-             OpenFdCount(), " after");
+  });
   return 0;
 }

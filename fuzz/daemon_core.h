@@ -265,6 +265,17 @@ struct DaemonCore {
   }
 };
 
+// One input of a script fuzzer: `run` plays it on the shared core and ends
+// every session; the process must then hold exactly the file descriptors
+// it held before.
+template <typename F>
+void RunLeakChecked(F&& run) {
+  const size_t fds_before = OpenFdCount();
+  run();
+  FUZZ_CHECK(OpenFdCount() == fds_before, "fd leak: ", fds_before, " fds open before, ",
+             OpenFdCount(), " after");
+}
+
 // A bundle of `n` fresh memfds (the fds a client would PUT).
 inline std::vector<UniqueFd> MemFds(size_t n) {
   std::vector<UniqueFd> out;

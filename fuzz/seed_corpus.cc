@@ -531,6 +531,78 @@ void HandleSeeds() {
 
 }  // namespace
 
+// ---- cluster_fuzzer: [op][arg][u16 len][bytes] ... (cluster_fuzzer.cc)
+enum ClusterOp : char {
+  cOpen,
+  cJoin,
+  cReady,
+  cLeave,
+  cRelease,
+  cCancel,
+  cEnd,
+  cEvents,
+  cRecord,
+  cRecordGone,
+  cAnswer,
+  cList
+};
+
+std::string COp(ClusterOp op, uint8_t arg, const std::string& bytes = "") {
+  return std::string{op, static_cast<char>(arg)} + U16(bytes.size()) + bytes;
+}
+// The first chunk byte of rank `rank` of a 4-rank group.
+char Of4(uint32_t rank) { return static_cast<char>((rank << 2) | 2); }
+// Another node's record of rank `rank` (world size 4): node-b, `pid`,
+// state (0 JOINED, 1 READY, 2 FAILED, 3 LEFT, 4 LOST, 5 JOINING), epoch,
+// and at most one release (rank, epoch).
+std::string Rec(uint32_t rank, uint8_t pid, uint8_t state, uint8_t epoch, int released = -1,
+                uint8_t released_epoch = 0) {
+  std::string b{Of4(rank), 0, static_cast<char>(pid), static_cast<char>(state),
+                static_cast<char>(epoch)};
+  if (released < 0) return b + '\0';
+  return b + static_cast<char>(1 | (1 << 1)) + static_cast<char>(released + 5 * released_epoch);
+}
+
+void ClusterSeeds() {
+  const std::string t = "cluster_fuzzer";
+  const std::string ok_claims =
+      COp(cAnswer, 0, std::string(1, '\0')) + COp(cAnswer, 0, std::string(1, '\0'));
+  // Ranks 0 and 1 here, 2 and 3 on node-b: the group forms once both
+  // local claims are in, and everyone reports ready.
+  const std::string form = COp(cOpen, 0) + COp(cOpen, 1) + COp(cJoin, 0, {Of4(0), 0}) +
+                           COp(cJoin, 1, {Of4(1), 0}) + COp(cRecord, 0, Rec(2, 20, 0, 0)) +
+                           COp(cRecord, 0, Rec(3, 30, 0, 0)) + ok_claims;
+  const std::string ready = COp(cReady, 0, {Of4(0), 0}) + COp(cReady, 1, {Of4(1), 0}) +
+                            COp(cRecord, 0, Rec(2, 20, 1, 1)) + COp(cRecord, 0, Rec(3, 30, 1, 1));
+  Write(t, "form_across_nodes", form + ready + COp(cList, 0) + COp(cEvents, 0));
+  // node-b's rank 2 is lost; both survivors here and rank 3 there release
+  // it; a replacement on node-b claims it (JOINING): the group re-forms.
+  const std::string lost = COp(cRecord, 0, Rec(2, 20, 4, 1)) + COp(cRelease, 0, {Of4(0), 2}) +
+                           COp(cRelease, 1, {Of4(1), 2}) + COp(cRecord, 0, Rec(3, 30, 1, 1, 2, 1));
+  Write(t, "remote_rank_replaced_remotely",
+        form + ready + lost + COp(cRecord, 0, Rec(2, 21, 5, 1)) + COp(cEvents, 0) +
+            COp(cEvents, 1) + COp(cList, 0));
+  // The same loss, the replacement joining here.
+  Write(t, "remote_rank_replaced_here",
+        form + ready + lost + COp(cOpen, 2) + COp(cJoin, 2, {Of4(2), 0}) +
+            COp(cAnswer, 0, std::string(1, '\0')) + COp(cEvents, 0) + COp(cList, 0));
+  // node-b dies: both its records vanish.
+  Write(t, "node_gone",
+        form + ready + COp(cRecordGone, 0, {Of4(2)}) + COp(cRecordGone, 0, {Of4(3)}) +
+            COp(cEvents, 0) + COp(cList, 0));
+  // A local rank lost and replaced while node-b's ranks hold on; a
+  // competing replacement's record arrives while ours waits for its claim.
+  Write(t, "local_rank_replaced_with_a_rival",
+        form + ready + COp(cEnd, 1) + COp(cRecord, 0, Rec(3, 30, 1, 1, 1, 1)) + COp(cOpen, 1) +
+            COp(cJoin, 1, {Of4(1), 0}) + COp(cRecord, 0, {Of4(1), 1, 40, 5, 1, 0}) +
+            COp(cAnswer, 0, "\2") + COp(cEvents, 0));
+  // Raw JSON a daemon would not write.
+  Write(t, "raw_records",
+        form + COp(cRecord, 0, std::string(1, Of4(2)) + "{\"node_id\":\"node-b\"}") +
+            COp(cRecord, 0, "{\"world_size\":4,\"node_id\":\"x\",\"epoch\":\"9007199254740993\"}") +
+            COp(cAnswer, 0, "\1") + COp(cList, 0));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR   (writes CORPUS_DIR/<fuzzer>/<seed>)\n", argv[0]);
@@ -540,6 +612,7 @@ int main(int argc, char** argv) {
   ::mkdir(out_dir.c_str(), 0755);
   RequestSeeds();
   BrokerSeeds();
+  ClusterSeeds();
   FdFrameSeeds();
   ConfigSeeds();
   EscapeSeeds();

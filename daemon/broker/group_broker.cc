@@ -781,6 +781,17 @@ absl::Status GroupBroker::ReleaseRank(const SessionInfo& caller, const v1::Relea
       return absl::NotFoundError(
           absl::StrCat("this session holds no rank ", r.rank(), " in group '", r.group(), "'"));
     }
+    if (r.released_rank() == r.rank()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", r.rank(), " cannot release itself: name the lost or left rank"));
+    }
+    if (g.waiters.count(r.rank()) != 0) {
+      // A replacement still waiting to re-join: it holds no endpoint toward
+      // anyone yet, and its own rank is among the vacant ones.
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r.rank(), " of group '", r.group(),
+                       "' has not joined yet: release ranks once JoinGroup has returned"));
+    }
     auto vacant = g.unreleased.find(r.released_rank());
     if (!g.formed || vacant == g.unreleased.end()) {
       return absl::FailedPreconditionError(

@@ -147,6 +147,10 @@ bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
 
 }  // namespace
 
+absl::StatusOr<ClusterMember> ParseGroupRankRecord(const std::string& json, uint32_t rank) {
+  return ParseRecord(json, rank);
+}
+
 std::string GroupsPrefix(const std::string& prefix) { return absl::StrCat(prefix, "/groups/"); }
 
 namespace {

@@ -85,6 +85,12 @@ std::string GroupMetaKey(const std::string& prefix, uint32_t uid, const std::str
 std::string GroupRankKey(const std::string& prefix, uint32_t uid, const std::string& tenant,
                          const std::string& group, uint32_t rank);
 
+// One rank's record as another node wrote it (GroupRankRecord as JSON),
+// checked as the directory checks every record it reads: InvalidArgument
+// when this daemon does not accept it (such a record is ignored). Exposed
+// for tests and the fuzzer.
+absl::StatusOr<ClusterMember> ParseGroupRankRecord(const std::string& json, uint32_t rank);
+
 class EtcdGroupDirectory final : public GroupDirectory {
  public:
   // Reads the current groups and starts the watch and the worker.

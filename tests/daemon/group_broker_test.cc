@@ -535,6 +535,10 @@ TEST_F(GroupBrokerTest, ALeftRankIsTakenAgainAfterTheSurvivorReleasedIt) {
   auto again = JoinAsync(c, Req("rejoin", 1, 2));
   // Waits: rank 0 has not released rank 1 yet.
   EXPECT_EQ(again.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  // The waiting replacement releases nothing (it is not in the group yet).
+  absl::Status early = broker_->ReleaseRank(c, Release("rejoin", 1, 0));
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+  EXPECT_NE(early.message().find("has not joined yet"), std::string::npos) << early;
   v1::ReleaseRankRequest rel = Release("rejoin", 0, 1);
   rel.mutable_rdma()->set_qps_per_peer(1);
   rel.mutable_rdma()->add_qpns(0);
@@ -592,6 +596,8 @@ TEST_F(GroupBrokerTest, ReleasingARankThatIsNotVacantIsRefused) {
       this, broker_.get(), [this] { return Open(); }, "notvacant", 2);
   EXPECT_EQ(broker_->ReleaseRank(s[0], Release("notvacant", 0, 1)).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(broker_->ReleaseRank(s[0], Release("notvacant", 0, 0)).code(),
+            absl::StatusCode::kInvalidArgument);
   // Only the holder of a rank releases for it.
   broker_->SessionEnded(s[1].id);
   SessionInfo other = Open();

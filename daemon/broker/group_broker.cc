@@ -782,8 +782,10 @@ absl::Status GroupBroker::ReleaseRank(const SessionInfo& caller, const v1::Relea
           absl::StrCat("this session holds no rank ", r.rank(), " in group '", r.group(), "'"));
     }
     if (r.released_rank() == r.rank()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", r.rank(), " cannot release itself: name the lost or left rank"));
+      // Not vacant: the caller holds it (the same code as any rank that is
+      // not vacant).
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r.rank(), " is the caller's own, not vacant: release the lost or left rank"));
     }
     if (g.waiters.count(r.rank()) != 0) {
       // A replacement still waiting to re-join: it holds no endpoint toward

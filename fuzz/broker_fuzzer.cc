@@ -205,12 +205,7 @@ class Script {
         return;
       }
       case kEnd: core_.lifecycle.End(me.id); return;
-      case kEvents: {
-        for (const v1::SessionEvent& ev : core_.sessions.TakeEvents(me.id)) {
-          CheckEscaped(ev.member().detail(), 1024);
-        }
-        return;
-      }
+      case kEvents: CheckEvents(core_, me.id); return;
       case kOpen:
       case kList:
       case kOps: return;

@@ -303,4 +303,12 @@ inline void CheckEscaped(absl::string_view raw, size_t max_len) {
   FUZZ_CHECK(IsDisplaySafe(shown), "control characters survive escaping");
 }
 
+// Takes `session`'s events: the details they show (client-chosen text in
+// part) are escaped.
+inline void CheckEvents(DaemonCore& core, uint64_t session) {
+  for (const v1::SessionEvent& ev : core.sessions.TakeEvents(session)) {
+    CheckEscaped(ev.member().detail(), 1024);
+  }
+}
+
 }  // namespace mooncake::fuzz

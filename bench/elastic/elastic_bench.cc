@@ -42,8 +42,8 @@
 #include "absl/strings/str_format.h"
 #include "bench_support.h"
 #include "daemon_process.h"
-#include "elastic_rank.h"
 #include "etcd_test_server.h"
+#include "example_argv.h"
 
 namespace {
 

@@ -572,6 +572,24 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
   if (formation) CompleteFormation(std::move(*formation));
 }
 
+// What CompleteFormation needs of a group that (re-)formed: its identity,
+// epoch, members and the remote ranks that are present, with none of its
+// waiters or bookkeeping.
+std::shared_ptr<GroupBroker::Group> GroupBroker::FormedSnapshotLocked(const Group& g) {
+  auto snapshot = std::make_shared<Group>();
+  snapshot->name = g.name;
+  snapshot->uid = g.uid;
+  snapshot->tenant = g.tenant;
+  snapshot->world_size = g.world_size;
+  snapshot->formed = true;
+  snapshot->epoch = g.epoch;
+  snapshot->members = g.members;
+  for (const auto& [r, c] : g.remote) {
+    if (IsJoinedNow(c.state) && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
+  }
+  return snapshot;
+}
+
 std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   if (g.formed) return std::nullopt;
   size_t remote_joined = 0;
@@ -605,17 +623,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
     }
   }
   Formation f;
-  auto snapshot = std::make_shared<Group>();
-  snapshot->name = g.name;
-  snapshot->uid = g.uid;
-  snapshot->tenant = g.tenant;
-  snapshot->world_size = g.world_size;
-  snapshot->formed = true;
-  snapshot->epoch = g.epoch;
-  snapshot->members = g.members;
-  for (const auto& [r, c] : g.remote) {
-    if (IsJoinedNow(c.state) && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
-  }
+  std::shared_ptr<Group> snapshot = FormedSnapshotLocked(g);
   for (auto it = g.waiters.begin(); it != g.waiters.end();) {
     uint32_t r = it->first;
     SessionInfo who = it->second.caller;
@@ -718,17 +726,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
   Formation f;
   f.reform = true;
   f.remote_newcomers = std::move(remote_newcomers);
-  auto snapshot = std::make_shared<Group>();
-  snapshot->name = g.name;
-  snapshot->uid = g.uid;
-  snapshot->tenant = g.tenant;
-  snapshot->world_size = g.world_size;
-  snapshot->formed = true;
-  snapshot->epoch = g.epoch;
-  snapshot->members = g.members;
-  for (const auto& [r, c] : g.remote) {
-    if (IsJoinedNow(c.state) && g.members.count(r) == 0) snapshot->remote.emplace(r, c);
-  }
+  std::shared_ptr<Group> snapshot = FormedSnapshotLocked(g);
   for (uint32_t r : f.remote_newcomers) g.unreleased.erase(r);
   for (auto it = g.waiters.begin(); it != g.waiters.end();) {
     uint32_t r = it->first;

@@ -276,6 +276,7 @@ class GroupBroker {
   // Forms `g` when every rank is present (local, claimed where needed, or
   // remote): marks it formed and takes its waiters.
   std::optional<Formation> MaybeFormLocked(Group& g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static std::shared_ptr<Group> FormedSnapshotLocked(const Group& g);
   // Posts READY to this node's members once every rank (here and on other
   // nodes) reported ready; `last_rank` is the report that completed it.
   void MaybeAllReadyLocked(const Group& g, uint32_t last_rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

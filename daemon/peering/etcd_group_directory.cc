@@ -219,31 +219,28 @@ void EtcdGroupDirectory::Stop() {
 
 void EtcdGroupDirectory::Claim(uint32_t uid, const std::string& tenant, const std::string& group,
                                const ClusterMember& me, ClaimDone done) {
-  Op op;
-  op.kind = Op::Kind::kClaim;
-  op.group = Key{uid, tenant, group};
-  op.rank = me.rank;
-  op.me = me;
-  op.me.node_id = options_.node_id;
-  op.done = std::move(done);
-  absl::MutexLock lock(&mu_);
-  op.seq = next_claim_seq_++;
-  queue_.push_back(std::move(op));
+  QueueClaim(Key{uid, tenant, group}, me, /*vacant=*/false, std::move(done));
 }
 
 void EtcdGroupDirectory::ClaimVacant(uint32_t uid, const std::string& tenant,
                                      const std::string& group, const ClusterMember& me,
                                      ClaimDone done) {
+  ClusterMember joining = me;
+  joining.joining = true;
+  joining.state = MemberState::kJoined;
+  joining.released.clear();
+  QueueClaim(Key{uid, tenant, group}, joining, /*vacant=*/true, std::move(done));
+}
+
+void EtcdGroupDirectory::QueueClaim(Key group, const ClusterMember& me, bool vacant,
+                                    ClaimDone done) {
   Op op;
   op.kind = Op::Kind::kClaim;
-  op.vacant = true;
-  op.group = Key{uid, tenant, group};
+  op.vacant = vacant;
+  op.group = std::move(group);
   op.rank = me.rank;
   op.me = me;
   op.me.node_id = options_.node_id;
-  op.me.joining = true;
-  op.me.state = MemberState::kJoined;
-  op.me.released.clear();
   op.done = std::move(done);
   absl::MutexLock lock(&mu_);
   op.seq = next_claim_seq_++;
@@ -789,6 +786,50 @@ bool EtcdGroupDirectory::Republish(int64_t lease) {
   return true;
 }
 
+namespace {
+
+// A replacement's Txn compares the group's world size (`meta`): as it
+// stands, or, when the key went with the lease of the node that wrote it
+// (that node died, or its last rank left) while another rank of the group
+// still holds a record, written again under `lease` provided that rank's
+// record is still there. FailedPrecondition when the world size differs or
+// no other rank is left.
+absl::Status GuardWorldSize(const std::string& name, const std::string& meta,
+                            const std::string& key, uint32_t world_size, int64_t lease,
+                            const std::vector<etcd::KeyValue>& metas,
+                            const std::vector<etcd::KeyValue>& records, etcd::Txn* take) {
+  const std::string ws = absl::StrCat(world_size);
+  if (!metas.empty()) {
+    if (metas[0].value != ws) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("group '", name, "' has world size ", EscapeForDisplay(metas[0].value, 16),
+                       " in the cluster but the replacement asked for ", ws,
+                       ": start it with the group's world size"));
+    }
+    take->IfValue(meta, etcd::CompareOp::kEqual, ws);
+    return absl::OkStatus();
+  }
+  const size_t ranks = key.rfind('/') + 1;  // the records' common prefix
+  for (const etcd::KeyValue& kv : records) {
+    uint32_t other = 0;
+    if (kv.key == key || !ParseCanonicalNumber(absl::string_view(kv.key).substr(ranks), &other)) {
+      continue;
+    }
+    absl::StatusOr<ClusterMember> m = ParseRecord(kv.value, other);
+    if (m.ok() && m->world_size == world_size) {
+      take->IfCreateRevision(meta, etcd::CompareOp::kEqual, 0)
+          .IfCreateRevision(kv.key, etcd::CompareOp::kEqual, kv.create_revision)
+          .ThenPut(meta, ws, lease);
+      return absl::OkStatus();
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("group '", name, "' is no longer in the cluster with world size ", ws,
+                   " (every other rank left it): start the group again"));
+}
+
+}  // namespace
+
 void EtcdGroupDirectory::RunClaimVacant(const Key& group, Op claim) {
   std::vector<Op> one;
   one.push_back(std::move(claim));
@@ -804,7 +845,6 @@ void EtcdGroupDirectory::RunClaimVacant(const Key& group, Op claim) {
   const auto& [uid, tenant, name] = group;
   const std::string meta = GroupMetaKey(options_.prefix, uid, tenant, name);
   const std::string key = GroupRankKey(options_.prefix, uid, tenant, name, c.rank);
-  const std::string ws = absl::StrCat(c.me.world_size);
   absl::Status failed;
   bool won = false;
   const std::string ranks = key.substr(0, key.rfind('/') + 1);
@@ -823,46 +863,10 @@ void EtcdGroupDirectory::RunClaimVacant(const Key& group, Op claim) {
       break;
     }
     const std::vector<etcd::KeyValue>& metas = now->responses.at(0).kvs;
-    const std::vector<etcd::KeyValue>& records = now->responses.back().kvs;
     etcd::Txn take;
-    if (!metas.empty()) {
-      if (metas[0].value != ws) {
-        failed = absl::FailedPreconditionError(
-            absl::StrCat("group '", name, "' has world size ", EscapeForDisplay(metas[0].value, 16),
-                         " in the cluster but the replacement asked for ", ws,
-                         ": start it with the group's world size"));
-        break;
-      }
-      take.IfValue(meta, etcd::CompareOp::kEqual, ws);
-    } else {
-      // The world size went with the lease of the node that wrote it (that
-      // node died, or its last rank left): while any other rank of the
-      // group still holds a record, the group lives; the replacement writes
-      // the world size again, under its own lease, provided that rank's
-      // record is still there when it does.
-      const etcd::KeyValue* survivor = nullptr;
-      for (const etcd::KeyValue& kv : records) {
-        uint32_t other = 0;
-        if (kv.key == key ||
-            !ParseCanonicalNumber(absl::string_view(kv.key).substr(ranks.size()), &other)) {
-          continue;
-        }
-        absl::StatusOr<ClusterMember> m = ParseRecord(kv.value, other);
-        if (m.ok() && m->world_size == c.me.world_size) {
-          survivor = &kv;
-          break;
-        }
-      }
-      if (survivor == nullptr) {
-        failed = absl::FailedPreconditionError(
-            absl::StrCat("group '", name, "' is no longer in the cluster with world size ", ws,
-                         " (every other rank left it): start the group again"));
-        break;
-      }
-      take.IfCreateRevision(meta, etcd::CompareOp::kEqual, 0)
-          .IfCreateRevision(survivor->key, etcd::CompareOp::kEqual, survivor->create_revision)
-          .ThenPut(meta, ws, lease);
-    }
+    failed = GuardWorldSize(name, meta, key, c.me.world_size, lease, metas,
+                            now->responses.back().kvs, &take);
+    if (!failed.ok()) break;
     if (now->succeeded) {
       take.IfCreateRevision(key, etcd::CompareOp::kEqual, 0);  // no record: its node died
     } else {

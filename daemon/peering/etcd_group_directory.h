@@ -159,6 +159,8 @@ class EtcdGroupDirectory final : public GroupDirectory {
   void Deliver(std::vector<Delivery> deliveries);
 
   void Work();  // the worker thread
+  // Queues a claim (`vacant`: a replacement's, see ClaimVacant).
+  void QueueClaim(Key group, const ClusterMember& me, bool vacant, ClaimDone done);
   // The claims of one group: replacements one by one, the rest in batches.
   void RunClaimBatch(const Key& group, std::vector<Op> batch);
   void RunClaims(const Key& group, std::vector<Op> claims);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cluster_fixture.h"
-#include "elastic_rank.h"
+#include "example_argv.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -34,12 +34,7 @@ class ClusterElasticTest : public ClusterFixture {
   // Rank `rank` of `group` (world size 4) on `node`, stdout and stderr.
   Child Rank(const DaemonProcess& node, const std::string& group, int rank,
              const std::vector<std::string>& extra) {
-    // Through sh only to send stderr (where a refused join says why) to
-    // the captured stdout; exec keeps the pid.
-    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"};
-    for (std::string& a : ElasticRankArgv(node.socket(), group, rank, 30000)) {
-      argv.push_back(std::move(a));
-    }
+    std::vector<std::string> argv = WithStderr(ElasticRankArgv(node.socket(), group, rank, 30000));
     argv.insert(argv.end(), {"--rounds", "200"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     return Child::Spawn(argv);

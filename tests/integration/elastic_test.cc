@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "daemon_process.h"
-#include "elastic_rank.h"
+#include "example_argv.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "daemon_process.h"
+#include "example_argv.h"
 #include "gtest/gtest.h"
 #include "test_util.h"
 
@@ -14,17 +15,7 @@ std::vector<Child> StartRanks(const std::string& socket, const std::string& grou
                               const std::vector<std::string>& extra = {}) {
   std::vector<Child> ranks;
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {BinDir() + "/device_transport_example",
-                                     "--platform",
-                                     "host",
-                                     "--socket",
-                                     socket,
-                                     "--group",
-                                     group,
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--world-size",
-                                     std::to_string(n)};
+    std::vector<std::string> argv = ExampleArgv(socket, group, r, n);
     argv.insert(argv.end(), extra.begin(), extra.end());
     ranks.push_back(Child::Spawn(argv));
   }

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon_process.h"
+#include "example_argv.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -28,21 +29,7 @@ std::vector<Child> StartRanks(const std::string& socket, const std::string& grou
                               const std::vector<std::vector<std::string>>& per_rank) {
   std::vector<Child> ranks;
   for (int r = 0; r < n; ++r) {
-    // Through a shell so stderr (where setup errors go) is captured too.
-    std::vector<std::string> argv = {"/bin/sh",
-                                     "-c",
-                                     "exec \"$0\" \"$@\" 2>&1",
-                                     BinDir() + "/device_transport_example",
-                                     "--platform",
-                                     "host",
-                                     "--socket",
-                                     socket,
-                                     "--group",
-                                     group,
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--world-size",
-                                     std::to_string(n)};
+    std::vector<std::string> argv = WithStderr(ExampleArgv(socket, group, r, n));
     const std::vector<std::string>& extra = per_rank[static_cast<size_t>(r) % per_rank.size()];
     argv.insert(argv.end(), extra.begin(), extra.end());
     ranks.push_back(Child::Spawn(argv));

@@ -137,6 +137,12 @@ void RdmaSeeds() {
   create.clear_qps();
   *create.add_qps() = Rings((1 << 20) - 4096, 16);
   Write(t, "create_far_rings", Req(kCreateQueuePairs, create));
+  create.clear_qps();
+  *create.add_qps() = Rings(0, 4);
+  create.set_control_kind("dmabuf");  // rings in GPU memory: softnic refuses them
+  Write(t, "create_gpu_rings", Req(kCreateQueuePairs, create));
+  create.set_control_kind("vram");
+  Write(t, "create_unknown_control_kind", Req(kCreateQueuePairs, create));
 
   v1::ConnectQueuePairsRequest connect;
   v1::QueuePairConnection* pair = connect.add_connections();

@@ -723,7 +723,8 @@ absl::Status Client::deregisterMemory(uint32_t lkey) {
 }
 
 absl::StatusOr<std::vector<uint32_t>> Client::createQueuePairs(
-    int control_fd, uint64_t control_bytes, const std::vector<RdmaQpLayout>& layouts) {
+    int control_fd, uint64_t control_bytes, const std::vector<RdmaQpLayout>& layouts,
+    const std::string& control_kind) {
   MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({control_fd}));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
   grpc::ClientContext ctx;
@@ -731,6 +732,7 @@ absl::StatusOr<std::vector<uint32_t>> Client::createQueuePairs(
   v1::CreateQueuePairsRequest req;
   req.set_fd_ticket(ticket);
   req.set_control_bytes(control_bytes);
+  req.set_control_kind(control_kind);
   for (const RdmaQpLayout& l : layouts) {
     v1::QueuePairLayout* q = req.add_qps();
     q->set_sq_offset(l.sq_offset);

@@ -185,6 +185,7 @@ absl::Status Communicator::PrepareRdma() {
   ro.sq_depth = o.rdma_sq_depth;
   ro.cuda = o.platform == Platform::kCuda;
   ro.nics = o.rdma_nics;
+  ro.ring_memory = o.rdma_ring_memory;
   absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> t =
       DaemonRdmaTransport::Create(client_.get(), ro);
   if (!t.ok()) return step("RDMA route", t.status());

@@ -4,12 +4,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
 
 #include "absl/strings/str_cat.h"
 #include "gpu_doorbell.h"
+#include "gpu_rings.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/unique_fd.h"
@@ -41,7 +43,12 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
   std::unique_ptr<DaemonRdmaTransport> t(new DaemonRdmaTransport(client, options, std::move(info)));
   if (options.cuda) {
     MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
+    drivers::CuContext ctx = nullptr;
+    if (drv->ctxGetCurrent(&ctx) == drivers::kCudaSuccess) t->cuda_context_ = ctx;
     t->cuda_ = std::static_pointer_cast<void>(drv);
+  } else if (options.ring_memory == DaemonRdmaOptions::RingMemory::kGpu) {
+    return absl::InvalidArgumentError(
+        "ring_memory kGpu needs the CUDA platform (host ranks keep their rings in host memory)");
   }
   DaemonRdmaTransport* raw = t.get();
   t->loss_handler_ =
@@ -67,7 +74,23 @@ void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
   // The daemon's objects are gone (softnic stopped with it; a NIC's QPs go
   // with the verbs context): nothing will complete these QPs' WQEs again.
   int failed = 0;
-  if (control_ != nullptr) {
+  std::string gpu_error;
+  if (gpu_control_ != nullptr) {
+    // This thread is the client's: the CUDA context of Create, for the copies.
+    drivers::CudaDriver& drv = Cuda(cuda_);
+    (void)drv.ctxSetCurrent(static_cast<drivers::CuContext>(cuda_context_));
+    for (size_t slot = 0; slot < qpns_.size(); ++slot) {
+      if (qpns_[slot] == 0) continue;
+      absl::Status s =
+          FailGpuQueuePairRings(drv, *gpu_control_, options_.sq_depth, slot, qpns_[slot]);
+      if (s.ok()) {
+        ++failed;
+      } else if (gpu_error.empty()) {
+        gpu_error = absl::StrCat("; a QP's rings in GPU memory could not be failed (", s.message(),
+                                 "): its kernels get kTimedOut after timeout_ns");
+      }
+    }
+  } else if (control_ != nullptr) {
     for (size_t slot = 0; slot < qpns_.size(); ++slot) {
       if (qpns_[slot] == 0) continue;
       FailQueuePairRings(control_, options_.sq_depth, slot, qpns_[slot]);
@@ -82,9 +105,9 @@ void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
     uar = s.ok() ? "; the UAR page no longer holds the daemon's verbs context"
                  : absl::StrCat("; ", s.message());
   }
-  if (failed > 0 || !uar.empty()) {
+  if (failed > 0 || !uar.empty() || !gpu_error.empty()) {
     MC_LOG(kWarning, "mooncaked went away (", why, "): ", failed,
-           " RDMA queue pair(s) failed (WR_FLUSH_ERR: kernels get kRdmaError)", uar);
+           " RDMA queue pair(s) failed (WR_FLUSH_ERR: kernels get kRdmaError)", gpu_error, uar);
   }
 }
 
@@ -156,7 +179,9 @@ void DaemonRdmaTransport::ReleaseQueues() {
     }
     if (control_dev_ != 0) (void)drv.memHostUnregister(control_);
     control_dev_ = 0;
+    if (gpu_control_ != nullptr) FreeGpuControlMemory(drv, *gpu_control_);
   }
+  gpu_control_.reset();
   qpns_.assign(qpns_.size(), 0);
   parked_.clear();
   if (qps_ != nullptr) {
@@ -260,18 +285,70 @@ absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int 
 int DaemonRdmaTransport::allocateControlBuffer() {
   if (num_ranks_ == 0)
     return Fail(absl::FailedPreconditionError("allocateControlBuffer before initialize"));
-  if (control_ != nullptr) return 0;
+  if (control_ != nullptr || gpu_control_ != nullptr) return 0;
+  absl::Status s = AllocateControl(WantGpuRings());
+  if (!s.ok() && WantGpuRings() && options_.ring_memory == DaemonRdmaOptions::RingMemory::kAuto) {
+    s = FallBackToHostRings(s);
+  }
+  return s.ok() ? 0 : Fail(std::move(s));
+}
+
+bool DaemonRdmaTransport::WantGpuRings() const {
+  if (!cuda_) return false;
+  switch (options_.ring_memory) {
+    case DaemonRdmaOptions::RingMemory::kHost: return false;
+    case DaemonRdmaOptions::RingMemory::kGpu: return true;
+    case DaemonRdmaOptions::RingMemory::kAuto: break;
+  }
+  // Only a session that rings its own doorbells: otherwise the daemon reads
+  // the doorbell records, which it cannot in GPU memory.
+  return doorbell_mode_ == "gpu-uar";
+}
+
+absl::Status DaemonRdmaTransport::AllocateControl(bool in_gpu_memory) {
   const uint64_t slots = qpns_.size();
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   control_bytes_ = (slots * QpControlSlotBytes(options_.sq_depth) + page - 1) / page * page;
+  MC_RETURN_IF_ERROR(in_gpu_memory ? AllocateGpuControl() : AllocateHostControl());
+  if (qps_ == nullptr) {
+    qps_ = static_cast<device::IbgdaQpDevCtx*>(
+        ::operator new[](slots * sizeof(device::IbgdaQpDevCtx), std::align_val_t(64)));
+    for (uint64_t i = 0; i < slots; ++i) new (&qps_[i]) device::IbgdaQpDevCtx();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DaemonRdmaTransport::AllocateGpuControl() {
+  drivers::CudaDriver& drv = Cuda(cuda_);
+  drivers::CuDevice dev = 0;
+  MC_RETURN_IF_ERROR(drivers::CuStatus(drv, drv.ctxGetDevice(&dev), "cuCtxGetDevice"));
+  MC_ASSIGN_OR_RETURN(GpuControlMemory m, AllocateGpuControlMemory(drv, dev, control_bytes_));
+  // The fetch scratch is in this memory too: the NIC writes fetched values
+  // there, so it is a region as well (iova = the GPU address).
+  absl::StatusOr<RdmaKeys> keys =
+      client_->registerMemory(m.dmabuf.get(), m.base, control_bytes_, 0, /*remote_write=*/false,
+                              /*remote_atomic=*/false, "dmabuf");
+  if (!keys.ok()) {
+    FreeGpuControlMemory(drv, m);
+    return absl::Status(keys.status().code(),
+                        absl::StrCat("registering the RDMA rings' GPU memory (dmabuf) on ", nic_,
+                                     ": ", keys.status().message()));
+  }
+  control_keys_ = *keys;
+  std::lock_guard<std::mutex> lock(loss_mu_);
+  gpu_control_ = std::make_unique<GpuControlMemory>(std::move(m));
+  return absl::OkStatus();
+}
+
+absl::Status DaemonRdmaTransport::AllocateHostControl() {
   control_fd_ = ::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (control_fd_ < 0) return Fail(ErrnoStatus(errno, "memfd_create (RDMA control memory)"));
+  if (control_fd_ < 0) return ErrnoStatus(errno, "memfd_create (RDMA control memory)");
   if (::ftruncate(control_fd_, static_cast<off_t>(control_bytes_)) != 0 ||
       ::fcntl(control_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    return Fail(ErrnoStatus(errno, "sizing and sealing the RDMA control memfd"));
+    return ErrnoStatus(errno, "sizing and sealing the RDMA control memfd");
   }
   void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
-  if (p == MAP_FAILED) return Fail(ErrnoStatus(errno, "mmap (RDMA control memory)"));
+  if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap (RDMA control memory)");
   {
     std::lock_guard<std::mutex> lock(loss_mu_);
     control_ = static_cast<uint8_t*>(p);
@@ -280,31 +357,53 @@ int DaemonRdmaTransport::allocateControlBuffer() {
     // The GPU writes WQEs and doorbell records here and softnic reads them
     // through its own mapping of the memfd: pinned, mapped for the device.
     drivers::CudaDriver& drv = Cuda(cuda_);
-    absl::Status s =
-        drivers::CuStatus(drv,
-                          drv.memHostRegister(control_, control_bytes_,
-                                              drivers::kCuMemHostRegisterPortable |
-                                                  drivers::kCuMemHostRegisterDeviceMap),
-                          "cuMemHostRegister (RDMA control memory)");
-    if (!s.ok()) return Fail(std::move(s));
+    MC_RETURN_IF_ERROR(drivers::CuStatus(
+        drv,
+        drv.memHostRegister(
+            control_, control_bytes_,
+            drivers::kCuMemHostRegisterPortable | drivers::kCuMemHostRegisterDeviceMap),
+        "cuMemHostRegister (RDMA control memory)"));
     drivers::CuDevicePtr dev = 0;
-    s = drivers::CuStatus(drv, drv.memHostGetDevicePointer(&dev, control_, 0),
-                          "cuMemHostGetDevicePointer (RDMA control memory)");
+    absl::Status s = drivers::CuStatus(drv, drv.memHostGetDevicePointer(&dev, control_, 0),
+                                       "cuMemHostGetDevicePointer (RDMA control memory)");
     if (!s.ok()) {
       (void)drv.memHostUnregister(control_);
-      return Fail(std::move(s));
+      return s;
     }
     control_dev_ = dev;
   }
-  absl::StatusOr<RdmaKeys> keys =
-      client_->registerMemory(control_fd_, reinterpret_cast<uintptr_t>(control_), control_bytes_, 0,
-                              /*remote_write=*/false, /*remote_atomic=*/false);
-  if (!keys.ok()) return Fail(keys.status());
-  control_keys_ = *keys;
-  qps_ = static_cast<device::IbgdaQpDevCtx*>(
-      ::operator new[](slots * sizeof(device::IbgdaQpDevCtx), std::align_val_t(64)));
-  for (uint64_t i = 0; i < slots; ++i) new (&qps_[i]) device::IbgdaQpDevCtx();
-  return 0;
+  MC_ASSIGN_OR_RETURN(control_keys_,
+                      client_->registerMemory(control_fd_, reinterpret_cast<uintptr_t>(control_),
+                                              control_bytes_, 0, /*remote_write=*/false,
+                                              /*remote_atomic=*/false));
+  return absl::OkStatus();
+}
+
+absl::Status DaemonRdmaTransport::FallBackToHostRings(const absl::Status& why) {
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    MC_LOG(kInfo, "RDMA rings: host memory (GPU memory was refused: ", why.message(), ")");
+  });
+  // Nothing of the GPU form is kept: no QP uses it yet.
+  if (control_keys_.lkey != 0) (void)client_->deregisterMemory(control_keys_.lkey);
+  control_keys_ = {};
+  {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    if (gpu_control_ != nullptr) FreeGpuControlMemory(Cuda(cuda_), *gpu_control_);
+    gpu_control_.reset();
+  }
+  return AllocateControl(/*in_gpu_memory=*/false);
+}
+
+absl::Status DaemonRdmaTransport::ClearRings(size_t slot) {
+  const uint32_t depth = options_.sq_depth;
+  if (gpu_control_ != nullptr) return ClearGpuQueueRings(Cuda(cuda_), *gpu_control_, depth, slot);
+  // Rings start clean: no WQEs, every CQE invalid (0xff) and owned by HW.
+  const QpControlLayout at = QpControlAt(depth, slot);
+  std::memset(control_ + at.sq, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
+  std::memset(control_ + at.cq, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
+  std::memset(control_ + at.misc, 0, kRdmaMiscBytes);
+  return absl::OkStatus();
 }
 
 int DaemonRdmaTransport::createQueuePairs(void*) {
@@ -326,7 +425,7 @@ int DaemonRdmaTransport::recreateQueuePairs(void* stream) {
 }
 
 absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& peer_mask) {
-  if (control_ == nullptr) {
+  if (control_ == nullptr && gpu_control_ == nullptr) {
     return absl::FailedPreconditionError("createQueuePairs before allocateControlBuffer");
   }
   if (!buffer_registered_)
@@ -345,23 +444,43 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     l.cq_cqe_cnt = depth;
     l.sq_dbrec_offset = at.misc + kSqDbrecAt;
     l.cq_dbrec_offset = at.misc + kCqDbrecAt;
-    // Rings start clean: no WQEs, every CQE invalid (0xff) and owned by HW.
-    std::memset(control_ + at.sq, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
-    std::memset(control_ + at.cq, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
-    std::memset(control_ + at.misc, 0, kRdmaMiscBytes);
     layouts.push_back(l);
     slots.push_back(slot);
   }
   if (layouts.empty()) return absl::OkStatus();
-  MC_ASSIGN_OR_RETURN(std::vector<uint32_t> qpns,
-                      client_->createQueuePairs(control_fd_, control_bytes_, layouts));
+  auto create = [&]() -> absl::StatusOr<std::vector<uint32_t>> {
+    for (size_t slot : slots) MC_RETURN_IF_ERROR(ClearRings(slot));
+    if (gpu_control_ != nullptr) {
+      return client_->createQueuePairs(gpu_control_->dmabuf.get(), control_bytes_, layouts,
+                                       "dmabuf");
+    }
+    return client_->createQueuePairs(control_fd_, control_bytes_, layouts);
+  };
+  absl::StatusOr<std::vector<uint32_t>> created = create();
+  // GPU rings refused on the first QPs (the daemon, the NIC or CREATE_QP):
+  // host rings instead, when the caller let us choose.
+  const bool none_yet = std::all_of(qpns_.begin(), qpns_.end(), [](uint32_t q) { return q == 0; });
+  if (!created.ok() && gpu_control_ != nullptr && none_yet &&
+      options_.ring_memory == DaemonRdmaOptions::RingMemory::kAuto &&
+      created.status().code() != absl::StatusCode::kUnavailable) {
+    MC_RETURN_IF_ERROR(FallBackToHostRings(created.status()));
+    created = create();
+  }
+  if (!created.ok()) return created.status();
+  const std::vector<uint32_t> qpns = *std::move(created);
   if (qpns.size() != layouts.size()) {
     return absl::InternalError("CreateQueuePairs answered a different number of QPs");
   }
-  // Where the kernel (or host thread) addresses the control memory. The
-  // fetch scratch keeps its host address: it is the iova softnic writes to.
-  uint8_t* view =
-      cuda_ ? reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(control_dev_)) : control_;
+  // Where the kernel (or host thread) addresses the control memory. Host
+  // rings: the fetch scratch keeps its host address, the iova softnic
+  // writes to; GPU rings: one address for the kernel and the NIC.
+  uint8_t* const iova_base =
+      gpu_control_ != nullptr
+          ? reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(gpu_control_->base))
+          : control_;
+  uint8_t* view = gpu_control_ != nullptr ? iova_base
+                  : cuda_ ? reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(control_dev_))
+                          : control_;
   std::unique_lock<std::mutex> lock(loss_mu_);
   for (size_t i = 0; i < slots.size(); ++i) {
     const RdmaQpLayout& l = layouts[i];
@@ -375,7 +494,7 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q.cq = reinterpret_cast<device::mlx5::Cqe64*>(view + l.cq_offset);
     q.cq_dbrec = reinterpret_cast<uint32_t*>(view + l.cq_dbrec_offset);
     q.fetch_scratch =
-        reinterpret_cast<uint64_t*>(control_ + l.sq_dbrec_offset - kSqDbrecAt + kScratchAt);
+        reinterpret_cast<uint64_t*>(iova_base + l.sq_dbrec_offset - kSqDbrecAt + kScratchAt);
     q.local_base = reinterpret_cast<uintptr_t>(buffer_);
     q.local_size = buffer_bytes_;
     q.timeout_ns = options_.timeout_ns;

@@ -48,43 +48,66 @@ inline QpControlLayout QpControlAt(uint32_t depth, uint64_t slot) {
   return l;
 }
 
+// The completion that fails a QP whose provider is gone (below): its
+// place in the CQ ring and its 64 bytes.
+struct FlushCqe {
+  uint64_t offset = 0;  // into the control memory
+  uint8_t bytes[device::mlx5::kCqeBytes] = {};
+};
+
+// The flush CQE of the QP in `slot`, from its two doorbell records as the
+// client last wrote them (`sq_dbrec`, `cq_dbrec`: 8 bytes each, as they lie
+// in memory): one REQ_ERR, syndrome WR_FLUSH_ERR, at the consumer index the
+// poller published, with that pass's owner bit and the index of the last
+// WQE the send record announced.
+inline FlushCqe BuildFlushCqe(const uint32_t sq_dbrec[2], const uint32_t cq_dbrec[2],
+                              uint32_t depth, uint64_t slot, uint32_t qpn) {
+  namespace mlx5 = device::mlx5;
+  const uint32_t posted = mlx5::be32(sq_dbrec[mlx5::kSndDbr]) & 0xffffu;
+  const uint32_t ci = mlx5::be32(cq_dbrec[mlx5::kCqSetCi]) & mlx5::kCqCiMask;
+  FlushCqe c;
+  // depth divides 2^24, so the published 24 bits give the slot and the pass.
+  c.offset = QpControlAt(depth, slot).cq + uint64_t{ci & (depth - 1)} * mlx5::kCqeBytes;
+  c.bytes[mlx5::kCqeSyndromeByte] = mlx5::kSyndWrFlushErr;
+  const uint32_t qpn_be = mlx5::be32(qpn & 0xffffffu);
+  std::memcpy(c.bytes + offsetof(mlx5::Cqe64, sop_drop_qpn_be), &qpn_be, sizeof(qpn_be));
+  // Bytes 60..63: wqe_counter (big-endian), signature, op_own.
+  const uint16_t last = static_cast<uint16_t>(posted - 1u);  // 0xffff: nothing posted
+  c.bytes[60] = static_cast<uint8_t>(last >> 8);
+  c.bytes[61] = static_cast<uint8_t>(last & 0xffu);
+  c.bytes[62] = 0;
+  c.bytes[63] = static_cast<uint8_t>((mlx5::kCqeReqErr << 4) | mlx5::cqe_expected_owner(ci, depth));
+  return c;
+}
+
 // The provider of the QP whose rings sit in `slot` of `control` (the NIC's
 // objects, or softnic) is gone for good, with the daemon: fails the QP the
 // way a NIC fails one it moved to ERROR, so kernels get kRdmaError instead
-// of waiting for completions that will never come. Writes one error CQE
-// (REQ_ERR, syndrome WR_FLUSH_ERR) at the consumer index the poller last
-// published in the CQ doorbell record, with that pass's owner bit and the
-// index of the last WQE the send doorbell record announced: the next poll
-// consumes it, completing every WQE rung so far, and records the error in
-// the QP; from then on mc_qp_post refuses (kRdmaError) and mc_qp_quiet
-// returns kRdmaError at once (qp_ops.h). Host memory only (the control
-// memfd as this process maps it; the GPU reads the same pages).
+// of waiting for completions that will never come. Writes BuildFlushCqe's
+// entry: the next poll consumes it, completing every WQE rung so far, and
+// records the error in the QP; from then on mc_qp_post refuses
+// (kRdmaError) and mc_qp_quiet returns kRdmaError at once (qp_ops.h). Host
+// memory (the control memfd as this process maps it; the GPU reads the
+// same pages); rings in GPU memory: FailGpuQueuePairRings (gpu_rings.h).
 // Only once nothing writes the CQ any more: a provider still completing
 // WQEs could overwrite the entry (that QP then ends in kTimedOut after its
 // timeout_ns, as before). `depth` is the SQ's and the CQ's entry count.
 inline void FailQueuePairRings(uint8_t* control, uint32_t depth, uint64_t slot, uint32_t qpn) {
-  namespace mlx5 = device::mlx5;
   const QpControlLayout at = QpControlAt(depth, slot);
-  auto* sq_dbrec = reinterpret_cast<uint32_t*>(control + at.misc + kSqDbrecAt);
-  auto* cq_dbrec = reinterpret_cast<uint32_t*>(control + at.misc + kCqDbrecAt);
-  const uint32_t posted =
-      mlx5::be32(__atomic_load_n(&sq_dbrec[mlx5::kSndDbr], __ATOMIC_ACQUIRE)) & 0xffffu;
-  const uint32_t ci =
-      mlx5::be32(__atomic_load_n(&cq_dbrec[mlx5::kCqSetCi], __ATOMIC_ACQUIRE)) & mlx5::kCqCiMask;
-  // depth divides 2^24, so the published 24 bits give the slot and the pass.
-  uint8_t* cqe = control + at.cq + uint64_t{ci & (depth - 1)} * mlx5::kCqeBytes;
-  std::memset(cqe, 0, 60);
-  cqe[mlx5::kCqeSyndromeByte] = mlx5::kSyndWrFlushErr;
-  const uint32_t qpn_be = mlx5::be32(qpn & 0xffffffu);
-  std::memcpy(cqe + offsetof(mlx5::Cqe64, sop_drop_qpn_be), &qpn_be, sizeof(qpn_be));
-  // Bytes 60..63 (wqe_counter big-endian, signature, op_own) in one release
-  // store: the poller reads them first, with acquire, and the body after.
-  const uint16_t last = static_cast<uint16_t>(posted - 1u);  // 0xffff: nothing posted
-  const uint8_t tail[4] = {
-      static_cast<uint8_t>(last >> 8), static_cast<uint8_t>(last & 0xffu), 0,
-      static_cast<uint8_t>((mlx5::kCqeReqErr << 4) | mlx5::cqe_expected_owner(ci, depth))};
+  uint32_t sq[2], cq[2];
+  for (int i = 0; i < 2; ++i) {
+    sq[i] = __atomic_load_n(reinterpret_cast<uint32_t*>(control + at.misc + kSqDbrecAt) + i,
+                            __ATOMIC_ACQUIRE);
+    cq[i] = __atomic_load_n(reinterpret_cast<uint32_t*>(control + at.misc + kCqDbrecAt) + i,
+                            __ATOMIC_ACQUIRE);
+  }
+  const FlushCqe c = BuildFlushCqe(sq, cq, depth, slot, qpn);
+  uint8_t* cqe = control + c.offset;
+  std::memcpy(cqe, c.bytes, 60);
+  // Bytes 60..63 in one release store: the poller reads them first, with
+  // acquire, and the body after.
   uint32_t word = 0;
-  std::memcpy(&word, tail, sizeof(word));
+  std::memcpy(&word, c.bytes + 60, sizeof(word));
   __atomic_store_n(reinterpret_cast<uint32_t*>(cqe + 60), word, __ATOMIC_RELEASE);
 }
 

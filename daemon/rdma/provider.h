@@ -170,6 +170,24 @@ class RdmaProvider {
   virtual absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
       uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
       const std::vector<QpLayout>& layouts) = 0;
+  // The same, with the rings in GPU memory: `dmabuf_fd` (borrowed for the
+  // call) is the dmabuf of the client's control allocation, and a layout's
+  // ring at offset x is at byte x of it; [control_offset, control_offset +
+  // control_bytes) is the span the rings use (control_offset page aligned).
+  // The daemon cannot read that memory: a provider that reads rings or
+  // doorbell records with the CPU refuses (FailedPrecondition, the
+  // default), and so does one that could place them but was refused by the
+  // NIC or the kernel (the provider's code, with the reason): the client
+  // then keeps its rings in host memory (the memfd form above).
+  virtual absl::StatusOr<std::vector<uint32_t>> CreateQueuePairsInGpuMemory(
+      uint64_t session, int dmabuf_fd, uint64_t control_offset, uint64_t control_bytes,
+      const std::vector<QpLayout>& layouts) {
+    (void)session, (void)dmabuf_fd, (void)control_offset, (void)control_bytes, (void)layouts;
+    return absl::FailedPreconditionError(
+        absl::StrCat("the ", name(),
+                     " provider reads queue rings with the CPU: keep them in host memory (a "
+                     "sealed memfd, control_kind \"memfd\")"));
+  }
   // Connects QP `qpn` of `session` to `remote_qpn` of `remote_session` on
   // this node and moves it to RTS (RdmaResources checked both exist, the
   // uids match and `qpn` is in RESET). On an error the QP is listed either

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 #include "rdma/softnic_provider.h"
@@ -204,10 +205,20 @@ absl::Status RdmaResources::ValidateQueuePairs(uint64_t control_bytes,
   return provider_->CheckLayouts(layouts);
 }
 
+absl::Status RdmaResources::ValidateControlKind(const std::string& kind) {
+  if (kind.empty() || kind == "memfd" || kind == "dmabuf") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("control_kind \"", EscapeForDisplay(kind, 32),
+                   "\" is not a kind of control memory: \"memfd\" (host memory, a sealed memfd) "
+                   "or \"dmabuf\" (GPU memory: the dmabuf fd of the rings' cuMem allocation)"));
+}
+
 absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     const SessionInfo& session, FdBundlePtr control, uint64_t control_bytes,
-    const std::vector<QpLayout>& layouts) {
+    const std::vector<QpLayout>& layouts, const std::string& control_kind) {
+  if (absl::Status s = ValidateControlKind(control_kind); !s.ok()) return s;
   if (absl::Status s = ValidateQueuePairs(control_bytes, layouts); !s.ok()) return s;
+  const bool in_gpu_memory = control_kind == "dmabuf";
   if (!control || control->fds.size() != 1) {
     return absl::InvalidArgumentError(
         "CreateQueuePairs needs exactly one control fd on its ticket");
@@ -229,9 +240,15 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
-  absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
-      softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), map_offset, map_bytes);
-  if (!mapping.ok()) return mapping.status();
+  // GPU memory is the provider's to reach (a dmabuf umem); host memory the
+  // daemon maps, sealed against shrinking under it.
+  std::shared_ptr<softnic::SharedMapping> mapping;
+  if (!in_gpu_memory) {
+    absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapped =
+        softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), map_offset, map_bytes);
+    if (!mapped.ok()) return mapped.status();
+    mapping = *std::move(mapped);
+  }
 
   {
     absl::MutexLock lock(&mu_);
@@ -240,7 +257,10 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     provider_sessions_.insert(session.id);
   }
   absl::StatusOr<std::vector<uint32_t>> created =
-      provider_->CreateQueuePairs(session.id, *std::move(mapping), map_offset, layouts);
+      in_gpu_memory
+          ? provider_->CreateQueuePairsInGpuMemory(session.id, control->fds[0].get(), map_offset,
+                                                   map_bytes, layouts)
+          : provider_->CreateQueuePairs(session.id, std::move(mapping), map_offset, layouts);
   uint32_t clash = 0;
   {
     absl::MutexLock lock(&mu_);

@@ -120,11 +120,18 @@ class RdmaResources {
   // Creates one QP per layout, with rings in the control memfd (one fd of
   // at least `control_bytes`; only the span the rings use is mapped, and it
   // counts as one memory region until the last of these QPs is destroyed).
-  // All or nothing.
+  // All or nothing. `control_kind` "dmabuf": the fd is instead the dmabuf
+  // of GPU memory the client allocated for its rings; nothing is mapped in
+  // the daemon and the provider places the rings there or refuses
+  // (RdmaProvider::CreateQueuePairsInGpuMemory).
   absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(const SessionInfo& session,
                                                          FdBundlePtr control,
                                                          uint64_t control_bytes,
-                                                         const std::vector<QpLayout>& layouts);
+                                                         const std::vector<QpLayout>& layouts,
+                                                         const std::string& control_kind = "memfd");
+  // InvalidArgument unless `kind` is a control memory kind: "memfd" (or
+  // empty) or "dmabuf".
+  static absl::Status ValidateControlKind(const std::string& kind);
   // What CreateQueuePairs checks of the layouts before it touches the fd.
   absl::Status ValidateQueuePairs(uint64_t control_bytes,
                                   const std::vector<QpLayout>& layouts) const;

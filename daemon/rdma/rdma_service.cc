@@ -166,11 +166,13 @@ absl::Status RdmaService::HandleCreateQueuePairs(const SessionInfo& caller,
     layouts.push_back(QpLayout{l.sq_offset(), l.sq_wqe_cnt(), l.sq_dbrec_offset(), l.cq_offset(),
                                l.cq_cqe_cnt(), l.cq_dbrec_offset()});
   }
+  if (absl::Status s = RdmaResources::ValidateControlKind(req.control_kind()); !s.ok()) return s;
   if (absl::Status s = rdma_->ValidateQueuePairs(req.control_bytes(), layouts); !s.ok()) return s;
   absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(caller.id, req.fd_ticket());
   if (!fds.ok()) return fds.status();
   absl::StatusOr<std::vector<uint32_t>> qpns =
-      rdma_->CreateQueuePairs(caller, *std::move(fds), req.control_bytes(), layouts);
+      rdma_->CreateQueuePairs(caller, *std::move(fds), req.control_bytes(), layouts,
+                              req.control_kind().empty() ? "memfd" : req.control_kind());
   if (!qpns.ok()) return qpns.status();
   for (uint32_t q : *qpns) resp->add_qpns(q);
   return absl::OkStatus();

@@ -177,6 +177,7 @@ grpc::Status AdminService::ListQueuePairs(grpc::ServerContext* ctx,
     q->set_wqes_done(r.info.wqes_done);
     q->set_wqes_counted(rdma_->provider_counts_wqes());
     q->set_last_error(SyndromeText(r.info.last_syndrome));
+    q->set_ring_memory(r.info.rings_in_gpu_memory ? "gpu" : "host");
     if (r.rings.has_value()) {
       q->set_ring_counters(true);
       q->set_sq_posted(r.rings->sq_posted);

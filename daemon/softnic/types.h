@@ -84,7 +84,8 @@ struct QpInfo {
   // How its doorbells reach the NIC when it differs from the provider's
   // default (a static string, e.g. "gpu-uar"); null: the provider's.
   const char* doorbell_mode = nullptr;
-  std::string nic;  // the NIC it is on, when the provider serves several
+  std::string nic;                   // the NIC it is on, when the provider serves several
+  bool rings_in_gpu_memory = false;  // a dmabuf umem, not the daemon-mapped memfd
 };
 
 }  // namespace mooncake::softnic

@@ -178,6 +178,11 @@ void FakeCudaDriver::setImexChannel(bool present) {
   imex_channel_ = present;
 }
 
+void FakeCudaDriver::setDmabufExport(bool supported) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dmabuf_export_ = supported;
+}
+
 void FakeCudaDriver::setModulesLoadable(bool loadable) {
   std::lock_guard<std::mutex> lock(mu_);
   modules_loadable_ = loadable;
@@ -833,11 +838,21 @@ CuResult FakeCudaDriver::memHostGetDevicePointer(CuDevicePtr* dptr, void* p, uns
   return kCudaSuccess;
 }
 
-CuResult FakeCudaDriver::memGetDmabufFd(int* fd, CuDevicePtr, size_t) {
+CuResult FakeCudaDriver::memGetDmabufFd(int* fd, CuDevicePtr ptr, size_t bytes) {
   MC_FAKE_ENTER("memGetDmabufFd");
   if (!initialized_) return kCudaErrorNotInitialized;
   if (fd == nullptr) return kCudaErrorInvalidValue;
-  return kCudaErrorNotSupported;
+  if (!dmabuf_export_) return kCudaErrorNotSupported;
+  Reservation* reservation = reservationFor(ptr, bytes);
+  if (reservation == nullptr || bytes == 0) return kCudaErrorInvalidValue;
+  auto it = reservation->mappings.upper_bound(ptr);
+  if (it == reservation->mappings.begin()) return kCudaErrorInvalidValue;
+  --it;
+  if (ptr + bytes > it->first + it->second.size) return kCudaErrorInvalidValue;
+  const int dup = ::fcntl(it->second.allocation->fd, F_DUPFD_CLOEXEC, 0);
+  if (dup < 0) return kCudaErrorOperatingSystem;
+  *fd = dup;
+  return kCudaSuccess;
 }
 
 // --- Legacy IPC, modules, launches: no device code on the host ----------------------------

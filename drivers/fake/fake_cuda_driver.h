@@ -125,6 +125,12 @@ class FakeCudaDriver : public CudaDriver {
   // Whether fabric handles export and import (an IMEX channel is present);
   // false at first.
   void setImexChannel(bool present);
+  // Whether memGetDmabufFd exports a dmabuf (false at first: the driver or
+  // kernel cannot, CUDA_ERROR_NOT_SUPPORTED). When it does, the "dmabuf"
+  // is a dup() of the memfd behind one mapped range of a reservation (the
+  // range must lie inside one memMap; anything else: INVALID_VALUE), so a
+  // test can map it and see the memory the "GPU" writes.
+  void setDmabufExport(bool supported);
   // Whether moduleLoadData / moduleGetFunction / moduleUnload succeed (with
   // placeholder objects); false at first. launchKernel fails either way.
   void setModulesLoadable(bool loadable);
@@ -244,6 +250,7 @@ class FakeCudaDriver : public CudaDriver {
   bool initialized_ = false;
   size_t granularity_ = size_t{2} << 20;
   bool imex_channel_ = false;
+  bool dmabuf_export_ = false;
   bool modules_loadable_ = false;
   std::map<std::string, std::vector<CuResult>, std::less<>> fail_next_;  // front = next
   std::map<std::string, CuResult, std::less<>> results_;

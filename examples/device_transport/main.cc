@@ -4,13 +4,17 @@
 //   device_transport_example --platform host --socket S --group G \
 //       --rank R --world-size N [--mode pair|all2all|watch|elastic] [--bytes B]
 //       [--timeout-ms T] [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
-//       [--nic N1,N2,...] [--rounds K] [--expect-rejoins J]
+//       [--nic N1,N2,...] [--rings auto|host|gpu] [--rounds K] [--expect-rejoins J]
 //
 // --route rdma sends to every peer over RDMA (GPU-initiated RDMA's WQEs and
 // doorbells; softnic in mooncaked executes them where no RDMA NIC is);
 // --rdma-peers makes only those peers RDMA (both ends of a pair must say so).
 // --nic puts this rank's QPs on one of those NICs (default: the daemon's
-// choice, the NIC closest to the rank's GPU).
+// choice, the NIC closest to the rank's GPU). --rings says where the QPs'
+// rings live (CUDA): auto (GPU memory when kernels ring the NIC
+// themselves, else host memory), host, or gpu (a setup error when the
+// daemon, the NIC or the driver refuses GPU memory); the line after
+// "ready" names where they are.
 //
 // Start one process per rank. Prints PASS and exits 0 when every byte
 // checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
@@ -67,6 +71,7 @@ struct Args {
   std::vector<uint32_t> rdma_peers;
   uint32_t qps_per_peer = 1;
   std::vector<std::string> nics;
+  std::string rings = "auto";
   int rounds = 50;         // elastic
   int expect_rejoins = 0;  // elastic
   bool bytes_given = false;
@@ -77,13 +82,15 @@ void Usage() {
                "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
                "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc|fabric]\n"
                "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
-               "         [--nic N1,N2,...] [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
+               "         [--nic N1,N2,...] [--rings auto|host|gpu]\n"
+               "         [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
                "  --timeout-ms T how long to wait for the group to form and be ready, and\n"
                "                 (pair, all2all, elastic) for each transfer; default 30000\n"
                "  --mode watch   set up, print READY, hold the group until a peer is lost or\n"
                "                 leaves, print 'EVENT lost|left rank R' and PASS; the watch\n"
                "                 itself has no time limit (--timeout-ms bounds the setup)\n"
                "  --route rdma   reach every peer over RDMA (softnic where there is no NIC)\n"
+               "  --rings gpu    keep the QPs' rings in GPU memory or fail setup saying why\n"
                "  --mode elastic exchange in a loop, survive lost ranks, admit replacements\n";
 }
 
@@ -134,6 +141,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         a->nics.emplace_back(part);
       }
       ok = !a->nics.empty();
+    } else if (k == "--rings") {
+      a->rings = v;
+      ok = v == "auto" || v == "host" || v == "gpu";
     } else if (k == "--qps-per-peer")
       ok = absl::SimpleAtoi(v, &a->qps_per_peer) && a->qps_per_peer >= 1 && a->qps_per_peer <= 64;
     else if (k == "--handle") {
@@ -200,6 +210,9 @@ int main(int argc, char** argv) {
   o.rdma_peers = a.rdma_peers;
   o.qps_per_peer = a.qps_per_peer;
   o.rdma_nics = a.nics;
+  o.rdma_ring_memory = a.rings == "gpu"    ? mooncake::DaemonRdmaOptions::RingMemory::kGpu
+                       : a.rings == "host" ? mooncake::DaemonRdmaOptions::RingMemory::kHost
+                                           : mooncake::DaemonRdmaOptions::RingMemory::kAuto;
   o.cuda_handle = a.handle == "vmm"      ? mooncake::device::CudaHandleKind::kVmmPosixFd
                   : a.handle == "ipc"    ? mooncake::device::CudaHandleKind::kLegacyIpc
                   : a.handle == "fabric" ? mooncake::device::CudaHandleKind::kFabric
@@ -221,6 +234,10 @@ int main(int argc, char** argv) {
   }
   std::cout << who << ": ready in " << absl::FormatDuration((*comm)->setupTime()) << " ("
             << (*comm)->handleKind() << ", group " << a.group << ")\n";
+  if (mooncake::DaemonRdmaTransport* rdma = (*comm)->rdmaTransport()) {
+    std::cout << who << ": RDMA on " << rdma->nic() << ", doorbells " << rdma->doorbellMode()
+              << ", rings in " << rdma->ringMemory() << " memory\n";
+  }
 
   const uint64_t timeout_ns = static_cast<uint64_t>(a.timeout_ms) * 1000000ull;
   mooncake::example::RunResult r;

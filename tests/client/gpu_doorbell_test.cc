@@ -16,7 +16,7 @@
 #include <fstream>
 #include <string>
 
-#include "fake_cuda_driver.h"
+#include "fake_cuda_context.h"
 #include "gtest/gtest.h"
 
 namespace mooncake {
@@ -24,21 +24,17 @@ namespace {
 
 using drivers::FakeCudaDriver;
 
-class GpuDoorbellTest : public ::testing::Test {
+class GpuDoorbellTest : public FakeCudaContextTest {
  protected:
   void SetUp() override {
-    cu_.addGpu(drivers::FakeGpu::Hopper(0));
-    ASSERT_EQ(cu_.init(0), drivers::kCudaSuccess);
-    drivers::CuContext ctx = nullptr;
-    ASSERT_EQ(cu_.devicePrimaryCtxRetain(&ctx, FakeCudaDriver::kHandleBase), drivers::kCudaSuccess);
-    ASSERT_EQ(cu_.ctxSetCurrent(ctx), drivers::kCudaSuccess);
+    FakeCudaContextTest::SetUp();
     memfd_ = ::memfd_create("fake-uverbs", MFD_CLOEXEC);
     ASSERT_GE(memfd_, 0);
     ASSERT_EQ(::ftruncate(memfd_, 3 * kPage), 0);
   }
   void TearDown() override {
     if (memfd_ >= 0) ::close(memfd_);
-    cu_.devicePrimaryCtxRelease(FakeCudaDriver::kHandleBase);
+    FakeCudaContextTest::TearDown();
   }
   DoorbellAccess Access() const {
     DoorbellAccess a;
@@ -55,7 +51,6 @@ class GpuDoorbellTest : public ::testing::Test {
     return v;
   }
   static constexpr uint64_t kPage = 4096;
-  FakeCudaDriver cu_;
   int memfd_ = -1;
 };
 

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -133,6 +134,16 @@ struct FakeNic {
   std::vector<ConnectTuning> tunings;
   std::map<std::string, uint32_t> next_qpn;  // per device, from 0x200, as NICs count their own
   uint32_t next_key = 0x1000;
+  // Rings in GPU memory: what the dmabuf umem registrations were given,
+  // the umems live, and refusals to make (the umem, or a QP on it).
+  struct DmabufUmem {
+    int fd;
+    uint64_t offset, bytes;
+  };
+  std::vector<DmabufUmem> dmabuf_umems;
+  int umems_live = 0;
+  bool refuse_dmabuf_umem = false;
+  bool refuse_qp_on_gpu_umem = false;
 };
 
 class FakeSession final : public NicSession {
@@ -170,10 +181,27 @@ class FakeSession final : public NicSession {
   }
   absl::Status DeregisterMemory(uint32_t) override { return absl::OkStatus(); }
   absl::StatusOr<uint32_t> RegisterHostUmem(void*, uint64_t, std::shared_ptr<const void>) override {
+    ++nic_->umems_live;
     return ++umems_;
   }
-  absl::Status DeregisterUmem(uint32_t) override { return absl::OkStatus(); }
-  absl::StatusOr<QueuePair> CreateQueuePair(const QpRings&) override {
+  absl::StatusOr<uint32_t> RegisterDmabufUmem(int fd, uint64_t offset, uint64_t bytes) override {
+    if (nic_->refuse_dmabuf_umem) {
+      return absl::InvalidArgumentError(
+          "mlx5dv_devx_umem_reg_ex (dmabuf) on mlx5_0 failed: Bad address (errno 14)");
+    }
+    nic_->dmabuf_umems.push_back({fd, offset, bytes});
+    ++nic_->umems_live;
+    gpu_umems_.insert(++umems_);
+    return umems_;
+  }
+  absl::Status DeregisterUmem(uint32_t) override {
+    --nic_->umems_live;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<QueuePair> CreateQueuePair(const QpRings& rings) override {
+    if (nic_->refuse_qp_on_gpu_umem && gpu_umems_.contains(rings.sq.umem_id)) {
+      return absl::InternalError("CREATE_QP refused (status 0x3, syndrome 0x5c1e): bad umem");
+    }
     auto [it, fresh] = nic_->next_qpn.try_emplace(device_, 0x200);
     const uint32_t qpn = it->second++;
     state_[qpn] = 0;
@@ -211,6 +239,7 @@ class FakeSession final : public NicSession {
   UarInfo uar_;
   alignas(8) mutable uint64_t reg_ = 0;
   uint32_t umems_ = 0;
+  std::set<uint32_t> gpu_umems_;
   std::map<uint32_t, int> state_;  // 0 RESET, 1 INIT, 3 RTS
 };
 
@@ -566,6 +595,116 @@ TEST_F(Mlx5FakeTest, TheDaemonRingsTheSessionsRegisterForAConnectedQp) {
   sessions_.Close(b.id);
   rdma_->SessionEnded(b.id);
   EXPECT_EQ(nic_.live.load(), 0);
+}
+
+// Rings in GPU memory (control_kind "dmabuf"): a dmabuf umem over the
+// client's allocation, for a session that rings its own doorbells; the
+// daemon reads nothing there (no CPU-assisted doorbell, no ring counters).
+TEST_F(Mlx5FakeTest, RingsInGpuMemoryGoOnADmabufUmemTheDaemonNeverReads) {
+  Make();
+  SessionInfo a = Open(1000, 1), b = Open(1000, 2);
+  ASSERT_TRUE(rdma_->OpenDoorbellAccess(a).ok());
+  const uint64_t bytes = 3 * 4096 * 2;
+  FdBundlePtr dmabuf = Memfd(bytes);  // the fake NIC takes any fd as the dmabuf
+  // The span of the second QP only: the umem starts at its page.
+  auto q = rdma_->CreateQueuePairs(a, dmabuf, bytes, {Layout(3 * 4096)}, "dmabuf");
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(nic_.dmabuf_umems.size(), 1u);
+  EXPECT_EQ(nic_.dmabuf_umems[0].fd, dmabuf->fds[0].get());
+  EXPECT_EQ(nic_.dmabuf_umems[0].offset, 3u * 4096);
+  EXPECT_EQ(nic_.dmabuf_umems[0].bytes, 3u * 4096);
+  EXPECT_EQ(rdma_->ControlMappings(), 1u);  // charged like host rings
+  std::vector<QpRow> rows = rdma_->ListQps(1000, false);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].info.rings_in_gpu_memory);
+  EXPECT_FALSE(rows[0].rings.has_value());  // the records are out of reach
+  EXPECT_TRUE(provider_->ListRingCounters().empty());
+  // Connected: the session rings, nothing is watched.
+  std::vector<uint32_t> qb = Qps(b, 1);
+  ASSERT_TRUE(rdma_->Connect(a, {{(*q)[0], qb[0]}}).ok());
+  EXPECT_EQ(States(1000)[(*q)[0]], "RTS");
+  EXPECT_EQ(provider_->doorbells_watched(), 0u);
+  // Host rings of the same session sit beside them.
+  std::vector<uint32_t> host = Qps(a, 1);
+  ASSERT_EQ(host.size(), 1u);
+  for (const QpRow& r : rdma_->ListQps(1000, false)) {
+    if (r.info.qpn == host[0]) {
+      EXPECT_FALSE(r.info.rings_in_gpu_memory);
+      EXPECT_TRUE(r.rings.has_value());
+    }
+  }
+  const int umems = nic_.umems_live;
+  ASSERT_TRUE(rdma_->DestroyQueuePairs(a, {(*q)[0]}).ok());
+  EXPECT_EQ(nic_.umems_live, umems - 1);  // the dmabuf umem went with its last QP
+}
+
+TEST_F(Mlx5FakeTest, RingsInGpuMemoryAreRefusedWhileTheDaemonRingsForTheSession) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  auto q = rdma_->CreateQueuePairs(a, Memfd(3 * 4096), 3 * 4096, {Layout(0)}, "dmabuf");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "gpu-uar")) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "keep the rings in host memory"))
+      << q.status();
+  EXPECT_TRUE(nic_.dmabuf_umems.empty());
+  EXPECT_TRUE(rdma_->UsageOfSession(a.id).empty());
+  EXPECT_EQ(rdma_->ControlMappings(), 0u);
+}
+
+// The fallback's cue: a NIC or kernel that refuses GPU umem (the umem, or
+// CREATE_QP on it) refuses the call with its own code and leaves nothing;
+// the same QPs in host memory then go through.
+TEST_F(Mlx5FakeTest, ARefusedGpuUmemLeavesNothingAndHostRingsStillWork) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  ASSERT_TRUE(rdma_->OpenDoorbellAccess(a).ok());
+  nic_.refuse_dmabuf_umem = true;
+  auto q = rdma_->CreateQueuePairs(a, Memfd(3 * 4096), 3 * 4096, {Layout(0)}, "dmabuf");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(),
+                                "registering the GPU memory of the rings as umem: "
+                                "mlx5dv_devx_umem_reg_ex (dmabuf)"))
+      << q.status();
+  EXPECT_TRUE(rdma_->UsageOfSession(a.id).empty());
+
+  nic_.refuse_dmabuf_umem = false;
+  nic_.refuse_qp_on_gpu_umem = true;
+  const uint64_t bytes = 3 * 4096 * 2;
+  q = rdma_->CreateQueuePairs(a, Memfd(bytes), bytes, {Layout(0), Layout(3 * 4096)}, "dmabuf");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kInternal) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "queue pair 0: CREATE_QP refused"))
+      << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "(rings in GPU memory)")) << q.status();
+  EXPECT_EQ(nic_.umems_live, 0);  // the umem went with the refusal
+  EXPECT_TRUE(rdma_->UsageOfSession(a.id).empty());
+  EXPECT_EQ(rdma_->ControlMappings(), 0u);
+  EXPECT_TRUE(rdma_->ListQps(1000, false).empty());
+
+  std::vector<uint32_t> host = Qps(a, 2);
+  EXPECT_EQ(host.size(), 2u);
+}
+
+TEST_F(Mlx5FakeTest, AnUnknownControlKindIsRefusedBeforeItsFdIsTaken) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  auto q = rdma_->CreateQueuePairs(a, Memfd(3 * 4096), 3 * 4096, {Layout(0)}, "vram\n");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "control_kind \"vram\\n\" is not"))
+      << q.status();
+  v1::CreateQueuePairsRequest req;
+  req.set_fd_ticket("t-never-offered");
+  req.set_control_bytes(3 * 4096);
+  req.set_control_kind("gpu");
+  v1::QueuePairLayout* l = req.add_qps();
+  l->set_sq_wqe_cnt(4);
+  l->set_cq_cqe_cnt(4);
+  l->set_cq_offset(4096);
+  l->set_sq_dbrec_offset(8192);
+  l->set_cq_dbrec_offset(8200);
+  v1::CreateQueuePairsResponse resp;
+  absl::Status s = service_->HandleCreateQueuePairs(a, req, &resp);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "control_kind")) << s;
 }
 
 // Two NICs count QPNs each from their own start: a number held on one may

@@ -132,6 +132,31 @@ for n in 2 4; do
   check "RDMA (softnic) all-to-all $n ranks from CUDA kernels (failed ranks: $rcs)" $rcs
   rm -f "$tmp"/a*
 done
+# Where the rings live (docs/rdma.md): softnic reads rings with the CPU,
+# so --rings auto stays on host memory and passes; --rings gpu allocates the
+# rings in GPU memory and exports their dmabuf for real, and then must fail
+# setup saying why (softnic refuses the dmabuf, or this driver exports none).
+"${ex[@]}" --group rings-auto --rank 0 --world-size 2 --device "$(gpu_of 0)" --route rdma --bytes 4097 >"$tmp/r0" 2>&1 &
+p0=$!
+"${ex[@]}" --group rings-auto --rank 1 --world-size 2 --device "$(gpu_of 1)" --route rdma --bytes 4097 >"$tmp/r1" 2>&1
+r1=$?
+wait $p0; r0=$?
+cat "$tmp/r0" "$tmp/r1"
+check "RDMA rings auto on softnic: host memory, PASS (rc $r0/$r1)" \
+  $([[ $r0 -eq 0 && $r1 -eq 0 ]] && grep -q "rings in host memory" "$tmp/r0" && grep -q PASS "$tmp/r1"; echo $?)
+"${ex[@]}" --group rings-gpu --rank 0 --world-size 2 --device "$(gpu_of 0)" --route rdma --rings gpu --timeout-ms 10000 >"$tmp/r0" 2>&1 &
+p0=$!
+"${ex[@]}" --group rings-gpu --rank 1 --world-size 2 --device "$(gpu_of 1)" --route rdma --rings gpu --timeout-ms 10000 >"$tmp/r1" 2>&1
+r1=$?
+wait $p0; r0=$?
+cat "$tmp/r0" "$tmp/r1"
+if grep -q 'memory kind "dmabuf" is not one the softnic provider registers' "$tmp/r0"; then
+  echo "     (the GPU rings were allocated and their dmabuf exported; softnic refused them)"
+elif grep -q "exports no dmabuf of GPU memory" "$tmp/r0"; then
+  echo "     (this driver exports no dmabuf: the allocation ran, the export was refused)"
+fi
+check "RDMA rings gpu on softnic: a setup error naming why (rc $r0/$r1)" \
+  $([[ $r0 -eq 2 && $r1 -eq 2 ]] && grep -Eq 'softnic provider registers|exports no dmabuf' "$tmp/r0"; echo $?)
 # mixed routes: ranks 0 and 1 over RDMA, every other pair over P2P
 rcs=0
 for r in 0 1 2 3; do

@@ -149,6 +149,29 @@ TEST(RdmaRoute, ARankChoosesItsNicByName) {
   }
 }
 
+// Where the rings are: host ranks say "host"; asking host ranks for GPU
+// rings is a setup error naming why (CUDA ranks: tests/gpu, where softnic
+// refuses GPU rings and --rings auto stays on host memory).
+TEST(RdmaRoute, RanksNameWhereTheirRingsAreAndHostRanksRefuseGpuRings) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path());
+  auto ranks =
+      StartRanks(daemon.socket(), "rings-host", 2, {{"--route", "rdma", "--rings", "host"}});
+  ExpectAllPass(ranks, 60000);
+  for (auto& r : ranks) {
+    EXPECT_NE(r.output().find("RDMA on softnic0, doorbells doorbell-record, rings in host memory"),
+              std::string::npos)
+        << r.output();
+  }
+  auto gpu = StartRanks(daemon.socket(), "rings-gpu", 2,
+                        {{"--route", "rdma", "--rings", "gpu", "--timeout-ms", "5000"}});
+  for (auto& r : gpu) {
+    EXPECT_EQ(r.Wait(30000), 2) << r.output();
+    EXPECT_NE(r.output().find("ring_memory kGpu needs the CUDA platform"), std::string::npos)
+        << r.output();
+  }
+}
+
 TEST(RdmaRoute, OneSidedRdmaChoiceIsAClearSetupError) {
   TempDir dir;
   DaemonProcess daemon(dir.path());

@@ -149,13 +149,23 @@ TEST(FormatTest, QueuePairsAndMemoryRegions) {
   n->set_sq_posted(65535);
   n->set_cq_consumed(16777215);
   n->set_doorbell_mode("cpu-assisted");
+  n->set_ring_memory("host");
+  // Rings in GPU memory: the daemon cannot read their records.
+  auto* g = qps.add_qps();
+  g->set_qpn(78);
+  g->set_nic("mlx5_1");
+  g->set_state("RTS");
+  g->set_sq_wqe_cnt(64);
+  g->set_ring_memory("gpu");
+  g->set_doorbell_mode("gpu-uar");
   const std::string s = FormatQueuePairs(qps);
   EXPECT_TRUE(absl::StartsWith(s, " QPN  NIC       STATE  SESSION")) << s;
   EXPECT_TRUE(absl::StrContains(s, "4660  softnic0  ERROR")) << s;
   EXPECT_TRUE(absl::StrContains(s, "doorbell-record  remote access error")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "WQES  POSTED     CQ-CI  DOORBELL")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "256     9      10         8  doorbell-record")) << s;
-  EXPECT_TRUE(absl::StrContains(s, "64     -   65535  16777215  cpu-assisted")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "WQES  POSTED     CQ-CI  RINGS  DOORBELL")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "256     9      10         8  -      doorbell-record")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "64     -   65535  16777215  host   cpu-assisted")) << s;
+  EXPECT_TRUE(absl::StrContains(s, "64     -       -         -  gpu    gpu-uar")) << s;
   v1::ListMemoryRegionsResponse mrs;
   auto* m = mrs.add_regions();
   m->set_nic("softnic0");

@@ -126,9 +126,11 @@ std::string FormatNics(const Topology& topology) {
 std::string FormatQueuePairs(const v1::ListQueuePairsResponse& r) {
   if (r.qps().empty()) return "no queue pairs\n";
   // WQES: completions softnic counted; a NIC's are not seen ("-"). POSTED
-  // and CQ-CI: the client's doorbell records as last written (they wrap).
+  // and CQ-CI: the client's doorbell records as last written (they wrap);
+  // "-" too where the rings are in GPU memory (RINGS gpu), which the daemon
+  // cannot read.
   TextTable t({"QPN", "NIC", "STATE", "SESSION", "PID", "UID", "REMOTE", "DEPTH", "WQES", "POSTED",
-               "CQ-CI", "DOORBELL", "ERROR"});
+               "CQ-CI", "RINGS", "DOORBELL", "ERROR"});
   for (std::size_t c : {0, 3, 4, 5, 6, 7, 8, 9, 10}) t.SetAlignment(c, TextTable::Align::kRight);
   for (const auto& q : r.qps()) {
     t.AddRow({absl::StrCat(q.qpn()), OrDash(q.nic()), OrDash(q.state()),
@@ -136,8 +138,8 @@ std::string FormatQueuePairs(const v1::ListQueuePairsResponse& r) {
               q.remote_qpn() == 0 ? "-" : absl::StrCat(q.remote_qpn()),
               absl::StrCat(q.sq_wqe_cnt()), q.wqes_counted() ? absl::StrCat(q.wqes_done()) : "-",
               q.ring_counters() ? absl::StrCat(q.sq_posted()) : "-",
-              q.ring_counters() ? absl::StrCat(q.cq_consumed()) : "-", OrDash(q.doorbell_mode()),
-              OrDash(q.last_error())});
+              q.ring_counters() ? absl::StrCat(q.cq_consumed()) : "-", OrDash(q.ring_memory()),
+              OrDash(q.doorbell_mode()), OrDash(q.last_error())});
   }
   return t.Render();
 }

@@ -236,6 +236,38 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
   MC_ASSIGN_OR_RETURN(
       const uint32_t umem,
       s->mlx5->RegisterHostUmem(control->data(), RoundUp(control->size(), kUmemPageSize), control));
+  return CreateOnUmem(session, *s, umem, control_offset, layouts, std::move(control));
+}
+
+absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairsInGpuMemory(
+    uint64_t session, int dmabuf_fd, uint64_t control_offset, uint64_t control_bytes,
+    const std::vector<QpLayout>& layouts) {
+  MC_RETURN_IF_ERROR(CheckLayouts(layouts));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(session));
+  {
+    absl::MutexLock lock(&mu_);
+    if (!s->client_rings) {
+      // The CPU-assisted doorbell reads the send doorbell record and the
+      // WQE it announces: in GPU memory the daemon has neither.
+      return absl::FailedPreconditionError(
+          "rings in GPU memory need the session to ring its own doorbells (doorbell_mode "
+          "\"gpu-uar\", GetDoorbellAccess first): with cpu-assisted doorbells the daemon reads "
+          "the doorbell records, so keep the rings in host memory");
+    }
+  }
+  absl::StatusOr<uint32_t> umem =
+      s->mlx5->RegisterDmabufUmem(dmabuf_fd, control_offset, RoundUp(control_bytes, kUmemPageSize));
+  if (!umem.ok()) {
+    return absl::Status(umem.status().code(),
+                        absl::StrCat("registering the GPU memory of the rings as umem: ",
+                                     umem.status().message(), " (keep the rings in host memory)"));
+  }
+  return CreateOnUmem(session, *s, *umem, control_offset, layouts, nullptr);
+}
+
+absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateOnUmem(
+    uint64_t session, Session& s, uint32_t umem, uint64_t control_offset,
+    const std::vector<QpLayout>& layouts, std::shared_ptr<softnic::SharedMapping> control) {
   std::vector<uint32_t> qpns;
   std::vector<Qp> made;
   for (size_t i = 0; i < layouts.size(); ++i) {
@@ -247,32 +279,36 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateQueuePairs(
     rings.cq = {umem, l.cq_offset - control_offset};
     rings.cq_cqe_cnt = l.cq_cqe_cnt;
     rings.cq_dbrec = {umem, l.cq_dbrec_offset - control_offset};
-    absl::StatusOr<NicSession::QueuePair> qp = s->mlx5->CreateQueuePair(rings);
+    absl::StatusOr<NicSession::QueuePair> qp = s.mlx5->CreateQueuePair(rings);
     if (!qp.ok()) {
-      for (uint32_t done : qpns) (void)s->mlx5->DestroyQueuePair(done);
-      (void)s->mlx5->DeregisterUmem(umem);
+      for (uint32_t done : qpns) (void)s.mlx5->DestroyQueuePair(done);
+      (void)s.mlx5->DeregisterUmem(umem);
       return absl::Status(qp.status().code(),
-                          absl::StrCat("queue pair ", i, ": ", qp.status().message()));
+                          absl::StrCat("queue pair ", i, ": ", qp.status().message(),
+                                       control == nullptr ? " (rings in GPU memory)" : ""));
     }
     Qp entry;
     entry.info.qpn = qp->qpn;
     entry.info.pd = session;
     entry.info.sq_wqe_cnt = l.sq_wqe_cnt;
-    entry.info.nic = s->mlx5->device();
+    entry.info.nic = s.mlx5->device();
+    entry.info.rings_in_gpu_memory = control == nullptr;
     entry.umem = umem;
-    entry.sq = control->data() + rings.sq.offset;
-    entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
-    entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
-    entry.control = control;
+    if (control != nullptr) {
+      entry.sq = control->data() + rings.sq.offset;
+      entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
+      entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
+      entry.control = control;
+    }
     made.push_back(std::move(entry));
     qpns.push_back(qp->qpn);
   }
   absl::MutexLock lock(&mu_);
   for (Qp& q : made) {
     const uint32_t qpn = q.info.qpn;
-    s->qps[qpn] = std::move(q);
+    s.qps[qpn] = std::move(q);
   }
-  s->umem_qps[umem] = static_cast<uint32_t>(qpns.size());
+  s.umem_qps[umem] = static_cast<uint32_t>(qpns.size());
   return qpns;
 }
 
@@ -313,8 +349,9 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   Qp& qp = s->qps[qpn];
   qp.info.state = softnic::QpState::kRts;
   qp.info.remote_qpn = remote_qpn;
-  // A session that rings itself is never watched (the header says why).
-  if (s->client_rings) return absl::OkStatus();
+  // A session that rings itself is never watched (the header says why);
+  // rings in GPU memory only exist for such a session.
+  if (s->client_rings || qp.sq_dbrec == nullptr) return absl::OkStatus();
   CpuDoorbell::Qp watched;
   watched.sq = qp.sq;
   watched.sq_wqe_cnt = qp.info.sq_wqe_cnt;
@@ -436,8 +473,10 @@ std::vector<QpRingCounters> Mlx5Provider::ListRingCounters() const {
   std::vector<QpRingCounters> out;
   for (const auto& [id, s] : sessions_) {
     // qp.control keeps the mapping the records lie in while the QP is here.
-    for (const auto& [qpn, qp] : s->qps)
-      out.push_back(ReadRingCounters(qpn, qp.sq_dbrec, qp.cq_dbrec));
+    // Records in GPU memory are out of its reach: not listed.
+    for (const auto& [qpn, qp] : s->qps) {
+      if (qp.sq_dbrec != nullptr) out.push_back(ReadRingCounters(qpn, qp.sq_dbrec, qp.cq_dbrec));
+    }
   }
   return out;
 }

@@ -7,8 +7,13 @@
 //            "dmabuf": ibv_reg_dmabuf_mr on the client's dmabuf fd;
 //            "cuda-vmm-fd": the daemon's CUDA mapping of the allocation,
 //            registered by address through nvidia-peermem (listed "peermem").
-//   rings    one host umem over the control mapping per CreateQueuePairs
-//            call, deregistered with its last QP; rings 4 KiB aligned.
+//   rings    one umem per CreateQueuePairs call, deregistered with its
+//            last QP; rings 4 KiB aligned. Host memory: the daemon's
+//            mapping of the control memfd. GPU memory
+//            (CreateQueuePairsInGpuMemory): the client's dmabuf, for a
+//            "gpu-uar" session only (the CPU-assisted doorbell and the ring
+//            counters read the records, which the daemon cannot reach
+//            there); a refused umem or QP is the client's cue to fall back.
 //   connect  QPs of this node: loopback on the same port, the peer built
 //            from the other session's endpoint (PSN 0 both ways), with
 //            Mlx5ProviderOptions::tuning (traffic class, service level...).
@@ -97,6 +102,9 @@ class Mlx5Provider final : public RdmaProvider {
   absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
       uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
       const std::vector<QpLayout>& layouts) override;
+  absl::StatusOr<std::vector<uint32_t>> CreateQueuePairsInGpuMemory(
+      uint64_t session, int dmabuf_fd, uint64_t control_offset, uint64_t control_bytes,
+      const std::vector<QpLayout>& layouts) override;
   absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                        uint32_t remote_qpn) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
@@ -116,6 +124,7 @@ class Mlx5Provider final : public RdmaProvider {
   struct Qp {
     softnic::QpInfo info;
     uint32_t umem = 0;
+    // The daemon's view of the rings: null where they are in GPU memory.
     const uint8_t* sq = nullptr;
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
@@ -135,6 +144,14 @@ class Mlx5Provider final : public RdmaProvider {
   // The session's state, opening its Mlx5Session on first use (outside
   // mu_: only this session's calls could race, and they do not overlap).
   absl::StatusOr<std::shared_ptr<Session>> SessionFor(uint64_t session) ABSL_LOCKS_EXCLUDED(mu_);
+  // One QP per layout with its rings in `umem` (from `control_offset` of
+  // the control memory), all or nothing (the umem is deregistered on a
+  // refusal). `control`: the daemon's mapping of host rings; null for
+  // rings in GPU memory (nothing of them is read then).
+  absl::StatusOr<std::vector<uint32_t>> CreateOnUmem(
+      uint64_t session, Session& s, uint32_t umem, uint64_t control_offset,
+      const std::vector<QpLayout>& layouts, std::shared_ptr<softnic::SharedMapping> control)
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<Session> Find(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
   static uint64_t DoorbellKey(uint64_t session, uint32_t qpn) {
     return session << 24 ^ qpn;  // sessions count up from 1; QPNs are 24-bit

@@ -143,7 +143,8 @@ class Mlx5Session final : public NicSession {
   absl::StatusOr<uint32_t> RegisterHostUmem(void* daemon_address, uint64_t bytes,
                                             std::shared_ptr<const void> keep_alive) override;
   // GPU memory: [offset, offset + bytes) of the dmabuf `dmabuf_fd` (borrowed).
-  absl::StatusOr<uint32_t> RegisterDmabufUmem(int dmabuf_fd, uint64_t offset, uint64_t bytes);
+  absl::StatusOr<uint32_t> RegisterDmabufUmem(int dmabuf_fd, uint64_t offset,
+                                              uint64_t bytes) override;
   // NotFound for an unknown umem; FailedPrecondition while a QP's rings use it.
   absl::Status DeregisterUmem(uint32_t umem_id) override;
 

@@ -98,6 +98,10 @@ class NicSession {
 
   virtual absl::StatusOr<uint32_t> RegisterHostUmem(void* daemon_address, uint64_t bytes,
                                                     std::shared_ptr<const void> keep_alive) = 0;
+  // GPU memory holding rings: [offset, offset + bytes) of the dmabuf
+  // `dmabuf_fd` (borrowed; the kernel keeps its own reference).
+  virtual absl::StatusOr<uint32_t> RegisterDmabufUmem(int dmabuf_fd, uint64_t offset,
+                                                      uint64_t bytes) = 0;
   virtual absl::Status DeregisterUmem(uint32_t umem_id) = 0;
 
   struct QueuePair {

@@ -253,10 +253,13 @@ class MOONCAKE_API Client {
                                           const std::string& kind = "memfd",
                                           uint64_t allocation_bytes = 0);
   absl::Status deregisterMemory(uint32_t lkey);
-  // Creates one QP per layout with rings in `control_fd` (sealed memfd of
-  // `control_bytes`, borrowed). Returns the QP numbers in layout order.
+  // Creates one QP per layout with rings in `control_fd` (borrowed):
+  // `control_kind` "memfd", a sealed memfd of `control_bytes`, or "dmabuf",
+  // the dmabuf of GPU memory holding them (rdma.proto control_kind).
+  // Returns the QP numbers in layout order.
   absl::StatusOr<std::vector<uint32_t>> createQueuePairs(int control_fd, uint64_t control_bytes,
-                                                         const std::vector<RdmaQpLayout>& layouts);
+                                                         const std::vector<RdmaQpLayout>& layouts,
+                                                         const std::string& control_kind = "memfd");
   // Connects (my qpn, remote qpn) pairs, on this node or (remote_nodes) on
   // other nodes of the cluster.
   // `remote_nodes`, when given, names each pair's remote node ("" = this

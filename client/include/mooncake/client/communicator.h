@@ -101,6 +101,9 @@ struct CommunicatorOptions {
   // closest to the rank's GPU first. Overrides the daemon's choice for
   // this rank only.
   std::vector<std::string> rdma_nics;
+  // Where the QPs' rings live (DaemonRdmaOptions::ring_memory): GPU memory
+  // when kernels ring the NIC themselves, host memory otherwise (kAuto).
+  DaemonRdmaOptions::RingMemory rdma_ring_memory = DaemonRdmaOptions::RingMemory::kAuto;
 };
 
 class MOONCAKE_API Communicator {

@@ -20,11 +20,12 @@
 //   host  CPU threads post; every table is host memory.
 //   CUDA  kernels post. The control memory is the same sealed memfd, pinned
 //         and mapped for the GPU (cuMemHostRegister), so softnic reads the
-//         WQEs the GPU writes; the QP contexts (whose posting counters the
-//         GPU updates with atomics) and the raddr/rkey tables are device
-//         memory; the data buffer is registered from its cuMem VMM fd
-//         (registerMemoryFd with kind "cuda-vmm-fd"). Works in the CUDA
-//         context current at Create.
+//         WQEs the GPU writes; or, when kernels ring the NIC themselves
+//         ("gpu-uar"), GPU memory the NIC reaches through its dmabuf
+//         (DaemonRdmaOptions::ring_memory, docs/rdma.md); the QP contexts (whose posting counters
+//         the GPU updates with atomics) and the raddr/rkey tables are device memory; the data
+//         buffer is registered from its cuMem VMM fd (registerMemoryFd with kind "cuda-vmm-fd").
+//         Works in the CUDA context current at Create.
 // When the daemon goes away (Client::addDaemonLossHandler: before the
 // client's kDaemonShutdown / kDisconnected event is queued) the QPs' objects
 // go with it, and the transport makes that visible and final: every live QP
@@ -66,7 +67,18 @@ struct DaemonRdmaOptions {
   // the current CUDA device (CUDA) among them; a device_name given to
   // initialize() narrows it to that one.
   std::vector<std::string> nics;
+  // Where the QPs' rings (send queues, CQs, doorbell records) live, CUDA:
+  //   kAuto  GPU memory when the kernels ring the NIC themselves ("gpu-uar"
+  //          doorbells, mlx5), else host memory; if the daemon, the NIC or
+  //          the driver refuses GPU memory, host memory (logged once, why).
+  //   kHost  host memory: a sealed memfd, pinned and mapped for the GPU.
+  //   kGpu   GPU memory, or a setup error saying why not.
+  // The host platform always uses host memory (kGpu: InvalidArgument).
+  enum class RingMemory { kAuto, kHost, kGpu };
+  RingMemory ring_memory = RingMemory::kAuto;
 };
+
+struct GpuControlMemory;  // client/src/gpu_rings.h
 
 class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
  public:
@@ -135,6 +147,8 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // "gpu-uar" once the kernels ring a UAR page the GPU mapped (CUDA on a
   // mlx5 provider whose GPU accepts the mapping; see gpu_doorbell.h).
   const std::string& doorbellMode() const { return doorbell_mode_; }
+  // Where the rings are once allocateControlBuffer ran: "gpu" or "host".
+  const char* ringMemory() const { return gpu_control_ ? "gpu" : "host"; }
   int qpsPerPeer() const { return qps_per_peer_; }
   absl::Status lastError() const { return last_error_; }
 
@@ -154,6 +168,18 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // leaves the daemon ringing (CPU-assisted).
   void SetUpGpuDoorbells();
   void ReleaseGpuDoorbells();
+  // The control memory: in GPU memory when the options and the doorbell
+  // mode allow (AllocateGpuControl), else the host memfd
+  // (AllocateHostControl); each registers it as the scratch MR.
+  absl::Status AllocateControl(bool in_gpu_memory);
+  absl::Status AllocateGpuControl();
+  absl::Status AllocateHostControl();
+  bool WantGpuRings() const;
+  // The rings of `slot` start clean (host: memset; GPU: through the driver).
+  absl::Status ClearRings(size_t slot);
+  // kAuto: the first CreateQueuePairs on GPU rings was refused; logs why
+  // once and moves the control memory to host memory.
+  absl::Status FallBackToHostRings(const absl::Status& why);
   // On the client's session thread when the daemon went away (see above).
   void OnDaemonLoss(const std::string& why);
 
@@ -183,8 +209,11 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   std::vector<uint32_t> rkeys_;
   // CUDA only: the driver, the control memory as the GPU addresses it, and
   // device copies of the tables (0 when not allocated).
-  std::shared_ptr<void> cuda_;  // drivers::CudaDriver, kept opaque here
+  std::shared_ptr<void> cuda_;    // drivers::CudaDriver, kept opaque here
+  void* cuda_context_ = nullptr;  // current at Create: the loss handler's thread sets it
   uint64_t control_dev_ = 0;
+  // Rings in GPU memory (then control_ is null and control_fd_ -1).
+  std::unique_ptr<GpuControlMemory> gpu_control_;
   uint64_t qps_dev_ = 0, raddrs_dev_ = 0, rkeys_dev_ = 0;
   // "gpu-uar": the UAR page as mapped here and its register as the GPU
   // addresses it (0: the daemon rings).

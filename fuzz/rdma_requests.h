@@ -264,8 +264,13 @@ inline void HandleRdma(DaemonCore& core, const daemon::SessionInfo& a,
     req.set_fd_ticket(ticket(req.fd_ticket()));
     v1::CreateQueuePairsResponse resp;
     absl::Status s = svc.HandleCreateQueuePairs(a, req, &resp);
+    // Rings in GPU memory: softnic refuses them (FailedPrecondition), and
+    // only them.
+    const bool gpu_rings = req.control_kind() == "dmabuf";
+    FUZZ_CHECK(gpu_rings ? !s.ok() : s.code() != StatusCode::kFailedPrecondition, "control_kind ",
+               req.control_kind(), ": ", s);
     FUZZ_CHECK(Allowed(s, {StatusCode::kInvalidArgument, StatusCode::kNotFound,
-                           StatusCode::kResourceExhausted}),
+                           StatusCode::kResourceExhausted, StatusCode::kFailedPrecondition}),
                s);
     const RdmaSnapshot after = Snapshot(core);
     if (s.ok()) {

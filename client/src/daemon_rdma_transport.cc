@@ -287,7 +287,8 @@ int DaemonRdmaTransport::allocateControlBuffer() {
     return Fail(absl::FailedPreconditionError("allocateControlBuffer before initialize"));
   if (control_ != nullptr || gpu_control_ != nullptr) return 0;
   absl::Status s = AllocateControl(WantGpuRings());
-  if (!s.ok() && WantGpuRings() && options_.ring_memory == DaemonRdmaOptions::RingMemory::kAuto) {
+  if (!s.ok() && WantGpuRings() &&
+      FallsBackToHostRings(options_.ring_memory, /*any_queue_pair=*/false, s.code())) {
     s = FallBackToHostRings(s);
   }
   return s.ok() ? 0 : Fail(std::move(s));
@@ -460,9 +461,8 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
   // GPU rings refused on the first QPs (the daemon, the NIC or CREATE_QP):
   // host rings instead, when the caller let us choose.
   const bool none_yet = std::all_of(qpns_.begin(), qpns_.end(), [](uint32_t q) { return q == 0; });
-  if (!created.ok() && gpu_control_ != nullptr && none_yet &&
-      options_.ring_memory == DaemonRdmaOptions::RingMemory::kAuto &&
-      created.status().code() != absl::StatusCode::kUnavailable) {
+  if (!created.ok() && gpu_control_ != nullptr &&
+      FallsBackToHostRings(options_.ring_memory, !none_yet, created.status().code())) {
     MC_RETURN_IF_ERROR(FallBackToHostRings(created.status()));
     created = create();
   }

@@ -67,6 +67,12 @@ absl::StatusOr<GpuControlMemory> AllocateGpuControlMemory(drivers::CudaDriver& c
   return m;
 }
 
+bool FallsBackToHostRings(DaemonRdmaOptions::RingMemory option, bool any_queue_pair,
+                          absl::StatusCode refusal) {
+  return option == DaemonRdmaOptions::RingMemory::kAuto && !any_queue_pair &&
+         refusal != absl::StatusCode::kUnavailable;
+}
+
 void FreeGpuControlMemory(drivers::CudaDriver& cuda, GpuControlMemory& memory) {
   if (memory.base == 0) return;
   memory.dmabuf = UniqueFd();

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "mooncake/client/daemon_rdma_transport.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/drivers/cuda_driver.h"
 
@@ -45,6 +46,14 @@ void FreeGpuControlMemory(drivers::CudaDriver& cuda, GpuControlMemory& memory);
 // (0xff) and owned by the NIC, the doorbell block zero.
 absl::Status ClearGpuQueueRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
                                 uint32_t depth, uint64_t slot);
+
+// Whether a refused attempt at GPU rings (the allocation, its region, or
+// CreateQueuePairs on it, refused with `refusal`) falls back to host rings:
+// only when the caller let the transport choose (kAuto), only before its
+// first QP (later QPs share the first ones' memory), and not when the
+// daemon is unreachable (kUnavailable: the host form would fail alike).
+bool FallsBackToHostRings(DaemonRdmaOptions::RingMemory option, bool any_queue_pair,
+                          absl::StatusCode refusal);
 
 // FailQueuePairRings (rdma_control_layout.h) for rings in GPU memory: reads
 // the QP's doorbell records and writes the flush CQE through the driver,

@@ -135,5 +135,15 @@ TEST_F(GpuRingsTest, TheFlushCqeIsTheHostFormsWrittenThroughTheDriver) {
   FreeGpuControlMemory(cu_, *m);
 }
 
+TEST(GpuRingsFallback, OnlyAutoBeforeTheFirstQpAndWhileTheDaemonAnswers) {
+  using RingMemory = DaemonRdmaOptions::RingMemory;
+  const absl::StatusCode refused = absl::StatusCode::kFailedPrecondition;
+  EXPECT_TRUE(FallsBackToHostRings(RingMemory::kAuto, false, refused));
+  EXPECT_TRUE(FallsBackToHostRings(RingMemory::kAuto, false, absl::StatusCode::kInternal));
+  EXPECT_FALSE(FallsBackToHostRings(RingMemory::kGpu, false, refused));  // the caller's error
+  EXPECT_FALSE(FallsBackToHostRings(RingMemory::kAuto, true, refused));  // QPs use that memory
+  EXPECT_FALSE(FallsBackToHostRings(RingMemory::kAuto, false, absl::StatusCode::kUnavailable));
+}
+
 }  // namespace
 }  // namespace mooncake

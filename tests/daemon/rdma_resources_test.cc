@@ -89,6 +89,24 @@ TEST_F(RdmaResourcesTest, LimitsNameTheirConfigKey) {
   EXPECT_TRUE(rdma_.ListQps(1000, false).empty());  // all or nothing
 }
 
+// softnic reads rings with the CPU: rings in GPU memory (a dmabuf) are
+// refused before anything is mapped or charged, and the reason says what
+// to send instead.
+TEST_F(RdmaResourcesTest, SoftnicRefusesRingsInGpuMemory) {
+  SessionInfo s = Open(1000, 10);
+  const uint32_t depth = 4;
+  const uint64_t bytes = 2ull * depth * 64 + 64;
+  auto q = rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, depth)}, "dmabuf");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition) << q.status();
+  EXPECT_NE(q.status().message().find("the softnic provider reads queue rings with the CPU"),
+            std::string::npos)
+      << q.status();
+  EXPECT_TRUE(rdma_.UsageOfSession(s.id).empty());
+  EXPECT_EQ(rdma_.ControlMappings(), 0u);
+  EXPECT_TRUE(rdma_.ListQps(1000, false).empty());
+  EXPECT_TRUE(rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, depth)}).ok());
+}
+
 TEST_F(RdmaResourcesTest, ConnectsOnlyToQpsOfTheSameUid) {
   SessionInfo a = Open(1000, 10), b = Open(1000, 11), other = Open(2000, 12);
   const uint32_t depth = 4;

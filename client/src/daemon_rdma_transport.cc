@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -43,8 +42,6 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
   std::unique_ptr<DaemonRdmaTransport> t(new DaemonRdmaTransport(client, options, std::move(info)));
   if (options.cuda) {
     MC_ASSIGN_OR_RETURN(std::shared_ptr<drivers::CudaDriver> drv, drivers::LoadCudaDriver());
-    drivers::CuContext ctx = nullptr;
-    if (drv->ctxGetCurrent(&ctx) == drivers::kCudaSuccess) t->cuda_context_ = ctx;
     t->cuda_ = std::static_pointer_cast<void>(drv);
   } else if (options.ring_memory == DaemonRdmaOptions::RingMemory::kGpu) {
     return absl::InvalidArgumentError(
@@ -76,9 +73,8 @@ void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
   int failed = 0;
   std::string gpu_error;
   if (gpu_control_ != nullptr) {
-    // This thread is the client's: the CUDA context of Create, for the copies.
+    // On the memory's own stream and context: never behind the kernels.
     drivers::CudaDriver& drv = Cuda(cuda_);
-    (void)drv.ctxSetCurrent(static_cast<drivers::CuContext>(cuda_context_));
     for (size_t slot = 0; slot < qpns_.size(); ++slot) {
       if (qpns_[slot] == 0) continue;
       absl::Status s =
@@ -182,6 +178,7 @@ void DaemonRdmaTransport::ReleaseQueues() {
     if (gpu_control_ != nullptr) FreeGpuControlMemory(drv, *gpu_control_);
   }
   gpu_control_.reset();
+  any_queue_pair_ = false;
   qpns_.assign(qpns_.size(), 0);
   parked_.clear();
   if (qps_ != nullptr) {
@@ -342,41 +339,52 @@ absl::Status DaemonRdmaTransport::AllocateGpuControl() {
 }
 
 absl::Status DaemonRdmaTransport::AllocateHostControl() {
-  control_fd_ = ::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (control_fd_ < 0) return ErrnoStatus(errno, "memfd_create (RDMA control memory)");
-  if (::ftruncate(control_fd_, static_cast<off_t>(control_bytes_)) != 0 ||
-      ::fcntl(control_fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+  // Built in locals and kept only whole: a refusal leaves nothing half made
+  // (a later allocateControlBuffer, or the fallback, starts clean).
+  UniqueFd fd(::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) return ErrnoStatus(errno, "memfd_create (RDMA control memory)");
+  if (::ftruncate(fd.get(), static_cast<off_t>(control_bytes_)) != 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     return ErrnoStatus(errno, "sizing and sealing the RDMA control memfd");
   }
-  void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, control_fd_, 0);
+  void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap (RDMA control memory)");
-  {
-    std::lock_guard<std::mutex> lock(loss_mu_);
-    control_ = static_cast<uint8_t*>(p);
-  }
+  uint8_t* const host = static_cast<uint8_t*>(p);
+  drivers::CuDevicePtr dev = 0;
+  absl::Status s;
   if (cuda_) {
     // The GPU writes WQEs and doorbell records here and softnic reads them
     // through its own mapping of the memfd: pinned, mapped for the device.
     drivers::CudaDriver& drv = Cuda(cuda_);
-    MC_RETURN_IF_ERROR(drivers::CuStatus(
-        drv,
-        drv.memHostRegister(
-            control_, control_bytes_,
-            drivers::kCuMemHostRegisterPortable | drivers::kCuMemHostRegisterDeviceMap),
-        "cuMemHostRegister (RDMA control memory)"));
-    drivers::CuDevicePtr dev = 0;
-    absl::Status s = drivers::CuStatus(drv, drv.memHostGetDevicePointer(&dev, control_, 0),
-                                       "cuMemHostGetDevicePointer (RDMA control memory)");
-    if (!s.ok()) {
-      (void)drv.memHostUnregister(control_);
-      return s;
+    s = drivers::CuStatus(drv,
+                          drv.memHostRegister(host, control_bytes_,
+                                              drivers::kCuMemHostRegisterPortable |
+                                                  drivers::kCuMemHostRegisterDeviceMap),
+                          "cuMemHostRegister (RDMA control memory)");
+    if (s.ok()) {
+      s = drivers::CuStatus(drv, drv.memHostGetDevicePointer(&dev, host, 0),
+                            "cuMemHostGetDevicePointer (RDMA control memory)");
+      if (!s.ok()) (void)drv.memHostUnregister(host);
     }
-    control_dev_ = dev;
   }
-  MC_ASSIGN_OR_RETURN(control_keys_,
-                      client_->registerMemory(control_fd_, reinterpret_cast<uintptr_t>(control_),
-                                              control_bytes_, 0, /*remote_write=*/false,
-                                              /*remote_atomic=*/false));
+  absl::StatusOr<RdmaKeys> keys;
+  if (s.ok()) {
+    keys = client_->registerMemory(fd.get(), reinterpret_cast<uintptr_t>(host), control_bytes_, 0,
+                                   /*remote_write=*/false, /*remote_atomic=*/false);
+    if (!keys.ok()) {
+      s = keys.status();
+      if (cuda_) (void)Cuda(cuda_).memHostUnregister(host);
+    }
+  }
+  if (!s.ok()) {
+    ::munmap(host, control_bytes_);
+    return s;
+  }
+  control_keys_ = *keys;
+  std::lock_guard<std::mutex> lock(loss_mu_);
+  control_fd_ = fd.release();
+  control_ = host;
+  control_dev_ = dev;
   return absl::OkStatus();
 }
 
@@ -460,13 +468,13 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
   absl::StatusOr<std::vector<uint32_t>> created = create();
   // GPU rings refused on the first QPs (the daemon, the NIC or CREATE_QP):
   // host rings instead, when the caller let us choose.
-  const bool none_yet = std::all_of(qpns_.begin(), qpns_.end(), [](uint32_t q) { return q == 0; });
   if (!created.ok() && gpu_control_ != nullptr &&
-      FallsBackToHostRings(options_.ring_memory, !none_yet, created.status().code())) {
+      FallsBackToHostRings(options_.ring_memory, any_queue_pair_, created.status().code())) {
     MC_RETURN_IF_ERROR(FallBackToHostRings(created.status()));
     created = create();
   }
   if (!created.ok()) return created.status();
+  any_queue_pair_ = true;
   const std::vector<uint32_t> qpns = *std::move(created);
   if (qpns.size() != layouts.size()) {
     return absl::InternalError("CreateQueuePairs answered a different number of QPs");

@@ -1,10 +1,54 @@
 #include "gpu_rings.h"
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/status.h"
 #include "rdma_control_layout.h"
 
 namespace mooncake {
+namespace {
+
+// Waits for the memory's stream with a bound: a stream that does not drain
+// in time means the device is stuck, and the caller must not hang with it.
+absl::Status WaitForStream(drivers::CudaDriver& cuda, const GpuControlMemory& m, const char* what) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kGpuRingAccessTimeoutMs);
+  for (;;) {
+    const drivers::CuResult r = cuda.streamQuery(m.stream);
+    if (r == drivers::kCudaSuccess) return absl::OkStatus();
+    if (r != drivers::kCudaErrorNotReady) return drivers::CuStatus(cuda, r, what);
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": not done after ", kGpuRingAccessTimeoutMs, " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Makes the memory's context current on this thread for one scope, and puts
+// the thread's own back after.
+class InContext {
+ public:
+  InContext(drivers::CudaDriver& cuda, drivers::CuContext ctx) : cuda_(cuda) {
+    if (cuda_.ctxGetCurrent(&previous_) != drivers::kCudaSuccess) previous_ = nullptr;
+    switched_ =
+        ctx != nullptr && ctx != previous_ && cuda_.ctxSetCurrent(ctx) == drivers::kCudaSuccess;
+  }
+  ~InContext() {
+    if (switched_) (void)cuda_.ctxSetCurrent(previous_);
+  }
+  InContext(const InContext&) = delete;
+  InContext& operator=(const InContext&) = delete;
+
+ private:
+  drivers::CudaDriver& cuda_;
+  drivers::CuContext previous_ = nullptr;
+  bool switched_ = false;
+};
+
+}  // namespace
 
 absl::StatusOr<GpuControlMemory> AllocateGpuControlMemory(drivers::CudaDriver& cuda,
                                                           drivers::CuDevice device,
@@ -58,7 +102,16 @@ absl::StatusOr<GpuControlMemory> AllocateGpuControlMemory(drivers::CudaDriver& c
       }
     }
   }
+  if (s.ok()) {
+    s = drivers::CuStatus(cuda, cuda.streamCreate(&m.stream, drivers::kCuStreamNonBlocking),
+                          "cuStreamCreate (non-blocking, for the RDMA rings)");
+  }
+  if (s.ok()) {
+    s = drivers::CuStatus(cuda, cuda.ctxGetCurrent(&m.context), "cuCtxGetCurrent");
+  }
   if (!s.ok()) {
+    if (m.stream != nullptr) (void)cuda.streamDestroy(m.stream);
+    m.dmabuf = UniqueFd();
     if (mapped) (void)cuda.memUnmap(m.base, m.bytes);
     (void)cuda.memAddressFree(m.base, m.bytes);
     (void)cuda.memRelease(m.handle);
@@ -75,6 +128,7 @@ bool FallsBackToHostRings(DaemonRdmaOptions::RingMemory option, bool any_queue_p
 
 void FreeGpuControlMemory(drivers::CudaDriver& cuda, GpuControlMemory& memory) {
   if (memory.base == 0) return;
+  if (memory.stream != nullptr) (void)cuda.streamDestroy(memory.stream);
   memory.dmabuf = UniqueFd();
   (void)cuda.memUnmap(memory.base, memory.bytes);
   (void)cuda.memAddressFree(memory.base, memory.bytes);
@@ -95,11 +149,13 @@ absl::Status ClearGpuQueueRings(drivers::CudaDriver& cuda, const GpuControlMemor
   } parts[] = {{at.sq, uint64_t{depth} * device::mlx5::kSendWqeBb, 0},
                {at.cq, uint64_t{depth} * device::mlx5::kCqeBytes, 0xff},
                {at.misc, kRdmaMiscBytes, 0}};
+  InContext in(cuda, memory.context);
   for (const auto& p : parts) {
-    MC_RETURN_IF_ERROR(drivers::CuStatus(cuda, cuda.memsetD8(memory.base + p.at, p.value, p.bytes),
-                                         "clearing RDMA rings"));
+    MC_RETURN_IF_ERROR(drivers::CuStatus(
+        cuda, cuda.memsetD8Async(memory.base + p.at, p.value, p.bytes, memory.stream),
+        "clearing RDMA rings"));
   }
-  return absl::OkStatus();
+  return WaitForStream(cuda, memory, "clearing RDMA rings");
 }
 
 absl::Status FailGpuQueuePairRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
@@ -109,18 +165,26 @@ absl::Status FailGpuQueuePairRings(drivers::CudaDriver& cuda, const GpuControlMe
     return absl::OutOfRangeError(absl::StrCat("QP slot ", slot, " lies outside the ", memory.bytes,
                                               " bytes of GPU control memory"));
   }
+  InContext in(cuda, memory.context);
   uint32_t records[4] = {};  // SQ record, then CQ record (adjacent: kCqDbrecAt == 8)
   static_assert(kCqDbrecAt == kSqDbrecAt + 8);
-  MC_RETURN_IF_ERROR(drivers::CuStatus(
-      cuda, cuda.memcpyDtoH(records, memory.base + at.misc + kSqDbrecAt, sizeof(records)),
-      "reading the doorbell records of a failed QP"));
+  MC_RETURN_IF_ERROR(
+      drivers::CuStatus(cuda,
+                        cuda.memcpyDtoHAsync(records, memory.base + at.misc + kSqDbrecAt,
+                                             sizeof(records), memory.stream),
+                        "reading the doorbell records of a failed QP"));
+  MC_RETURN_IF_ERROR(WaitForStream(cuda, memory, "reading the doorbell records of a failed QP"));
   const FlushCqe c = BuildFlushCqe(records, records + 2, depth, slot, qpn);
-  // Two copies, in order (each is complete when it returns): a poller that
-  // sees the new owner bit finds the body already there.
-  MC_RETURN_IF_ERROR(drivers::CuStatus(cuda, cuda.memcpyHtoD(memory.base + c.offset, c.bytes, 60),
-                                       "writing the flush CQE of a failed QP"));
-  return drivers::CuStatus(cuda, cuda.memcpyHtoD(memory.base + c.offset + 60, c.bytes + 60, 4),
-                           "writing the flush CQE of a failed QP");
+  // Two copies in stream order: a poller that sees the new owner bit finds
+  // the body already there. `c` is pageable: each copy has staged it
+  // when the call returns.
+  MC_RETURN_IF_ERROR(drivers::CuStatus(
+      cuda, cuda.memcpyHtoDAsync(memory.base + c.offset, c.bytes, 60, memory.stream),
+      "writing the flush CQE of a failed QP"));
+  MC_RETURN_IF_ERROR(drivers::CuStatus(
+      cuda, cuda.memcpyHtoDAsync(memory.base + c.offset + 60, c.bytes + 60, 4, memory.stream),
+      "writing the flush CQE of a failed QP"));
+  return WaitForStream(cuda, memory, "writing the flush CQE of a failed QP");
 }
 
 }  // namespace mooncake

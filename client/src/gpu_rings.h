@@ -29,10 +29,20 @@ struct GpuControlMemory {
   size_t bytes = 0;               // mapped: the request rounded up to the granularity
   drivers::CuMemHandle handle = 0;
   UniqueFd dmabuf;  // of [base, base + bytes)
+  // A non-blocking stream for the host's own accesses (clearing rings,
+  // failing them): they never queue behind the application's kernels, which
+  // may be spinning on these very rings in a blocking stream.
+  drivers::CuStream stream = nullptr;
+  drivers::CuContext context = nullptr;  // the context it was made in (current then)
 };
 
+// How long the host's accesses to the rings may take before they count as
+// stuck (DeadlineExceeded): they are a few bytes on an otherwise idle stream.
+inline constexpr int kGpuRingAccessTimeoutMs = 2000;
+
 // At least `bytes` of memory on `device` (the context current on this
-// thread), accessible read-write from it, exported as a dmabuf. The
+// thread), accessible read-write from it, exported as a dmabuf, with its
+// non-blocking stream. The
 // allocation asks for GPUDirect RDMA (the NIC must reach it); errors name
 // the step and, where the driver cannot export a dmabuf, say so (the caller
 // keeps the rings in host memory). Nothing is left on an error.
@@ -43,7 +53,8 @@ absl::StatusOr<GpuControlMemory> AllocateGpuControlMemory(drivers::CudaDriver& c
 void FreeGpuControlMemory(drivers::CudaDriver& cuda, GpuControlMemory& memory);
 
 // The rings of QP slot `slot` start clean: no WQEs, every CQE invalid
-// (0xff) and owned by the NIC, the doorbell block zero.
+// (0xff) and owned by the NIC, the doorbell block zero; done when this
+// returns (on the memory's stream, bounded by kGpuRingAccessTimeoutMs).
 absl::Status ClearGpuQueueRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
                                 uint32_t depth, uint64_t slot);
 
@@ -57,8 +68,9 @@ bool FallsBackToHostRings(DaemonRdmaOptions::RingMemory option, bool any_queue_p
 
 // FailQueuePairRings (rdma_control_layout.h) for rings in GPU memory: reads
 // the QP's doorbell records and writes the flush CQE through the driver,
-// its body before its last 4 bytes (the poller reads those first), in the
-// context current on this thread.
+// its body before its last 4 bytes (the poller reads those first), on the
+// memory's own stream, in its context (the caller's thread keeps its own
+// current context).
 absl::Status FailGpuQueuePairRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
                                    uint32_t depth, uint64_t slot, uint32_t qpn);
 

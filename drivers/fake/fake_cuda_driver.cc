@@ -47,6 +47,9 @@ constexpr std::string_view kMethods[] = {"init",
                                          "memcpyHtoD",
                                          "memcpyDtoH",
                                          "memsetD8",
+                                         "streamCreate",
+                                         "streamDestroy",
+                                         "streamQuery",
                                          "memcpy",
                                          "memcpyDtoD",
                                          "memHostRegister",
@@ -138,6 +141,7 @@ FakeCudaDriver::~FakeCudaDriver() {
   // Unmapping a reservation also removes the mappings inside it; the
   // allocations close their fds as the maps go.
   for (const auto& [base, reservation] : reservations_) ::munmap(AsPtr(base), reservation.size);
+  for (CuStream s : streams_) delete reinterpret_cast<char*>(s);
 }
 
 // --- Configuration -------------------------------------------------------------
@@ -853,6 +857,66 @@ CuResult FakeCudaDriver::memGetDmabufFd(int* fd, CuDevicePtr ptr, size_t bytes) 
   if (dup < 0) return kCudaErrorOperatingSystem;
   *fd = dup;
   return kCudaSuccess;
+}
+
+// --- Streams: tokens; work queued on one is done when the call returns ----------------------
+
+CuResult FakeCudaDriver::streamCreate(CuStream* stream, unsigned flags) {
+  MC_FAKE_ENTER("streamCreate");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (stream == nullptr || (flags & ~kCuStreamNonBlocking) != 0) return kCudaErrorInvalidValue;
+  if (t_current_context == nullptr) return kCudaErrorInvalidContext;
+  // A unique address never dereferenced.
+  auto* token = reinterpret_cast<CuStream>(new char);
+  streams_.insert(token);
+  *stream = token;
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::streamDestroy(CuStream stream) {
+  MC_FAKE_ENTER("streamDestroy");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (streams_.erase(stream) != 1) return kCudaErrorInvalidHandle;
+  delete reinterpret_cast<char*>(stream);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::streamQuery(CuStream stream) {
+  MC_FAKE_ENTER("streamQuery");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  return stream == nullptr || streams_.count(stream) ? kCudaSuccess : kCudaErrorInvalidHandle;
+}
+
+int FakeCudaDriver::liveStreams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(streams_.size());
+}
+
+CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
+                                         CuStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+  }
+  return memcpyHtoD(dst, src, bytes);
+}
+
+CuResult FakeCudaDriver::memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes,
+                                         CuStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+  }
+  return memcpyDtoH(dst, src, bytes);
+}
+
+CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
+                                       CuStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+  }
+  return memsetD8(dst, value, count);
 }
 
 // --- Legacy IPC, modules, launches: no device code on the host ----------------------------

@@ -37,7 +37,8 @@
 // (memcpy, memcpyDtoD, memcpyHtoD, memcpyDtoH) and memsetD8 accept any
 // "device" range the fake made: a memAlloc allocation, a reserved range, a
 // registered host range; overlapping copies behave as memmove. Nothing is
-// asynchronous: a copy is done when it returns. Contexts: each GPU has one
+// asynchronous: a copy is done when it returns, also one queued on a stream
+// (streams are tokens; streamQuery answers done). Contexts: each GPU has one
 // primary context (retain/release counted); the current context is per
 // thread, as with the driver, and shared by every fake in the process.
 // Legacy IPC, modules and kernel launches answer CUDA_ERROR_NOT_SUPPORTED:
@@ -63,6 +64,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -191,6 +193,16 @@ class FakeCudaDriver : public CudaDriver {
   CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) override;
   CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) override;
   CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override;
+  CuResult streamCreate(CuStream* stream, unsigned flags) override;
+  CuResult streamDestroy(CuStream stream) override;
+  CuResult streamQuery(CuStream stream) override;
+  CuResult memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
+                           CuStream stream) override;
+  CuResult memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes, CuStream stream) override;
+  CuResult memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
+                         CuStream stream) override;
+  // Streams created and not yet destroyed (tests check nothing leaks).
+  int liveStreams() const;
   CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
   CuResult memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
   CuResult memHostRegister(void* p, size_t bytes, unsigned flags) override;
@@ -251,6 +263,7 @@ class FakeCudaDriver : public CudaDriver {
   size_t granularity_ = size_t{2} << 20;
   bool imex_channel_ = false;
   bool dmabuf_export_ = false;
+  std::set<CuStream> streams_;
   bool modules_loadable_ = false;
   std::map<std::string, std::vector<CuResult>, std::less<>> fail_next_;  // front = next
   std::map<std::string, CuResult, std::less<>> results_;

@@ -110,6 +110,29 @@ class RealCudaDriver final : public CudaDriver {
   CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override {
     return fn_.memsetD8(dst, value, count);
   }
+  CuResult streamCreate(CuStream* stream, unsigned flags) override {
+    return fn_.streamCreate == nullptr ? kCudaErrorNotSupported : fn_.streamCreate(stream, flags);
+  }
+  CuResult streamDestroy(CuStream stream) override {
+    return fn_.streamDestroy == nullptr ? kCudaErrorNotSupported : fn_.streamDestroy(stream);
+  }
+  CuResult streamQuery(CuStream stream) override {
+    return fn_.streamQuery == nullptr ? kCudaErrorNotSupported : fn_.streamQuery(stream);
+  }
+  CuResult memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
+                           CuStream stream) override {
+    return fn_.memcpyHtoDAsync == nullptr ? kCudaErrorNotSupported
+                                          : fn_.memcpyHtoDAsync(dst, src, bytes, stream);
+  }
+  CuResult memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes, CuStream stream) override {
+    return fn_.memcpyDtoHAsync == nullptr ? kCudaErrorNotSupported
+                                          : fn_.memcpyDtoHAsync(dst, src, bytes, stream);
+  }
+  CuResult memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
+                         CuStream stream) override {
+    return fn_.memsetD8Async == nullptr ? kCudaErrorNotSupported
+                                        : fn_.memsetD8Async(dst, value, count, stream);
+  }
   CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override {
     return fn_.memcpy(dst, src, bytes);
   }
@@ -262,6 +285,8 @@ constexpr KnownResult kKnownResults[] = {
      "OS call failed or operation not supported on this OS"},
     {kCudaErrorInvalidHandle, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {kCudaErrorNotFound, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {kCudaErrorNotReady, "CUDA_ERROR_NOT_READY",
+     "device not ready (asynchronous work still running)"},
     {kCudaErrorIllegalAddress, "CUDA_ERROR_ILLEGAL_ADDRESS",
      "an illegal memory access was encountered"},
     {kCudaErrorHostMemoryAlreadyRegistered, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",

@@ -106,6 +106,19 @@
     (::mooncake::drivers::CuDevicePtr, ::mooncake::drivers::CuDevicePtr, size_t))                  \
   X(memcpyDtoD, "cuMemcpyDtoD", cuMemcpyDtoD, "cuMemcpyDtoD_v2", nullptr, true,                    \
     (::mooncake::drivers::CuDevicePtr, ::mooncake::drivers::CuDevicePtr, size_t))                  \
+  /* Optional: only rings in GPU memory use them (client/src/gpu_rings.h). */                      \
+  X(streamCreate, "cuStreamCreate", cuStreamCreate, "cuStreamCreate", nullptr, false,              \
+    (::mooncake::drivers::CuStream*, unsigned int))                                                \
+  X(streamDestroy, "cuStreamDestroy", cuStreamDestroy, "cuStreamDestroy_v2", nullptr, false,       \
+    (::mooncake::drivers::CuStream))                                                               \
+  X(streamQuery, "cuStreamQuery", cuStreamQuery, "cuStreamQuery", nullptr, false,                  \
+    (::mooncake::drivers::CuStream))                                                               \
+  X(memcpyHtoDAsync, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", nullptr,      \
+    false, (::mooncake::drivers::CuDevicePtr, const void*, size_t, ::mooncake::drivers::CuStream)) \
+  X(memcpyDtoHAsync, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", nullptr,      \
+    false, (void*, ::mooncake::drivers::CuDevicePtr, size_t, ::mooncake::drivers::CuStream))       \
+  X(memsetD8Async, "cuMemsetD8Async", cuMemsetD8Async, "cuMemsetD8Async", nullptr, false,          \
+    (::mooncake::drivers::CuDevicePtr, unsigned char, size_t, ::mooncake::drivers::CuStream))      \
   /* The first cuMemHostRegister has the same signature as _v2 (CUDA 6.5). */                      \
   X(memHostRegister, "cuMemHostRegister", cuMemHostRegister, "cuMemHostRegister_v2",               \
     "cuMemHostRegister", true, (void*, size_t, unsigned int))                                      \

@@ -58,10 +58,17 @@ TEST_F(GpuRingsTest, TheAllocationIsExportedAsADmabufOfTheSameMemory) {
   ASSERT_NE(nic, MAP_FAILED);
   EXPECT_EQ(static_cast<uint8_t*>(nic)[4096], 0x5a);
   ::munmap(nic, m->bytes);
+  // Its own non-blocking stream, made in the current context.
+  EXPECT_NE(m->stream, nullptr);
+  EXPECT_EQ(cu_.liveStreams(), 1);
+  drivers::CuContext current = nullptr;
+  ASSERT_EQ(cu_.ctxGetCurrent(&current), drivers::kCudaSuccess);
+  EXPECT_EQ(m->context, current);
   FreeGpuControlMemory(cu_, *m);
   EXPECT_EQ(m->base, 0u);
   EXPECT_FALSE(m->dmabuf.valid());
   EXPECT_EQ(cu_.calls("memRelease"), 1);
+  EXPECT_EQ(cu_.liveStreams(), 0);
   FreeGpuControlMemory(cu_, *m);  // idempotent
   EXPECT_EQ(cu_.calls("memRelease"), 1);
 }
@@ -82,6 +89,14 @@ TEST_F(GpuRingsTest, ADriverWithoutDmabufExportIsAPreconditionAndLeavesNothing) 
   EXPECT_TRUE(absl::StrContains(m.status().message(), "cuMemCreate (RDMA rings in GPU memory"))
       << m.status();
   EXPECT_EQ(cu_.calls("memRelease"), 1);
+  // A driver without streams: the export is closed and the memory freed.
+  cu_.setDmabufExport(true);
+  cu_.failNext("streamCreate", drivers::kCudaErrorNotSupported);
+  m = AllocateGpuControlMemory(cu_, FakeCudaDriver::kHandleBase, 4096);
+  ASSERT_FALSE(m.ok());
+  EXPECT_TRUE(absl::StrContains(m.status().message(), "cuStreamCreate")) << m.status();
+  EXPECT_EQ(cu_.calls("memRelease"), 2);
+  EXPECT_EQ(cu_.liveStreams(), 0);
 }
 
 TEST_F(GpuRingsTest, RingsStartCleanAndOnlyTheirSlotIsTouched) {
@@ -123,7 +138,14 @@ TEST_F(GpuRingsTest, TheFlushCqeIsTheHostFormsWrittenThroughTheDriver) {
       std::memcpy(base + at.misc + kSqDbrecAt + 4, &sq, 4);
       std::memcpy(base + at.misc + kCqDbrecAt, &cq, 4);
     }
+    // From a thread with no current context (the client's session thread):
+    // done in the memory's context, and the thread is left as it was.
+    ASSERT_EQ(cu_.ctxSetCurrent(nullptr), drivers::kCudaSuccess);
     ASSERT_TRUE(FailGpuQueuePairRings(cu_, *m, kDepth, c.slot, c.qpn).ok());
+    drivers::CuContext after = m->context;  // not null: the call must overwrite it
+    ASSERT_EQ(cu_.ctxGetCurrent(&after), drivers::kCudaSuccess);
+    EXPECT_EQ(after, nullptr);
+    ASSERT_EQ(cu_.ctxSetCurrent(m->context), drivers::kCudaSuccess);
     FailQueuePairRings(host.data(), kDepth, c.slot, c.qpn);
     EXPECT_EQ(std::memcmp(At(*m, at.cq), host.data() + at.cq, kDepth * mlx5::kCqeBytes), 0)
         << "slot " << c.slot;

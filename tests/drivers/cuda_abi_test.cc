@@ -61,6 +61,7 @@ static_assert(sizeof(CuIpcMemHandle) == CU_IPC_HANDLE_SIZE);
   X(kCudaErrorOperatingSystem, CUDA_ERROR_OPERATING_SYSTEM)                           \
   X(kCudaErrorInvalidHandle, CUDA_ERROR_INVALID_HANDLE)                               \
   X(kCudaErrorNotFound, CUDA_ERROR_NOT_FOUND)                                         \
+  X(kCudaErrorNotReady, CUDA_ERROR_NOT_READY)                                         \
   X(kCudaErrorIllegalAddress, CUDA_ERROR_ILLEGAL_ADDRESS)                             \
   X(kCudaErrorHostMemoryAlreadyRegistered, CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED) \
   X(kCudaErrorHostMemoryNotRegistered, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED)         \
@@ -110,6 +111,7 @@ MC_SAME(kCuIpcMemLazyEnablePeerAccess, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
 MC_SAME(kCuMemHostRegisterPortable, CU_MEMHOSTREGISTER_PORTABLE);
 MC_SAME(kCuMemHostRegisterDeviceMap, CU_MEMHOSTREGISTER_DEVICEMAP);
 MC_SAME(kCuMemHostRegisterIoMemory, CU_MEMHOSTREGISTER_IOMEMORY);
+MC_SAME(kCuStreamNonBlocking, CU_STREAM_NON_BLOCKING);
 MC_SAME(internal::kGetProcAddressDefault, CU_GET_PROC_ADDRESS_DEFAULT);
 MC_SAME(internal::kGetProcAddressSuccess, CU_GET_PROC_ADDRESS_SUCCESS);
 static_assert(internal::kRequestedCudaAbi <= CUDA_VERSION);

@@ -209,11 +209,13 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   std::vector<uint32_t> rkeys_;
   // CUDA only: the driver, the control memory as the GPU addresses it, and
   // device copies of the tables (0 when not allocated).
-  std::shared_ptr<void> cuda_;    // drivers::CudaDriver, kept opaque here
-  void* cuda_context_ = nullptr;  // current at Create: the loss handler's thread sets it
+  std::shared_ptr<void> cuda_;  // drivers::CudaDriver, kept opaque here
   uint64_t control_dev_ = 0;
   // Rings in GPU memory (then control_ is null and control_fd_ -1).
   std::unique_ptr<GpuControlMemory> gpu_control_;
+  // A queue pair was created on the control memory since it was allocated
+  // (from then on it is not swapped for the host form).
+  bool any_queue_pair_ = false;
   uint64_t qps_dev_ = 0, raddrs_dev_ = 0, rkeys_dev_ = 0;
   // "gpu-uar": the UAR page as mapped here and its register as the GPU
   // addresses it (0: the daemon rings).

@@ -104,6 +104,7 @@ inline constexpr CuResult kCudaErrorPeerAccessUnsupported = 217;
 inline constexpr CuResult kCudaErrorOperatingSystem = 304;
 inline constexpr CuResult kCudaErrorInvalidHandle = 400;
 inline constexpr CuResult kCudaErrorNotFound = 500;
+inline constexpr CuResult kCudaErrorNotReady = 600;
 inline constexpr CuResult kCudaErrorIllegalAddress = 700;
 inline constexpr CuResult kCudaErrorHostMemoryAlreadyRegistered = 712;
 inline constexpr CuResult kCudaErrorHostMemoryNotRegistered = 713;
@@ -154,6 +155,9 @@ inline constexpr unsigned kCuIpcMemLazyEnablePeerAccess = 1;
 inline constexpr unsigned kCuMemHostRegisterPortable = 0x01;
 inline constexpr unsigned kCuMemHostRegisterDeviceMap = 0x02;
 inline constexpr unsigned kCuMemHostRegisterIoMemory = 0x04;
+// CU_STREAM_NON_BLOCKING (streamCreate): no implicit synchronization with
+// the legacy default stream, so work on it never waits for kernels there.
+inline constexpr unsigned kCuStreamNonBlocking = 0x1;
 
 // CUmemLocation: where memory lives (`type` kCuMemLocationTypeDevice, `id`
 // the device ordinal).
@@ -246,6 +250,17 @@ class CudaDriver {
   virtual CuResult memcpyHtoD(CuDevicePtr dst, const void* src, size_t bytes) = 0;
   virtual CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) = 0;
   virtual CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) = 0;
+  // Streams and asynchronous copies (optional entry points: a driver that
+  // lacks one answers kCudaErrorNotSupported). streamQuery: kCudaSuccess
+  // once all work is done, kCudaErrorNotReady before.
+  virtual CuResult streamCreate(CuStream* stream, unsigned flags) = 0;
+  virtual CuResult streamDestroy(CuStream stream) = 0;
+  virtual CuResult streamQuery(CuStream stream) = 0;
+  virtual CuResult memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
+                                   CuStream stream) = 0;
+  virtual CuResult memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes, CuStream stream) = 0;
+  virtual CuResult memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
+                                 CuStream stream) = 0;
   // Copies between any two device-visible addresses (unified addressing:
   // the driver infers each side's memory type from the pointer), and device
   // to device. Device-to-device copies return before the copy is done; a

@@ -75,6 +75,8 @@ class Communicator:
         device: Optional[int] = None,
         gpu_uuid: str = "",
         cuda_handle: str = "auto",
+        rdma_nics: Sequence[str] = (),
+        rdma_ring_memory: str = "auto",
     ) -> "Communicator":
         """Joins `group` as `rank` of `world_size` with a `buffer_bytes` buffer (same on every rank).
 
@@ -92,6 +94,12 @@ class Communicator:
         cuda_handle (cuda): "auto", "vmm" (cuMem POSIX fd), "ipc" (legacy IPC)
         or "fabric" (cuMem fabric handle, MNNVL: needs an IMEX channel; "auto"
         tries it first and falls back to "vmm" with a logged reason).
+        rdma_nics: the NICs this rank's RDMA queue pairs may go on ("mlx5_0",
+        "softnic0"); empty: any the daemon serves, the closest to the GPU.
+        rdma_ring_memory: where the queue pairs' rings live (cuda): "auto"
+        (GPU memory when kernels ring the NIC themselves, else host memory,
+        falling back to host memory when refused), "host", or "gpu" (an
+        error saying why when refused). See `rdma_ring_memory` after create.
 
         Raises InvalidArgumentError for bad arguments, UnavailableError when
         no daemon answers, DeadlineExceededError when the other ranks do not
@@ -122,6 +130,8 @@ class Communicator:
             gpu_uuid=gpu_uuid,
             cuda_handle=cuda_handle,
             cuda_device=cuda_device,
+            rdma_nics=list(rdma_nics),
+            rdma_ring_memory=rdma_ring_memory,
         )
         return cls(native)
 
@@ -133,6 +143,11 @@ class Communicator:
     @property
     def world_size(self) -> int:
         return self._native.world_size
+
+    @property
+    def rdma_ring_memory(self) -> Optional[str]:
+        """Where the RDMA queue pairs' rings are ("host" or "gpu"); None without RDMA peers."""
+        return self._native.rdma_ring_memory
 
     @property
     def platform(self) -> str:

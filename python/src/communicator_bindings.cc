@@ -314,7 +314,8 @@ std::unique_ptr<PyCommunicator> Create(const std::string& group, int64_t rank, i
                                        const std::vector<int64_t>& rdma_peers, int64_t qps_per_peer,
                                        bool wait_all_ready, const std::string& client_name,
                                        const std::string& gpu_uuid, const std::string& cuda_handle,
-                                       int cuda_device) {
+                                       int cuda_device, const std::vector<std::string>& rdma_nics,
+                                       const std::string& rdma_ring_memory) {
   CommunicatorOptions o;
   o.socket_path = socket.value_or("");
   if (group.empty()) ThrowError(absl::StatusCode::kInvalidArgument, "group name is empty");
@@ -330,6 +331,15 @@ std::unique_ptr<PyCommunicator> Create(const std::string& group, int64_t rank, i
   o.route = ValueOrThrow(ParseRoute(route));
   for (int64_t p : rdma_peers) o.rdma_peers.push_back(CheckedU32("rdma_peers entry", p));
   o.qps_per_peer = CheckedU32("qps_per_peer", qps_per_peer);
+  o.rdma_nics = rdma_nics;
+  if (rdma_ring_memory == "gpu") {
+    o.rdma_ring_memory = DaemonRdmaOptions::RingMemory::kGpu;
+  } else if (rdma_ring_memory == "host") {
+    o.rdma_ring_memory = DaemonRdmaOptions::RingMemory::kHost;
+  } else if (rdma_ring_memory != "auto") {
+    ThrowError(absl::StatusCode::kInvalidArgument,
+               "unknown rdma_ring_memory '" + rdma_ring_memory + "': expected auto, host or gpu");
+  }
   if (timeout > 0) o.timeout = absl::Microseconds(static_cast<int64_t>(timeout * 1e6));
   o.wait_all_ready = wait_all_ready;
   o.client_name = client_name;
@@ -368,13 +378,14 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
 
   py::class_<PyCommunicator>(m, "Communicator",
                              "A ready communicator (low level; use mooncake_client.Communicator).")
-      .def_static("create", &Create, py::kw_only(), py::arg("group"), py::arg("rank"),
-                  py::arg("world_size"), py::arg("buffer_bytes"), py::arg("platform") = "host",
-                  py::arg("route") = "auto", py::arg("socket") = py::none(),
-                  py::arg("timeout") = 30.0, py::arg("rdma_peers") = std::vector<int64_t>{},
-                  py::arg("qps_per_peer") = 1, py::arg("wait_all_ready") = true,
-                  py::arg("client_name") = "", py::arg("gpu_uuid") = "",
-                  py::arg("cuda_handle") = "auto", py::arg("cuda_device") = -1)
+      .def_static(
+          "create", &Create, py::kw_only(), py::arg("group"), py::arg("rank"),
+          py::arg("world_size"), py::arg("buffer_bytes"), py::arg("platform") = "host",
+          py::arg("route") = "auto", py::arg("socket") = py::none(), py::arg("timeout") = 30.0,
+          py::arg("rdma_peers") = std::vector<int64_t>{}, py::arg("qps_per_peer") = 1,
+          py::arg("wait_all_ready") = true, py::arg("client_name") = "", py::arg("gpu_uuid") = "",
+          py::arg("cuda_handle") = "auto", py::arg("cuda_device") = -1,
+          py::arg("rdma_nics") = std::vector<std::string>{}, py::arg("rdma_ring_memory") = "auto")
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def_property_readonly("rank", [](const PyCommunicator& p) { return p.get().rank(); })
       .def_property_readonly("world_size",
@@ -383,6 +394,12 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
       .def_property_readonly("epoch", [](const PyCommunicator& p) { return p.get().epoch(); })
       .def_property_readonly("handle_kind",
                              [](const PyCommunicator& p) { return p.get().handleKind(); })
+      .def_property_readonly("rdma_ring_memory",
+                             [](const PyCommunicator& p) -> std::optional<std::string> {
+                               DaemonRdmaTransport* r = p.get().rdmaTransport();
+                               if (r == nullptr) return std::nullopt;
+                               return std::string(r->ringMemory());
+                             })
       .def_property_readonly(
           "setup_time",
           [](const PyCommunicator& p) { return absl::ToDoubleSeconds(p.get().setupTime()); })

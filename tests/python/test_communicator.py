@@ -34,6 +34,40 @@ def create(test: t.DaemonTestCase, group: str, rank: int = 1, world_size: int = 
     return comm
 
 
+class RdmaOptionsTest(t.DaemonTestCase):
+    """The RDMA options reach the daemon, or are refused before anything is asked of it."""
+
+    def test_ring_memory_and_nics_are_checked(self):
+        with self.assertRaises(mc.InvalidArgumentError) as e:
+            mc.Communicator.create(
+                group="py-rings-bad", rank=0, world_size=2, buffer_bytes=t.BUFFER_BYTES,
+                socket=self.daemon.socket, timeout=5, rdma_ring_memory="vram",
+            )
+        self.assertIn("expected auto, host or gpu", str(e.exception))
+        # GPU rings on the host platform: a setup error naming why.
+        with self.assertRaises(mc.MooncakeError) as e:
+            mc.Communicator.create(
+                group="py-rings-gpu", rank=0, world_size=2, buffer_bytes=t.BUFFER_BYTES,
+                socket=self.daemon.socket, timeout=5, route="rdma", rdma_ring_memory="gpu",
+            )
+        self.assertIn("ring_memory kGpu needs the CUDA platform", str(e.exception))
+        # A NIC the daemon does not serve: named, with what it serves.
+        with self.assertRaises(mc.MooncakeError) as e:
+            mc.Communicator.create(
+                group="py-nic", rank=0, world_size=2, buffer_bytes=t.BUFFER_BYTES,
+                socket=self.daemon.socket, timeout=5, route="rdma", rdma_nics=["mlx5_7"],
+            )
+        self.assertIn('NIC "mlx5_7" is not served by mooncaked here', str(e.exception))
+
+    def test_a_group_without_rdma_peers_has_no_rings(self):
+        comm = mc.Communicator.create(
+            group="py-no-rdma", rank=0, world_size=1, buffer_bytes=t.BUFFER_BYTES,
+            socket=self.daemon.socket, timeout=20, route="rdma", rdma_ring_memory="host",
+        )
+        self.addCleanup(comm.close)
+        self.assertIsNone(comm.rdma_ring_memory)
+
+
 class TwoRankTest(t.DaemonTestCase):
     def test_put_signal_into_peer_buffer_zero_copy(self):
         w = self.worker("--group", self.group(), "writer")

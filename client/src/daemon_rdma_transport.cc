@@ -283,8 +283,9 @@ int DaemonRdmaTransport::allocateControlBuffer() {
   if (num_ranks_ == 0)
     return Fail(absl::FailedPreconditionError("allocateControlBuffer before initialize"));
   if (control_ != nullptr || gpu_control_ != nullptr) return 0;
-  absl::Status s = AllocateControl(WantGpuRings());
-  if (!s.ok() && WantGpuRings() &&
+  const bool gpu = WantGpuRings();
+  absl::Status s = AllocateControl(gpu);
+  if (!s.ok() && gpu &&
       FallsBackToHostRings(options_.ring_memory, /*any_queue_pair=*/false, s.code())) {
     s = FallBackToHostRings(s);
   }
@@ -407,11 +408,7 @@ absl::Status DaemonRdmaTransport::FallBackToHostRings(const absl::Status& why) {
 absl::Status DaemonRdmaTransport::ClearRings(size_t slot) {
   const uint32_t depth = options_.sq_depth;
   if (gpu_control_ != nullptr) return ClearGpuQueueRings(Cuda(cuda_), *gpu_control_, depth, slot);
-  // Rings start clean: no WQEs, every CQE invalid (0xff) and owned by HW.
-  const QpControlLayout at = QpControlAt(depth, slot);
-  std::memset(control_ + at.sq, 0, uint64_t{depth} * device::mlx5::kSendWqeBb);
-  std::memset(control_ + at.cq, 0xff, uint64_t{depth} * device::mlx5::kCqeBytes);
-  std::memset(control_ + at.misc, 0, kRdmaMiscBytes);
+  for (const RingFill& f : CleanRings(depth, slot)) std::memset(control_ + f.at, f.value, f.bytes);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,13 @@ absl::Status WaitForStream(drivers::CudaDriver& cuda, const GpuControlMemory& m,
   }
 }
 
+// OutOfRange when QP slot `slot` (whose rings are at `at`) is not inside `m`.
+absl::Status CheckSlot(const GpuControlMemory& m, const QpControlLayout& at, uint64_t slot) {
+  if (at.misc + kRdmaMiscBytes <= m.bytes) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat("QP slot ", slot, " lies outside the ", m.bytes,
+                                            " bytes of GPU control memory"));
+}
+
 // Makes the memory's context current on this thread for one scope, and puts
 // the thread's own back after.
 class InContext {
@@ -139,20 +146,11 @@ void FreeGpuControlMemory(drivers::CudaDriver& cuda, GpuControlMemory& memory) {
 absl::Status ClearGpuQueueRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
                                 uint32_t depth, uint64_t slot) {
   const QpControlLayout at = QpControlAt(depth, slot);
-  if (at.misc + kRdmaMiscBytes > memory.bytes) {
-    return absl::OutOfRangeError(absl::StrCat("QP slot ", slot, " lies outside the ", memory.bytes,
-                                              " bytes of GPU control memory"));
-  }
-  const struct {
-    uint64_t at, bytes;
-    unsigned char value;
-  } parts[] = {{at.sq, uint64_t{depth} * device::mlx5::kSendWqeBb, 0},
-               {at.cq, uint64_t{depth} * device::mlx5::kCqeBytes, 0xff},
-               {at.misc, kRdmaMiscBytes, 0}};
+  MC_RETURN_IF_ERROR(CheckSlot(memory, at, slot));
   InContext in(cuda, memory.context);
-  for (const auto& p : parts) {
+  for (const RingFill& f : CleanRings(depth, slot)) {
     MC_RETURN_IF_ERROR(drivers::CuStatus(
-        cuda, cuda.memsetD8Async(memory.base + p.at, p.value, p.bytes, memory.stream),
+        cuda, cuda.memsetD8Async(memory.base + f.at, f.value, f.bytes, memory.stream),
         "clearing RDMA rings"));
   }
   return WaitForStream(cuda, memory, "clearing RDMA rings");
@@ -161,10 +159,7 @@ absl::Status ClearGpuQueueRings(drivers::CudaDriver& cuda, const GpuControlMemor
 absl::Status FailGpuQueuePairRings(drivers::CudaDriver& cuda, const GpuControlMemory& memory,
                                    uint32_t depth, uint64_t slot, uint32_t qpn) {
   const QpControlLayout at = QpControlAt(depth, slot);
-  if (at.misc + kRdmaMiscBytes > memory.bytes) {
-    return absl::OutOfRangeError(absl::StrCat("QP slot ", slot, " lies outside the ", memory.bytes,
-                                              " bytes of GPU control memory"));
-  }
+  MC_RETURN_IF_ERROR(CheckSlot(memory, at, slot));
   InContext in(cuda, memory.context);
   uint32_t records[4] = {};  // SQ record, then CQ record (adjacent: kCqDbrecAt == 8)
   static_assert(kCqDbrecAt == kSqDbrecAt + 8);

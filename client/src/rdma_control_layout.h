@@ -9,6 +9,7 @@
 // per ring and one page per QP for the doorbell block.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,6 +47,21 @@ inline QpControlLayout QpControlAt(uint32_t depth, uint64_t slot) {
   l.cq = l.sq + RdmaRingBytes(depth);
   l.misc = l.cq + RdmaRingBytes(depth);
   return l;
+}
+
+// What a QP's rings hold before its first WQE: no WQEs (zero), every CQE
+// invalid (0xff: owned by the NIC), the doorbell block zero. Three byte
+// ranges of the control memory, each filled with one value.
+struct RingFill {
+  uint64_t at = 0;
+  uint64_t bytes = 0;
+  uint8_t value = 0;
+};
+inline std::array<RingFill, 3> CleanRings(uint32_t depth, uint64_t slot) {
+  const QpControlLayout at = QpControlAt(depth, slot);
+  return {RingFill{at.sq, uint64_t{depth} * device::mlx5::kSendWqeBb, 0},
+          RingFill{at.cq, uint64_t{depth} * device::mlx5::kCqeBytes, 0xff},
+          RingFill{at.misc, kRdmaMiscBytes, 0}};
 }
 
 // The completion that fails a QP whose provider is gone (below): its

@@ -91,6 +91,14 @@ void ExpectAllPass(std::vector<Child>& ranks, int timeout_ms) {
   }
 }
 
+// Every rank ends in a setup error (exit 2) whose output says `why`.
+void ExpectAllSetupErrors(std::vector<Child>& ranks, const std::string& why) {
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(30000), 2) << r.output();
+    EXPECT_NE(r.output().find(why), std::string::npos) << r.output();
+  }
+}
+
 TEST(RdmaRoute, TwoRanksPairThroughSoftnic) {
   TempDir dir;
   DaemonProcess daemon(dir.path());
@@ -140,13 +148,8 @@ TEST(RdmaRoute, ARankChoosesItsNicByName) {
   ExpectAllPass(ranks, 60000);
   auto wrong = StartRanks(daemon.socket(), "nic-wrong", 2,
                           {{"--route", "rdma", "--nic", "mlx5_7", "--timeout-ms", "5000"}});
-  for (auto& r : wrong) {
-    EXPECT_EQ(r.Wait(30000), 2) << r.output();
-    EXPECT_NE(r.output().find("NIC \"mlx5_7\" is not served by mooncaked here (it serves "
-                              "softnic0)"),
-              std::string::npos)
-        << r.output();
-  }
+  ExpectAllSetupErrors(wrong,
+                       "NIC \"mlx5_7\" is not served by mooncaked here (it serves softnic0)");
 }
 
 // Where the rings are: host ranks say "host"; asking host ranks for GPU
@@ -165,11 +168,7 @@ TEST(RdmaRoute, RanksNameWhereTheirRingsAreAndHostRanksRefuseGpuRings) {
   }
   auto gpu = StartRanks(daemon.socket(), "rings-gpu", 2,
                         {{"--route", "rdma", "--rings", "gpu", "--timeout-ms", "5000"}});
-  for (auto& r : gpu) {
-    EXPECT_EQ(r.Wait(30000), 2) << r.output();
-    EXPECT_NE(r.output().find("ring_memory kGpu needs the CUDA platform"), std::string::npos)
-        << r.output();
-  }
+  ExpectAllSetupErrors(gpu, "ring_memory kGpu needs the CUDA platform");
 }
 
 TEST(RdmaRoute, OneSidedRdmaChoiceIsAClearSetupError) {

@@ -22,10 +22,11 @@
 //         and mapped for the GPU (cuMemHostRegister), so softnic reads the
 //         WQEs the GPU writes; or, when kernels ring the NIC themselves
 //         ("gpu-uar"), GPU memory the NIC reaches through its dmabuf
-//         (DaemonRdmaOptions::ring_memory, docs/rdma.md); the QP contexts (whose posting counters
-//         the GPU updates with atomics) and the raddr/rkey tables are device memory; the data
-//         buffer is registered from its cuMem VMM fd (registerMemoryFd with kind "cuda-vmm-fd").
-//         Works in the CUDA context current at Create.
+//         (DaemonRdmaOptions::ring_memory, docs/rdma.md). The QP contexts
+//         (whose posting counters the GPU updates with atomics) and the
+//         raddr/rkey tables are device memory; the data buffer is
+//         registered from its cuMem VMM fd (registerMemoryFd with kind
+//         "cuda-vmm-fd"). Works in the CUDA context current at Create.
 // When the daemon goes away (Client::addDaemonLossHandler: before the
 // client's kDaemonShutdown / kDisconnected event is queued) the QPs' objects
 // go with it, and the transport makes that visible and final: every live QP

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -181,6 +182,34 @@ class UnusedRemoteLink final : public softnic::RemoteLink {
   }
 };
 
+// The cluster as RdmaResources sees it (rdma/remote_connections.h): one
+// other node, "node-b", whose daemon takes every offer; the secrets offered
+// are kept by QPN so that requests can carry the right one (or not).
+class FuzzRemoteConnections final : public daemon::RemoteConnections {
+ public:
+  absl::Status CheckNode(const std::string& node) override {
+    if (node == "node-b") return absl::OkStatus();
+    return absl::NotFoundError("not a live node of the cluster");
+  }
+  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t) override {
+    FUZZ_CHECK(node == "node-b", "an offer to '", EscapeForDisplay(node, 64), "'");
+    std::string secret = daemon::RandomBytes(softnic::Engine::kSecretBytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    secrets_[qpn] = secret;
+    return secret;
+  }
+  // What QP `qpn` of this node expects on batches from its peer ("" none).
+  std::string SecretOf(uint32_t qpn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = secrets_.find(qpn);
+    return it == secrets_.end() ? std::string() : it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint32_t, std::string> secrets_;
+};
+
 inline daemon::NodeIdentity MakeNode() {
   daemon::NodeIdentity n;
   n.instance_id = "fuzz-instance";
@@ -204,12 +233,16 @@ struct DaemonCore {
   daemon::RdmaService rdma_service{/*connections=*/nullptr, &sessions, &fds, &rdma};
   daemon::SessionLifecycle lifecycle{&sessions, &fds, &rdma, &broker};
   const daemon::NodeIdentity node = MakeNode();
-  daemon::PeerService peer_service{&node};
+  // No certificate reaches a handler here: requester names are taken as
+  // sent (peer_insecure), which leaves the connection secret as the check.
+  daemon::PeerService peer_service{&node, daemon::peering::PeerMode::kInsecure};
+  std::shared_ptr<FuzzRemoteConnections> remote = std::make_shared<FuzzRemoteConnections>();
   int next_conn = 1000;
   std::vector<std::shared_ptr<JoinOutcome>> joins;  // this input's
 
   DaemonCore() {
     engine->SetRemoteLink(std::make_shared<UnusedRemoteLink>());
+    rdma.set_remote_connections(remote);
     peer_service.set_softnic(engine);
   }
 

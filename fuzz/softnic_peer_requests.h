@@ -10,16 +10,19 @@
 //   session B's qb is connected to QP kPeerQpnB of kPeerNode (B has no
 //     region another node may touch).
 // Names: a responder_qpn of 1..4 means qa0, qa1, qa2, qb; an rkey of 1..4
-// A's, A2's, B's region and A2's remotely accessible one. Other values, and
-// requester_node / requester_qpn, go as sent.
+// A's, A2's, B's region and A2's remotely accessible one. An empty
+// connection_secret means the one offered for the first operation's
+// responder QP (FuzzRemoteConnections). Other values, and requester_node /
+// requester_qpn, go as sent.
 //
 // Invariants: InvalidArgument exactly for a batch outside the documented
 // bounds (at most 256 operations, a requester node of 1..64 bytes, a WRITE
 // of 1 byte .. 1 MiB, atomics without data, a known kind), with no result;
 // otherwise OK with one result per operation in order, up to and including
 // the first that fails. Each result is what a NIC would report: unless the
-// responder QP is connected to exactly (requester_node, requester_qpn),
-// TRANSPORT_RETRY_EXC_ERR, with not_ready exactly when that QP is in RESET;
+// responder QP is connected to exactly (requester_node, requester_qpn) and
+// the batch carries the secret offered for that QP, TRANSPORT_RETRY_EXC_ERR,
+// with not_ready exactly when that QP is in RESET;
 // else REMOTE_INVAL_REQ for a misaligned atomic, REMOTE_ACCESS_ERR outside
 // a region of the responder's session with the access, and success
 // otherwise: a write lands exactly there, an atomic returns the value before
@@ -109,6 +112,9 @@ inline void HandleSoftnicExecute(DaemonCore& core, const RdmaCaller& r, PeerCall
     op.set_responder_qpn(Named(op.responder_qpn(), r.qpns));
     op.set_rkey(Named(op.rkey(), c.rkeys));
   }
+  if (req.connection_secret().empty() && req.ops_size() > 0) {
+    req.set_connection_secret(core.remote->SecretOf(req.ops(0).responder_qpn()));
+  }
   const RdmaSnapshot before = Snapshot(core);
   grpc::ServerContext ctx;
   v1::SoftnicResults resp;
@@ -128,9 +134,11 @@ inline void HandleSoftnicExecute(DaemonCore& core, const RdmaCaller& r, PeerCall
                " operations, none failed");
     const v1::SoftnicResult& got = resp.results(i);
     // The responder QP connected back to exactly this requester.
+    const std::string secret = core.remote->SecretOf(op.responder_qpn());
     const bool peer = req.requester_node() == kPeerNode &&
                       ((op.responder_qpn() == qa2 && req.requester_qpn() == kPeerQpnA2) ||
-                       (op.responder_qpn() == qb && req.requester_qpn() == kPeerQpnB));
+                       (op.responder_qpn() == qb && req.requester_qpn() == kPeerQpnB)) &&
+                      !secret.empty() && req.connection_secret() == secret;
     const bool atomic = op.kind() != v1::SoftnicOp::WRITE;
     const uint64_t len =
         atomic ? (op.kind() == v1::SoftnicOp::FETCH_ADD_64 ? 8 : 4) : op.data().size();

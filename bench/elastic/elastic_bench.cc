@@ -44,6 +44,7 @@
 #include "daemon_process.h"
 #include "etcd_test_server.h"
 #include "example_argv.h"
+#include "test_certs.h"
 
 namespace {
 
@@ -79,23 +80,32 @@ struct Args {
 // The daemons: one, or a cluster of named nodes on a private etcd.
 class Nodes {
  public:
-  Nodes(const std::string& dir, int count, int lease_ttl_s) : dir_(dir), clustered_(count > 1) {
+  Nodes(const std::string& dir, int count, int lease_ttl_s)
+      : dir_(dir), clustered_(count > 1), lease_ttl_s_(lease_ttl_s) {
     if (!clustered_) return;
     if (absl::Status s = etcd_.Start(); !s.ok()) {
       std::cerr << "etcd: " << s << "\n";
       std::exit(1);
     }
-    std::ofstream(dir_ + "/cluster.conf")
-        << "etcd_lease_ttl_s = " << lease_ttl_s << "\netcd_prefix = /elastic-bench\n";
   }
   // A node (a daemon); `id` names it in the cluster.
   std::unique_ptr<DaemonProcess> Start(const std::string& id) {
     const std::string sub = dir_ + "/" + id;
     ::mkdir(sub.c_str(), 0700);
     if (!clustered_) return std::make_unique<DaemonProcess>(sub);
+    // Nodes talk mTLS, as deploy/make-cluster-certs.sh sets a cluster up.
+    const absl::StatusOr<mooncake::testing::TestCertificates> certs =
+        mooncake::testing::MakeNodeCertificate(dir_ + "/tls", id);
+    if (!certs.ok()) {
+      std::cerr << "certificates: " << certs.status() << "\n";
+      std::exit(1);
+    }
+    std::ofstream(sub + "/node.conf")
+        << "etcd_lease_ttl_s = " << lease_ttl_s_ << "\netcd_prefix = /elastic-bench\n"
+        << mooncake::testing::PeerTlsConfig(*certs);
     return std::make_unique<DaemonProcess>(
         sub, std::vector<std::string>{
-                 "--config", dir_ + "/cluster.conf", "--node-id", id, "--peer-listen",
+                 "--config", sub + "/node.conf", "--node-id", id, "--peer-listen",
                  absl::StrCat("127.0.0.1:", mooncake::daemon::etcd::testing::PickFreePort()),
                  "--etcd", etcd_.client_url()});
   }
@@ -103,6 +113,7 @@ class Nodes {
  private:
   const std::string dir_;
   const bool clustered_;
+  const int lease_ttl_s_;
   mooncake::daemon::etcd::testing::EtcdTestServer etcd_;
 };
 

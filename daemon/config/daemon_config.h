@@ -45,7 +45,7 @@ struct DaemonConfig {
   std::string peer_advertise;
   // mTLS on the peer port (peering/peer_tls.h): all three PEM files, or none.
   std::string peer_tls_ca_file, peer_tls_cert_file, peer_tls_key_file;
-  bool peer_insecure = false;  // plaintext even with the files (explicit)
+  bool peer_insecure = false;  // plaintext serving every peer method (explicit; peering/peer_tls.h)
   // Cluster membership (etcd v3): client URLs, comma-separated in the file
   // and in --etcd; empty = this node alone, as before.
   std::string etcd_endpoints;

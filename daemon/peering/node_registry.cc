@@ -287,6 +287,13 @@ std::vector<v1::NodeRecord> NodeRegistry::Nodes() const {
   return out;
 }
 
+std::optional<v1::NodeRecord> NodeRegistry::Node(const std::string& node_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return std::nullopt;
+  return it->second;
+}
+
 std::string NodeRegistry::state() const {
   absl::MutexLock lock(&mu_);
   return state_;

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,8 @@ class NodeRegistry {
 
   // Live nodes as the watch sees them, sorted by node id.
   std::vector<v1::NodeRecord> Nodes() const;
+  // One live node's record, as the watch sees it (nullopt: not live).
+  std::optional<v1::NodeRecord> Node(const std::string& node_id) const;
   // "registered", or what is wrong and what it is doing about it.
   std::string state() const;
   const v1::NodeRecord& self() const { return self_; }

@@ -16,7 +16,9 @@ namespace {
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* key) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(key, " = ", path, ": cannot be read"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " = ", path,
+                     ": cannot be read (deploy/make-cluster-certs.sh makes the cluster's files)"));
   }
   std::stringstream s;
   s << in.rdbuf();
@@ -59,13 +61,18 @@ absl::StatusOr<PeerSecurity> DescribePeerSecurity(const PeerTlsFiles& f) {
     }
   }
   if (AnyFile(f) && !f.insecure) {
-    return PeerSecurity{true, absl::StrCat("mTLS (peers need a certificate of ", f.ca_file, ")")};
+    return PeerSecurity{
+        true, PeerMode::kMutualTls,
+        absl::StrCat("mTLS (peers need a certificate of ", f.ca_file, " naming their node id)")};
   }
-  if (AnyFile(f)) {
-    return PeerSecurity{false, "plaintext (peer_insecure = true: the TLS files are not used)"};
+  if (f.insecure) {
+    return PeerSecurity{false, PeerMode::kInsecure,
+                        "plaintext, INSECURE (peer_insecure = true: any host that reaches the port "
+                        "can read and write memory of this node's RDMA regions)"};
   }
-  return PeerSecurity{
-      false, "plaintext (no peer_tls_* files: any host that reaches the port can call it)"};
+  return PeerSecurity{false, PeerMode::kTlsRequired,
+                      "plaintext, PeerHello only (no peer_tls_* files: TLS required for queue "
+                      "pairs to other nodes)"};
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(

@@ -1,12 +1,23 @@
-// Transport security of the Peer service between daemons (issue 9 item 6).
+// Transport security of the Peer service between daemons (issue 9 item 6,
+// issue 23 item 1). Three modes:
 //
-// With peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file set, the
-// peer port speaks TLS only and requires every caller to present a
-// certificate signed by that CA (mutual TLS); plaintext callers fail the
-// handshake. The daemon dials other nodes with the same certificate. Set
-// peer_insecure = true to serve plaintext anyway (an explicit choice, logged).
-// Without the files the port serves plaintext and the daemon says so once
-// at start, in mcctl status, and in its NodeRecord (peer_insecure).
+//   kMutualTls   peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file
+//                set: the port speaks TLS only and requires every caller to
+//                present a certificate signed by that CA; plaintext callers
+//                fail the handshake. A caller is the node its certificate
+//                names (peer_identity.h). The daemon dials other nodes with
+//                the same certificate and accepts only a server whose
+//                certificate names the node it meant to reach.
+//   kInsecure    peer_insecure = true (with or without the files): plaintext,
+//                every method served, requester names taken on trust. For
+//                isolated test networks only; logged loudly at start.
+//   kTlsRequired neither: the port serves plaintext but answers only
+//                PeerHello (version and "TLS required"). Cluster membership
+//                works; queue pairs to other nodes are refused, naming the
+//                keys to set.
+//
+// The mode shows in mcctl status and in the NodeRecord (peer_insecure for
+// both plaintext modes).
 #pragma once
 
 #include <grpcpp/security/credentials.h>
@@ -26,8 +37,16 @@ struct PeerTlsFiles {
   bool insecure = false;  // peer_insecure: plaintext even with the files
 };
 
+enum class PeerMode { kMutualTls, kInsecure, kTlsRequired };
+
+// What to tell a user who wants cross-node traffic without TLS.
+inline constexpr char kTlsKeysHint[] =
+    "set peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file in mooncaked.conf "
+    "(deploy/make-cluster-certs.sh makes them), or peer_insecure = true on an isolated network";
+
 struct PeerSecurity {
   bool tls = false;
+  PeerMode mode = PeerMode::kTlsRequired;
   std::string description;  // for mcctl status: "mTLS (CA ...)" or "plaintext (...)"
 };
 

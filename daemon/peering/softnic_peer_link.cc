@@ -12,14 +12,9 @@ using softnic::RemoteBatch;
 using softnic::ResponderOp;
 using softnic::ResponderResult;
 
-SoftnicPeerLink::SoftnicPeerLink(std::string self_node,
-                                 std::function<std::string(const std::string&)> address_of,
-                                 std::shared_ptr<grpc::ChannelCredentials> credentials,
+SoftnicPeerLink::SoftnicPeerLink(std::string self_node, TrustedPeers* peers,
                                  absl::Duration call_timeout)
-    : self_node_(std::move(self_node)),
-      address_of_(std::move(address_of)),
-      credentials_(std::move(credentials)),
-      call_timeout_(call_timeout) {}
+    : self_node_(std::move(self_node)), trusted_(peers), call_timeout_(call_timeout) {}
 
 SoftnicPeerLink::~SoftnicPeerLink() { Stop(); }
 
@@ -82,17 +77,11 @@ void SoftnicPeerLink::Serve(const std::string& node, Peer* peer) {
 
 absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(Peer* peer,
                                                                       const RemoteBatch& batch) {
-  const std::string address = address_of_(batch.node);
-  if (address.empty()) {
-    return absl::UnavailableError(
-        absl::StrCat("node ", batch.node, " is not in the cluster view (or has no peer address)"));
-  }
-  if (!peer->stub || peer->address != address) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(kMaxMessageBytes);
-    args.SetMaxSendMessageSize(kMaxMessageBytes);
-    peer->stub = v1::Peer::NewStub(grpc::CreateCustomChannel(address, credentials_, args));
-    peer->address = address;
+  (void)peer;
+  absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = trusted_->Get(batch.node);
+  if (!stub.ok()) {
+    MC_LOG(kWarning, "softnic: no batch to node ", batch.node, ": ", stub.status().message());
+    return absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", stub.status().message()));
   }
   std::vector<ResponderResult> out;
   out.reserve(batch.ops.size());
@@ -106,6 +95,7 @@ absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(Peer* peer
     v1::SoftnicBatch request;
     request.set_requester_node(self_node_);
     request.set_requester_qpn(batch.requester_qpn);
+    request.set_connection_secret(batch.secret);
     size_t bytes = 0;
     while (next < batch.ops.size() && request.ops_size() < kMaxOpsPerCall &&
            (request.ops_size() == 0 || bytes + batch.ops[next].data.size() <= kMaxBytesPerCall)) {
@@ -126,9 +116,9 @@ absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(Peer* peer
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
     v1::SoftnicResults response;
-    grpc::Status s = peer->stub->SoftnicExecute(&ctx, request, &response);
+    grpc::Status s = (*stub)->SoftnicExecute(&ctx, request, &response);
     if (!s.ok()) {
-      MC_LOG(kWarning, "softnic: node ", batch.node, " at ", address, " did not execute ", sent,
+      MC_LOG(kWarning, "softnic: node ", batch.node, " did not execute ", sent,
              " operation(s): ", s.error_message());
       if (out.empty()) {
         return absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", s.error_message()));

@@ -2,14 +2,17 @@
 // A batch for node N goes to N's daemon as Peer.SoftnicExecute calls (at
 // most kMaxOpsPerCall operations and kMaxBytesPerCall payload bytes each),
 // in order, from one thread per destination node, so batches for one node
-// execute there in the order they were sent. The node's peer address comes
-// from the cluster view (NodeRegistry) at the time of sending; a node that
-// is not in the view, or does not answer within the call deadline, fails
-// the batch (the requester's CQE reads TRANSPORT_RETRY_EXC_ERR).
+// execute there in the order they were sent. Batches go only to a node
+// TrustedPeers verified (its certificate names it, its instance id is the
+// one in its record), each carrying its connection's secret; a node that
+// is not verified, or does not answer within the call deadline, fails the
+// batch (the requester's CQE reads TRANSPORT_RETRY_EXC_ERR). Destinations
+// are nodes a queue pair was connected to, which RdmaResources allowed
+// only after TrustedPeers verified them: their count is bounded by the
+// cluster's.
 //
-// Channels use the peer credentials (mTLS when configured). Stop (and the
-// destructor) fails every queued batch with Unavailable and joins the
-// threads. Thread-safe.
+// Stop (and the destructor) fails every queued batch with Unavailable and
+// joins the threads. Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -25,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mooncake/v1/peer.grpc.pb.h"
+#include "peering/trusted_peers.h"
 #include "softnic/remote_link.h"
 
 namespace mooncake::daemon::peering {
@@ -36,9 +40,8 @@ class SoftnicPeerLink final : public softnic::RemoteLink {
   // What the peer server accepts in one call (kMaxBytesPerCall plus room).
   static constexpr int kMaxMessageBytes = 6 << 20;
 
-  // `address_of`: a node id's peer address now ("" when not known).
-  SoftnicPeerLink(std::string self_node, std::function<std::string(const std::string&)> address_of,
-                  std::shared_ptr<grpc::ChannelCredentials> credentials,
+  // `peers` must outlive the link.
+  SoftnicPeerLink(std::string self_node, TrustedPeers* peers,
                   absl::Duration call_timeout = absl::Seconds(5));
   ~SoftnicPeerLink() override;
   void Stop();
@@ -53,16 +56,13 @@ class SoftnicPeerLink final : public softnic::RemoteLink {
   struct Peer {
     std::deque<Job> queue;
     std::thread thread;
-    std::string address;  // of `stub`
-    std::unique_ptr<v1::Peer::Stub> stub;
   };
   void Serve(const std::string& node, Peer* peer);
   absl::StatusOr<std::vector<softnic::ResponderResult>> Execute(Peer* peer,
                                                                 const softnic::RemoteBatch& batch);
 
   const std::string self_node_;
-  const std::function<std::string(const std::string&)> address_of_;
-  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  TrustedPeers* const trusted_;
   const absl::Duration call_timeout_;
 
   absl::Mutex mu_;

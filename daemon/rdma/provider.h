@@ -198,9 +198,11 @@ class RdmaProvider {
   // Connects QP `qpn` of `session` to QP `remote_qpn` on node `node` of the
   // cluster (a group spanning nodes) and moves it to RTS. The other node
   // decides whether its QP answers (it must be connected back to this one).
+  // `secret`: what the peer's batches must carry (RdmaResources already
+  // offered it to that node over the authenticated peer channel).
   virtual absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
-                                     uint32_t remote_qpn) {
-    (void)session, (void)qpn, (void)remote_qpn;
+                                     uint32_t remote_qpn, std::string secret) {
+    (void)session, (void)qpn, (void)remote_qpn, (void)secret;
     return absl::UnimplementedError(absl::StrCat(
         "the ", name(), " provider cannot connect queue pairs to another node (", node,
         ") yet: a NIC needs the peer's LID/GID path, which the group does not carry; use "

@@ -309,6 +309,7 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
   absl::MutexLock serial(gate.get());
   std::vector<uint64_t> remote_sessions;
   remote_sessions.reserve(pairs.size());
+  absl::flat_hash_set<std::string> remote_nodes;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpen(session); !s.ok()) return s;
@@ -339,7 +340,8 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
       }
       if (!c.remote_node.empty()) {
         // Another node's QP: that node decides whether it answers (its QP
-        // must be connected back to this one, by a member of the same group).
+        // must be connected back to this one, with the secret offered).
+        remote_nodes.insert(c.remote_node);
         remote_sessions.push_back(0);
         continue;
       }
@@ -353,14 +355,33 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
       remote_sessions.push_back(remote->second.owner.session);
     }
   }
+  // Other nodes are checked without mu_ (it may take a PeerHello), still
+  // before anything is connected.
+  for (const std::string& node : remote_nodes) {
+    if (remote_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("queue pairs to node ", node,
+                       ": this daemon is not part of a cluster (etcd_endpoints and peer_listen in "
+                       "mooncaked.conf)"));
+    }
+    if (absl::Status s = remote_->CheckNode(node); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("queue pairs to node ", node, ": ", s.message()));
+    }
+  }
   // The provider pins each responder to the session checked here (a QP of
   // another session destroyed meanwhile is not found, and its number, if
   // reused, names no QP of that session).
   for (size_t i = 0; i < pairs.size(); ++i) {
     const QpConnection& c = pairs[i];
-    absl::Status s = c.remote_node.empty()
-                         ? provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn)
-                         : provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn);
+    absl::Status s;
+    if (c.remote_node.empty()) {
+      s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
+    } else {
+      absl::StatusOr<std::string> secret = remote_->Offer(c.remote_node, c.qpn, c.remote_qpn);
+      s = secret.ok() ? provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
+                                                 *std::move(secret))
+                      : secret.status();
+    }
     if (!s.ok()) {
       return HalfConnected(session, pairs, i, s);
     }

@@ -35,6 +35,7 @@
 #include "rdma/nic_choice.h"
 #include "rdma/provider.h"
 #include "rdma/rdma_budget.h"
+#include "rdma/remote_connections.h"
 #include "session/session_registry.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
@@ -137,7 +138,8 @@ class RdmaResources {
                                   const std::vector<QpLayout>& layouts) const;
   // Every pair is checked first, and nothing is connected when one fails
   // a check (the QP is the session's, in RESET, not failed before, named
-  // once; the remote QP is of the same uid). Then the pairs are connected
+  // once; the remote QP is of the same uid; a remote node is one that
+  // RemoteConnections::CheckNode accepts). Then the pairs are connected
   // in request order. When the provider refuses pair i (a NIC can: port
   // down, firmware refusal), the call stops there and nothing is undone
   // (a QP in RTS goes back only by being destroyed, which would change its
@@ -147,7 +149,10 @@ class RdmaResources {
   // it must be destroyed; connecting it again is FailedPrecondition). The
   // error keeps the provider's code and names all of this, by request
   // index and QPN. A client recovers by connecting the rest again, or by
-  // DestroyQueuePairs on everything and creating them anew.
+  // DestroyQueuePairs on everything and creating them anew. A pair to
+  // another node first offers its connection secret to that node
+  // (RemoteConnections::Offer); a refused offer stops the call like a
+  // provider's refusal, with that QP still in RESET.
   absl::Status Connect(const SessionInfo& session, const std::vector<QpConnection>& pairs);
   // All or nothing: NotFound unless every QP is the session's,
   // InvalidArgument when one is named twice.
@@ -175,6 +180,11 @@ class RdmaResources {
   // Discovery's view of this node (GPU-NIC affinity), set once before the
   // daemon serves.
   void set_topology(v1::Topology topology) { topology_ = std::move(topology); }
+  // How queue pairs reach other nodes (null: they are refused). Set once
+  // before the daemon serves.
+  void set_remote_connections(std::shared_ptr<RemoteConnections> remote) {
+    remote_ = std::move(remote);
+  }
 
   // Everything the session owned.
   void SessionEnded(uint64_t session);
@@ -225,7 +235,8 @@ class RdmaResources {
   // Before provider_: regions (destroyed with the provider) hold buffers of it.
   const std::shared_ptr<softnic::CudaMemory> cuda_;
   const std::unique_ptr<RdmaProvider> provider_;
-  v1::Topology topology_;  // set before serving, read-only then
+  v1::Topology topology_;                      // set before serving, read-only then
+  std::shared_ptr<RemoteConnections> remote_;  // likewise
 
   mutable absl::Mutex mu_;
   struct QpEntry {

@@ -26,7 +26,10 @@
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/version.h"
+#include "peering/connection_offers.h"
+#include "peering/peer_identity.h"
 #include "peering/peer_tls.h"
+#include "peering/trusted_peers.h"
 #include "rdma/mlx5/mlx5_provider.h"
 #include "rdma/provider_selection.h"
 #include "rdma/softnic_provider.h"
@@ -294,7 +297,15 @@ absl::Status Daemon::JoinCluster() {
   self.set_rdma_provider(rdma_ ? rdma_->provider() : "off");
   self.set_started_unix_ms(static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())));
   absl::StatusOr<peering::PeerSecurity> security = peering::DescribePeerSecurity(PeerTls());
-  self.set_peer_insecure(!security.ok() || !security->tls);
+  if (!security.ok()) return security.status();
+  self.set_peer_insecure(!security->tls);
+  if (!advertise.empty()) {
+    // Other daemons refuse a record whose address is not host:port; say so here.
+    if (absl::Status s = peering::ValidatePeerAddress(advertise); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer_advertise (or peer_listen): ", s.message()));
+    }
+  }
   peering::NodeRegistryOptions ro;
   ro.prefix = config_.etcd_prefix;
   ro.lease_ttl = absl::Seconds(config_.etcd_lease_ttl_s);
@@ -320,19 +331,20 @@ absl::Status Daemon::JoinCluster() {
   if (!directory.ok()) return directory.status();
   group_directory_ = *std::move(directory);
   broker_->set_directory(group_directory_.get());
+  // Other nodes are reached only once they prove who they are.
+  peering::TrustedPeersOptions po;
+  po.mode = security->mode;
+  MC_ASSIGN_OR_RETURN(po.credentials, peering::PeerChannelCredentials(PeerTls()));
+  po.self_node = node_.node_id;
+  po.max_message_bytes = peering::SoftnicPeerLink::kMaxMessageBytes;
+  trusted_peers_ = std::make_shared<peering::TrustedPeers>(
+      std::move(po),
+      [registry = nodes_.get()](const std::string& node) { return registry->Node(node); });
+  if (rdma_)
+    rdma_->set_remote_connections(std::make_shared<peering::ConnectionOffers>(trusted_peers_));
   if (softnic_engine_ != nullptr) {
     // QPs connected to other nodes' softnic reach them over the peer port.
-    MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                        peering::PeerChannelCredentials(PeerTls()));
-    softnic_link_ = std::make_shared<peering::SoftnicPeerLink>(
-        node_.node_id,
-        [registry = nodes_.get()](const std::string& node) {
-          for (const v1::NodeRecord& n : registry->Nodes()) {
-            if (n.node_id() == node) return n.peer_address();
-          }
-          return std::string();
-        },
-        std::move(credentials));
+    softnic_link_ = std::make_shared<peering::SoftnicPeerLink>(node_.node_id, trusted_peers_.get());
     softnic_engine_->SetRemoteLink(softnic_link_);
   }
   return absl::OkStatus();
@@ -361,7 +373,7 @@ absl::Status Daemon::StartPeerServer() {
   MC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                       peering::PeerServerCredentials(tls));
   peer_security_ = security.description;
-  peer_service_ = std::make_unique<PeerService>(&node_);
+  peer_service_ = std::make_unique<PeerService>(&node_, security.mode);
   peer_service_->set_softnic(softnic_engine_);
   grpc::ServerBuilder pb;
   pb.SetMaxReceiveMessageSize(peering::SoftnicPeerLink::kMaxMessageBytes);
@@ -379,11 +391,19 @@ absl::Status Daemon::StartPeerServer() {
     return absl::UnavailableError(absl::StrCat("cannot listen for peers on ", config_.peer_listen,
                                                ": address in use or invalid (peer_listen)"));
   }
-  if (security.tls) {
-    MC_LOG(kInfo, "peer API on ", config_.peer_listen, ": ", security.description);
-  } else {
-    MC_LOG(kWarning, "peer API on ", config_.peer_listen, ": ", security.description,
-           "; set peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file for mTLS");
+  switch (security.mode) {
+    case peering::PeerMode::kMutualTls:
+      MC_LOG(kInfo, "peer API on ", config_.peer_listen, ": ", security.description);
+      break;
+    case peering::PeerMode::kInsecure:
+      MC_LOG(kWarning, "!!! peer API on ", config_.peer_listen, ": ", security.description,
+             ". Use this only on an isolated test network; for anything else ",
+             peering::kTlsKeysHint, " and remove peer_insecure !!!");
+      break;
+    case peering::PeerMode::kTlsRequired:
+      MC_LOG(kWarning, "peer API on ", config_.peer_listen, ": ", security.description, "; ",
+             peering::kTlsKeysHint);
+      break;
   }
   return absl::OkStatus();
 }

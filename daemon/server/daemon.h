@@ -88,6 +88,9 @@ class Daemon {
   std::unique_ptr<FdBroker> fds_;
   std::unique_ptr<RdmaResources> rdma_;        // null when rdma_provider = off
   softnic::Engine* softnic_engine_ = nullptr;  // rdma_'s, when its provider is softnic
+  // The other nodes, each verified before it is sent anything (a cluster
+  // member with a peer port); shared with rdma_'s RemoteConnections.
+  std::shared_ptr<peering::TrustedPeers> trusted_peers_;
   // softnic's way to QPs on other nodes (a cluster member); destroyed before rdma_.
   std::shared_ptr<peering::SoftnicPeerLink> softnic_link_;
   std::unique_ptr<GroupBroker> broker_;

@@ -2,29 +2,76 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/escape.h"
+#include "mooncake/common/grpc_status.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
+#include "peering/peer_identity.h"
 
 namespace mooncake::daemon {
 
+void PeerService::LogRefusal(Refusal kind, const grpc::ServerContext& ctx, const char* method,
+                             absl::string_view why) {
+  (kind == Refusal::kIdentity ? identity_refusals_ : connection_refusals_)
+      .Log(LogLevel::kWarning, absl::StrCat("peer: refused ", method, " from ",
+                                            EscapeForDisplay(ctx.peer(), 128), ": ", why));
+}
+
+absl::StatusOr<std::string> PeerService::Caller(const grpc::ServerContext& ctx, const char* method,
+                                                const std::string& claimed) {
+  absl::StatusOr<std::string> node = peering::AuthenticatePeer(mode_, ctx, claimed);
+  if (!node.ok()) LogRefusal(Refusal::kIdentity, ctx, method, node.status().message());
+  return node;
+}
+
 grpc::Status PeerService::PeerHello(grpc::ServerContext* ctx, const v1::PeerHelloRequest* req,
                                     v1::PeerHelloResponse* resp) {
-  if (req->protocol_version() != kProtocolVersion) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("peer ", req->node_id(), " speaks protocol ",
-                                     req->protocol_version(), ", this daemon ", kProtocolVersion));
-  }
-  MC_LOG(kDebug, "peer hello from node ", EscapeForDisplay(req->node_id(), 256), " at ",
-         ctx->peer());
   resp->set_protocol_version(kProtocolVersion);
+  if (mode_ == peering::PeerMode::kTlsRequired) {
+    // The one answer a plaintext port gives: enough for an operator (or a
+    // daemon) to see why nothing else is served, nothing about this node.
+    resp->set_refusal(absl::StrCat("TLS required: ", peering::kTlsKeysHint));
+    return grpc::Status::OK;
+  }
+  if (req->protocol_version() != kProtocolVersion) {
+    return grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        absl::StrCat("peer ", EscapeForDisplay(req->node_id(), 64), " speaks protocol ",
+                     req->protocol_version(), ", this daemon ", kProtocolVersion));
+  }
+  absl::StatusOr<std::string> caller = Caller(*ctx, "PeerHello", req->node_id());
+  if (!caller.ok()) {
+    resp->Clear();
+    return ToGrpc(caller.status());
+  }
+  MC_LOG(kDebug, "peer hello from node ", EscapeForDisplay(*caller, 64), " at ",
+         EscapeForDisplay(ctx->peer(), 128));
   resp->set_node_id(node_->node_id);
   resp->set_instance_id(node_->instance_id);
   resp->set_daemon_version(kMooncakeVersion);
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::SoftnicExecute(grpc::ServerContext*, const v1::SoftnicBatch* req,
+grpc::Status PeerService::OfferConnection(grpc::ServerContext* ctx,
+                                          const v1::OfferConnectionRequest* req,
+                                          v1::OfferConnectionResponse*) {
+  absl::StatusOr<std::string> caller = Caller(*ctx, "OfferConnection", req->node_id());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (softnic_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", node_->node_id, " does not run softnic"));
+  }
+  absl::Status s =
+      softnic_->AcceptConnectionSecret(*caller, req->qpn(), req->peer_qpn(), req->secret());
+  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
+    LogRefusal(Refusal::kConnection, *ctx, "OfferConnection", s.message());
+  }
+  return ToGrpc(s);
+}
+
+grpc::Status PeerService::SoftnicExecute(grpc::ServerContext* ctx, const v1::SoftnicBatch* req,
                                          v1::SoftnicResults* resp) {
+  absl::StatusOr<std::string> caller = Caller(*ctx, "SoftnicExecute", req->requester_node());
+  if (!caller.ok()) return ToGrpc(caller.status());
   if (softnic_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node ", node_->node_id, " does not run softnic"));
@@ -55,7 +102,13 @@ grpc::Status PeerService::SoftnicExecute(grpc::ServerContext*, const v1::Softnic
     r.add = op.add();
     r.field_boundary = op.field_boundary();
     const softnic::ResponderResult result =
-        softnic_->ExecuteForPeer(req->requester_node(), req->requester_qpn(), r);
+        softnic_->ExecuteForPeer(*caller, req->requester_qpn(), req->connection_secret(), r);
+    if (result.refused) {
+      LogRefusal(Refusal::kConnection, *ctx, "SoftnicExecute",
+                 absl::StrCat("node ", *caller, " queue pair ", req->requester_qpn(),
+                              " sent a batch for queue pair ", op.responder_qpn(),
+                              " without its connection's secret"));
+    }
     v1::SoftnicResult* out = resp->add_results();
     out->set_syndrome(result.syndrome);
     out->set_fetched(result.fetched);
@@ -65,8 +118,14 @@ grpc::Status PeerService::SoftnicExecute(grpc::ServerContext*, const v1::Softnic
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::GetPeerTopology(grpc::ServerContext*, const v1::GetPeerTopologyRequest*,
-                                          v1::Topology* resp) {
+grpc::Status PeerService::GetPeerTopology(grpc::ServerContext* ctx,
+                                          const v1::GetPeerTopologyRequest*, v1::Topology* resp) {
+  // Any node of the cluster may read it (the handshake proved the CA);
+  // over plaintext only with peer_insecure.
+  if (mode_ == peering::PeerMode::kTlsRequired) {
+    absl::StatusOr<std::string> caller = Caller(*ctx, "GetPeerTopology", "");
+    return ToGrpc(caller.status());
+  }
   *resp = node_->topology;
   return grpc::Status::OK;
 }

@@ -1,11 +1,21 @@
-// The Peer gRPC service other nodes' daemons call over TCP (mTLS when
-// configured): identity, topology, and softnic's responder side for
-// requester QPs on other nodes (SoftnicExecute). It reads the node's
-// immutable identity and calls the softnic engine, which is thread-safe;
-// both are owned by Daemon and outlive the service.
+// The Peer gRPC service other nodes' daemons call over TCP: identity,
+// topology, and softnic's responder side for requester QPs on other nodes
+// (SoftnicExecute, OfferConnection).
+//
+// Who may call (issue 23 item 1; peering/peer_identity.h): under mTLS a
+// request acts for the node its certificate names, and one naming another
+// node is PERMISSION_DENIED; a plaintext port without peer_insecure serves
+// PeerHello only (version and "TLS required"). A batch must also carry its
+// connection's secret (softnic/engine.h). Every refusal is logged, rate
+// limited, with the caller's address.
+//
+// It reads the node's immutable identity and calls the softnic engine,
+// which is thread-safe; both are owned by Daemon and outlive the service.
 #pragma once
 
+#include "admission/rate_limited_log.h"
 #include "mooncake/v1/peer.grpc.pb.h"
+#include "peering/peer_tls.h"
 #include "server/node_identity.h"
 #include "softnic/engine.h"
 
@@ -13,21 +23,35 @@ namespace mooncake::daemon {
 
 class PeerService final : public v1::Peer::Service {
  public:
-  explicit PeerService(const NodeIdentity* node) : node_(node) {}
+  PeerService(const NodeIdentity* node, peering::PeerMode mode) : node_(node), mode_(mode) {}
   grpc::Status PeerHello(grpc::ServerContext* ctx, const v1::PeerHelloRequest* req,
                          v1::PeerHelloResponse* resp) override;
   grpc::Status GetPeerTopology(grpc::ServerContext* ctx, const v1::GetPeerTopologyRequest* req,
                                v1::Topology* resp) override;
   grpc::Status SoftnicExecute(grpc::ServerContext* ctx, const v1::SoftnicBatch* req,
                               v1::SoftnicResults* resp) override;
+  grpc::Status OfferConnection(grpc::ServerContext* ctx, const v1::OfferConnectionRequest* req,
+                               v1::OfferConnectionResponse* resp) override;
 
   // The node's softnic engine (null: this node's provider is not softnic).
   // Set before serving.
   void set_softnic(softnic::Engine* engine) { softnic_ = engine; }
 
  private:
+  // The authenticated node of a request naming `claimed`; a refusal is
+  // logged and returned as the call's status.
+  absl::StatusOr<std::string> Caller(const grpc::ServerContext& ctx, const char* method,
+                                     const std::string& claimed);
+  // One line per period per kind: a flood of one kind does not hide the other.
+  enum class Refusal { kIdentity, kConnection };
+  void LogRefusal(Refusal kind, const grpc::ServerContext& ctx, const char* method,
+                  absl::string_view why);
+
   const NodeIdentity* const node_;
+  const peering::PeerMode mode_;
   softnic::Engine* softnic_ = nullptr;
+  RateLimitedLog identity_refusals_;    // who the caller is
+  RateLimitedLog connection_refusals_;  // secrets and offers
 };
 
 }  // namespace mooncake::daemon

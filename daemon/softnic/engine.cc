@@ -1,15 +1,20 @@
 #include "softnic/engine.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/status.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "softnic/cuda_atomics_kernel.h"
 #include "softnic/cuda_memory.h"
@@ -20,10 +25,37 @@ namespace mlx5 = ::mooncake::device::mlx5;
 
 namespace {
 
-// Keys advance by an odd stride: 2^32 steps visit every 32-bit value once, so
-// a key comes back only after 2^32 registrations (which RegisterRegion
-// refuses), while consecutive keys look unrelated.
-constexpr uint32_t kKeyStride = 0x9E3779B1u;
+// 32 bits from the kernel's CSPRNG.
+uint32_t RandomKey() {
+  uint32_t v = 0;
+  auto* out = reinterpret_cast<char*>(&v);
+  size_t got = 0;
+  while (got < sizeof(v)) {
+    const ssize_t r = ::getrandom(out + got, sizeof(v) - got, 0);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      std::abort();  // no entropy source: no key is safe to hand out
+    }
+    got += static_cast<size_t>(r);
+  }
+  return v;
+}
+
+// Compares secrets without an early exit (the time taken says nothing of
+// how much of a guess was right).
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+absl::Status CheckSecretSize(const std::string& secret) {
+  if (secret.size() == Engine::kSecretBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a connection secret has ", Engine::kSecretBytes,
+                                                 " bytes, not ", secret.size()));
+}
+
 constexpr uint32_t kQpnMask = 0xffffffu;
 
 bool IsPow2(uint64_t x) { return x != 0 && (x & (x - 1)) == 0; }
@@ -136,6 +168,18 @@ struct Engine::Qp {
   std::string remote_node;
   bool remote_busy = false;
   uint64_t serial = 0;
+  // Connection secrets (ConnectRemote, AcceptConnectionSecret): what
+  // batches from the peer must carry, and what the peer's node offered for
+  // this QP's batches to (send_secret_node, send_secret_qpn).
+  std::string expect_secret;
+  std::string send_secret;
+  std::string send_secret_node;
+  uint32_t send_secret_qpn = 0;
+  // When this QP's first WQE found no secret to send with (zero: not waiting).
+  std::chrono::steady_clock::time_point offer_wait_since{};
+  bool HasSendSecret() const {
+    return !send_secret.empty() && send_secret_node == remote_node && send_secret_qpn == remote_qpn;
+  }
 };
 
 // One WQE of a batch sent to another node: what its CQE needs, and where a
@@ -170,7 +214,6 @@ class LocalExecutor final : public Executor {
 Engine::Engine(EngineOptions options) : options_(options) {
   std::random_device rd;
   absl::MutexLock lock(&mu_);
-  next_key_ = rd();
   next_qpn_ = rd() & kQpnMask;
   executor_ = std::make_shared<LocalExecutor>(this);
 }
@@ -241,13 +284,11 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
   }
 
   absl::MutexLock lock(&mu_);
-  if (keys_issued_ >= std::numeric_limits<uint32_t>::max()) {
-    return absl::ResourceExhaustedError("softnic issued every memory key once; restart the daemon");
-  }
-  uint32_t key = next_key_;
-  if (key == 0) key += kKeyStride;
-  next_key_ = key + kKeyStride;
-  ++keys_issued_;
+  // Random keys: a peer that learned one key (or a region's address) learns
+  // nothing of the others. Live regions are far fewer than 2^32, so a
+  // repeat is rare and drawn again.
+  uint32_t key = 0;
+  while (key == 0 || regions_.contains(key)) key = RandomKey();
   auto region = std::make_unique<Region>();
   region->key = key;
   region->pd = spec.pd;
@@ -372,7 +413,8 @@ absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId re
 }
 
 absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& node,
-                                   uint32_t remote_qpn) {
+                                   uint32_t remote_qpn, std::string expect_secret) {
+  MC_RETURN_IF_ERROR(CheckSecretSize(expect_secret));
   absl::MutexLock lock(&mu_);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->pd != pd) {
@@ -393,7 +435,33 @@ absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& nod
   }
   qp.remote_node = node;
   qp.remote_qpn = remote_qpn;
+  qp.expect_secret = std::move(expect_secret);
   qp.state = QpState::kRts;
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AcceptConnectionSecret(const std::string& node, uint32_t peer_qpn,
+                                            uint32_t qpn, std::string secret) {
+  MC_RETURN_IF_ERROR(CheckSecretSize(secret));
+  absl::MutexLock lock(&mu_);
+  auto it = qps_.find(qpn);
+  const bool open = it != qps_.end() && it->second->state == QpState::kReset;
+  const bool ours = it != qps_.end() && it->second->state != QpState::kReset &&
+                    it->second->remote_node == node && it->second->remote_qpn == peer_qpn;
+  if (!open && !ours) {
+    // The same answer for a QP that does not exist and one connected
+    // elsewhere: no oracle for another node's connections.
+    return absl::NotFoundError(
+        absl::StrCat("no queue pair ", qpn, " waits for node ", node, "'s queue pair ", peer_qpn));
+  }
+  Qp& qp = *it->second;
+  if (ours && qp.HasSendSecret()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("queue pair ", qpn, " already holds the secret of its connection"));
+  }
+  qp.send_secret = std::move(secret);
+  qp.send_secret_node = node;
+  qp.send_secret_qpn = peer_qpn;
   return absl::OkStatus();
 }
 
@@ -457,7 +525,7 @@ ResponderResult Engine::ExecuteAsResponder(const ResponderOp& op) {
 }
 
 ResponderResult Engine::ExecuteForPeer(const std::string& requester_node, uint32_t requester_qpn,
-                                       const ResponderOp& op) {
+                                       const std::string& secret, const ResponderOp& op) {
   absl::MutexLock lock(&mu_);
   auto it = qps_.find(op.remote_qpn);
   if (it == qps_.end() || it->second->state != QpState::kRts ||
@@ -465,6 +533,12 @@ ResponderResult Engine::ExecuteForPeer(const std::string& requester_node, uint32
     ResponderResult r;
     r.syndrome = mlx5::kSyndTransportRetryExcErr;
     r.not_ready = it != qps_.end() && it->second->state == QpState::kReset;
+    return r;
+  }
+  if (!SameSecret(secret, it->second->expect_secret)) {
+    ResponderResult r;
+    r.syndrome = mlx5::kSyndTransportRetryExcErr;
+    r.refused = true;
     return r;
   }
   return ExecuteAsResponderLocked(op);
@@ -846,6 +920,14 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
 
 bool Engine::PollRemote(Qp& qp, uint16_t pending) {
   if (qp.remote_busy) return false;
+  // No secret offered yet (the peer's owner has not connected its QP):
+  // the WQEs wait in the ring, as a NIC retries, then fail below.
+  const bool secret = qp.HasSendSecret();
+  if (!secret && !options_.sink) {
+    const auto now = std::chrono::steady_clock::now();
+    if (qp.offer_wait_since == std::chrono::steady_clock::time_point{}) qp.offer_wait_since = now;
+    if (now - qp.offer_wait_since < absl::ToChronoNanoseconds(kOfferWait)) return false;
+  }
   // Every WQE of the batch may end with a CQE: take only as many as the CQ
   // has slots for.
   const uint32_t ci =
@@ -894,9 +976,15 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
     FinishRemote(qp.qpn, qp.serial, wqes, absl::UnavailableError("no link to other nodes"));
     return true;
   }
+  if (!secret) {
+    FinishRemote(qp.qpn, qp.serial, wqes,
+                 absl::UnavailableError("the peer's node never offered the connection's secret"));
+    return true;
+  }
   qp.remote_busy = true;
   batch.node = qp.remote_node;
   batch.requester_qpn = qp.qpn;
+  batch.secret = qp.send_secret;
   link_->Send(std::move(batch), [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes)](
                                     absl::StatusOr<std::vector<ResponderResult>> results) {
     absl::MutexLock lock(&mu_);

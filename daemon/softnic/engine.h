@@ -82,6 +82,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "softnic/executor.h"
 #include "softnic/remote_link.h"
 #include "softnic/types.h"
@@ -110,8 +111,9 @@ class Engine {
   void Start();
   void Stop();
 
-  // Regions. The key is both lkey and rkey; keys are not reused while the
-  // engine lives (ResourceExhausted after 2^32 - 1 registrations).
+  // Regions. The key is both lkey and rkey, 32 random bits from the
+  // kernel's CSPRNG (getrandom), nonzero and unique among live regions: a
+  // key cannot be guessed from another one.
   // InvalidArgument: length 0, iova + length past 2^64, a kHost region
   // without a mapping or not inside it, a kCuda region not inside its
   // buffer. The engine keeps the mapping (or buffer) alive until the region
@@ -143,9 +145,29 @@ class Engine {
   // kMaxRemoteBatchBytes of payload), one batch in flight per QP, so they
   // execute there in order; their CQEs are written when the answers come
   // back. FailedPrecondition without a link or when `qpn` is not in RESET.
+  //
+  // Connection secrets (issue 23): `expect_secret` (kSecretBytes, from a
+  // CSPRNG) is what every batch from the peer QP must carry; the daemon
+  // hands it to the peer's node over the authenticated peer channel
+  // (Peer.OfferConnection) before calling this. This QP's own batches carry
+  // what the peer's node offered it (AcceptConnectionSecret); until an
+  // offer arrives its WQEs wait in the ring, for at most kOfferWait, then
+  // complete with TRANSPORT_RETRY_EXC_ERR.
   static constexpr uint32_t kMaxRemoteBatch = 64;
   static constexpr uint64_t kMaxRemoteBatchBytes = 8u << 20;
-  absl::Status ConnectRemote(PdId pd, uint32_t qpn, const std::string& node, uint32_t remote_qpn);
+  static constexpr size_t kSecretBytes = 16;
+  static constexpr absl::Duration kOfferWait = absl::Seconds(2);
+  absl::Status ConnectRemote(PdId pd, uint32_t qpn, const std::string& node, uint32_t remote_qpn,
+                             std::string expect_secret);
+  // Another node's QP `peer_qpn` offers the secret that `qpn`'s batches to
+  // it must carry. `node` is the authenticated caller. While `qpn` is in
+  // RESET the latest offer is kept; once `qpn` is connected, only to
+  // exactly (node, peer_qpn) and only once (AlreadyExists after: a QPN
+  // reused on that node cannot replace its predecessor's connection).
+  // NotFound: no such QP, or connected elsewhere. InvalidArgument: the
+  // secret is not kSecretBytes.
+  absl::Status AcceptConnectionSecret(const std::string& node, uint32_t peer_qpn, uint32_t qpn,
+                                      std::string secret);
   // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
@@ -167,10 +189,12 @@ class Engine {
   ResponderResult ExecuteAsResponder(const ResponderOp& op);
   // The responder side for another node's requester: op.remote_qpn must be
   // a QP of this engine connected to exactly (requester_node,
-  // requester_qpn), else TRANSPORT_RETRY_EXC_ERR (as a NIC drops packets
-  // for a QP that is not its peer's).
+  // requester_qpn), and `secret` must be the one it expects (ConnectRemote),
+  // else TRANSPORT_RETRY_EXC_ERR (as a NIC drops packets for a QP that is
+  // not its peer's; `refused` marks a wrong or missing secret) and nothing
+  // is touched.
   ResponderResult ExecuteForPeer(const std::string& requester_node, uint32_t requester_qpn,
-                                 const ResponderOp& op);
+                                 const std::string& secret, const ResponderOp& op);
   // Where QPs connected to other nodes send their WQEs (null: none; then
   // ConnectRemote fails). Set before serving.
   void SetRemoteLink(std::shared_ptr<RemoteLink> link);
@@ -222,8 +246,6 @@ class Engine {
   std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RemoteLink> link_ ABSL_GUARDED_BY(mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
-  uint32_t next_key_ ABSL_GUARDED_BY(mu_);
-  uint64_t keys_issued_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bytes_written_{0};

@@ -46,6 +46,9 @@ struct ResponderResult {
   // exists but is not connected yet (its owner connects it in a moment), so
   // the requester retries for a while, as a NIC does, before giving up.
   bool not_ready = false;
+  // From another node: the batch did not carry the connection's secret
+  // (Engine::ExecuteForPeer); nothing was touched. For the peer service's log.
+  bool refused = false;
 };
 
 class Executor {

@@ -37,6 +37,9 @@ struct RemoteOp {
 struct RemoteBatch {
   std::string node;  // where the responder QP lives
   uint32_t requester_qpn = 0;
+  // What the responder's node offered for this connection
+  // (Engine::AcceptConnectionSecret); the responder refuses batches without it.
+  std::string secret;
   std::vector<RemoteOp> ops;
 };
 

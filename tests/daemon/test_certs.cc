@@ -1,5 +1,6 @@
 #include "test_certs.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/status/status.h"
@@ -24,6 +25,28 @@ absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::s
   return TestCertificates{absl::StrCat(dir, "/", name, "-ca.pem"),
                           absl::StrCat(dir, "/", name, ".pem"),
                           absl::StrCat(dir, "/", name, ".key")};
+}
+
+absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
+                                                     const std::string& node_id) {
+  const std::string cmd = absl::StrCat(
+      MOONCAKE_DEPLOY_DIR, "/make-cluster-certs.sh --days 2 --out ", dir, " ", node_id, " 2>&1");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
+  std::string output;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) output.append(buf, n);
+  if (::pclose(p) != 0) {
+    return absl::InternalError(absl::StrCat(cmd, " failed: ", output));
+  }
+  return TestCertificates{absl::StrCat(dir, "/ca.pem"), absl::StrCat(dir, "/", node_id, ".pem"),
+                          absl::StrCat(dir, "/", node_id, ".key")};
+}
+
+std::string PeerTlsConfig(const TestCertificates& certs) {
+  return absl::StrCat("peer_tls_ca_file = ", certs.ca_file,
+                      "\npeer_tls_cert_file = ", certs.cert_file,
+                      "\npeer_tls_key_file = ", certs.key_file, "\n");
 }
 
 }  // namespace mooncake::testing

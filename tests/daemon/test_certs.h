@@ -1,6 +1,7 @@
 // Test support: certificates made by openssl at test time, for the tests of
 // TLS to etcd (etcd_client_test, cluster_test) and of the peer port's mTLS
-// (peer_tls_test). Needs the openssl command line tool.
+// (peer_tls_test, the cluster tests, peer_forgery_test). Needs the openssl
+// command line tool.
 #pragma once
 
 #include <string>
@@ -21,5 +22,15 @@ struct TestCertificates {
 // has no extended key usage, so it serves as a server's and as a client's.
 // Internal with the command line when openssl fails.
 absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::string& name);
+
+// Node certificates as an operator makes them, with the project's own
+// deploy/make-cluster-certs.sh: <dir>/ca.pem (made on first use, then
+// reused) and, per node, <dir>/<node_id>.pem with DNS:<node_id> and its
+// key. Internal with the script's output when it fails.
+absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
+                                                     const std::string& node_id);
+
+// The lines of mooncaked.conf that give a node those files.
+std::string PeerTlsConfig(const TestCertificates& certs);
 
 }  // namespace mooncake::testing

@@ -48,10 +48,24 @@ cport=$(pick); pport=$(pick); pa=$(pick); pb=$(pick)
 pids+=($!)
 for _ in $(seq 200); do port_free "$cport" || break; sleep 0.05; done
 sleep 0.5
-echo "etcd_lease_ttl_s = 2" >"$tmp/cluster.conf"
+# The nodes talk mTLS with certificates of deploy/make-cluster-certs.sh (as
+# an operator sets a cluster up); without the openssl tool, peer_insecure
+# (said in the summary: cross-node QPs need one or the other).
+certs_script=${MOONCAKE_CERTS_SCRIPT:-"$(cd "$(dirname "$0")/../.." && pwd)/deploy/make-cluster-certs.sh"}
+for n in a b; do
+  echo "etcd_lease_ttl_s = 2" >"$tmp/node-$n.conf"
+  if command -v openssl >/dev/null && [[ -x "$certs_script" ]]; then
+    "$certs_script" --out "$tmp/tls" --days 2 "node-$n" >/dev/null
+    printf 'peer_tls_ca_file = %s\npeer_tls_cert_file = %s\npeer_tls_key_file = %s\n' \
+      "$tmp/tls/ca.pem" "$tmp/tls/node-$n.pem" "$tmp/tls/node-$n.key" >>"$tmp/node-$n.conf"
+  else
+    echo "peer_insecure = true" >>"$tmp/node-$n.conf"
+    echo "note - no openssl tool: the nodes run peer_insecure"
+  fi
+done
 for n in a b; do
   port=$pa; [[ $n == b ]] && port=$pb
-  "$bin/mooncaked" --socket "$tmp/$n.sock" --node-id "node-$n" --config "$tmp/cluster.conf" \
+  "$bin/mooncaked" --socket "$tmp/$n.sock" --node-id "node-$n" --config "$tmp/node-$n.conf" \
     --peer-listen "127.0.0.1:$port" --etcd "http://127.0.0.1:$cport" --log-level warning 2>"$tmp/daemon-$n.log" &
   pids+=($!)
 done

@@ -243,7 +243,7 @@ if want cluster; then
   [[ -f "$ce2e" ]] || ce2e="$here/cluster_e2e.sh"
   section "cluster end to end (two nodes, softnic across them)"
   out=$(mktemp)
-  timed bash "$ce2e" "$bin" 2>&1 | tee "$out"
+  MOONCAKE_CERTS_SCRIPT="$here/../../deploy/make-cluster-certs.sh" timed bash "$ce2e" "$bin" 2>&1 | tee "$out"
   summary='^\([0-9]*\) passed, \([0-9]*\) failed\(, \([0-9]*\) skipped\)\?$'
   np=$(sed -n "s/$summary/\1/p" "$out" | tail -1)
   nf=$(sed -n "s/$summary/\2/p" "$out" | tail -1)

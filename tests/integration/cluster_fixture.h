@@ -1,6 +1,8 @@
 // A cluster for integration tests: a real etcd on 127.0.0.1 (Debian's
 // etcd-server, tests/daemon/etcd_test_server.h) and real mooncaked
-// processes as its nodes, each with its own node id, socket and peer port.
+// processes as its nodes, each with its own node id, socket and peer port,
+// talking mutual TLS with a certificate for its node id that
+// deploy/make-cluster-certs.sh made (test_certs.h).
 #pragma once
 
 #include <sys/stat.h>
@@ -14,6 +16,7 @@
 #include "daemon_process.h"
 #include "etcd_test_server.h"
 #include "gtest/gtest.h"
+#include "test_certs.h"
 
 namespace mooncake::testing {
 
@@ -34,11 +37,16 @@ class ClusterFixture : public ::testing::Test {
   std::unique_ptr<DaemonProcess> Node(const std::string& id) {
     const std::string sub = dir_.path() + "/" + id;
     ::mkdir(sub.c_str(), 0700);
+    const absl::StatusOr<TestCertificates> certs = MakeNodeCertificate(dir_.path() + "/tls", id);
+    EXPECT_TRUE(certs.ok()) << certs.status();
+    std::ofstream(sub + "/node.conf")
+        << "etcd_lease_ttl_s = " << kClusterLeaseTtlS << "\netcd_prefix = " << etcd_prefix_ << "\n"
+        << (certs.ok() ? PeerTlsConfig(*certs) : std::string());
     return std::make_unique<DaemonProcess>(
-        sub, std::vector<std::string>{
-                 "--config", dir_.path() + "/cluster.conf", "--node-id", id, "--peer-listen",
-                 absl::StrCat("127.0.0.1:", daemon::etcd::testing::PickFreePort()), "--etcd",
-                 etcd_.client_url()});
+        sub,
+        std::vector<std::string>{"--config", sub + "/node.conf", "--node-id", id, "--peer-listen",
+                                 absl::StrCat("127.0.0.1:", daemon::etcd::testing::PickFreePort()),
+                                 "--etcd", etcd_.client_url()});
   }
 
   const std::string etcd_prefix_;

@@ -230,12 +230,17 @@ void Child::CloseStdin() {
   }
 }
 
-DaemonProcess::DaemonProcess(const std::string& dir, std::vector<std::string> extra_args)
+DaemonProcess::DaemonProcess(const std::string& dir, std::vector<std::string> extra_args,
+                             bool log_to_output)
     : socket_(dir + "/mooncaked.sock") {
   std::vector<std::string> argv = {
       BinDir() + "/mooncaked", "--socket", socket_, "--node-id", "testnode",
       "--log-level",           "warning"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  if (log_to_output) {
+    // exec: the shell becomes the daemon, so signals and the pid are its.
+    argv.insert(argv.begin(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1"});
+  }
   child_ = Child::Spawn(argv);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {

@@ -65,7 +65,10 @@ class Child {
 class DaemonProcess {
  public:
   // Starts mooncaked on <dir>/mooncaked.sock and waits until it answers.
-  explicit DaemonProcess(const std::string& dir, std::vector<std::string> extra_args = {});
+  // `log_to_output`: the daemon's log (stderr) goes to child().output()
+  // too, for tests that read what it logged.
+  explicit DaemonProcess(const std::string& dir, std::vector<std::string> extra_args = {},
+                         bool log_to_output = false);
   ~DaemonProcess();
   const std::string& socket() const { return socket_; }
   bool running() const;

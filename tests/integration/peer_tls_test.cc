@@ -1,9 +1,10 @@
-// The peer port's transport security (issue 9 item 6), with certificates
-// made by openssl for the test: with the three peer_tls_* files a caller
-// needs a certificate of the cluster's CA (mutual TLS); plaintext, no
-// certificate and another CA's certificate are all refused; without the
-// files the port serves plaintext and says so; half the files stop the
-// start; reflection is never served on the peer port.
+// The peer port's transport security (issue 9 item 6, issue 23 item 1),
+// with certificates made by deploy/make-cluster-certs.sh: with the three
+// peer_tls_* files a caller needs a certificate of the cluster's CA (mutual
+// TLS); plaintext, no certificate and another CA's certificate are all
+// refused; without the files the port serves plaintext PeerHello only and
+// says so; peer_insecure = true serves plaintext to anyone, loudly; half
+// the files stop the start; reflection is never served on the peer port.
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "mooncake/common/version.h"
 #include "mooncake/v1/peer.grpc.pb.h"
+#include "peer_client.h"
 #include "test_certs.h"
 #include "test_util.h"
 
@@ -23,82 +25,83 @@ namespace {
 
 using daemon::etcd::testing::PickFreePort;
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A CA and a certificate for 127.0.0.1 signed by it, in `dir`/<name>*.
 void MakeCa(const std::string& dir, const std::string& name) {
   const absl::StatusOr<TestCertificates> made = MakeTestCa(dir, name);
   ASSERT_TRUE(made.ok()) << made.status();
 }
 
-grpc::Status Hello(const std::string& addr, std::shared_ptr<grpc::ChannelCredentials> creds) {
-  auto stub = v1::Peer::NewStub(grpc::CreateChannel(addr, creds));
+grpc::Status Hello(const std::string& addr, std::shared_ptr<grpc::ChannelCredentials> creds,
+                   v1::PeerHelloResponse* resp = nullptr) {
+  auto stub = v1::Peer::NewStub(PeerChannelTo(addr, creds, "testnode"));
   grpc::ClientContext ctx;
   Deadline(&ctx, 3000);
   v1::PeerHelloRequest req;
   req.set_protocol_version(kProtocolVersion);
   req.set_node_id("other-node");
-  v1::PeerHelloResponse resp;
-  return stub->PeerHello(&ctx, req, &resp);
-}
-
-std::shared_ptr<grpc::ChannelCredentials> Tls(const std::string& dir, const std::string& ca,
-                                              const std::string& who) {
-  grpc::SslCredentialsOptions o;
-  o.pem_root_certs = Read(dir + "/" + ca + "-ca.pem");
-  if (!who.empty()) {
-    o.pem_private_key = Read(dir + "/" + who + ".key");
-    o.pem_cert_chain = Read(dir + "/" + who + ".pem");
-  }
-  return grpc::SslCredentials(o);
+  v1::PeerHelloResponse local;
+  return stub->PeerHello(&ctx, req, resp != nullptr ? resp : &local);
 }
 
 TEST(PeerTls, MutualTlsAcceptsOnlyTheClustersCertificates) {
   TempDir dir;
-  MakeCa(dir.path(), "cluster");
-  MakeCa(dir.path(), "rogue");
+  const std::string cluster = dir.path() + "/cluster";
+  const std::string rogue = dir.path() + "/rogue";
+  const absl::StatusOr<TestCertificates> server = MakeNodeCertificate(cluster, "testnode");
+  const absl::StatusOr<TestCertificates> other = MakeNodeCertificate(cluster, "other-node");
+  // Same node name, another CA.
+  const absl::StatusOr<TestCertificates> forged = MakeNodeCertificate(rogue, "other-node");
+  ASSERT_TRUE(server.ok() && other.ok() && forged.ok());
   const std::string addr = absl::StrCat("127.0.0.1:", PickFreePort());
-  std::ofstream(dir.path() + "/tls.conf")
-      << "peer_tls_ca_file = " << dir.path()
-      << "/cluster-ca.pem\npeer_tls_cert_file = " << dir.path()
-      << "/cluster.pem\npeer_tls_key_file = " << dir.path() << "/cluster.key\n";
+  std::ofstream(dir.path() + "/tls.conf") << PeerTlsConfig(*server);
   DaemonProcess d(dir.path(), {"--config", dir.path() + "/tls.conf", "--peer-listen", addr});
   const v1::DaemonStatus st = GetStatus(d.socket());
   EXPECT_EQ(st.peer_security().rfind("mTLS", 0), 0u) << st.peer_security();
 
   // The cluster's certificate: accepted.
-  grpc::Status s = Hello(addr, Tls(dir.path(), "cluster", "cluster"));
+  grpc::Status s = Hello(addr, TlsAs(server->ca_file, *other));
   EXPECT_TRUE(s.ok()) << s.error_message();
   // TLS without a client certificate, another CA's certificate, plaintext:
   // all refused.
-  EXPECT_FALSE(Hello(addr, Tls(dir.path(), "cluster", "")).ok());
-  grpc::SslCredentialsOptions rogue;
-  rogue.pem_root_certs = Read(dir.path() + "/cluster-ca.pem");
-  rogue.pem_private_key = Read(dir.path() + "/rogue.key");
-  rogue.pem_cert_chain = Read(dir.path() + "/rogue.pem");
-  EXPECT_FALSE(Hello(addr, grpc::SslCredentials(rogue)).ok());
+  EXPECT_FALSE(Hello(addr, TlsAs(server->ca_file, TestCertificates{})).ok());
+  EXPECT_FALSE(Hello(addr, TlsAs(server->ca_file, *forged)).ok());
   EXPECT_FALSE(Hello(addr, grpc::InsecureChannelCredentials()).ok());
   EXPECT_TRUE(d.running()) << "a refused handshake must not hurt the daemon";
 }
 
-TEST(PeerTls, WithoutFilesThePortIsPlaintextAndSaysSo) {
+TEST(PeerTls, WithoutFilesThePortServesOnlyHelloSayingTlsRequired) {
   TempDir dir;
   const std::string addr = absl::StrCat("127.0.0.1:", PickFreePort());
   DaemonProcess d(dir.path(), {"--peer-listen", addr});
   const v1::DaemonStatus st = GetStatus(d.socket());
   EXPECT_EQ(st.peer_security().rfind("plaintext", 0), 0u) << st.peer_security();
-  grpc::Status s = Hello(addr, grpc::InsecureChannelCredentials());
+  v1::PeerHelloResponse resp;
+  grpc::Status s = Hello(addr, grpc::InsecureChannelCredentials(), &resp);
   EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(resp.refusal().find("TLS required"), std::string::npos) << resp.refusal();
+  EXPECT_TRUE(resp.instance_id().empty());
   // No reflection on the peer port (the local socket has it; peers must not
   // be able to enumerate the daemon's services).
   s = RawUnaryCall(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()),
                    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+}
+
+TEST(PeerTls, PeerInsecureServesPlaintextToAnyoneAndSaysSoLoudly) {
+  // The one configuration kept on purpose without certificates: an
+  // isolated test network. Everything is served, names taken on trust.
+  TempDir dir;
+  const std::string addr = absl::StrCat("127.0.0.1:", PickFreePort());
+  std::ofstream(dir.path() + "/insecure.conf") << "peer_insecure = true\n";
+  DaemonProcess d(dir.path(), {"--config", dir.path() + "/insecure.conf", "--peer-listen", addr});
+  const v1::DaemonStatus st = GetStatus(d.socket());
+  EXPECT_NE(st.peer_security().find("INSECURE"), std::string::npos) << st.peer_security();
+  v1::PeerHelloResponse resp;
+  grpc::Status s = Hello(addr, grpc::InsecureChannelCredentials(), &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(resp.refusal().empty());
+  EXPECT_EQ(resp.node_id(), "testnode");
+  EXPECT_EQ(resp.instance_id(), st.instance_id());
 }
 
 TEST(PeerTls, HalfTheFilesStopTheStartNamingWhatIsMissing) {

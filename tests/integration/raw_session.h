@@ -3,8 +3,11 @@
 // on the fd channel, and status counts as text.
 #pragma once
 
+#include <fcntl.h>
 #include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
@@ -44,6 +47,17 @@ inline std::unique_ptr<RawSession> OpenRawSession(const std::string& socket) {
   if (!s->events->Read(&ev) || !ev.has_opened()) return nullptr;
   s->opened = ev.opened();
   return s;
+}
+
+// A sparse memfd sealed against shrinking and growing, as the daemon
+// requires of client memory; invalid when the kernel refuses.
+inline UniqueFd SealedMemfd(uint64_t bytes) {
+  UniqueFd fd(::memfd_create("mc_abuse_rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ||
+      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+    return UniqueFd();
+  }
+  return fd;
 }
 
 // PUTs `fd` for `session` on the fd-channel connection `conn`; the ticket.

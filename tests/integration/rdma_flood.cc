@@ -22,16 +22,6 @@ namespace {
 constexpr uint32_t kDepth = 4;
 constexpr uint64_t kSlot = 2ull * kDepth * 64 + 64;  // SQ, CQ, doorbell records
 
-// A sparse memfd sealed against shrinking, as the daemon requires.
-UniqueFd SealedMemfd(uint64_t bytes) {
-  UniqueFd fd(::memfd_create("mc_abuse_rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ||
-      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    return UniqueFd();
-  }
-  return fd;
-}
-
 void Deadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
 }

@@ -4,13 +4,18 @@
 // its own, as the peer port does. The contract is the local one: data and
 // atomics land, CQEs come in order with the same syndromes, an error flushes
 // what follows, and an unreachable or unconnected peer reads
-// TRANSPORT_RETRY_EXC_ERR. (The peer port itself runs in
-// tests/integration/cluster_groups_test.cc.)
+// TRANSPORT_RETRY_EXC_ERR. Each connection's secret (issue 23) is offered
+// as the peer port would (AcceptConnectionSecret): a batch without it
+// changes nothing, and an offer cannot replace a connection's. (The peer
+// port itself runs in tests/integration/cluster_groups_test.cc and
+// peer_forgery_test.cc.)
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
 #include <deque>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -77,7 +82,7 @@ class LoopbackLink final : public RemoteLink {
                             op.data.size()};
         r.add = op.add;
         r.field_boundary = op.field_boundary;
-        out.push_back(peer_->ExecuteForPeer(self_, job.first.requester_qpn, r));
+        out.push_back(peer_->ExecuteForPeer(self_, job.first.requester_qpn, job.first.secret, r));
         if (out.back().syndrome != 0) break;
       }
       job.second(std::move(out));
@@ -93,6 +98,19 @@ class LoopbackLink final : public RemoteLink {
 };
 
 constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
+
+std::string Secret(char fill) { return std::string(Engine::kSecretBytes, fill); }
+
+// Connects `qpn` of `e` (node `self`) to `peer_qpn` of `peer` (node
+// `peer_node`) as two daemons do: `e` makes the secret it expects and
+// offers it to `peer`.
+absl::Status ConnectAndOffer(Engine& e, PdId pd, uint32_t qpn, const std::string& self,
+                             Engine& peer, const std::string& peer_node, uint32_t peer_qpn,
+                             char fill) {
+  absl::Status offered = peer.AcceptConnectionSecret(self, qpn, peer_qpn, Secret(fill));
+  if (!offered.ok()) return offered;
+  return e.ConnectRemote(pd, qpn, peer_node, peer_qpn, Secret(fill));
+}
 constexpr uint64_t kBytes = 8u << 20;
 
 class RemoteTest : public ::testing::Test {
@@ -114,8 +132,12 @@ class RemoteTest : public ::testing::Test {
     responder_ = RawQp::Create(b_, 2, 4, 4);
     ASSERT_NE(requester_, nullptr);
     ASSERT_NE(responder_, nullptr);
-    ASSERT_TRUE(a_.ConnectRemote(1, requester_->qpn(), "node-b", responder_->qpn()).ok());
-    ASSERT_TRUE(b_.ConnectRemote(2, responder_->qpn(), "node-a", requester_->qpn()).ok());
+    ASSERT_TRUE(
+        ConnectAndOffer(a_, 1, requester_->qpn(), "node-a", b_, "node-b", responder_->qpn(), 'a')
+            .ok());
+    ASSERT_TRUE(
+        ConnectAndOffer(b_, 2, responder_->qpn(), "node-b", a_, "node-a", requester_->qpn(), 'b')
+            .ok());
     a_.Start();
     b_.Start();
   }
@@ -216,11 +238,14 @@ TEST_F(RemoteTest, AnUnreachableNodeOrAnUnconnectedResponderReadsRetryExceeded) 
   ASSERT_TRUE(requester_->Next(&c));
   EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndTransportRetryExcErr);
 
-  // A second requester whose responder is connected to someone else.
+  // A second requester whose responder is connected to someone else
+  // (it holds the secret it would need, but from the wrong QP).
   link_->down = false;
   auto stranger = RawQp::Create(a_, 1, 4, 4);
   ASSERT_NE(stranger, nullptr);
-  ASSERT_TRUE(a_.ConnectRemote(1, stranger->qpn(), "node-b", responder_->qpn()).ok());
+  ASSERT_TRUE(
+      a_.AcceptConnectionSecret("node-b", responder_->qpn(), stranger->qpn(), Secret('b')).ok());
+  ASSERT_TRUE(a_.ConnectRemote(1, stranger->qpn(), "node-b", responder_->qpn(), Secret('s')).ok());
   mlx5::Wqe64 w;
   mlx5::build_rdma_write(&w, 0, stranger->qpn(), kUpd, kIova, key_b_, kIova, key_a_, 64);
   stranger->Write(w);
@@ -230,20 +255,107 @@ TEST_F(RemoteTest, AnUnreachableNodeOrAnUnconnectedResponderReadsRetryExceeded) 
   EXPECT_EQ(mem_b_->data()[10], 0);
 }
 
-TEST(RemoteConnect, NeedsALinkAndARemoteQpn) {
+TEST_F(RemoteTest, ABatchWithoutTheConnectionsSecretChangesNothing) {
+  // What a forged SoftnicExecute carries: the right node, QPNs, rkey and
+  // address, and a guessed secret (or none).
+  ResponderOp op;
+  op.kind = ResponderOp::Kind::kWrite;
+  op.remote_qpn = responder_->qpn();
+  op.raddr = kIova;
+  op.rkey = key_b_;
+  const std::string payload(64, 'X');
+  op.source = ByteSpan{MemoryKind::kHost, reinterpret_cast<uintptr_t>(payload.data()), 64};
+  // responder_ expects 'b' (what its node offered); 'a' is the other
+  // direction's.
+  for (const std::string& guess : {std::string(), Secret('a'), Secret('x'), std::string("b")}) {
+    const ResponderResult r = b_.ExecuteForPeer("node-a", requester_->qpn(), guess, op);
+    EXPECT_EQ(r.syndrome, mlx5::kSyndTransportRetryExcErr);
+    EXPECT_TRUE(r.refused);
+  }
+  ResponderOp add;
+  add.kind = ResponderOp::Kind::kFetchAdd64;
+  add.remote_qpn = responder_->qpn();
+  add.raddr = kIova + 8;
+  add.rkey = key_b_;
+  EXPECT_TRUE(b_.ExecuteForPeer("node-a", requester_->qpn(), Secret('z'), add).refused);
+  for (uint64_t i = 0; i < 128; ++i) EXPECT_EQ(mem_b_->data()[i], 0) << "byte " << i;
+  // The right secret (what node-a's daemon was offered) is served.
+  const ResponderResult ok = b_.ExecuteForPeer("node-a", requester_->qpn(), Secret('b'), op);
+  EXPECT_EQ(ok.syndrome, 0);
+  EXPECT_EQ(mem_b_->data()[0], 'X');
+}
+
+TEST_F(RemoteTest, AnOfferCannotReplaceAConnectionsSecret) {
+  // A QPN reused on node-b (a new QP with the old number) offers again:
+  // refused, so it cannot reach requester_'s connection.
+  EXPECT_EQ(
+      a_.AcceptConnectionSecret("node-b", responder_->qpn(), requester_->qpn(), Secret('r')).code(),
+      absl::StatusCode::kAlreadyExists);
+  // An offer from a node or QP requester_ is not connected to: no such QP.
+  EXPECT_EQ(
+      a_.AcceptConnectionSecret("node-c", responder_->qpn(), requester_->qpn(), Secret('c')).code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      a_.AcceptConnectionSecret("node-b", responder_->qpn() + 1, requester_->qpn(), Secret('c'))
+          .code(),
+      absl::StatusCode::kNotFound);
+  EXPECT_EQ(a_.AcceptConnectionSecret("node-b", responder_->qpn(), 0xabcdef, Secret('c')).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(
+      a_.AcceptConnectionSecret("node-b", responder_->qpn(), requester_->qpn(), "short").code(),
+      absl::StatusCode::kInvalidArgument);
+  // The connection still works with the secrets of its own offers.
+  Write(0, 0, 64);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << int(CqeSyndrome(c));
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 20, mem_a_->data() + 20, 44), 0);
+}
+
+TEST(RemoteConnect, NeedsALinkARemoteQpnAndASecret) {
   Engine e;
   auto qp = RawQp::Create(e, 1, 4, 4);
   ASSERT_NE(qp, nullptr);
-  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5).code(),
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5, Secret('s')).code(),
             absl::StatusCode::kFailedPrecondition);
   Engine peer;
   e.SetRemoteLink(std::make_shared<LoopbackLink>(&peer, "node-a"));
-  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 0).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(e.ConnectRemote(2, qp->qpn(), "node-b", 5).code(), absl::StatusCode::kNotFound);
-  EXPECT_TRUE(e.ConnectRemote(1, qp->qpn(), "node-b", 5).ok());
-  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5).code(),
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 0, Secret('s')).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5, "").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.ConnectRemote(2, qp->qpn(), "node-b", 5, Secret('s')).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(e.ConnectRemote(1, qp->qpn(), "node-b", 5, Secret('s')).ok());
+  EXPECT_EQ(e.ConnectRemote(1, qp->qpn(), "node-b", 5, Secret('s')).code(),
             absl::StatusCode::kFailedPrecondition);
   e.SetRemoteLink(nullptr);
+}
+
+TEST(RemoteConnect, MemoryKeysAreRandomAndDistinct) {
+  // Keys from a CSPRNG: no stride to learn from one key to the next.
+  Engine e;
+  auto m = SharedMapping::Anonymous(4096);
+  ASSERT_TRUE(m.ok());
+  std::vector<uint32_t> keys;
+  for (int i = 0; i < 256; ++i) {
+    RegionSpec spec;
+    spec.pd = 1;
+    spec.iova = 0x1000;
+    spec.length = 4096;
+    spec.access = kLocalWrite;
+    spec.mapping = *m;
+    auto key = e.RegisterRegion(spec);
+    ASSERT_TRUE(key.ok()) << key.status();
+    EXPECT_NE(*key, 0u);
+    keys.push_back(*key);
+  }
+  std::set<uint32_t> distinct(keys.begin(), keys.end());
+  EXPECT_EQ(distinct.size(), keys.size());
+  std::set<uint32_t> steps;
+  for (size_t i = 1; i < keys.size(); ++i) steps.insert(keys[i] - keys[i - 1]);
+  EXPECT_GT(steps.size(), keys.size() / 2) << "consecutive keys share a stride";
 }
 
 }  // namespace

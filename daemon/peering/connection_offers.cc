@@ -1,0 +1,36 @@
+#include "peering/connection_offers.h"
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/grpc_status.h"
+#include "session/session_registry.h"
+#include "softnic/engine.h"
+
+namespace mooncake::daemon::peering {
+
+absl::Status ConnectionOffers::CheckNode(const std::string& node) {
+  return peers_->Get(node).status();
+}
+
+absl::StatusOr<std::string> ConnectionOffers::Offer(const std::string& node, uint32_t qpn,
+                                                    uint32_t remote_qpn) {
+  absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = peers_->Get(node);
+  if (!stub.ok()) return stub.status();
+  v1::OfferConnectionRequest req;
+  req.set_node_id(peers_->self_node());
+  req.set_qpn(qpn);
+  req.set_peer_qpn(remote_qpn);
+  std::string secret = RandomBytes(softnic::Engine::kSecretBytes);
+  req.set_secret(secret);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+  v1::OfferConnectionResponse resp;
+  const grpc::Status s = (*stub)->OfferConnection(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("node ", node, " refused the connection of queue pair ", qpn,
+                                     " to its queue pair ", remote_qpn, ": ", s.error_message()));
+  }
+  return secret;
+}
+
+}  // namespace mooncake::daemon::peering

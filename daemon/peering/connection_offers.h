@@ -1,0 +1,33 @@
+// ConnectionOffers: RdmaResources' way to other nodes (rdma/remote_connections.h)
+// over verified peers (trusted_peers.h). Each cross-node queue-pair
+// connection gets 16 fresh bytes from the kernel's CSPRNG, handed to the
+// peer node with Peer.OfferConnection over the authenticated channel;
+// they never reach etcd or the client. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/time/time.h"
+#include "peering/trusted_peers.h"
+#include "rdma/remote_connections.h"
+
+namespace mooncake::daemon::peering {
+
+class ConnectionOffers final : public RemoteConnections {
+ public:
+  explicit ConnectionOffers(std::shared_ptr<TrustedPeers> peers,
+                            absl::Duration call_timeout = absl::Seconds(5))
+      : peers_(std::move(peers)), call_timeout_(call_timeout) {}
+
+  absl::Status CheckNode(const std::string& node) override;
+  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
+                                    uint32_t remote_qpn) override;
+
+ private:
+  const std::shared_ptr<TrustedPeers> peers_;
+  const absl::Duration call_timeout_;
+};
+
+}  // namespace mooncake::daemon::peering

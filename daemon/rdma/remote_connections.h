@@ -1,0 +1,32 @@
+// RemoteConnections: what RdmaResources needs from the cluster to connect
+// a queue pair to another node (issue 23 item 1). The peering layer
+// implements it (peering/connection_offers.h); a daemon outside a cluster
+// has none, and queue pairs to other nodes are refused.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mooncake::daemon {
+
+class RemoteConnections {
+ public:
+  virtual ~RemoteConnections() = default;
+  // OK when queue pairs may connect to `node` now: a live node of the
+  // cluster whose daemon proved it is that node. FailedPrecondition
+  // without peer TLS (naming the keys to set) or for a node whose identity
+  // did not check out; NotFound for a node the cluster does not list;
+  // Unavailable when it does not answer.
+  virtual absl::Status CheckNode(const std::string& node) = 0;
+  // Makes a fresh secret for the connection of this node's QP `qpn` to
+  // `node`'s QP `remote_qpn`, hands it to that node over the authenticated
+  // peer channel (the secret `remote_qpn`'s batches to `qpn` must carry),
+  // and returns it. The node's refusal keeps its code.
+  virtual absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
+                                            uint32_t remote_qpn) = 0;
+};
+
+}  // namespace mooncake::daemon

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Makes the certificates mooncaked's peer port needs for mutual TLS
+# (docs/cluster.md, "Peer trust"): a CA of the cluster's own, and for each
+# node a key and a certificate whose identity is the node id, carried as a
+# DNS subjectAltName (DNS:<node_id>), usable as TLS server and client.
+#
+#   deploy/make-cluster-certs.sh --out DIR [--days N] NODE_ID...
+#
+# DIR/ca.pem and DIR/ca.key are made on the first run and reused after, so
+# nodes can be added later with the same CA. For each node: DIR/<id>.pem
+# and DIR/<id>.key (mode 0600; an existing pair is kept, not replaced).
+# Copy ca.pem, <id>.pem and <id>.key to node <id> and set there:
+#   peer_tls_ca_file   = /etc/mooncake/tls/ca.pem
+#   peer_tls_cert_file = /etc/mooncake/tls/<id>.pem
+#   peer_tls_key_file  = /etc/mooncake/tls/<id>.key
+# Keep ca.key off the nodes: whoever holds it can mint any node's identity.
+# Keys are ECDSA P-256. Needs the openssl command line tool.
+set -euo pipefail
+
+usage() {
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  exit "${1:-2}"
+}
+
+out=""
+days=825
+nodes=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="${2:-}"; shift 2 ;;
+    --days) days="${2:-}"; shift 2 ;;
+    -h|--help) usage 0 ;;
+    -*) echo "make-cluster-certs: unknown option '$1'" >&2; usage ;;
+    *) nodes+=("$1"); shift ;;
+  esac
+done
+[[ -n "$out" ]] || { echo "make-cluster-certs: --out DIR is required" >&2; usage; }
+[[ ${#nodes[@]} -gt 0 ]] || { echo "make-cluster-certs: name at least one node id" >&2; usage; }
+[[ "$days" =~ ^[0-9]+$ && "$days" -gt 0 ]] || { echo "make-cluster-certs: --days takes a positive number" >&2; exit 2; }
+command -v openssl >/dev/null || { echo "make-cluster-certs: openssl is not installed (apt-get install openssl)" >&2; exit 1; }
+for id in "${nodes[@]}"; do
+  # The node_id rule of mooncaked.conf (peering/node_registry.h).
+  if ! [[ "$id" =~ ^[A-Za-z0-9._-]{1,64}$ ]]; then
+    echo "make-cluster-certs: '$id' is not a node id (1..64 of A-Z a-z 0-9 . _ -)" >&2
+    exit 2
+  fi
+done
+
+umask 077
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [[ ! -f "$out/ca.pem" || ! -f "$out/ca.key" ]]; then
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/ca.key" 2>"$tmp/err" ||
+    { cat "$tmp/err" >&2; exit 1; }
+  cat >"$tmp/ca.ext" <<'EXT'
+basicConstraints = critical, CA:TRUE, pathlen:0
+keyUsage = critical, keyCertSign, cRLSign
+subjectKeyIdentifier = hash
+EXT
+  openssl req -x509 -new -key "$out/ca.key" -sha256 -days "$days" \
+    -subj "/CN=mooncake cluster CA" -extensions v3_ca -config <(printf '[req]\ndistinguished_name=dn\n[dn]\n[v3_ca]\n'; cat "$tmp/ca.ext") \
+    -out "$out/ca.pem" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+  chmod 0644 "$out/ca.pem"
+  echo "made the cluster CA: $out/ca.pem (its key $out/ca.key stays here)"
+fi
+
+for id in "${nodes[@]}"; do
+  if [[ -f "$out/$id.pem" && -f "$out/$id.key" ]]; then
+    echo "node $id: $out/$id.pem exists, kept"
+    continue
+  fi
+  openssl ecparam -name prime256v1 -genkey -noout -out "$out/$id.key" 2>"$tmp/err" ||
+    { cat "$tmp/err" >&2; exit 1; }
+  openssl req -new -key "$out/$id.key" -subj "/CN=$id" -out "$tmp/$id.csr" 2>"$tmp/err" ||
+    { cat "$tmp/err" >&2; exit 1; }
+  cat >"$tmp/$id.ext" <<EXT
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = DNS:$id
+EXT
+  openssl x509 -req -in "$tmp/$id.csr" -CA "$out/ca.pem" -CAkey "$out/ca.key" \
+    -CAcreateserial -CAserial "$out/ca.srl" -sha256 -days "$days" -extfile "$tmp/$id.ext" \
+    -out "$out/$id.pem" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
+  chmod 0644 "$out/$id.pem"
+  chmod 0600 "$out/$id.key"
+  echo "node $id: $out/$id.pem (DNS:$id) and $out/$id.key"
+done

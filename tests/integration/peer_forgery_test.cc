@@ -1,0 +1,362 @@
+// The attack that opened issue 23, repeated against real daemons on a real
+// etcd: an outsider who knows a live cross-node connection (node names,
+// QPNs, the responder's rkey and address: all of it was in etcd) calls
+// Peer.SoftnicExecute on node B's peer port claiming to be node A, to
+// write into (WRITE) or read (FETCH_ADD of 0) the application's memory on
+// node B. Before the fix both worked and nothing was logged.
+//
+// The target is real: a session on node B registers a memfd region with
+// remote write and atomic access and connects its QP to a QP of a session
+// on node A, which connects back (the cross-node route as the library
+// drives it, through ConnectQueuePairs). The test holds the region's
+// memory and checks it byte for byte after every attack.
+//
+// Outcomes asserted, per peer-port mode:
+//   mTLS:        plaintext, TLS without a certificate and another CA's
+//                certificate fail the handshake; node C's certificate
+//                claiming node A is PERMISSION_DENIED; node A's own
+//                certificate without the connection's secret (a process
+//                reusing the QPN, or anyone who read etcd) gets
+//                TRANSPORT_RETRY_EXC_ERR and fetches nothing; re-offering a
+//                secret for the connected QP is ALREADY_EXISTS.
+//   peer_insecure (kept on purpose, an isolated network): the claimed name
+//                is taken on trust, and the secret alone stops the forgery.
+//   plaintext without peer_insecure: every method but PeerHello is
+//                PERMISSION_DENIED, and the application cannot even connect
+//                its QPs across nodes (the message names the keys).
+// In every case the memory is unchanged, the daemon keeps serving, and it
+// logs the refusal.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon_process.h"
+#include "etcd_test_server.h"
+#include "gtest/gtest.h"
+#include "mooncake/common/fd_passing.h"
+#include "mooncake/common/paths.h"
+#include "mooncake/common/unique_fd.h"
+#include "mooncake/v1/peer.grpc.pb.h"
+#include "mooncake/v1/rdma.grpc.pb.h"
+#include "peer_client.h"
+#include "raw_session.h"
+#include "test_certs.h"
+#include "test_util.h"
+
+namespace mooncake::testing {
+namespace {
+
+using daemon::etcd::testing::PickFreePort;
+
+constexpr uint64_t kRegionBytes = 4096;
+constexpr uint64_t kIova = 0x7f1200000000ull;
+constexpr uint32_t kDepth = 4;
+constexpr uint64_t kControlBytes = 4096;
+// The mlx5 CQE syndrome a NIC reports when its peer never answers
+// (device/include/mooncake/device/mlx5/prm.h, not on this target's path).
+constexpr uint32_t kTransportRetryExceeded = 0x15;
+
+// One application's side of the connection, on one node: a session, a QP,
+// and (on the target node) the region under attack.
+struct Side {
+  std::unique_ptr<abuse::RawSession> session;
+  std::unique_ptr<v1::Rdma::Stub> rdma;
+  UniqueFd fdconn;
+  UniqueFd control;
+  uint32_t qpn = 0;
+  UniqueFd region;
+  uint8_t* memory = nullptr;  // the region, as the application sees it
+  uint32_t rkey = 0;
+
+  ~Side() {
+    if (memory != nullptr) ::munmap(memory, kRegionBytes);
+  }
+
+  void Open(const std::string& socket) {
+    session = abuse::OpenRawSession(socket);
+    ASSERT_NE(session, nullptr);
+    rdma = v1::Rdma::NewStub(session->channel);
+    absl::StatusOr<UniqueFd> c = ConnectUnix(FdSocketPath(socket));
+    ASSERT_TRUE(c.ok()) << c.status();
+    fdconn = *std::move(c);
+    control = abuse::SealedMemfd(kControlBytes);
+    ASSERT_TRUE(control.valid());
+    absl::StatusOr<std::string> ticket = abuse::PutFd(fdconn.get(), session->opened, control.get());
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    v1::CreateQueuePairsRequest req;
+    req.set_fd_ticket(*ticket);
+    req.set_control_bytes(kControlBytes);
+    v1::QueuePairLayout* l = req.add_qps();
+    l->set_sq_offset(0);
+    l->set_sq_wqe_cnt(kDepth);
+    l->set_cq_offset(kDepth * 64);
+    l->set_cq_cqe_cnt(kDepth);
+    l->set_sq_dbrec_offset(2 * kDepth * 64);
+    l->set_cq_dbrec_offset(2 * kDepth * 64 + 8);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::CreateQueuePairsResponse resp;
+    grpc::Status s = rdma->CreateQueuePairs(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    qpn = resp.qpns(0);
+  }
+
+  void RegisterTarget() {
+    region = abuse::SealedMemfd(kRegionBytes);
+    ASSERT_TRUE(region.valid());
+    void* p = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, region.get(), 0);
+    ASSERT_NE(p, MAP_FAILED);
+    memory = static_cast<uint8_t*>(p);
+    for (uint64_t i = 0; i < kRegionBytes; ++i) memory[i] = static_cast<uint8_t>(i * 13 + 7);
+    absl::StatusOr<std::string> ticket = abuse::PutFd(fdconn.get(), session->opened, region.get());
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    v1::RegisterMemoryRequest req;
+    req.set_fd_ticket(*ticket);
+    req.set_kind("memfd");
+    req.set_iova(kIova);
+    req.set_length(kRegionBytes);
+    req.set_remote_write(true);
+    req.set_remote_atomic(true);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::RegisterMemoryResponse resp;
+    grpc::Status s = rdma->RegisterMemory(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    rkey = resp.rkey();
+  }
+
+  grpc::Status Connect(const std::string& node, uint32_t remote_qpn) {
+    v1::ConnectQueuePairsRequest req;
+    v1::QueuePairConnection* c = req.add_connections();
+    c->set_qpn(qpn);
+    c->set_remote_qpn(remote_qpn);
+    c->set_remote_node(node);
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 10000);
+    v1::ConnectQueuePairsResponse resp;
+    return rdma->ConnectQueuePairs(&ctx, req, &resp);
+  }
+
+  // Until the node shows in this daemon's cluster view (etcd's watch).
+  grpc::Status ConnectWhenSeen(const std::string& node, uint32_t remote_qpn) {
+    grpc::Status s;
+    for (int i = 0; i < 100; ++i) {
+      s = Connect(node, remote_qpn);
+      if (s.error_code() != grpc::StatusCode::NOT_FOUND) return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return s;
+  }
+};
+
+class PeerForgeryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::Status s = etcd_.Start();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+
+  // Starts node `id` with `conf` (its peer_* lines) added to the cluster's.
+  std::unique_ptr<DaemonProcess> StartNode(const std::string& id, const std::string& conf,
+                                           std::string* peer_address) {
+    const std::string sub = dir_.path() + "/" + id;
+    ::mkdir(sub.c_str(), 0700);
+    std::ofstream(sub + "/node.conf") << "etcd_lease_ttl_s = 2\netcd_prefix = /forgery\n" << conf;
+    *peer_address = absl::StrCat("127.0.0.1:", PickFreePort());
+    return std::make_unique<DaemonProcess>(
+        sub,
+        std::vector<std::string>{"--config", sub + "/node.conf", "--node-id", id, "--peer-listen",
+                                 *peer_address, "--etcd", etcd_.client_url()},
+        /*log_to_output=*/true);
+  }
+
+  TestCertificates Certs(const std::string& dir, const std::string& node) {
+    absl::StatusOr<TestCertificates> c = MakeNodeCertificate(dir_.path() + "/" + dir, node);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.value_or(TestCertificates{});
+  }
+
+  // Both nodes up, A's QP and B's QP connected to each other, B's region
+  // registered. Returns false (with a test failure) when that fails.
+  void Connect() {
+    a_side_.Open(a_->socket());
+    b_side_.Open(b_->socket());
+    b_side_.RegisterTarget();
+    grpc::Status s = b_side_.ConnectWhenSeen("node-a", a_side_.qpn);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    s = a_side_.ConnectWhenSeen("node-b", b_side_.qpn);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    snapshot_.assign(reinterpret_cast<const char*>(b_side_.memory), kRegionBytes);
+  }
+
+  // The forged batches: a WRITE over the region's first bytes and a
+  // FETCH_ADD of 0 (a read), claiming node A's QP.
+  v1::SoftnicBatch ForgedWrite(const std::string& secret = "") const {
+    v1::SoftnicBatch b;
+    b.set_requester_node("node-a");
+    b.set_requester_qpn(a_side_.qpn);
+    b.set_connection_secret(secret);
+    v1::SoftnicOp* op = b.add_ops();
+    op->set_kind(v1::SoftnicOp::WRITE);
+    op->set_responder_qpn(b_side_.qpn);
+    op->set_raddr(kIova);
+    op->set_rkey(b_side_.rkey);
+    op->set_data(std::string(64, 'X'));
+    return b;
+  }
+  v1::SoftnicBatch ForgedRead(const std::string& secret = "") const {
+    v1::SoftnicBatch b = ForgedWrite(secret);
+    v1::SoftnicOp* op = b.mutable_ops(0);
+    op->set_kind(v1::SoftnicOp::FETCH_ADD_64);
+    op->set_raddr(kIova + 64);
+    op->clear_data();
+    op->set_add(0);
+    return b;
+  }
+
+  // Offers B's QP a secret of the caller's choosing for A's QP's batches.
+  grpc::Status OfferAsNodeA(const std::shared_ptr<grpc::Channel>& channel) const {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::OfferConnectionRequest offer;
+    offer.set_node_id("node-a");
+    offer.set_qpn(a_side_.qpn);
+    offer.set_peer_qpn(b_side_.qpn);
+    offer.set_secret(std::string(16, 's'));
+    v1::OfferConnectionResponse resp;
+    return v1::Peer::NewStub(channel)->OfferConnection(&ctx, offer, &resp);
+  }
+
+  static grpc::Status Execute(const std::shared_ptr<grpc::Channel>& channel,
+                              const v1::SoftnicBatch& batch, v1::SoftnicResults* results) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 3000);
+    return v1::Peer::NewStub(channel)->SoftnicExecute(&ctx, batch, results);
+  }
+
+  // The batch reached the engine and was refused there as a NIC drops a
+  // packet for a QP that is not its peer's: nothing fetched.
+  static void ExpectDroppedByTheEngine(const grpc::Status& s, const v1::SoftnicResults& r) {
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(r.results_size(), 1);
+    EXPECT_EQ(r.results(0).syndrome(), kTransportRetryExceeded);
+    EXPECT_EQ(r.results(0).fetched(), 0u);
+  }
+
+  void ExpectMemoryUnchanged(const char* after) {
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(b_side_.memory), kRegionBytes), snapshot_)
+        << "node B's application memory changed after " << after;
+  }
+
+  TempDir dir_;
+  daemon::etcd::testing::EtcdTestServer etcd_;
+  std::unique_ptr<DaemonProcess> a_, b_;
+  std::string a_addr_, b_addr_;
+  Side a_side_, b_side_;
+  std::string snapshot_;
+};
+
+TEST_F(PeerForgeryTest, UnderMutualTlsNoOutsiderNorOtherNodeWritesOrReadsTheMemory) {
+  const TestCertificates a = Certs("tls", "node-a");
+  const TestCertificates b = Certs("tls", "node-b");
+  const TestCertificates c = Certs("tls", "node-c");        // a node, but not node A
+  const TestCertificates rogue = Certs("rogue", "node-a");  // node A's name, another CA
+  a_ = StartNode("node-a", PeerTlsConfig(a), &a_addr_);
+  b_ = StartNode("node-b", PeerTlsConfig(b), &b_addr_);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  v1::SoftnicResults r;
+
+  // No certificate at all: plaintext, and TLS without a client certificate.
+  for (const auto& creds :
+       {grpc::InsecureChannelCredentials(), TlsAs(b.ca_file, TestCertificates{})}) {
+    EXPECT_FALSE(Execute(PeerChannelTo(b_addr_, creds, "node-b"), ForgedWrite(), &r).ok());
+    EXPECT_FALSE(Execute(PeerChannelTo(b_addr_, creds, "node-b"), ForgedRead(), &r).ok());
+  }
+  ExpectMemoryUnchanged("calls without a certificate");
+
+  // Another CA's certificate naming node A: the handshake fails.
+  auto rogue_channel = PeerChannelTo(b_addr_, TlsAs(b.ca_file, rogue), "node-b");
+  EXPECT_FALSE(Execute(rogue_channel, ForgedWrite(), &r).ok());
+  EXPECT_FALSE(Execute(rogue_channel, ForgedRead(), &r).ok());
+  ExpectMemoryUnchanged("calls with another CA's certificate");
+
+  // Node C's certificate (the cluster's CA) claiming node A.
+  auto c_channel = PeerChannelTo(b_addr_, TlsAs(b.ca_file, c), "node-b");
+  grpc::Status s = Execute(c_channel, ForgedWrite(), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("DNS:node-c"), std::string::npos) << s.error_message();
+  EXPECT_EQ(Execute(c_channel, ForgedRead(), &r).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(OfferAsNodeA(c_channel).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  ExpectMemoryUnchanged("calls with node C's certificate claiming node A");
+
+  // Node A's own certificate, without the connection's secret: what a
+  // process on node A that reused the QPN, or anyone who read etcd and
+  // holds node A's key, would send. The engine drops it.
+  auto a_channel = PeerChannelTo(b_addr_, TlsAs(b.ca_file, a), "node-b");
+  for (const std::string& guess : {std::string(), std::string(16, '\0'), std::string(16, 'k')}) {
+    ExpectDroppedByTheEngine(Execute(a_channel, ForgedWrite(guess), &r), r);
+    ExpectDroppedByTheEngine(Execute(a_channel, ForgedRead(guess), &r), r);
+  }
+  // Nor can it take over the connection by offering a secret of its own.
+  const grpc::Status o = OfferAsNodeA(a_channel);
+  EXPECT_EQ(o.error_code(), grpc::StatusCode::ALREADY_EXISTS) << o.error_message();
+  ExpectDroppedByTheEngine(Execute(a_channel, ForgedWrite(std::string(16, 's')), &r), r);
+  ExpectMemoryUnchanged("calls with node A's certificate and no secret");
+
+  // Node B noticed, said so, and serves on.
+  // (In the order logged: the lines are read once.)
+  EXPECT_NE(b_->child().WaitForLine("certificate is for DNS:node-c", 5000), "");
+  EXPECT_NE(b_->child().WaitForLine("without its connection's secret", 5000), "");
+  EXPECT_TRUE(b_->running());
+  EXPECT_EQ(GetStatus(b_->socket()).node_id(), "node-b");
+}
+
+TEST_F(PeerForgeryTest, WithPeerInsecureTheConnectionSecretAloneStopsTheForgery) {
+  // Kept on purpose without certificates (an isolated test network): the
+  // daemon believes any claimed name, so the secret is the whole defence.
+  a_ = StartNode("node-a", "peer_insecure = true\n", &a_addr_);
+  b_ = StartNode("node-b", "peer_insecure = true\n", &b_addr_);
+  EXPECT_NE(b_->child().WaitForLine("INSECURE", 5000), "") << "no loud warning at start";
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  auto plain = grpc::CreateChannel(b_addr_, grpc::InsecureChannelCredentials());
+  v1::SoftnicResults r;
+  for (const std::string& guess : {std::string(), std::string(16, 'k')}) {
+    ExpectDroppedByTheEngine(Execute(plain, ForgedWrite(guess), &r), r);
+    ExpectDroppedByTheEngine(Execute(plain, ForgedRead(guess), &r), r);
+  }
+  ExpectMemoryUnchanged("plaintext calls without the secret");
+  EXPECT_NE(b_->child().WaitForLine("without its connection's secret", 5000), "");
+  EXPECT_TRUE(b_->running());
+}
+
+TEST_F(PeerForgeryTest, WithoutTlsTheApplicationCannotConnectAcrossNodesNorAnyoneForge) {
+  // The default before this issue: no peer_tls_* files, no peer_insecure.
+  a_ = StartNode("node-a", "", &a_addr_);
+  b_ = StartNode("node-b", "", &b_addr_);
+  a_side_.Open(a_->socket());
+  b_side_.Open(b_->socket());
+  b_side_.RegisterTarget();
+  snapshot_.assign(reinterpret_cast<const char*>(b_side_.memory), kRegionBytes);
+  grpc::Status s = b_side_.ConnectWhenSeen("node-a", a_side_.qpn);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("peer_tls_ca_file"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("peer_insecure"), std::string::npos) << s.error_message();
+
+  auto plain = grpc::CreateChannel(b_addr_, grpc::InsecureChannelCredentials());
+  v1::SoftnicResults r;
+  s = Execute(plain, ForgedWrite(), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(Execute(plain, ForgedRead(), &r).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  ExpectMemoryUnchanged("plaintext calls to a port without TLS");
+  EXPECT_NE(b_->child().WaitForLine("TLS required", 5000), "");
+  EXPECT_TRUE(b_->running());
+}
+
+}  // namespace
+}  // namespace mooncake::testing

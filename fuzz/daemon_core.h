@@ -291,7 +291,7 @@ struct DaemonCore {
     FUZZ_CHECK(rdma.ControlMappings() == 0 && rdma.SessionsHolding() == 0, rdma.ControlMappings(),
                " control mappings, ", rdma.SessionsHolding(), " sessions still charged");
     for (uint32_t uid : {kUidA, kUidB, 0u}) {
-      daemon::RdmaUsage u = rdma.UsageOfUid(uid);
+      daemon::RdmaUsage u = rdma.UsageOf(daemon::Principal{uid});
       FUZZ_CHECK(u.empty(), "uid ", uid, " still charged ", u.qps, " QPs, ", u.mrs, " regions, ",
                  u.bytes, " bytes");
     }

@@ -8,24 +8,24 @@ namespace mooncake::daemon {
 
 AdmissionCounter::AdmissionCounter(AdmissionLimits limits) : limits_(std::move(limits)) {}
 
-bool AdmissionCounter::Privileged(uint32_t uid) {
+bool IsPrivileged(const Principal& p) {
   static const uint32_t self = static_cast<uint32_t>(::geteuid());
-  return uid == 0 || uid == self;
+  return p.tenant.empty() && (p.uid == 0 || p.uid == self);
 }
 
-absl::Status AdmissionCounter::TryTake(uint32_t uid, uint64_t n) {
+absl::Status AdmissionCounter::TryTake(const Principal& who, uint64_t n) {
   absl::MutexLock lock(&mu_);
-  uint64_t& mine = held_[uid];
-  if (!Privileged(uid)) {
+  uint64_t& mine = held_[who];
+  if (!Privileged(who)) {
     if (mine + n > limits_.per_uid) {
       uint64_t had = mine;
-      if (mine == 0) held_.erase(uid);
+      if (mine == 0) held_.erase(who);
       return absl::ResourceExhaustedError(
-          absl::StrCat("uid ", uid, " holds ", had, " ", limits_.what, "; the limit is ",
+          absl::StrCat(who.Describe(), " holds ", had, " ", limits_.what, "; the limit is ",
                        limits_.per_uid, " per user (", limits_.per_uid_key, " in mooncaked.conf)"));
     }
     if (unprivileged_ + n > limits_.total) {
-      if (mine == 0) held_.erase(uid);
+      if (mine == 0) held_.erase(who);
       return absl::ResourceExhaustedError(absl::StrCat(
           "mooncaked holds ", unprivileged_, " ", limits_.what, " for all users; the limit is ",
           limits_.total, " (", limits_.total_key, " in mooncaked.conf)"));
@@ -36,25 +36,25 @@ absl::Status AdmissionCounter::TryTake(uint32_t uid, uint64_t n) {
   return absl::OkStatus();
 }
 
-void AdmissionCounter::Give(uint32_t uid, uint64_t n) {
+void AdmissionCounter::Give(const Principal& who, uint64_t n) {
   absl::MutexLock lock(&mu_);
-  auto it = held_.find(uid);
+  auto it = held_.find(who);
   if (it == held_.end()) return;
   uint64_t give = std::min(n, it->second);
   it->second -= give;
-  if (!Privileged(uid)) unprivileged_ -= std::min(give, unprivileged_);
+  if (!Privileged(who)) unprivileged_ -= std::min(give, unprivileged_);
   if (it->second == 0) held_.erase(it);
 }
 
-absl::StatusOr<std::shared_ptr<AdmissionCounter::Charge>> AdmissionCounter::TryCharge(uint32_t uid,
-                                                                                      uint64_t n) {
-  if (absl::Status s = TryTake(uid, n); !s.ok()) return s;
-  return std::make_shared<Charge>(this, uid, n);
+absl::StatusOr<std::shared_ptr<AdmissionCounter::Charge>> AdmissionCounter::TryCharge(
+    const Principal& who, uint64_t n) {
+  if (absl::Status s = TryTake(who, n); !s.ok()) return s;
+  return std::make_shared<Charge>(this, who, n);
 }
 
-uint64_t AdmissionCounter::HeldBy(uint32_t uid) const {
+uint64_t AdmissionCounter::HeldBy(const Principal& who) const {
   absl::MutexLock lock(&mu_);
-  auto it = held_.find(uid);
+  auto it = held_.find(who);
   return it == held_.end() ? 0 : it->second;
 }
 

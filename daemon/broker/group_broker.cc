@@ -306,14 +306,14 @@ void GroupBroker::CompleteFormation(Formation f) const {
   }
 }
 
-absl::Status GroupBroker::CheckBudget(uint32_t uid, uint64_t view_bytes, bool waits) const {
-  if (AdmissionCounter::Privileged(uid)) return absl::OkStatus();
-  auto it = usage_.find(uid);
+absl::Status GroupBroker::CheckBudget(const Principal& who, uint64_t view_bytes, bool waits) const {
+  if (AdmissionCounter::Privileged(who)) return absl::OkStatus();
+  auto it = usage_.find(who);
   Usage u = it == usage_.end() ? Usage{} : it->second;
-  auto exhausted = [uid](absl::string_view what, uint64_t held, uint64_t limit,
-                         absl::string_view key) {
+  auto exhausted = [&who](absl::string_view what, uint64_t held, uint64_t limit,
+                          absl::string_view key) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "uid ", uid, " holds ", held, " ", what, " in groups on this node; the limit is ", limit,
+        who.Describe(), " holds ", held, " ", what, " in groups on this node; the limit is ", limit,
         " (", key, " in mooncaked.conf): leave or end groups that are done"));
   };
   if (u.ranks + 1 > limits_.max_ranks_per_uid) {
@@ -332,7 +332,7 @@ absl::Status GroupBroker::CheckBudget(uint32_t uid, uint64_t view_bytes, bool wa
 
 void GroupBroker::AddMemberLocked(Group& g, Member m) {
   EraseMemberLocked(g, m.rank);  // none there in practice; keeps usage exact
-  Usage& u = usage_[g.uid];
+  Usage& u = usage_[Principal{g.uid, g.tenant}];
   u.ranks += 1;
   u.view_bytes += m.view_bytes;
   by_session_[m.session].insert(MemberRef{&g, m.rank});
@@ -364,7 +364,7 @@ void GroupBroker::EraseMemberLocked(Group& g, uint32_t rank) {
   if (directory_ != nullptr && it->second.claim != Member::Claim::kNone) {
     directory_->Withdraw(g.uid, g.tenant, g.name, rank);
   }
-  if (auto u = usage_.find(g.uid); u != usage_.end()) {
+  if (auto u = usage_.find(Principal{g.uid, g.tenant}); u != usage_.end()) {
     u->second.ranks -= std::min<uint64_t>(1, u->second.ranks);
     u->second.view_bytes -= std::min(it->second.view_bytes, u->second.view_bytes);
     if (u->second.ranks == 0 && u->second.waiting == 0) usage_.erase(u);
@@ -379,7 +379,7 @@ void GroupBroker::EraseMemberLocked(Group& g, uint32_t rank) {
 
 void GroupBroker::AddWaiterLocked(Group& g, uint32_t rank, const SessionInfo& caller, JoinDone done,
                                   uint32_t timeout_ms) {
-  usage_[g.uid].waiting += 1;
+  usage_[Principal{g.uid, g.tenant}].waiting += 1;
   auto deadline =
       deadlines_.emplace(absl::Now() + absl::Milliseconds(timeout_ms), DeadlineRef{&g, rank});
   g.waiters.emplace(rank, Waiter{caller, std::move(done), timeout_ms, deadline});
@@ -387,7 +387,7 @@ void GroupBroker::AddWaiterLocked(Group& g, uint32_t rank, const SessionInfo& ca
 
 GroupBroker::JoinDone GroupBroker::TakeWaiterLocked(Group& g,
                                                     std::map<uint32_t, Waiter>::iterator it) {
-  if (auto u = usage_.find(g.uid); u != usage_.end()) {
+  if (auto u = usage_.find(Principal{g.uid, g.tenant}); u != usage_.end()) {
     u->second.waiting -= std::min<uint64_t>(1, u->second.waiting);
     if (u->second.ranks == 0 && u->second.waiting == 0) usage_.erase(u);
   }
@@ -493,7 +493,9 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
     const bool rejoin = g != nullptr ? g->formed : FormedInRecords(remote);
     const size_t joined = g == nullptr ? 0 : g->members.size() + g->remote.size();
     const bool completes = !rejoin && joined + 1 == req.world_size() && directory_ == nullptr;
-    if (absl::Status s = CheckBudget(caller.cred.uid, m.view_bytes, !completes); !s.ok()) {
+    if (absl::Status s =
+            CheckBudget(Principal{caller.cred.uid, caller.tenant}, m.view_bytes, !completes);
+        !s.ok()) {
       return s;
     }
     if (g == nullptr) {
@@ -1426,9 +1428,9 @@ std::map<std::string, uint64_t> GroupBroker::CountByState() const {
   return out;
 }
 
-GroupBroker::Usage GroupBroker::UsageOf(uint32_t uid) const {
+GroupBroker::Usage GroupBroker::UsageOf(const Principal& who) const {
   absl::MutexLock lock(&mu_);
-  auto it = usage_.find(uid);
+  auto it = usage_.find(who);
   return it == usage_.end() ? Usage{} : it->second;
 }
 

@@ -62,9 +62,11 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "admission/principal.h"
 #include "broker/group_directory.h"
 #include "broker/group_events.h"
 #include "broker/group_summary.h"
@@ -156,13 +158,14 @@ class GroupBroker {
   // "name/rank" for each live membership of the session.
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
 
-  // What `uid` holds against its limits (tests, diagnostics).
+  // What a principal (a uid on one tenant's socket) holds against its
+  // limits (tests, diagnostics).
   struct Usage {
     uint64_t ranks = 0;
     uint64_t waiting = 0;
     uint64_t view_bytes = 0;
   };
-  Usage UsageOf(uint32_t uid) const;
+  Usage UsageOf(const Principal& who) const;
 
   // Groups per state (GroupStateName), for the metrics: no names, no copies.
   std::map<std::string, uint64_t> CountByState() const;
@@ -268,7 +271,7 @@ class GroupBroker {
                                                   const std::vector<std::string>& tickets) const;
   static void Complete(std::vector<Completion>* completions);
   void CompleteFormation(Formation f) const;
-  absl::Status CheckBudget(uint32_t uid, uint64_t view_bytes, bool waits) const
+  absl::Status CheckBudget(const Principal& who, uint64_t view_bytes, bool waits) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
   void NotifyOthers(const Group& g, uint32_t about_rank, v1::MemberEvent::Kind kind,
@@ -331,7 +334,7 @@ class GroupBroker {
   std::map<GroupKey, std::shared_ptr<Group>> groups_ ABSL_GUARDED_BY(mu_);
   DeadlineIndex deadlines_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::set<MemberRef>> by_session_ ABSL_GUARDED_BY(mu_);
-  std::map<uint32_t, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Principal, Usage> usage_ ABSL_GUARDED_BY(mu_);
   GroupEventSink* events_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread timer_;
 };

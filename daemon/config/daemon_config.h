@@ -93,6 +93,8 @@ struct DaemonConfig {
   uint32_t max_qps_per_uid = 32768;  // root and the daemon's uid: never refused
   uint32_t max_mrs_per_uid = 2048;
   uint64_t max_registered_bytes_per_uid = 512ull << 30;
+  // Every unprivileged user together (root on the main socket exempt).
+  uint64_t max_registered_bytes_total = 2ull << 40;
   bool softnic_sink = false;  // benchmarks: complete WQEs without moving data
 };
 

@@ -28,7 +28,7 @@ absl::StatusOr<std::string> FdBroker::AddIncoming(const SessionInfo& session,
                      " unused fd tickets; name them in an RPC or let them expire"));
   }
   absl::StatusOr<std::shared_ptr<AdmissionCounter::Charge>> charge =
-      fd_budget_.TryCharge(session.cred.uid, fds.size());
+      fd_budget_.TryCharge(Principal{session.cred.uid, session.tenant}, fds.size());
   if (!charge.ok()) return charge.status();  // the fds close with `fds`
   return tickets_.AddIncoming(session.id, session.cred.uid, std::move(fds), *std::move(charge));
 }

@@ -105,7 +105,7 @@ class FdBroker final : public FdTicketIssuer {
   size_t TicketCount() const;
   size_t ExportCount() const;
   // fds held for `uid`, and for all unprivileged uids.
-  uint64_t FdsHeldBy(uint32_t uid) const { return fd_budget_.HeldBy(uid); }
+  uint64_t FdsHeldBy(const Principal& who) const { return fd_budget_.HeldBy(who); }
   uint64_t FdsHeld() const { return fd_budget_.HeldByUnprivileged(); }
 
  private:

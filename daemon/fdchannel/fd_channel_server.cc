@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "mooncake/common/fd_passing.h"
@@ -132,27 +133,27 @@ void FdChannelServer::AcceptFrom(const Listener& listener, absl::Time* backoff_u
   Admit(std::move(conn), cred->uid, listener.tenant);
 }
 
-bool FdChannelServer::EvictIdleFor(uint32_t uid, bool per_uid_full) {
-  // The victim's uid: the newcomer's own when its cap is full, otherwise
-  // the unprivileged uid holding the most idle connections.
-  std::map<uint32_t, int> idle_by_uid;
+bool FdChannelServer::EvictIdleFor(const Principal& who, bool per_uid_full) {
+  // The victim: the newcomer's own principal when its cap is full,
+  // otherwise the unprivileged one holding the most idle connections.
+  absl::flat_hash_map<Principal, int> idle_by;
   for (const auto& [fd, c] : conns_) {
-    if (!c.busy && !c.evicted && !AdmissionCounter::Privileged(c.uid)) ++idle_by_uid[c.uid];
+    if (!c.busy && !c.evicted && !AdmissionCounter::Privileged(c.who)) ++idle_by[c.who];
   }
-  uint32_t victim_uid = uid;
+  Principal victim_of = who;
   if (!per_uid_full) {
     int most = 0;
-    for (const auto& [u, n] : idle_by_uid) {
-      if (n > most) most = n, victim_uid = u;
+    for (const auto& [p, n] : idle_by) {
+      if (n > most) most = n, victim_of = p;
     }
     if (most == 0) return false;
-  } else if (!idle_by_uid.contains(uid)) {
+  } else if (!idle_by.contains(who)) {
     return false;
   }
   int victim = -1;
   absl::Time oldest = absl::InfiniteFuture();
   for (const auto& [fd, c] : conns_) {
-    if (c.uid == victim_uid && !c.busy && !c.evicted && c.since < oldest) {
+    if (c.who == victim_of && !c.busy && !c.evicted && c.since < oldest) {
       oldest = c.since;
       victim = fd;
     }
@@ -160,7 +161,7 @@ bool FdChannelServer::EvictIdleFor(uint32_t uid, bool per_uid_full) {
   if (victim < 0) return false;
   Conn& v = conns_.at(victim);
   v.evicted = true;
-  admission_.Give(v.uid);
+  admission_.Give(v.who);
   // Its thread wakes from its wait, sees the connection shut and exits.
   ::shutdown(victim, SHUT_RDWR);
   return true;
@@ -176,20 +177,21 @@ void FdChannelServer::Admit(UniqueFd conn, uint32_t uid, const std::string& tena
                                     " connections open; refusing one from uid ", uid));
       return;
     }
-    absl::Status admitted = admission_.TryTake(uid);
-    // Idle connections make room first: the uid's own when its cap is
-    // full, then (for the total) the heaviest holder's.
+    const Principal who{uid, tenant};
+    absl::Status admitted = admission_.TryTake(who);
+    // Idle connections make room first: the principal's own when its cap
+    // is full, then (for the total) the heaviest holder's.
     for (int attempt = 0; attempt < 2 && !admitted.ok(); ++attempt) {
-      bool per_uid_full = admission_.HeldBy(uid) >= limits_.connections_per_uid;
-      if (!EvictIdleFor(uid, per_uid_full)) break;
-      admitted = admission_.TryTake(uid);
+      bool per_uid_full = admission_.HeldBy(who) >= limits_.connections_per_uid;
+      if (!EvictIdleFor(who, per_uid_full)) break;
+      admitted = admission_.TryTake(who);
     }
     if (!admitted.ok()) {
       refused_log_.Log(LogLevel::kWarning,
                        absl::StrCat("fd channel: refused a connection: ", admitted.message()));
       return;
     }
-    conns_.emplace(c, Conn{uid, absl::Now(), false, false});
+    conns_.emplace(c, Conn{who, absl::Now(), false, false});
     active_.fetch_add(1);
   }
   conn.release();
@@ -202,7 +204,7 @@ void FdChannelServer::Admit(UniqueFd conn, uint32_t uid, const std::string& tena
       std::lock_guard<std::mutex> lock(conns_mu_);
       auto it = conns_.find(c);
       if (it != conns_.end()) {
-        if (!it->second.evicted) admission_.Give(uid);
+        if (!it->second.evicted) admission_.Give(it->second.who);
         conns_.erase(it);
       }
     }
@@ -215,7 +217,7 @@ void FdChannelServer::Admit(UniqueFd conn, uint32_t uid, const std::string& tena
       std::lock_guard<std::mutex> lock(conns_mu_);
       auto it = conns_.find(c);
       if (it != conns_.end()) {
-        if (!it->second.evicted) admission_.Give(uid);
+        if (!it->second.evicted) admission_.Give(it->second.who);
         conns_.erase(it);
       }
     }

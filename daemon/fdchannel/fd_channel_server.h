@@ -67,7 +67,7 @@ class FdChannelServer {
 
  private:
   struct Conn {
-    uint32_t uid = 0;
+    Principal who;      // uid and the tenant of the socket it came through
     absl::Time since;   // accepted, or last request finished
     bool busy = false;  // a request is being read or answered
     bool evicted = false;
@@ -81,7 +81,7 @@ class FdChannelServer {
   void Admit(UniqueFd conn, uint32_t uid, const std::string& tenant);
   // Makes room for `uid` by closing an idle connection; false when none
   // may be closed. Caller holds conns_mu_.
-  bool EvictIdleFor(uint32_t uid, bool per_uid_full);
+  bool EvictIdleFor(const Principal& who, bool per_uid_full);
   void Serve(int sock, uint32_t uid, const std::string& tenant);
   void SetBusy(int sock, bool busy);
 

@@ -242,7 +242,14 @@ absl::Status Metrics::Serve(const std::string& address) {
   if (impl_->exposer) return absl::FailedPreconditionError("metrics are already served");
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    // Bounded (issue 23 item 7): two threads serve, at most kMetricsQueue
+    // connections wait for them, and a request that has not arrived whole
+    // within kMetricsRequestTimeoutMs is dropped, so idle or trickling
+    // connections cannot hold the endpoint (or pile up fds in the daemon).
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address, "num_threads", "2", "connection_queue",
+        absl::StrCat(kMetricsQueue), "request_timeout_ms", absl::StrCat(kMetricsRequestTimeoutMs),
+        "enable_keep_alive", "no"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what(),

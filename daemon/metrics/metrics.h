@@ -14,8 +14,9 @@
 // the Metrics' own prometheus::Registry holds the static ones
 // (mooncake_build_info). Labels are bounded: no group names, no uids.
 //
-// The HTTP server (prometheus-cpp-pull's civetweb Exposer) is started by
-// Serve and stopped by Stop or the destructor; its threads call the
+// The HTTP server (prometheus-cpp-pull's civetweb Exposer, two threads, no
+// keep-alive, kMetricsQueue waiting connections, kMetricsRequestTimeoutMs
+// per request) is started by Serve and stopped by Stop or the destructor; its threads call the
 // GaugeSources, so Stop before the state they read goes away. Without
 // prometheus-cpp at build time, Serve fails with FailedPrecondition.
 // Thread-safe.
@@ -57,6 +58,11 @@ struct GaugeSources {
   // nullopt: not in a cluster (no etcd_endpoints).
   std::function<std::optional<uint64_t>()> cluster_nodes;
 };
+
+// The HTTP server's bounds: connections waiting for its two threads, and
+// how long a request may take to arrive (then the connection is closed).
+inline constexpr int kMetricsQueue = 16;
+inline constexpr int kMetricsRequestTimeoutMs = 3000;
 
 class Metrics {
  public:

@@ -25,11 +25,16 @@ bool Over(uint64_t held, uint64_t more, uint64_t limit) {
 
 uint64_t Less(uint64_t have, uint64_t take) { return have - std::min(have, take); }
 
+Principal PrincipalOf(const SessionInfo& session) {
+  return Principal{session.cred.uid, session.tenant};
+}
+
 }  // namespace
 
 absl::Status RdmaBudget::Check(const SessionInfo& session, const RdmaUsage& more) const {
+  const Principal who = PrincipalOf(session);
   const RdmaUsage mine = OfSession(session.id);
-  const RdmaUsage theirs = OfUid(session.cred.uid);
+  const RdmaUsage theirs = Of(who);
   const Kind kinds[] = {
       {"queue pairs", "destroy queue pairs that are done", mine.qps, theirs.qps, more.qps,
        limits_.max_qps_per_session, limits_.max_qps_per_uid, "max_qps_per_session",
@@ -43,7 +48,7 @@ absl::Status RdmaBudget::Check(const SessionInfo& session, const RdmaUsage& more
        more.bytes, limits_.max_registered_bytes_per_session, limits_.max_registered_bytes_per_uid,
        "max_registered_bytes_per_session", "max_registered_bytes_per_uid"},
   };
-  const bool privileged = AdmissionCounter::Privileged(session.cred.uid);
+  const bool privileged = AdmissionCounter::Privileged(who);
   for (const Kind& k : kinds) {
     if (k.more == 0) continue;
     if (Over(k.held_session, k.more, k.per_session)) {
@@ -54,25 +59,36 @@ absl::Status RdmaBudget::Check(const SessionInfo& session, const RdmaUsage& more
     }
     if (!privileged && Over(k.held_uid, k.more, k.per_uid)) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("uid ", session.cred.uid, " holds ", k.held_uid, " ", k.what,
+          absl::StrCat(who.Describe(), " holds ", k.held_uid, " ", k.what,
                        " in its sessions on this node and asks for ", k.more,
                        " more; the limit is ", k.per_uid, " per user (", k.uid_key,
                        " in mooncaked.conf): ", k.advice, ", or end sessions that are idle"));
     }
+  }
+  if (!privileged && more.bytes > 0 &&
+      Over(unprivileged_bytes_, more.bytes, limits_.max_registered_bytes_total)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "mooncaked holds ", unprivileged_bytes_, " bytes of registered memory for all users and ",
+        who.Describe(), " asks for ", more.bytes, " more; the limit is ",
+        limits_.max_registered_bytes_total,
+        " on this node (max_registered_bytes_total in mooncaked.conf): try again when others "
+        "have deregistered, or ask the administrator"));
   }
   return absl::OkStatus();
 }
 
 void RdmaBudget::Charge(const SessionInfo& session, const RdmaUsage& more) {
   if (more.empty()) return;
+  const Principal who = PrincipalOf(session);
   SessionEntry& s = sessions_[session.id];
-  s.uid = session.cred.uid;
-  RdmaUsage& u = uids_[session.cred.uid];
+  s.who = who;
+  RdmaUsage& u = principals_[who];
   for (RdmaUsage* use : {&s.use, &u}) {
     use->qps += more.qps;
     use->mrs += more.mrs;
     use->bytes += more.bytes;
   }
+  if (!AdmissionCounter::Privileged(who)) unprivileged_bytes_ += more.bytes;
 }
 
 void RdmaBudget::Release(uint64_t session, const RdmaUsage& less) {
@@ -85,7 +101,7 @@ void RdmaBudget::Release(uint64_t session, const RdmaUsage& less) {
   s.qps -= given.qps;
   s.mrs -= given.mrs;
   s.bytes -= given.bytes;
-  ReleaseUid(it->second.uid, given);
+  ReleasePrincipal(it->second.who, given);
   if (s.empty()) sessions_.erase(it);
 }
 
@@ -93,19 +109,22 @@ RdmaUsage RdmaBudget::EndSession(uint64_t session) {
   auto it = sessions_.find(session);
   if (it == sessions_.end()) return {};
   const RdmaUsage held = it->second.use;
-  ReleaseUid(it->second.uid, held);
+  ReleasePrincipal(it->second.who, held);
   sessions_.erase(it);
   return held;
 }
 
-void RdmaBudget::ReleaseUid(uint32_t uid, const RdmaUsage& less) {
-  auto it = uids_.find(uid);
-  if (it == uids_.end()) return;
+void RdmaBudget::ReleasePrincipal(const Principal& who, const RdmaUsage& less) {
+  auto it = principals_.find(who);
+  if (it == principals_.end()) return;
   RdmaUsage& u = it->second;
+  if (!AdmissionCounter::Privileged(who)) {
+    unprivileged_bytes_ = Less(unprivileged_bytes_, std::min(u.bytes, less.bytes));
+  }
   u.qps = Less(u.qps, less.qps);
   u.mrs = Less(u.mrs, less.mrs);
   u.bytes = Less(u.bytes, less.bytes);
-  if (u.empty()) uids_.erase(it);
+  if (u.empty()) principals_.erase(it);
 }
 
 RdmaUsage RdmaBudget::OfSession(uint64_t session) const {
@@ -113,9 +132,9 @@ RdmaUsage RdmaBudget::OfSession(uint64_t session) const {
   return it == sessions_.end() ? RdmaUsage{} : it->second.use;
 }
 
-RdmaUsage RdmaBudget::OfUid(uint32_t uid) const {
-  auto it = uids_.find(uid);
-  return it == uids_.end() ? RdmaUsage{} : it->second;
+RdmaUsage RdmaBudget::Of(const Principal& who) const {
+  auto it = principals_.find(who);
+  return it == principals_.end() ? RdmaUsage{} : it->second;
 }
 
 }  // namespace mooncake::daemon

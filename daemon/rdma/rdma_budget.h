@@ -1,11 +1,14 @@
-// RdmaBudget: how many RDMA objects each session and each uid holds in the
-// daemon — queue pairs, memory regions, bytes of client memory mapped — and
-// the limits on both (docs/limits.md).
+// RdmaBudget: how many RDMA objects each session and each principal (a uid
+// on one tenant's socket, admission/principal.h) holds in the daemon —
+// queue pairs, memory regions, bytes of client memory mapped — and the
+// limits on both, plus a cap on the bytes all unprivileged principals
+// register together (docs/limits.md).
 //
-// Why per uid as well as per session: one uid may open max_sessions_per_uid
-// sessions, so per-session limits alone would let one user make the daemon
-// hold thousands of times as much. The per-uid limits bound the sum over a
-// uid's sessions.
+// Why per principal as well as per session: one user may open
+// max_sessions_per_uid sessions, so per-session limits alone would let one
+// user make the daemon hold thousands of times as much. The per-uid limits
+// ("per user": per principal) bound the sum over a user's sessions; the
+// same uid of another tenant is another user.
 //
 // What counts as a memory region: every mapping of client memory the daemon
 // makes for a session — a registered region, and the control memory (rings
@@ -16,9 +19,10 @@
 // calls. Their bytes are what the daemon maps: address space is finite too
 // (2^47 bytes), and a sparse memfd costs the client nothing.
 //
-// Privileged uids (root and the daemon's own, AdmissionCounter::Privileged)
-// are counted but never refused by the per-uid limits, as by every other
-// per-uid limit; the per-session limits apply to every session.
+// Privileged principals (root and the daemon's own uid on the main socket,
+// admission/principal.h) are counted but never refused by the per-user
+// limits and the node-wide cap, as by every other per-user limit; the
+// per-session limits apply to every session.
 //
 // Not thread-safe: RdmaResources calls it under its lock, so that a Check and
 // the Charge after it are one step for concurrent calls of one user.
@@ -28,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "admission/principal.h"
 #include "session/session_registry.h"
 
 namespace mooncake::daemon {
@@ -44,6 +49,10 @@ struct RdmaLimits {
   uint32_t max_qps_per_uid = 8 * 4096;
   uint32_t max_mrs_per_uid = 8 * 256;
   uint64_t max_registered_bytes_per_uid = 8 * (64ull << 30);
+  // Every unprivileged user together: what one node's GPUs and host memory
+  // can hold, so that many users at their own limits cannot make the
+  // daemon map without end.
+  uint64_t max_registered_bytes_total = 2ull << 40;
 };
 
 // An amount of what the budget counts.
@@ -71,21 +80,24 @@ class RdmaBudget {
   RdmaUsage EndSession(uint64_t session);
 
   RdmaUsage OfSession(uint64_t session) const;
-  RdmaUsage OfUid(uint32_t uid) const;
-  // Sessions and uids holding anything (an idle one costs no entry).
+  RdmaUsage Of(const Principal& who) const;
+  // Bytes every unprivileged principal holds together.
+  uint64_t unprivileged_bytes() const { return unprivileged_bytes_; }
+  // Sessions and principals holding anything (an idle one costs no entry).
   size_t sessions() const { return sessions_.size(); }
-  size_t uids() const { return uids_.size(); }
+  size_t principals() const { return principals_.size(); }
 
  private:
   struct SessionEntry {
-    uint32_t uid = 0;
+    Principal who;
     RdmaUsage use;
   };
-  void ReleaseUid(uint32_t uid, const RdmaUsage& less);
+  void ReleasePrincipal(const Principal& who, const RdmaUsage& less);
 
   const RdmaLimits limits_;
   absl::flat_hash_map<uint64_t, SessionEntry> sessions_;
-  absl::flat_hash_map<uint32_t, RdmaUsage> uids_;
+  absl::flat_hash_map<Principal, RdmaUsage> principals_;
+  uint64_t unprivileged_bytes_ = 0;
 };
 
 }  // namespace mooncake::daemon

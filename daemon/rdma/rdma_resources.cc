@@ -625,9 +625,9 @@ RdmaUsage RdmaResources::UsageOfSession(uint64_t session) const {
   return budget_.OfSession(session);
 }
 
-RdmaUsage RdmaResources::UsageOfUid(uint32_t uid) const {
+RdmaUsage RdmaResources::UsageOf(const Principal& who) const {
   absl::MutexLock lock(&mu_);
-  return budget_.OfUid(uid);
+  return budget_.Of(who);
 }
 
 size_t RdmaResources::SessionsHolding() const {

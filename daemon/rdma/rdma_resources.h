@@ -195,7 +195,7 @@ class RdmaResources {
   size_t QpCountOf(uint64_t session) const;
   // What a session or a uid holds against its limits (tests, the fuzzer).
   RdmaUsage UsageOfSession(uint64_t session) const;
-  RdmaUsage UsageOfUid(uint32_t uid) const;
+  RdmaUsage UsageOf(const Principal& who) const;
   // Sessions holding anything; control mappings alive (tests, the fuzzer).
   size_t SessionsHolding() const;
   size_t ControlMappings() const;

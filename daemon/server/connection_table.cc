@@ -47,7 +47,7 @@ std::optional<PeerCred> ConnectionTable::Get(int fd) const {
 }
 
 void ConnectionTable::DropLocked(std::map<int, Record>::iterator it) {
-  if (admission_ != nullptr) admission_->Give(it->second.cred.uid);
+  if (admission_ != nullptr) admission_->Give(Principal{it->second.cred.uid, it->second.tenant});
   records_.erase(it);
 }
 
@@ -73,6 +73,15 @@ ConnectionTable::SweepResult ConnectionTable::Sweep(absl::Time now, absl::Durati
     ++it;
   }
   return result;
+}
+
+bool ConnectionTable::ShutDown(int fd) {
+  absl::MutexLock lock(&mu_);
+  auto it = records_.find(fd);
+  if (it == records_.end() || !SameFile(fd, it->second.dev, it->second.ino)) return false;
+  ::shutdown(fd, SHUT_RDWR);  // the race Sweep describes is the only one left
+  it->second.shut = true;
+  return true;
 }
 
 size_t ConnectionTable::size() const {

@@ -70,6 +70,9 @@ class ConnectionTable {
   // gRPC then closes the fd) every connection that has started no RPC
   // `handshake` after it was accepted.
   SweepResult Sweep(absl::Time now, absl::Duration handshake);
+  // Shuts down connection `fd` (gRPC then ends its calls and closes it) when
+  // it is still the one accepted (same file); false otherwise.
+  bool ShutDown(int fd);
 
   size_t size() const;
 

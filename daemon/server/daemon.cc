@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "admission/fd_capacity.h"
 #include "discovery/discovery.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/status.h"
@@ -95,6 +96,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
                       "max_connections_per_uid", cfg.max_connections, "max_connections"});
   d->connections_ = std::make_unique<ConnectionTable>(d->connection_admission_.get());
   d->sessions_ = std::make_unique<SessionRegistry>(cfg.max_sessions_per_uid);
+  // A session whose client stopped reading its events: its connection is
+  // shut down, which ends the session as a client exit does.
+  d->sessions_->SetOverflowHandler(
+      [connections = d->connections_.get()](const SessionInfo& s, const std::string& reason) {
+        MC_LOG(kWarning, reason);
+        connections->ShutDown(s.connection_fd);
+      });
   d->fds_ = std::make_unique<FdBroker>(absl::Milliseconds(cfg.ticket_ttl_ms), d->sessions_.get(),
                                        FdLimits{cfg.max_fds_per_uid, cfg.max_fds});
   std::vector<v1::Nic> found(node.topology.nics().begin(), node.topology.nics().end());
@@ -119,6 +127,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     rl.max_qps_per_uid = cfg.max_qps_per_uid;
     rl.max_mrs_per_uid = cfg.max_mrs_per_uid;
     rl.max_registered_bytes_per_uid = cfg.max_registered_bytes_per_uid;
+    rl.max_registered_bytes_total = cfg.max_registered_bytes_total;
     softnic::CudaMemoryOptions co;  // GPU regions: loaded at the first one
     co.cuda_library = cfg.cuda_library;
     std::unique_ptr<RdmaProvider> provider;
@@ -219,25 +228,25 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   // One socket and fd channel per tenant, with the main socket's mode and
   // group: who may connect is the directory's business (a pod mounts only
   // its tenant's directory), what a caller sees is its tenant's.
-  std::vector<std::string> bound = {cfg.socket, FdSocketPath(cfg.socket)};
   for (const TenantSocket& t : *tenants) {
     absl::StatusOr<UniqueFd> main_fd = ListenUnix(t.path, cfg.socket_mode, cfg.socket_group);
     absl::StatusOr<UniqueFd> fd_fd =
         main_fd.ok() ? ListenUnix(FdSocketPath(t.path), cfg.socket_mode, cfg.socket_group)
                      : absl::StatusOr<UniqueFd>(main_fd.status());
     if (!fd_fd.ok()) {
+      // That tenant is not served; the others and the main socket are (a
+      // file planted at one tenant's path while the daemon was down must
+      // not take every tenant's daemon away).
       if (main_fd.ok()) ::unlink(t.path.c_str());
-      for (const std::string& path : bound) ::unlink(path.c_str());
-      return absl::Status(fd_fd.status().code(),
-                          absl::StrCat("tenant '", t.name, "': ", fd_fd.status().message()));
+      MC_LOG(kError, "tenant '", t.name, "' is not served: ", fd_fd.status().message(),
+             "; remove what is at ", EscapeForDisplay(t.path, 256), " (or its .fd) and restart");
+      continue;
     }
-    bound.push_back(t.path);
-    bound.push_back(FdSocketPath(t.path));
     d->acceptor_->AddTenantListener(*std::move(main_fd), t.name);
     d->fd_channel_->AddTenantListener(*std::move(fd_fd), t.name);
     MC_LOG(kInfo, "tenant '", t.name, "' on ", t.path);
+    d->tenants_.push_back(t);
   }
-  d->tenants_ = *std::move(tenants);
   if (!cfg.metrics_listen.empty()) {  // served from Start()
     d->metrics_ = std::make_unique<metrics::Metrics>(CountedRpcMethods(), metrics::GaugeSources{},
                                                      kMooncakeVersion);

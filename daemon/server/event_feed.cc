@@ -59,16 +59,18 @@ v1::WatchEvent::Kind EventFeed::KindOf(GroupEvent::Kind kind) {
 absl::StatusOr<std::shared_ptr<EventFeed::Watcher>> EventFeed::Subscribe(
     const Scope& scope, std::function<void()> wake) {
   const uint32_t uid = scope.uid;
+  const Principal who{uid, scope.tenant};
   std::shared_ptr<Watcher> w(new Watcher(scope, queue_depth_, std::move(wake)));
-  // Root and the daemon's own uid are counted but never refused: users
-  // holding every watch must not blind root's `mcctl watch`.
-  const bool privileged = AdmissionCounter::Privileged(uid);
+  // Root and the daemon's own uid (on the main socket) are counted but
+  // never refused: users holding every watch must not blind root's
+  // `mcctl watch`.
+  const bool privileged = AdmissionCounter::Privileged(who);
   {
     absl::MutexLock lock(&mu_);
     if (closed_) return absl::FailedPreconditionError("mooncaked is shutting down");
-    if (!privileged && watchers_.count(uid) >= kMaxWatchersPerUid) {
+    if (!privileged && WatchersOfLocked(who) >= kMaxWatchersPerUid) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("uid ", uid, " already holds ", kMaxWatchersPerUid,
+          absl::StrCat(who.Describe(), " already holds ", kMaxWatchersPerUid,
                        " event watches (mcctl watch), the most one user may: end one first"));
     }
     if (!privileged && unprivileged_ >= kMaxWatchers) {
@@ -100,7 +102,7 @@ void EventFeed::Unsubscribe(const std::shared_ptr<Watcher>& watcher) {
   for (auto it = begin; it != end; ++it) {
     if (it->second == watcher) {
       watchers_.erase(it);
-      if (!AdmissionCounter::Privileged(watcher->uid())) --unprivileged_;
+      if (!AdmissionCounter::Privileged(watcher->principal())) --unprivileged_;
       return;
     }
   }
@@ -171,9 +173,16 @@ size_t EventFeed::watchers() const {
   return watchers_.size();
 }
 
-size_t EventFeed::WatchersOf(uint32_t uid) const {
+size_t EventFeed::WatchersOf(const Principal& who) const {
   absl::MutexLock lock(&mu_);
-  return watchers_.count(uid);
+  return WatchersOfLocked(who);
+}
+
+size_t EventFeed::WatchersOfLocked(const Principal& who) const {
+  size_t n = 0;
+  auto [begin, end] = watchers_.equal_range(who.uid);
+  for (auto it = begin; it != end; ++it) n += it->second->principal() == who ? 1 : 0;
+  return n;
 }
 
 }  // namespace mooncake::daemon

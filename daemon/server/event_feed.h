@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "admission/principal.h"
 #include "broker/group_events.h"
 #include "mooncake/v1/admin.pb.h"
 #include "session/session_registry.h"
@@ -51,6 +52,8 @@ class EventFeed final : public GroupEventSink {
   class Watcher {
    public:
     uint32_t uid() const { return scope_.uid; }
+    // Whom the watch counts against (the uid on its socket's tenant).
+    Principal principal() const { return Principal{scope_.uid, scope_.tenant}; }
     const Scope& scope() const { return scope_; }
     // The next event to send, or nullopt when none is queued. After a
     // loss, the first event taken is DROPPED with the count.
@@ -103,7 +106,7 @@ class EventFeed final : public GroupEventSink {
 
   size_t watchers() const;
   // How many watches `uid` holds.
-  size_t WatchersOf(uint32_t uid) const;
+  size_t WatchersOf(const Principal& who) const;
 
   // The wire kind of a broker event.
   static v1::WatchEvent::Kind KindOf(GroupEvent::Kind kind);
@@ -114,6 +117,7 @@ class EventFeed final : public GroupEventSink {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
   size_t unprivileged_ ABSL_GUARDED_BY(mu_) = 0;  // watches held by unprivileged uids
+  size_t WatchersOfLocked(const Principal& who) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::multimap<uint32_t, std::shared_ptr<Watcher>> watchers_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -112,7 +112,7 @@ void GrpcAcceptor::AcceptFrom(const Listener& listener, absl::Time* backoff_unti
     UniqueFd conn(c);
     absl::StatusOr<PeerCred> cred = GetPeerCred(c);
     if (!cred.ok()) continue;
-    absl::Status admitted = admission_->TryTake(cred->uid);
+    absl::Status admitted = admission_->TryTake(Principal{cred->uid, listener.tenant});
     if (!admitted.ok() && absl::Now() - last_refusal_sweep_ >= kRefusalSweepPeriod) {
       // Maybe some of the uid's connections ended since the last sweep.
       last_refusal_sweep_ = absl::Now();
@@ -120,7 +120,7 @@ void GrpcAcceptor::AcceptFrom(const Listener& listener, absl::Time* backoff_unti
       if (counters_ != nullptr && swept.shut_down > 0) {
         counters_->RecordRefused(metrics::RefusalReason::kHandshake, swept.shut_down);
       }
-      admitted = admission_->TryTake(cred->uid);
+      admitted = admission_->TryTake(Principal{cred->uid, listener.tenant});
     }
     if (!admitted.ok()) {
       if (counters_ != nullptr) counters_->RecordRefused(metrics::RefusalReason::kCap);

@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "admission/admission_counter.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
@@ -41,19 +42,22 @@ absl::StatusOr<SessionInfo> SessionRegistry::Open(const PeerCred& cred, int conn
         absl::StrCat("client_name is ", client_name.size(), " bytes; the limit is ",
                      kMaxClientNameBytes, ": choose a shorter ClientOptions::client_name"));
   }
+  // Per principal: the same uid on another tenant's socket is another user
+  // (root in one tenant's container cannot spend another's budget).
+  const Principal who{cred.uid, tenant};
   uint32_t same_uid = 0;
   for (const auto& [id, e] : sessions_) {
     if (e.info.connection_fd == conn_fd) {
       return absl::AlreadyExistsError(absl::StrCat("this connection already has session ", id,
                                                    "; open one session per connection"));
     }
-    if (e.info.cred.uid == cred.uid) ++same_uid;
+    if (e.info.cred.uid == cred.uid && e.info.tenant == tenant) ++same_uid;
   }
-  // Root and the daemon's own uid are counted but never refused, as by every
-  // other per-uid limit (docs/limits.md).
-  if (same_uid >= max_per_uid_ && !AdmissionCounter::Privileged(cred.uid)) {
+  // Root and the daemon's own uid on the main socket are counted but never
+  // refused, as by every other per-user limit (docs/limits.md).
+  if (same_uid >= max_per_uid_ && !AdmissionCounter::Privileged(who)) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "uid ", cred.uid, " already has ", same_uid, " sessions; the limit is ", max_per_uid_,
+        who.Describe(), " already has ", same_uid, " sessions; the limit is ", max_per_uid_,
         " (max_sessions_per_uid in mooncaked.conf): close clients that are done"));
   }
   Entry e;
@@ -110,12 +114,30 @@ absl::StatusOr<SessionInfo> SessionRegistry::Authenticate(uint64_t id, absl::str
 
 void SessionRegistry::Post(uint64_t id, mooncake::v1::SessionEvent event) {
   std::function<void()> notify;
+  std::optional<SessionInfo> overflowed;
   {
     absl::MutexLock lock(&mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return;
-    it->second.queue.push_back(std::move(event));
-    notify = it->second.notifier;
+    if (it == sessions_.end() || it->second.dropped) return;
+    if (it->second.queue.size() >= kMaxQueuedEvents) {
+      it->second.dropped = true;
+      it->second.queue.clear();
+      it->second.queue.shrink_to_fit();
+      overflowed = it->second.info;
+    } else {
+      it->second.queue.push_back(std::move(event));
+      notify = it->second.notifier;
+    }
+  }
+  if (overflowed) {
+    const std::string reason = absl::StrCat(
+        "session ", overflowed->id, " of ",
+        Principal{overflowed->cred.uid, overflowed->tenant}.Describe(), " (pid ",
+        overflowed->cred.pid, ", client '", EscapeForDisplay(overflowed->client_name, 64),
+        "') dropped: it left ", kMaxQueuedEvents,
+        " events unread on its session stream (a client must keep reading it)");
+    if (overflow_) overflow_(*overflowed, reason);
+    return;
   }
   if (notify) notify();
 }

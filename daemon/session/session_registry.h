@@ -47,7 +47,9 @@ class SessionRegistry {
 
   // Opens a session on connection `conn_fd`, accepted on the socket of
   // `tenant`. AlreadyExists when that connection has one; ResourceExhausted
-  // past the per-uid limit; InvalidArgument for a client_name over
+  // past the per-user limit (per uid of that tenant; root on the main
+  // socket is never refused, admission/principal.h); InvalidArgument for a
+  // client_name over
   // kMaxClientNameBytes.
   absl::StatusOr<SessionInfo> Open(const PeerCred& cred, int conn_fd, std::string client_name,
                                    std::string tenant = {});
@@ -62,8 +64,18 @@ class SessionRegistry {
                                            absl::string_view tenant = {}) const;
 
   // Queues an event and runs the session's notifier (outside the lock);
-  // no-op when the session is gone.
+  // no-op when the session is gone. At most kMaxQueuedEvents wait per
+  // session: a client that reads none of them (its session stream stalled)
+  // would grow the daemon without end, so the event past the bound drops
+  // the session instead: its queue is freed, later events are ignored, and
+  // the overflow handler (set by the daemon: it shuts the connection down,
+  // which ends the session as a client exit does) runs with the reason.
+  static constexpr size_t kMaxQueuedEvents = 4096;
   void Post(uint64_t id, mooncake::v1::SessionEvent event);
+  // Set once before serving.
+  void SetOverflowHandler(std::function<void(const SessionInfo&, const std::string&)> handler) {
+    overflow_ = std::move(handler);
+  }
   // Called (outside the registry's lock, possibly from any thread) after
   // events are queued for the session; the streaming RPC uses it to start
   // writing instead of polling. Cleared by Close.
@@ -84,7 +96,9 @@ class SessionRegistry {
     SessionInfo info;
     std::deque<mooncake::v1::SessionEvent> queue;
     std::function<void()> notifier;
+    bool dropped = false;  // its queue overflowed (Post)
   };
+  std::function<void(const SessionInfo&, const std::string&)> overflow_;
   const uint32_t max_per_uid_;
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

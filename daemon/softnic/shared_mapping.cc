@@ -1,8 +1,10 @@
 #include "softnic/shared_mapping.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -65,6 +67,20 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(in
     return absl::InvalidArgumentError(
         absl::StrCat("memfd (fd ", fd, ") lacks F_SEAL_SHRINK (seals 0x", absl::Hex(seals),
                      "): seal it with fcntl(F_ADD_SEALS, F_SEAL_SHRINK) before handing it over"));
+  }
+  // tmpfs only: a memfd made with MFD_HUGETLB lives on hugetlbfs, which
+  // passes the seal check but can fail a fault later (no free huge page)
+  // with SIGBUS in the daemon.
+  struct statfs fs {};
+  if (::fstatfs(fd, &fs) != 0) {
+    const int err = errno;
+    return absl::ErrnoToStatus(err, absl::StrCat("fstatfs(memfd fd ", fd, ")"));
+  }
+  if (static_cast<uint64_t>(fs.f_type) != TMPFS_MAGIC) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memfd (fd ", fd, ") is not on tmpfs (filesystem 0x", absl::Hex(fs.f_type),
+                     (static_cast<uint64_t>(fs.f_type) == HUGETLBFS_MAGIC ? ", hugetlbfs" : ""),
+                     "): make it with memfd_create without MFD_HUGETLB"));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -15,8 +15,9 @@ namespace mooncake::softnic {
 class SharedMapping {
  public:
   // Maps [offset, offset + bytes) of `fd` read-write, shared; data() is the
-  // byte at `offset`. Fails with InvalidArgument unless `fd` is a memfd
-  // carrying F_SEAL_SHRINK whose size is at least offset + bytes, bytes > 0
+  // byte at `offset`. Fails with InvalidArgument unless `fd` is a memfd on
+  // tmpfs (not MFD_HUGETLB: hugetlbfs can SIGBUS on a fault) carrying
+  // F_SEAL_SHRINK whose size is at least offset + bytes, bytes > 0
   // and `offset` is a multiple of the page size (PageSize()). `fd` is
   // borrowed (the mapping outlives it). Callers map only the part they use:
   // what is mapped is charged to the client (rdma/rdma_budget.h).

@@ -112,7 +112,8 @@ TEST(ParseConfigTextTest, RdmaLimitKeysAndTheirRange) {
                               "max_registered_bytes_per_session = 137438953472\n"
                               "max_qps_per_uid = 23\n"
                               "max_mrs_per_uid = 24\n"
-                              "max_registered_bytes_per_uid = 1099511627776\n",
+                              "max_registered_bytes_per_uid = 1099511627776\n"
+                              "max_registered_bytes_total = 4398046511104\n",
                               "t", &c)
                   .ok());
   EXPECT_EQ(c.max_qps_per_session, 21u);
@@ -121,14 +122,16 @@ TEST(ParseConfigTextTest, RdmaLimitKeysAndTheirRange) {
   EXPECT_EQ(c.max_qps_per_uid, 23u);
   EXPECT_EQ(c.max_mrs_per_uid, 24u);
   EXPECT_EQ(c.max_registered_bytes_per_uid, 1ull << 40);
+  EXPECT_EQ(c.max_registered_bytes_total, 4ull << 40);
   // The per-uid defaults are at least the per-session ones.
   const DaemonConfig d;
   EXPECT_GE(d.max_qps_per_uid, d.max_qps_per_session);
   EXPECT_GE(d.max_mrs_per_uid, d.max_mrs_per_session);
   EXPECT_GE(d.max_registered_bytes_per_uid, d.max_registered_bytes_per_session);
-  for (const char* bad : {"max_qps_per_uid = 0", "max_mrs_per_uid = 0",
-                          "max_registered_bytes_per_uid = 100", "max_registered_bytes_per_uid = -1",
-                          "max_registered_bytes_per_session = 18446744073709551616"}) {
+  for (const char* bad :
+       {"max_qps_per_uid = 0", "max_mrs_per_uid = 0", "max_registered_bytes_per_uid = 100",
+        "max_registered_bytes_per_uid = -1", "max_registered_bytes_total = 1",
+        "max_registered_bytes_per_session = 18446744073709551616"}) {
     DaemonConfig e;
     absl::Status s = ParseConfigText(bad, "t", &e);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;

@@ -75,7 +75,7 @@ TEST(EventFeedTest, WatchLimitsPerUidAndUnsubscribeGivesBack) {
   EXPECT_TRUE(feed.Subscribe(1001, [] {}).ok());  // another user is not affected
   feed.Unsubscribe(held.back());
   feed.Unsubscribe(held.back());  // idempotent
-  EXPECT_EQ(feed.WatchersOf(1000), EventFeed::kMaxWatchersPerUid - 1);
+  EXPECT_EQ(feed.WatchersOf(Principal{1000}), EventFeed::kMaxWatchersPerUid - 1);
   EXPECT_TRUE(feed.Subscribe(1000, [] {}).ok());
 }
 

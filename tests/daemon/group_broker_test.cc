@@ -1085,7 +1085,7 @@ TEST_F(GroupBrokerBudgetTest, RanksPerUidAreCappedAndGivenBackWhenGroupsEnd) {
   f.push_back(JoinAsync(s, Req("many", 0, 4)));
   f.push_back(JoinAsync(s, Req("many", 1, 4)));
   WaitJoined(1000, "many", 2);
-  EXPECT_EQ(broker_->UsageOf(1000).waiting, 2u);
+  EXPECT_EQ(broker_->UsageOf(Principal{1000}).waiting, 2u);
   ASSERT_TRUE(Join(s, Req("many", 2, 4)).status().code() == absl::StatusCode::kResourceExhausted)
       << "a third waiting join is over max_waiting_joins_per_uid";
   f.push_back(JoinAsync(s, Req("many", 3, 4)));  // would complete? no: 2 of 4 joined
@@ -1096,7 +1096,7 @@ TEST_F(GroupBrokerBudgetTest, RanksPerUidAreCappedAndGivenBackWhenGroupsEnd) {
   sessions_.Close(s.id);
   broker_->SessionEnded(s.id);
   for (auto& x : f) EXPECT_FALSE(x.get().ok());
-  GroupBroker::Usage u = broker_->UsageOf(1000);
+  GroupBroker::Usage u = broker_->UsageOf(Principal{1000});
   EXPECT_EQ(u.ranks, 0u);
   EXPECT_EQ(u.waiting, 0u);
   EXPECT_EQ(u.view_bytes, 0u);
@@ -1110,13 +1110,13 @@ TEST_F(GroupBrokerBudgetTest, RanksPerUidAreCappedAndGivenBackWhenGroupsEnd) {
   f.clear();
   for (uint32_t r = 0; r < 2; ++r) f.push_back(JoinAsync(v, Req("pair2", r, 2)));
   for (auto& x : f) ASSERT_TRUE(x.get().ok());
-  EXPECT_EQ(broker_->UsageOf(1000).ranks, 4u);
+  EXPECT_EQ(broker_->UsageOf(Principal{1000}).ranks, 4u);
   JoinResult over = Join(Open(), Req("solo", 0, 1));
   EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(over.status().message().find("max_ranks_per_uid"), std::string::npos) << over.status();
   ASSERT_TRUE(broker_->Leave(t, "pair", 0).ok());
   ASSERT_TRUE(broker_->Leave(t, "pair", 1).ok());
-  EXPECT_EQ(broker_->UsageOf(1000).ranks, 2u);
+  EXPECT_EQ(broker_->UsageOf(Principal{1000}).ranks, 2u);
   EXPECT_TRUE(Join(Open(), Req("solo", 0, 1)).ok());
 }
 

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -52,6 +53,24 @@ class RdmaResourcesTest : public ::testing::Test {
   RdmaLimits limits_{.max_qps_per_session = 4, .max_mrs_per_session = 2};
   RdmaResources rdma_{&sessions_, "softnic0", limits_, softnic::EngineOptions{}};
 };
+
+// Issue 23 item 5: a sealed memfd on hugetlbfs passed the seal check, and a
+// fault on it with no huge page free is SIGBUS in the daemon. tmpfs only.
+TEST_F(RdmaResourcesTest, RefusesHugetlbMemfds) {
+  SessionInfo s = Open(1000, 10);
+  const uint64_t huge = 2u << 20;
+  int fd = ::memfd_create("rdma-test-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+  ASSERT_GE(fd, 0) << "memfd_create(MFD_HUGETLB): " << std::strerror(errno);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(huge)), 0) << std::strerror(errno);
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0) << std::strerror(errno);
+  auto b = std::make_shared<FdBundle>();
+  b->fds.emplace_back(fd);
+  absl::StatusOr<RdmaResources::Registered> r =
+      rdma_.RegisterMemory(s, std::move(b), "memfd", 0x10000, huge, 0, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("hugetlbfs"), std::string::npos) << r.status();
+  EXPECT_TRUE(rdma_.UsageOf(Principal{1000}).empty()) << "nothing mapped or charged";
+}
 
 TEST_F(RdmaResourcesTest, RegistersOnlySealedMemfds) {
   SessionInfo s = Open(1000, 10);
@@ -205,7 +224,7 @@ TEST_F(RdmaBudgetTest, QueuePairsPerUidSpanSessionsAndComeBack) {
   ASSERT_TRUE(Qps(a2, 2).ok());
   // a2 holds 2 of its 4, but uid 1000 holds 6 of its 6.
   ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_uid", "uid 1000 holds 6 queue pairs");
-  EXPECT_EQ(rdma_.UsageOfUid(1000).qps, 6u);
+  EXPECT_EQ(rdma_.UsageOf(Principal{1000}).qps, 6u);
   // Another uid is not affected.
   EXPECT_TRUE(Qps(b, 4).ok());
   // Destroying gives the budget back at once...
@@ -214,13 +233,13 @@ TEST_F(RdmaBudgetTest, QueuePairsPerUidSpanSessionsAndComeBack) {
   ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_uid", "uid 1000");
   // ... and so does the end of a session.
   End(a1);
-  EXPECT_EQ(rdma_.UsageOfUid(1000).qps, 3u);
+  EXPECT_EQ(rdma_.UsageOf(Principal{1000}).qps, 3u);
   EXPECT_TRUE(Qps(a2, 1).ok());
   ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_session", "session");
   End(a2);
   End(b);
-  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
-  EXPECT_TRUE(rdma_.UsageOfUid(2000).empty());
+  EXPECT_TRUE(rdma_.UsageOf(Principal{1000}).empty());
+  EXPECT_TRUE(rdma_.UsageOf(Principal{2000}).empty());
   EXPECT_EQ(rdma_.SessionsHolding(), 0u);
   EXPECT_EQ(rdma_.ControlMappings(), 0u);
 }
@@ -240,7 +259,7 @@ TEST_F(RdmaBudgetTest, RegionsAndBytesPerUid) {
   EXPECT_TRUE(Region(a2, 4096).ok());
   End(a1);
   End(a2);
-  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
+  EXPECT_TRUE(rdma_.UsageOf(Principal{1000}).empty());
 
   // Bytes: 64 KiB per session, 96 KiB per uid.
   SessionInfo c1 = Open(3000, 13), c2 = Open(3000, 14);
@@ -250,7 +269,7 @@ TEST_F(RdmaBudgetTest, RegionsAndBytesPerUid) {
   ExpectExhausted(Region(c2, 4096).status(), "max_registered_bytes_per_uid", "uid 3000");
   End(c1);
   EXPECT_TRUE(Region(c2, 4096).ok());
-  EXPECT_EQ(rdma_.UsageOfUid(3000).bytes, (32u << 10) + 4096);
+  EXPECT_EQ(rdma_.UsageOf(Principal{3000}).bytes, (32u << 10) + 4096);
 }
 
 // Root and the daemon's own uid are counted but never refused by the
@@ -259,12 +278,56 @@ TEST_F(RdmaBudgetTest, PrivilegedUidsAreCountedNotRefused) {
   SessionInfo r1 = Open(0, 10), r2 = Open(0, 11), r3 = Open(0, 12);
   ASSERT_TRUE(Qps(r1, 4).ok());
   ASSERT_TRUE(Qps(r2, 4).ok());
-  EXPECT_EQ(rdma_.UsageOfUid(0).qps, 8u);
+  EXPECT_EQ(rdma_.UsageOf(Principal{0}).qps, 8u);
   ExpectExhausted(Qps(r3, 5).status(), "max_qps_per_session", "session");
   const uint32_t self = static_cast<uint32_t>(::geteuid());
   SessionInfo d1 = Open(self, 13), d2 = Open(self, 14);
   ASSERT_TRUE(Qps(d1, 4).ok());
   EXPECT_TRUE(Qps(d2, 4).ok());
+}
+
+// Issue 23 item 4: root on a tenant socket is refused like any user, and
+// each tenant's uid has a budget of its own.
+TEST_F(RdmaBudgetTest, RootOfATenantIsATenantAndTenantsHaveTheirOwnBudgets) {
+  SessionInfo a1 = Open(0, 10, "a"), a2 = Open(0, 11, "a"), b = Open(0, 12, "b");
+  ASSERT_TRUE(Qps(a1, 4).ok());
+  ASSERT_TRUE(Qps(a2, 2).ok());
+  ExpectExhausted(Qps(a2, 1).status(), "max_qps_per_uid", "uid 0 of tenant 'a' holds 6");
+  EXPECT_TRUE(Qps(b, 4).ok()) << "tenant b's root is another user";
+  EXPECT_EQ(rdma_.UsageOf(Principal{0, "a"}).qps, 6u);
+  EXPECT_EQ(rdma_.UsageOf(Principal{0, "b"}).qps, 4u);
+  EXPECT_TRUE(rdma_.UsageOf(Principal{0}).empty());
+}
+
+// max_registered_bytes_total: every unprivileged user together, root on the
+// main socket excepted.
+TEST(RdmaNodeBudget, RegisteredBytesOfAllUsersHaveANodeWideCap) {
+  SessionRegistry sessions{64};
+  RdmaLimits l;
+  l.max_registered_bytes_per_session = 64 << 10;
+  l.max_registered_bytes_per_uid = 64 << 10;
+  l.max_registered_bytes_total = 96 << 10;
+  RdmaResources rdma{&sessions, "softnic0", l, softnic::EngineOptions{}};
+  auto open = [&](uint32_t uid, int conn, std::string tenant = {}) {
+    absl::StatusOr<SessionInfo> s =
+        sessions.Open(PeerCred{100 + conn, uid, uid}, conn, "t", std::move(tenant));
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *s;
+  };
+  auto region = [&](const SessionInfo& s, uint64_t bytes) {
+    return rdma.RegisterMemory(s, Memfd(bytes, true), "memfd", 0x10000, bytes, 0, 0);
+  };
+  const SessionInfo a = open(1000, 1), b = open(2000, 2), c = open(0, 3, "t"), root = open(0, 4);
+  ASSERT_TRUE(region(a, 64 << 10).ok());
+  ASSERT_TRUE(region(b, 32 << 10).ok());
+  // 96 KiB held by users: any more is refused, whoever asks, tenants' root too.
+  ExpectExhausted(region(b, 4096).status(), "max_registered_bytes_total", "uid 2000");
+  ExpectExhausted(region(c, 4096).status(), "max_registered_bytes_total", "uid 0 of tenant 't'");
+  // The administrator is not.
+  EXPECT_TRUE(region(root, 32 << 10).ok());
+  sessions.Close(a.id);
+  rdma.SessionEnded(a.id);
+  EXPECT_TRUE(region(c, 4096).ok()) << "what a session gave back is free again";
 }
 
 // The control memory of each CreateQueuePairs call is a mapping in the
@@ -338,7 +401,7 @@ TEST_F(RdmaBudgetTest, DestroyingAQpNamedTwiceIsRefusedWhole) {
   EXPECT_EQ(rdma_.QpCountOf(s.id), 2u);
   EXPECT_EQ(rdma_.ListQps(1000, false).size(), 2u);
   ASSERT_TRUE(rdma_.DestroyQueuePairs(s, *q).ok());
-  EXPECT_TRUE(rdma_.UsageOfUid(1000).empty());
+  EXPECT_TRUE(rdma_.UsageOf(Principal{1000}).empty());
   // An empty list on an idle session leaves no entry behind.
   EXPECT_TRUE(rdma_.DestroyQueuePairs(s, {}).ok());
   EXPECT_EQ(rdma_.SessionsHolding(), 0u);

@@ -106,6 +106,52 @@ TEST(SessionRegistryTest, PerUidLimit) {
   EXPECT_TRUE(reg.Open(Cred(1000), 12, "").ok());
 }
 
+// Issue 23 item 7: a client that reads no events cannot grow its queue
+// without end; the event past the bound drops the session, once, with a
+// reason that names it, and frees what was queued.
+TEST(SessionRegistryTest, AnOverflowingEventQueueDropsTheSession) {
+  SessionRegistry reg(16);
+  std::vector<std::string> reasons;
+  reg.SetOverflowHandler([&](const SessionInfo& s, const std::string& reason) {
+    EXPECT_EQ(s.connection_fd, 10);
+    reasons.push_back(reason);
+  });
+  absl::StatusOr<SessionInfo> s = reg.Open(Cred(1000, 77), 10, "slow-reader");
+  absl::StatusOr<SessionInfo> other = reg.Open(Cred(1000), 11, "reader");
+  ASSERT_TRUE(s.ok() && other.ok());
+  for (size_t i = 0; i < SessionRegistry::kMaxQueuedEvents; ++i)
+    reg.Post(s->id, MemberEvent("g", 1));
+  EXPECT_TRUE(reasons.empty());
+  reg.Post(s->id, MemberEvent("g", 1));
+  reg.Post(s->id, MemberEvent("g", 2));  // ignored: already dropped
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("session " + std::to_string(s->id) + " of uid 1000"), std::string::npos)
+      << reasons[0];
+  EXPECT_NE(reasons[0].find("'slow-reader'"), std::string::npos) << reasons[0];
+  EXPECT_NE(reasons[0].find("4096 events unread"), std::string::npos) << reasons[0];
+  EXPECT_TRUE(reg.TakeEvents(s->id).empty()) << "the queue was freed";
+  // Another session of the same user is untouched.
+  reg.Post(other->id, MemberEvent("g", 3));
+  EXPECT_EQ(reg.TakeEvents(other->id).size(), 1u);
+}
+
+// Issue 23 item 4: root on a tenant's socket is a tenant (refused past the
+// limit), and the same uid of two tenants is two users.
+TEST(SessionRegistryTest, RootOnATenantSocketIsLimitedPerTenant) {
+  SessionRegistry reg(3);
+  int fd = 10;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reg.Open(Cred(0), fd++, "", "team-a").ok());
+  absl::StatusOr<SessionInfo> more = reg.Open(Cred(0), fd++, "", "team-a");
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted) << more.status();
+  EXPECT_NE(more.status().message().find("uid 0 of tenant 'team-a'"), absl::string_view::npos)
+      << more.status();
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(reg.Open(Cred(0), fd++, "", "team-b").ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(reg.Open(Cred(1000), fd++, "", "team-a").ok());
+  EXPECT_FALSE(reg.Open(Cred(1000), fd++, "", "team-a").ok());
+  EXPECT_TRUE(reg.Open(Cred(1000), fd++, "").ok()) << "uid 1000 on the main socket is another user";
+  EXPECT_TRUE(reg.Open(Cred(0), fd++, "").ok()) << "root on the main socket is never refused";
+}
+
 // Root and the daemon's own uid are counted but never refused (docs/limits.md),
 // as by the other per-uid limits: an unprivileged flood cannot lock root out.
 TEST(SessionRegistryTest, PrivilegedUidsAreNotRefused) {

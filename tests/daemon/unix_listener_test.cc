@@ -199,18 +199,18 @@ TEST(ConnectionTableTest, AddGetAndAReusedNumberReplacesTheRecord) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
   EXPECT_FALSE(t.Get(a[0]).has_value());
-  ASSERT_TRUE(admission.TryTake(1000).ok());
+  ASSERT_TRUE(admission.TryTake(Principal{1000}).ok());
   t.Add(a[0], PeerCred{100, 1000, 1000}, absl::Now());
-  ASSERT_TRUE(admission.TryTake(2000).ok());
+  ASSERT_TRUE(admission.TryTake(Principal{2000}).ok());
   t.Add(b[0], PeerCred{200, 2000, 2000}, absl::Now());
   EXPECT_EQ(t.Get(a[0])->pid, 100);
   EXPECT_EQ(t.Get(b[0])->uid, 2000u);
   // A number accepted again replaces the old record and gives its uid back.
-  ASSERT_TRUE(admission.TryTake(3000).ok());
+  ASSERT_TRUE(admission.TryTake(Principal{3000}).ok());
   t.Add(a[0], PeerCred{300, 3000, 3001}, absl::Now());
   EXPECT_EQ(t.Get(a[0])->pid, 300);
-  EXPECT_EQ(admission.HeldBy(1000), 0u);
-  EXPECT_EQ(admission.HeldBy(3000), 1u);
+  EXPECT_EQ(admission.HeldBy(Principal{1000}), 0u);
+  EXPECT_EQ(admission.HeldBy(Principal{3000}), 1u);
   for (int fd : {a[0], a[1], b[0], b[1]}) ::close(fd);
 }
 
@@ -223,7 +223,7 @@ TEST(ConnectionTableTest, SweepDropsEndedConnectionsAndShutsSilentOnes) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ended), 0);
   absl::Time t0 = absl::Now();
   for (int fd : {used[0], silent[0], ended[0]}) {
-    ASSERT_TRUE(admission.TryTake(1000).ok());
+    ASSERT_TRUE(admission.TryTake(Principal{1000}).ok());
     t.Add(fd, PeerCred{1, 1000, 1000}, t0);
   }
   t.MarkUsed(used[0]);
@@ -232,7 +232,7 @@ TEST(ConnectionTableTest, SweepDropsEndedConnectionsAndShutsSilentOnes) {
   ConnectionTable::SweepResult r = t.Sweep(t0 + absl::Seconds(1), absl::Seconds(5));
   EXPECT_EQ(r.ended, 1u);
   EXPECT_EQ(r.shut_down, 0u);
-  EXPECT_EQ(admission.HeldBy(1000), 2u);
+  EXPECT_EQ(admission.HeldBy(Principal{1000}), 2u);
   // Past it, the connection that started no RPC is shut down (its peer
   // sees EOF); the used one is left alone.
   r = t.Sweep(t0 + absl::Seconds(6), absl::Seconds(5));
@@ -244,7 +244,7 @@ TEST(ConnectionTableTest, SweepDropsEndedConnectionsAndShutsSilentOnes) {
   r = t.Sweep(t0 + absl::Seconds(7), absl::Seconds(5));
   EXPECT_EQ(r.ended, 1u);
   EXPECT_EQ(t.size(), 1u);
-  EXPECT_EQ(admission.HeldBy(1000), 1u);
+  EXPECT_EQ(admission.HeldBy(Principal{1000}), 1u);
   for (int fd : {used[0], used[1], silent[1], ended[1]}) ::close(fd);
 }
 

@@ -166,6 +166,40 @@ TEST_F(MetricsTest, ScrapeReflectsSessionsJoinsAndRpcs) {
   EXPECT_EQ(v["mooncake_groups{state=\"degraded\"}"], 1);
 }
 
+// Issue 23 item 7: connections that never send a request (a slowloris)
+// cannot hold the endpoint's two threads: each is closed after the request
+// timeout (3 s), so a scrape behind four of them answers within the
+// client's 10 s, and the idle ones see EOF.
+TEST_F(MetricsTest, IdleConnectionsAreClosedAndScrapesStillAnswer) {
+  const int port = StartWithMetrics();
+  ASSERT_FALSE(Scrape(port).empty());
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      idle.push_back(fd);
+    } else {
+      ::close(fd);
+    }
+  }
+  ASSERT_FALSE(idle.empty());
+  const absl::Time start = absl::Now();
+  const std::string resp = HttpGet(port, "/metrics");
+  EXPECT_TRUE(absl::StartsWith(resp, "HTTP/1.1 200")) << resp;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  // The first idle connection was closed by the server: a read sees EOF.
+  timeval tv{20, 0};
+  ::setsockopt(idle.front(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char c;
+  EXPECT_EQ(::recv(idle.front(), &c, 1, 0), 0) << "the idle connection is still open";
+  for (int fd : idle) ::close(fd);
+  EXPECT_TRUE(daemon_->running());
+}
+
 TEST_F(MetricsTest, OffByDefault) {
   daemon_ = std::make_unique<DaemonProcess>(dir_.path());
   EXPECT_TRUE(ListeningTcp(daemon_->child().pid()).empty())

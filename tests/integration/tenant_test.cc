@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -156,6 +157,64 @@ TEST_F(TenantTest, TwoRankExampleInBothTenants) {
     }
   }
   for (Child& c : ranks) EXPECT_EQ(c.Wait(60000), 0) << c.output();
+}
+
+// Issue 23 item 4, the probe's attack: uid 0 on a tenant socket opened 10
+// sessions with max_sessions_per_uid = 3, because root was never refused.
+// Root on a tenant socket is a tenant: 3, then RESOURCE_EXHAUSTED naming it;
+// another tenant's root has its own 3; root on the main socket (the
+// administrator) is still never refused.
+TEST(TenantBudget, RootOnATenantSocketIsATenant) {
+  ASSERT_EQ(::geteuid(), 0u) << "the attack is root's";
+  TempDir dir;
+  std::ofstream(dir.path() + "/budget.conf") << "max_sessions_per_uid = 3\n";
+  DaemonProcess daemon(
+      dir.path(), {"--config", dir.path() + "/budget.conf", "--tenant-sockets", "team-a,team-b"});
+  const std::string a = dir.path() + "/tenants/team-a/mooncaked.sock";
+  const std::string b = dir.path() + "/tenants/team-b/mooncaked.sock";
+  auto open_many = [](const std::string& socket, int n, std::string* last_error) {
+    std::vector<std::unique_ptr<Client>> held;
+    for (int i = 0; i < n; ++i) {
+      auto c = Client::Connect({.socket_path = socket, .client_name = "budget"});
+      if (c.ok()) {
+        held.push_back(*std::move(c));
+      } else {
+        EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted) << c.status();
+        *last_error = std::string(c.status().message());
+      }
+    }
+    return held;
+  };
+  std::string error;
+  auto in_a = open_many(a, 10, &error);
+  EXPECT_EQ(in_a.size(), 3u);
+  EXPECT_NE(error.find("uid 0 of tenant 'team-a'"), std::string::npos) << error;
+  EXPECT_NE(error.find("max_sessions_per_uid"), std::string::npos) << error;
+  error.clear();
+  auto in_b = open_many(b, 4, &error);
+  EXPECT_EQ(in_b.size(), 3u) << "tenant b's root has a budget of its own";
+  EXPECT_NE(error.find("uid 0 of tenant 'team-b'"), std::string::npos) << error;
+  error.clear();
+  auto in_main = open_many(daemon.socket(), 10, &error);
+  EXPECT_EQ(in_main.size(), 10u) << "root on the main socket is never refused: " << error;
+}
+
+// Issue 23 item 7: a file planted at one tenant's socket path while the
+// daemon was down fails that tenant, logged, not the whole daemon.
+TEST(TenantSockets, APlantedFileFailsThatTenantOnly) {
+  TempDir dir;
+  ASSERT_EQ(::mkdir((dir.path() + "/tenants").c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir((dir.path() + "/tenants/team-b").c_str(), 0755), 0);
+  const std::string planted = dir.path() + "/tenants/team-b/mooncaked.sock";
+  std::ofstream(planted) << "not a socket";
+  DaemonProcess daemon(dir.path(), {"--tenant-sockets", "team-a,team-b"}, /*log_to_output=*/true);
+  EXPECT_EQ(GetStatus(dir.path() + "/tenants/team-a/mooncaked.sock").tenant(), "team-a");
+  EXPECT_EQ(GetStatus(daemon.socket()).tenant(), "");
+  EXPECT_NE(daemon.child().WaitForLine("tenant 'team-b' is not served", 5000), "");
+  std::ifstream in(planted);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "not a socket") << "the planted file is left as it was";
 }
 
 }  // namespace

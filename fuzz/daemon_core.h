@@ -279,7 +279,7 @@ struct DaemonCore {
     FUZZ_CHECK(broker.CountVisible(0, true) == 0, broker.CountVisible(0, true),
                " groups outlive every session");
     for (uint32_t uid : {kUidA, kUidB, 0u}) {
-      daemon::GroupBroker::Usage u = broker.UsageOf(uid);
+      daemon::GroupBroker::Usage u = broker.UsageOf(daemon::Principal{uid});
       FUZZ_CHECK(u.ranks == 0 && u.waiting == 0 && u.view_bytes == 0, "uid ", uid, " still holds ",
                  u.ranks, " ranks, ", u.waiting, " waiting joins, ", u.view_bytes, " view bytes");
     }

@@ -496,22 +496,50 @@ absl::StatusOr<std::optional<KeyValue>> EtcdClient::Get(absl::string_view key) {
 }
 
 absl::StatusOr<RangeResult> EtcdClient::GetPrefix(absl::string_view prefix) {
+  RangeResult result;
+  MC_ASSIGN_OR_RETURN(result.revision,
+                      ScanPrefix(prefix, [&](const KeyValue& kv) { result.kvs.push_back(kv); }));
+  return result;
+}
+
+absl::StatusOr<int64_t> EtcdClient::ScanPrefix(absl::string_view prefix,
+                                               const std::function<void(const KeyValue&)>& visit,
+                                               size_t max_keys) {
   const std::string what = DescribeKey("GetPrefix", prefix);
   if (prefix.empty()) {
     return absl::InvalidArgumentError("etcd GetPrefix: the prefix is empty (that is every key)");
   }
   etcdserverpb::RangeRequest request;
   FillRange(&request, prefix, true);
-  MC_ASSIGN_OR_RETURN(etcdserverpb::RangeResponse response,
-                      Call<etcdserverpb::RangeResponse>(
-                          what, Repeat::kSafe, [&](Member& m, grpc::ClientContext* ctx, auto* out) {
-                            return m.kv->Range(ctx, request, out);
-                          }));
-  RangeResult result;
-  result.revision = response.header().revision();
-  result.kvs.reserve(static_cast<size_t>(response.kvs_size()));
-  for (const mvccpb::KeyValue& kv : response.kvs()) result.kvs.push_back(FromProto(kv));
-  return result;
+  request.set_limit(kScanPageKeys);
+  int64_t revision = 0;
+  size_t seen = 0;
+  while (true) {
+    MC_ASSIGN_OR_RETURN(
+        etcdserverpb::RangeResponse response,
+        Call<etcdserverpb::RangeResponse>(what, Repeat::kSafe,
+                                          [&](Member& m, grpc::ClientContext* ctx, auto* out) {
+                                            return m.kv->Range(ctx, request, out);
+                                          }));
+    if (revision == 0) {
+      // Later pages read the same revision: one consistent view.
+      revision = response.header().revision();
+      request.set_revision(revision);
+    }
+    for (const mvccpb::KeyValue& kv : response.kvs()) {
+      if (++seen > max_keys) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            what, ": more than ", max_keys,
+            " keys under the prefix; remove what does not belong there and limit who may write "
+            "it (docs/cluster.md, RBAC)"));
+      }
+      visit(FromProto(kv));
+    }
+    if (!response.more() || response.kvs_size() == 0) break;
+    // The next page starts just after the last key read.
+    request.set_key(response.kvs(response.kvs_size() - 1).key() + std::string(1, '\0'));
+  }
+  return revision;
 }
 
 absl::StatusOr<int64_t> EtcdClient::Put(absl::string_view key, absl::string_view value,

@@ -180,9 +180,20 @@ class EtcdClient {
   // The key, or nullopt when it does not exist.
   absl::StatusOr<std::optional<KeyValue>> Get(absl::string_view key);
   // Every key starting with `prefix` (non-empty), in key order, with the
-  // revision of the read. All in one response: meant for the daemon's
-  // small membership prefixes, not for bulk data.
+  // revision of the read (ScanPrefix, collected).
   absl::StatusOr<RangeResult> GetPrefix(absl::string_view prefix);
+  // Reads the keys under `prefix` (non-empty) in key order, kScanPageKeys a
+  // response, every page at the revision of the first (one consistent
+  // view), and hands each to `visit`; returns that revision. Whoever can
+  // write the prefix decides how much is there (issue 23 item 2): pages
+  // keep each response under gRPC's message limit, `visit` keeps only what
+  // it needs, and past `max_keys` keys the read stops with
+  // ResourceExhausted naming the prefix.
+  static constexpr int64_t kScanPageKeys = 1000;
+  static constexpr size_t kDefaultMaxScanKeys = 1000000;
+  absl::StatusOr<int64_t> ScanPrefix(absl::string_view prefix,
+                                     const std::function<void(const KeyValue&)>& visit,
+                                     size_t max_keys = kDefaultMaxScanKeys);
   // Writes `value` (attached to `lease_id` unless 0); returns the new
   // revision. NotFound: the lease does not exist (any more).
   absl::StatusOr<int64_t> Put(absl::string_view key, absl::string_view value, int64_t lease_id = 0);

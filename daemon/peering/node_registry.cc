@@ -177,18 +177,35 @@ absl::Status NodeRegistry::StartWatch() {
 
 void NodeRegistry::ApplyEvents(const std::vector<etcd::WatchEvent>& events) {
   const std::string prefix = NodesPrefix(options_.prefix);
+  const std::string mine = ToJson(self_);
   std::vector<NodeEvent> out;
   std::function<void(const NodeEvent&)> callback;
+  // This node's record written or deleted by someone else (etcd is input,
+  // not authority: issue 23 item 2): what happened, and the lease to put it
+  // back under (0: none alive, the lease keeper's re-registration will).
+  std::string tampered;
+  int64_t restore_under = 0;
   {
     absl::MutexLock lock(&mu_);
     for (const etcd::WatchEvent& e : events) {
       const std::string id = NodeIdOfKey(prefix, e.kv.key);
       if (id.empty()) continue;
+      if (id == self_.node_id() && !stopping_ && !lease_lost_ && lease_ != 0) {
+        const bool ours =
+            e.type == etcd::WatchEvent::Type::kPut && e.kv.value == mine && e.kv.lease == lease_;
+        if (!ours) {
+          tampered = e.type == etcd::WatchEvent::Type::kPut ? "rewritten" : "deleted";
+          restore_under = lease_;
+          nodes_.insert_or_assign(id, self_);
+          continue;
+        }
+      }
       if (e.type == etcd::WatchEvent::Type::kPut) {
         absl::StatusOr<v1::NodeRecord> r = FromJson(e.kv.value);
         if (!r.ok() || r->node_id() != id) {
-          MC_LOG(kWarning, "etcd: ignoring a malformed node record at ",
-                 EscapeForDisplay(e.kv.key, 160));
+          malformed_log_.Log(LogLevel::kWarning,
+                             absl::StrCat("etcd: ignoring a malformed node record at ",
+                                          EscapeForDisplay(e.kv.key, 160)));
           continue;
         }
         auto [it, added] = nodes_.insert_or_assign(id, *r);
@@ -206,6 +223,20 @@ void NodeRegistry::ApplyEvents(const std::vector<etcd::WatchEvent>& events) {
       }
     }
     callback = on_event_;
+  }
+  if (!tampered.empty()) {
+    tamper_log_.Log(LogLevel::kWarning,
+                    absl::StrCat("etcd: this node's record ", key_, " was ", tampered,
+                                 " by another writer of the prefix; restoring it (limit who "
+                                 "may write ",
+                                 options_.prefix, "/: docs/cluster.md, RBAC)"));
+    absl::StatusOr<int64_t> put = etcd_->Put(key_, mine, restore_under);
+    if (!put.ok()) {
+      // The lease may be gone (revoked or expired): the lease keeper notices
+      // and registers again.
+      tamper_log_.Log(LogLevel::kWarning,
+                      absl::StrCat("etcd: restoring ", key_, " failed: ", put.status().message()));
+    }
   }
   for (const NodeEvent& e : out) {
     MC_LOG(kInfo, "cluster: node ", e.node_id,

@@ -23,6 +23,10 @@
 // going on, for mcctl status. Nodes() keeps the last view meanwhile (the watch reconnects by
 // itself); local work never waits on etcd.
 //
+// Its own record is watched too: rewritten or deleted by anyone else while
+// its lease lives (etcd is input, not authority), it is put back at once
+// and the change logged (rate limited); the view keeps this node's own.
+//
 // Stop (the daemon's SIGTERM): revokes the lease, so the node's keys vanish
 // at once instead of after the TTL. Thread-safe.
 #pragma once
@@ -40,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "admission/rate_limited_log.h"
 #include "etcd/etcd_client.h"
 #include "etcd/etcd_lease.h"
 #include "etcd/etcd_watch.h"
@@ -123,6 +128,8 @@ class NodeRegistry {
   bool lease_lost_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(const NodeEvent&)> on_event_ ABSL_GUARDED_BY(mu_);
+  RateLimitedLog tamper_log_;     // this node's record rewritten or deleted by others
+  RateLimitedLog malformed_log_;  // junk under the prefix: one line per period
 
   std::unique_ptr<etcd::LeaseKeeper> keeper_;  // replaced only by the re-register thread
   std::unique_ptr<etcd::Watcher> watcher_;

@@ -6,6 +6,7 @@
 // replaced. A missing etcd binary fails the tests; it is never a skip.
 #include "peering/node_registry.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 
 #include <chrono>
@@ -96,6 +97,38 @@ TEST_F(NodeRegistryTest, ALeaseThatExpiredIsReplacedAndTheNodeRegistersAgain) {
       << registry_->state();
   EXPECT_EQ(NodeKeyLease(), registry_->lease_id());
   EXPECT_EQ(registry_->state(), "registered");
+}
+
+// Issue 23 item 2: anyone who can write the prefix could point this node's
+// record elsewhere (the etcd redirection) or delete it. The node puts its
+// own record back, under its own lease, and keeps its view of itself.
+TEST_F(NodeRegistryTest, ItsOwnRecordRewrittenOrDeletedByAnotherIsRestored) {
+  const std::string key = NodeKey(kPrefix, "node-a");
+  absl::StatusOr<std::optional<etcd::KeyValue>> before = etcd_->Get(key);
+  ASSERT_TRUE(before.ok() && before->has_value());
+  const std::string original = (*before)->value;
+  const int64_t lease = registry_->lease_id();
+  ASSERT_NE(lease, 0);
+  auto restored = [&] {
+    absl::StatusOr<std::optional<etcd::KeyValue>> kv = etcd_->Get(key);
+    return kv.ok() && kv->has_value() && (*kv)->value == original && (*kv)->lease == lease;
+  };
+  // Rewritten: another host, another instance, no lease.
+  v1::NodeRecord forged;
+  forged.set_node_id("node-a");
+  forged.set_instance_id("forged");
+  forged.set_peer_address("10.66.6.6:7450");
+  std::string json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(forged, &json).ok());
+  ASSERT_TRUE(etcd_->Put(key, json).ok());
+  EXPECT_TRUE(Eventually(restored, 5)) << "the rewritten record stayed";
+  for (const v1::NodeRecord& n : registry_->Nodes()) {
+    if (n.node_id() == "node-a") EXPECT_EQ(n.instance_id(), "instance-1");
+  }
+  // Deleted.
+  ASSERT_TRUE(etcd_->Delete(key).ok());
+  EXPECT_TRUE(Eventually(restored, 5)) << "the deleted record stayed away";
+  EXPECT_EQ(registry_->lease_id(), lease);
 }
 
 }  // namespace

@@ -252,14 +252,14 @@ class Script {
         FUZZ_CHECK(info.joined() <= info.world_size(), info.joined());
         members += g.members.size();
       }
-      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid}).ranks == members, "uid ", uid,
-                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid}).ranks, " ranks for ",
-                 members, " members");
+      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid, ""}).ranks == members, "uid ", uid,
+                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid, ""}).ranks,
+                 " ranks for ", members, " members");
       uint64_t waiting = 0;
       for (const std::shared_ptr<JoinOutcome>& j : core_.joins)
         waiting += j->uid() == uid && j->waiting();
-      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid}).waiting == waiting, "uid ", uid,
-                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid}).waiting,
+      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid, ""}).waiting == waiting, "uid ", uid,
+                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid, ""}).waiting,
                  " waiting joins for ", waiting);
     }
     for (const SessionInfo& s : core_.sessions.List()) core_.broker.MembershipsOf(s.id);

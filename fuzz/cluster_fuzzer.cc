@@ -342,9 +342,9 @@ class Script {
         }
         for (const daemon::GroupMemberSummary& m : g.members) members += m.node_id.empty();
       }
-      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid}).ranks == members, "uid ", uid,
-                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid}).ranks, " ranks for ",
-                 members, " local members");
+      FUZZ_CHECK(core_.broker.UsageOf(daemon::Principal{uid, ""}).ranks == members, "uid ", uid,
+                 " is charged ", core_.broker.UsageOf(daemon::Principal{uid, ""}).ranks,
+                 " ranks for ", members, " local members");
     }
   }
 

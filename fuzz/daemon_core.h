@@ -279,7 +279,7 @@ struct DaemonCore {
     FUZZ_CHECK(broker.CountVisible(0, true) == 0, broker.CountVisible(0, true),
                " groups outlive every session");
     for (uint32_t uid : {kUidA, kUidB, 0u}) {
-      daemon::GroupBroker::Usage u = broker.UsageOf(daemon::Principal{uid});
+      daemon::GroupBroker::Usage u = broker.UsageOf(daemon::Principal{uid, ""});
       FUZZ_CHECK(u.ranks == 0 && u.waiting == 0 && u.view_bytes == 0, "uid ", uid, " still holds ",
                  u.ranks, " ranks, ", u.waiting, " waiting joins, ", u.view_bytes, " view bytes");
     }
@@ -291,7 +291,7 @@ struct DaemonCore {
     FUZZ_CHECK(rdma.ControlMappings() == 0 && rdma.SessionsHolding() == 0, rdma.ControlMappings(),
                " control mappings, ", rdma.SessionsHolding(), " sessions still charged");
     for (uint32_t uid : {kUidA, kUidB, 0u}) {
-      daemon::RdmaUsage u = rdma.UsageOf(daemon::Principal{uid});
+      daemon::RdmaUsage u = rdma.UsageOf(daemon::Principal{uid, ""});
       FUZZ_CHECK(u.empty(), "uid ", uid, " still charged ", u.qps, " QPs, ", u.mrs, " regions, ",
                  u.bytes, " bytes");
     }

@@ -163,11 +163,11 @@ inline void CheckRdmaAccounting(DaemonCore& core, const RdmaSnapshot& now) {
              " regions charged, ", now.mrs.size(), " listed + ", core.rdma.ControlMappings(),
              " control mappings");
   for (uint32_t uid : {kUidA, kUidB}) {
-    const daemon::RdmaUsage u = core.rdma.UsageOf(daemon::Principal{uid});
+    const daemon::RdmaUsage u = core.rdma.UsageOf(daemon::Principal{uid, ""});
     const daemon::RdmaUsage& t = by_uid[uid];
     FUZZ_CHECK(u.qps == t.qps && u.mrs == t.mrs && u.bytes == t.bytes, "uid ", uid,
                " charged differently from its sessions");
-    if (!daemon::AdmissionCounter::Privileged(daemon::Principal{uid})) {
+    if (!daemon::AdmissionCounter::Privileged(daemon::Principal{uid, ""})) {
       FUZZ_CHECK(u.qps <= l.max_qps_per_uid && u.mrs <= l.max_mrs_per_uid &&
                      u.bytes <= l.max_registered_bytes_per_uid,
                  "uid ", uid, " past its limits: ", u.qps, " QPs, ", u.mrs, " regions, ", u.bytes,

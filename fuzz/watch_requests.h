@@ -155,7 +155,7 @@ inline void HandleWatchEvents(DaemonCore& core, const daemon::SessionInfo& a,
         feed.Subscribe(reader.scope, [&wakes] { ++wakes; });
     opened = w.status();
     if (w.ok()) watcher = *std::move(w);
-    const bool refused = !daemon::AdmissionCounter::Privileged(daemon::Principal{uid}) &&
+    const bool refused = !daemon::AdmissionCounter::Privileged(daemon::Principal{uid, ""}) &&
                          held >= daemon::EventFeed::kMaxWatchersPerUid;
     if (stopping) {
       FUZZ_CHECK(opened.code() == absl::StatusCode::kFailedPrecondition, opened);

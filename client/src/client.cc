@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <future>
@@ -512,6 +513,11 @@ absl::StatusOr<GroupView> Client::joinGroup(const JoinOptions& o) {
   req.mutable_handle()->set_size(o.handle_size);
   req.mutable_device()->set_gpu_uuid(o.gpu_uuid);
   req.mutable_device()->set_gpu_pci_bus_id(o.gpu_pci_bus_id);
+  if (!o.group_secret.empty()) {
+    req.set_group_secret(o.group_secret);
+  } else if (const char* env = std::getenv("MC_GROUP_SECRET"); env != nullptr && *env != '\0') {
+    req.set_group_secret(env);
+  }
   if (o.rdma) {
     v1::RdmaEndpoint* e = req.mutable_rdma();
     e->set_raddr(o.rdma->raddr);

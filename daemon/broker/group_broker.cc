@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "admission/admission_counter.h"
+#include "broker/group_secret.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/status.h"
 
@@ -97,6 +99,9 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
         "group '", r.group(), "': timeout_ms ", r.timeout_ms(), " exceeds the limit of ",
         limits_.max_timeout_ms, " ms (max_join_timeout_ms in mooncaked.conf)"));
   }
+  if (absl::Status s = ValidateGroupSecret(r.group_secret()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", r.group(), "': ", s.message()));
+  }
   ValidatedJoin j;
   absl::StatusOr<int> gpu = ResolveGpu(r.device(), &j.gpu_uuid_, &j.gpu_pci_);
   if (!gpu.ok()) return gpu.status();
@@ -109,6 +114,7 @@ absl::StatusOr<ValidatedJoin> GroupBroker::ValidateJoin(const v1::JoinGroupReque
   if (r.has_rdma()) j.rdma_ = r.rdma();
   j.fd_ticket_ = j.handle_.fd_ticket();
   j.handle_.clear_fd_ticket();
+  j.group_secret_ = r.group_secret();
   return j;
 }
 
@@ -463,6 +469,13 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
     }
     auto found = groups_.find(key);
     Group* g = found == groups_.end() ? nullptr : found->second.get();
+    if (g != nullptr && g->secret != req.group_secret_) {
+      // Compared in the clear: both are this node's, given by local ranks.
+      return absl::PermissionDeniedError(
+          absl::StrCat("group '", g->name, "' was joined on this node ",
+                       g->secret.empty() ? "without a group secret" : "with another group secret",
+                       ": every rank of a group must be started with the same MC_GROUP_SECRET"));
+    }
     if (g != nullptr) {
       if (g->world_size != req.world_size()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -486,6 +499,11 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
     std::vector<ClusterMember> remote;
     if (g == nullptr && directory_ != nullptr) {
       remote = directory_->RemoteMembers(caller.cred.uid, caller.tenant, req.group());
+      // With a secret, other nodes' ranks count only when they prove it.
+      std::erase_if(remote, [&](const ClusterMember& c) {
+        return !ProvesSecretLocked(req.group_secret_, caller.cred.uid, caller.tenant, req.group(),
+                                   c.rank, c);
+      });
     }
     // A rank of a formed group is vacant (its holder was lost or left):
     // the caller is its replacement. The group may have formed on other
@@ -517,6 +535,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       fresh->uid = caller.cred.uid;
       fresh->tenant = caller.tenant;
       fresh->world_size = req.world_size();
+      fresh->secret = req.group_secret_;
       fresh->created = absl::Now();
       for (ClusterMember& c : remote) {
         const uint32_t r = c.rank;
@@ -541,6 +560,10 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       claim->handle_size = m.handle.size();
       claim->rdma = m.rdma;
       claim->epoch = rejoin ? g->epoch : 0;
+      if (!g->secret.empty()) {
+        claim->proof =
+            GroupProof(g->secret, g->uid, g->tenant, g->name, rank, node_id_, req.world_size());
+      }
     }
     if (rejoin) {
       // The lost or departed holder, here or on another node.
@@ -903,6 +926,23 @@ void GroupBroker::RemoteGoneLocked(Group& g, uint32_t rank, MemberState state,
   VacateLocked(g, rank);
 }
 
+bool GroupBroker::ProvesSecretLocked(const std::string& secret, uint32_t uid,
+                                     const std::string& tenant, const std::string& group,
+                                     uint32_t rank, const ClusterMember& c) {
+  if (secret.empty()) return true;
+  if (ProvesGroupSecret(secret, uid, tenant, group, rank, c.node_id, c.world_size, c.proof)) {
+    return true;
+  }
+  secret_refusals_.Log(
+      LogLevel::kWarning,
+      absl::StrCat(
+          "group '", group, "' (uid ", uid, tenant.empty() ? "" : " of tenant '", tenant,
+          tenant.empty() ? "" : "'", "): rank ", rank, " on node ", EscapeForDisplay(c.node_id, 64),
+          c.proof.empty() ? " joined without the group secret" : " does not prove the group secret",
+          "; it is not counted as a member (MC_GROUP_SECRET must match on every rank)"));
+  return false;
+}
+
 void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const std::string& group,
                                 uint32_t rank, std::optional<ClusterMember> member) {
   std::optional<Formation> formation;
@@ -913,6 +953,11 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
   if (member && (member->world_size != g.world_size || rank >= g.world_size)) {
     // Not a member of this group as it stands (a stale record of an older
     // group of the same name): it must not count toward formation.
+    return;
+  }
+  if (member && !ProvesSecretLocked(g.secret, uid, tenant, group, rank, *member)) {
+    // A rank of the same uid on another node that cannot show the group's
+    // secret: not this group's member (and its record changes nothing).
     return;
   }
   auto known = g.remote.find(rank);

@@ -67,6 +67,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "admission/principal.h"
+#include "admission/rate_limited_log.h"
 #include "broker/group_directory.h"
 #include "broker/group_events.h"
 #include "broker/group_summary.h"
@@ -226,6 +227,7 @@ class GroupBroker {
     uint32_t uid = 0;
     std::string tenant;  // the creating session's; part of its GroupKey
     uint32_t world_size = 0;
+    std::string secret;  // the group secret its local ranks gave ("" none)
     bool formed = false;
     uint64_t epoch = 0;
     absl::Time created;
@@ -271,6 +273,11 @@ class GroupBroker {
                                                   const std::vector<std::string>& tickets) const;
   static void Complete(std::vector<Completion>* completions);
   void CompleteFormation(Formation f) const;
+  // Whether another node's rank `c` proves the group's `secret` (always,
+  // without one); a refusal is logged (rate limited).
+  bool ProvesSecretLocked(const std::string& secret, uint32_t uid, const std::string& tenant,
+                          const std::string& group, uint32_t rank, const ClusterMember& c)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckBudget(const Principal& who, uint64_t view_bytes, bool waits) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
@@ -335,6 +342,7 @@ class GroupBroker {
   DeadlineIndex deadlines_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, std::set<MemberRef>> by_session_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Principal, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  RateLimitedLog secret_refusals_;
   GroupEventSink* events_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread timer_;
 };

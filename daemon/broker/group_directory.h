@@ -48,6 +48,9 @@ struct ClusterMember {
   bool joining = false;
   // Vacant ranks it released, each with the epoch at which it did.
   std::vector<std::pair<uint32_t, uint64_t>> released;
+  // GroupProof of its claim when its group has a secret (group_secret.h);
+  // empty otherwise.
+  std::string proof;
 
   // Whether it released `rank` at `epoch` or later.
   bool Released(uint32_t rank, uint64_t epoch) const {

@@ -24,6 +24,8 @@ class ValidatedJoin {
   uint32_t world_size() const { return world_size_; }
   // The fd channel ticket the request names; empty when it carries no fds.
   const std::string& fd_ticket() const { return fd_ticket_; }
+  // The group secret (broker/group_secret.h); empty: none.
+  const std::string& group_secret() const { return group_secret_; }
 
  private:
   friend class GroupBroker;
@@ -38,6 +40,7 @@ class ValidatedJoin {
   v1::MemberHandle handle_;  // fd_ticket cleared
   std::optional<v1::RdmaEndpoint> rdma_;
   std::string fd_ticket_;
+  std::string group_secret_;
 };
 
 }  // namespace mooncake::daemon

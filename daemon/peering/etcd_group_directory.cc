@@ -109,6 +109,8 @@ absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank
       }) != m.released.end()) {
     return absl::InvalidArgumentError("a rank released twice");
   }
+  if (r.proof().size() > 128) return absl::InvalidArgumentError("a group proof over 128 bytes");
+  m.proof = r.proof();
   m.epoch = r.epoch();
   m.joining = r.state() == v1::GroupRankRecord::JOINING;
   m.rank = rank;
@@ -142,7 +144,7 @@ bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
   };
   return a.node_id == b.node_id && a.pid == b.pid && a.state == b.state &&
          a.world_size == b.world_size && a.epoch == b.epoch && a.joining == b.joining &&
-         a.released == b.released && endpoint(a) == endpoint(b);
+         a.released == b.released && a.proof == b.proof && endpoint(a) == endpoint(b);
 }
 
 }  // namespace
@@ -466,6 +468,7 @@ std::string EtcdGroupDirectory::RecordJson(const ClusterMember& m,
   r.set_state(m.joining && state == v1::GroupRankRecord::JOINED ? v1::GroupRankRecord::JOINING
                                                                 : state);
   r.set_epoch(m.epoch);
+  r.set_proof(m.proof);
   for (const auto& [rank, epoch] : m.released) {
     v1::GroupRankRecord::Released* rel = r.add_released();
     rel->set_rank(rank);

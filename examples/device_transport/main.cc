@@ -16,6 +16,11 @@
 // daemon, the NIC or the driver refuses GPU memory); the line after
 // "ready" names where they are.
 //
+// Across nodes, give every rank the same group secret in MC_GROUP_SECRET
+// (the launcher's job; e.g. export MC_GROUP_SECRET=$(openssl rand -hex 32)
+// once per job): a rank of the same uid on another node that does not know
+// it is not counted as a member (docs/cluster.md, "Group secrets").
+//
 // Start one process per rank. Prints PASS and exits 0 when every byte
 // checks out; exits 1 on wrong data, 2 on a setup error (with the reason),
 // 3 on a timeout, 64 on bad arguments.

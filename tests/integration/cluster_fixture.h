@@ -33,8 +33,9 @@ class ClusterFixture : public ::testing::Test {
     std::ofstream(dir_.path() + "/cluster.conf")
         << "etcd_lease_ttl_s = " << kClusterLeaseTtlS << "\netcd_prefix = " << etcd_prefix_ << "\n";
   }
-  // A node of the cluster, started and serving.
-  std::unique_ptr<DaemonProcess> Node(const std::string& id) {
+  // A node of the cluster, started and serving; `log_to_output`: its log
+  // is read through child().output().
+  std::unique_ptr<DaemonProcess> Node(const std::string& id, bool log_to_output = false) {
     const std::string sub = dir_.path() + "/" + id;
     ::mkdir(sub.c_str(), 0700);
     const absl::StatusOr<TestCertificates> certs = MakeNodeCertificate(dir_.path() + "/tls", id);
@@ -46,7 +47,8 @@ class ClusterFixture : public ::testing::Test {
         sub,
         std::vector<std::string>{"--config", sub + "/node.conf", "--node-id", id, "--peer-listen",
                                  absl::StrCat("127.0.0.1:", daemon::etcd::testing::PickFreePort()),
-                                 "--etcd", etcd_.client_url()});
+                                 "--etcd", etcd_.client_url()},
+        log_to_output);
   }
 
   const std::string etcd_prefix_;

@@ -338,9 +338,14 @@ TEST_F(ClusterGroupsTest, AGroupGoneFromEveryNodeCanFormAgainWithAnotherWorldSiz
 }
 
 // device_transport_example ranks, rank r on nodes[r % nodes.size()].
+// The group secret a launcher gives every rank (issue 23 item 3): the
+// examples across nodes run with one.
+constexpr char kGroupSecretEnv[] = "MC_GROUP_SECRET=4f1c0e55a6b2d9e8c7f30a1b2c3d4e5f";
+
 std::vector<Child> ExampleRanks(const std::vector<const DaemonProcess*>& nodes,
                                 const std::string& group, int n,
-                                const std::vector<std::string>& extra) {
+                                const std::vector<std::string>& extra,
+                                const std::vector<std::string>& secrets = {kGroupSecretEnv}) {
   std::vector<Child> ranks;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> argv = {BinDir() + "/device_transport_example",
@@ -355,7 +360,11 @@ std::vector<Child> ExampleRanks(const std::vector<const DaemonProcess*>& nodes,
                                      "--world-size",
                                      std::to_string(n)};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    ranks.push_back(Child::Spawn(argv));
+    // secrets[r % size]: "" runs a rank without one.
+    const std::string& secret =
+        secrets.empty() ? "" : secrets[static_cast<size_t>(r) % secrets.size()];
+    ranks.push_back(Child::Spawn(
+        argv, -1, secret.empty() ? std::vector<std::string>{} : std::vector<std::string>{secret}));
   }
   return ranks;
 }
@@ -379,6 +388,33 @@ TEST_F(ClusterGroupsTest, TheExampleOverRdmaPassesWithRanksOnDifferentNodes) {
         "[ figures ] --route rdma, %d ranks over %zu nodes (softnic over the peer port): "
         "PASS in %.2f s\n",
         n, nodes.size(), Since(start));
+  }
+}
+
+// Issue 23 item 3: the same uid on two nodes is not the same person. A
+// rank on node-b that does not know the group's secret (another one, or
+// none) is not counted by node-a's ranks, which time out rather than form
+// with it, and node-a logs why; with the secret the same pair forms.
+TEST_F(ClusterGroupsTest, ARankWithoutTheGroupSecretIsRefusedAcrossNodes) {
+  auto a = Node("node-a", /*log_to_output=*/true);
+  auto b = Node("node-b");
+  for (const std::string& other :
+       {std::string("MC_GROUP_SECRET=00000000000000000000000000000000"), std::string()}) {
+    const std::string group = other.empty() ? "secret-none" : "secret-other";
+    auto ranks =
+        ExampleRanks({a.get(), b.get()}, group, 2, {"--route", "rdma", "--timeout-ms", "4000"},
+                     {kGroupSecretEnv, other});
+    EXPECT_NE(ranks[0].Wait(30000), 0) << ranks[0].output();
+    EXPECT_EQ(ranks[0].output().find("PASS"), std::string::npos) << ranks[0].output();
+    ranks[1].Wait(30000);
+  }
+  // The first refusal is logged; the second comes within the log's period
+  // (10 s, one line per period) and is counted into the next line.
+  EXPECT_NE(a->child().WaitForLine("does not prove the group secret", 5000), "");
+  auto ranks = ExampleRanks({a.get(), b.get()}, "secret-same", 2, {"--route", "rdma"});
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(60000), 0) << r.output();
+    EXPECT_NE(r.output().find("PASS"), std::string::npos) << r.output();
   }
 }
 

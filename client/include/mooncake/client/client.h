@@ -90,6 +90,10 @@ struct JoinOptions {
   std::string gpu_uuid;  // empty: host platform
   std::string gpu_pci_bus_id;
   std::optional<RdmaEndpointInfo> rdma;  // unset: no RDMA route to this rank
+  // The group secret every rank shares (16..256 bytes), so that only ranks
+  // that know it join across nodes (the same uid on another node is not the
+  // same person). Empty: $MC_GROUP_SECRET when set, else none.
+  std::string group_secret;
 };
 
 struct GroupMember {

@@ -17,6 +17,8 @@ PACKAGES=(
   # A real etcd (3.4) for the etcd client's tests (tests/daemon/etcd_client_test.cc):
   # cross-node membership (daemon/etcd/) is tested against the server, not a fake.
   etcd-server
+  # etcdctl: deploy/etcd-rbac.sh and its test (tests/deploy/etcd_rbac_test.sh).
+  etcd-client
   # openssl makes the certificates of the peer-port mTLS test
   # (tests/integration/peer_tls_test.cc).
   openssl

@@ -187,7 +187,7 @@ class UnusedRemoteLink final : public softnic::RemoteLink {
 // are kept by QPN so that requests can carry the right one (or not).
 class FuzzRemoteConnections final : public daemon::RemoteConnections {
  public:
-  absl::Status CheckNode(const std::string& node) override {
+  absl::Status CheckNode(uint64_t, const std::string& node) override {
     if (node == "node-b") return absl::OkStatus();
     return absl::NotFoundError("not a live node of the cluster");
   }

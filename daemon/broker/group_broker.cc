@@ -1450,6 +1450,20 @@ size_t GroupBroker::CountVisible(const Scope& scope) const {
       [&scope](const auto& kv) { return scope.Sees(kv.second->uid, kv.second->tenant); }));
 }
 
+bool GroupBroker::SharesGroupWithNode(uint64_t session_id, const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  auto index = by_session_.find(session_id);
+  if (index == by_session_.end()) return false;
+  for (const auto& [g, rank] : index->second) {
+    auto m = g->members.find(rank);
+    if (m == g->members.end() || !IsJoinedNow(m->second.state)) continue;
+    for (const auto& [r, c] : g->remote) {
+      if (c.node_id == node && IsJoinedNow(c.state)) return true;
+    }
+  }
+  return false;
+}
+
 std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;

@@ -156,6 +156,9 @@ class GroupBroker {
   // set): List(Scope{uid, "", all, all}).
   std::vector<GroupSummary> List(uint32_t uid, bool all) const;
   size_t CountVisible(uint32_t uid, bool all) const;
+  // Whether the session holds a live rank of a group that has a live rank
+  // on `node` (issue 23 item 6: queue pairs go only to such nodes).
+  bool SharesGroupWithNode(uint64_t session_id, const std::string& node) const;
   // "name/rank" for each live membership of the session.
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
 

@@ -7,7 +7,16 @@
 
 namespace mooncake::daemon::peering {
 
-absl::Status ConnectionOffers::CheckNode(const std::string& node) {
+absl::Status ConnectionOffers::CheckNode(uint64_t session, const std::string& node) {
+  // Without TLS nothing crosses nodes: say that first (it names the keys).
+  if (peers_->mode() == PeerMode::kTlsRequired) return peers_->Get(node).status();
+  // Then without the network: a name no group of the session spans costs
+  // nothing (no PeerHello, no channel, no link thread).
+  if (!shares_group_(session, node)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no group of this session has a live rank on node ", node,
+                     ": queue pairs go only to nodes of the caller's groups (join first)"));
+  }
   return peers_->Get(node).status();
 }
 

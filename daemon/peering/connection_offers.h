@@ -5,6 +5,7 @@
 // they never reach etcd or the client. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,16 +18,22 @@ namespace mooncake::daemon::peering {
 
 class ConnectionOffers final : public RemoteConnections {
  public:
-  explicit ConnectionOffers(std::shared_ptr<TrustedPeers> peers,
-                            absl::Duration call_timeout = absl::Seconds(5))
-      : peers_(std::move(peers)), call_timeout_(call_timeout) {}
+  // `shares_group(session, node)`: whether a group of the session has a
+  // live rank on `node` (GroupBroker::SharesGroupWithNode).
+  ConnectionOffers(std::shared_ptr<TrustedPeers> peers,
+                   std::function<bool(uint64_t, const std::string&)> shares_group,
+                   absl::Duration call_timeout = absl::Seconds(5))
+      : peers_(std::move(peers)),
+        shares_group_(std::move(shares_group)),
+        call_timeout_(call_timeout) {}
 
-  absl::Status CheckNode(const std::string& node) override;
+  absl::Status CheckNode(uint64_t session, const std::string& node) override;
   absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
                                     uint32_t remote_qpn) override;
 
  private:
   const std::shared_ptr<TrustedPeers> peers_;
+  const std::function<bool(uint64_t, const std::string&)> shares_group_;
   const absl::Duration call_timeout_;
 };
 

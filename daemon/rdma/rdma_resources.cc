@@ -364,7 +364,7 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
                        ": this daemon is not part of a cluster (etcd_endpoints and peer_listen in "
                        "mooncaked.conf)"));
     }
-    if (absl::Status s = remote_->CheckNode(node); !s.ok()) {
+    if (absl::Status s = remote_->CheckNode(session.id, node); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("queue pairs to node ", node, ": ", s.message()));
     }
   }

@@ -15,12 +15,13 @@ namespace mooncake::daemon {
 class RemoteConnections {
  public:
   virtual ~RemoteConnections() = default;
-  // OK when queue pairs may connect to `node` now: a live node of the
-  // cluster whose daemon proved it is that node. FailedPrecondition
-  // without peer TLS (naming the keys to set) or for a node whose identity
-  // did not check out; NotFound for a node the cluster does not list;
-  // Unavailable when it does not answer.
-  virtual absl::Status CheckNode(const std::string& node) = 0;
+  // OK when `session`'s queue pairs may connect to `node` now: a node
+  // where a group of the session has a live rank, live in the cluster, and
+  // whose daemon proved it is that node. FailedPrecondition without peer
+  // TLS (naming the keys to set), for a node whose identity did not check
+  // out, or for one no group of the session spans; NotFound for a node the
+  // cluster does not list; Unavailable when it does not answer.
+  virtual absl::Status CheckNode(uint64_t session, const std::string& node) = 0;
   // Makes a fresh secret for the connection of this node's QP `qpn` to
   // `node`'s QP `remote_qpn`, hands it to that node over the authenticated
   // peer channel (the secret `remote_qpn`'s batches to `qpn` must carry),

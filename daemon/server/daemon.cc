@@ -349,8 +349,13 @@ absl::Status Daemon::JoinCluster() {
   trusted_peers_ = std::make_shared<peering::TrustedPeers>(
       std::move(po),
       [registry = nodes_.get()](const std::string& node) { return registry->Node(node); });
-  if (rdma_)
-    rdma_->set_remote_connections(std::make_shared<peering::ConnectionOffers>(trusted_peers_));
+  if (rdma_) {
+    // Queue pairs go only to nodes of the caller's groups (issue 23 item 6).
+    rdma_->set_remote_connections(std::make_shared<peering::ConnectionOffers>(
+        trusted_peers_, [broker = broker_.get()](uint64_t session, const std::string& node) {
+          return broker->SharesGroupWithNode(session, node);
+        }));
+  }
   if (softnic_engine_ != nullptr) {
     // QPs connected to other nodes' softnic reach them over the peer port.
     softnic_link_ = std::make_shared<peering::SoftnicPeerLink>(node_.node_id, trusted_peers_.get());

@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon_process.h"
@@ -68,7 +69,7 @@ struct Side {
   std::unique_ptr<abuse::RawSession> session;
   std::unique_ptr<v1::Rdma::Stub> rdma;
   UniqueFd fdconn;
-  UniqueFd control;
+  std::vector<UniqueFd> controls;  // each QP's control memory
   uint32_t qpn = 0;
   UniqueFd region;
   uint8_t* memory = nullptr;  // the region, as the application sees it
@@ -85,12 +86,18 @@ struct Side {
     absl::StatusOr<UniqueFd> c = ConnectUnix(FdSocketPath(socket));
     ASSERT_TRUE(c.ok()) << c.status();
     fdconn = *std::move(c);
-    control = abuse::SealedMemfd(kControlBytes);
-    ASSERT_TRUE(control.valid());
-    absl::StatusOr<std::string> ticket = abuse::PutFd(fdconn.get(), session->opened, control.get());
-    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    qpn = NewQp();
+  }
+
+  // One more QP of this session, in RESET (its own control memory).
+  uint32_t NewQp() {
+    UniqueFd mem = abuse::SealedMemfd(kControlBytes);
+    EXPECT_TRUE(mem.valid());
+    absl::StatusOr<std::string> ticket = abuse::PutFd(fdconn.get(), session->opened, mem.get());
+    EXPECT_TRUE(ticket.ok()) << ticket.status();
+    controls.push_back(std::move(mem));
     v1::CreateQueuePairsRequest req;
-    req.set_fd_ticket(*ticket);
+    req.set_fd_ticket(ticket.value_or(""));
     req.set_control_bytes(kControlBytes);
     v1::QueuePairLayout* l = req.add_qps();
     l->set_sq_offset(0);
@@ -103,8 +110,8 @@ struct Side {
     Deadline(&ctx);
     v1::CreateQueuePairsResponse resp;
     grpc::Status s = rdma->CreateQueuePairs(&ctx, req, &resp);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-    qpn = resp.qpns(0);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return s.ok() ? resp.qpns(0) : 0;
   }
 
   void RegisterTarget() {
@@ -129,6 +136,23 @@ struct Side {
     grpc::Status s = rdma->RegisterMemory(&ctx, req, &resp);
     ASSERT_TRUE(s.ok()) << s.error_message();
     rkey = resp.rkey();
+  }
+
+  // Joins rank `rank` of group `group` (world size 2) and waits for it to
+  // form: queue pairs go only to nodes of the caller's groups.
+  grpc::Status Join(const std::string& group, uint32_t rank) {
+    v1::JoinGroupRequest req;
+    req.set_group(group);
+    req.set_rank(rank);
+    req.set_world_size(2);
+    req.set_timeout_ms(20000);
+    req.mutable_handle()->set_kind("memfd");
+    req.mutable_handle()->set_data("h");
+    req.mutable_handle()->set_size(4096);
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 30000);
+    v1::JoinGroupResponse resp;
+    return session->stub->JoinGroup(&ctx, req, &resp);
   }
 
   grpc::Status Connect(const std::string& node, uint32_t remote_qpn) {
@@ -182,12 +206,13 @@ class PeerForgeryTest : public ::testing::Test {
     return c.value_or(TestCertificates{});
   }
 
-  // Both nodes up, A's QP and B's QP connected to each other, B's region
-  // registered. Returns false (with a test failure) when that fails.
+  // Both nodes up, one group with a rank on each, A's QP and B's QP
+  // connected to each other, B's region registered.
   void Connect() {
     a_side_.Open(a_->socket());
     b_side_.Open(b_->socket());
     b_side_.RegisterTarget();
+    JoinBoth();
     grpc::Status s = b_side_.ConnectWhenSeen("node-a", a_side_.qpn);
     ASSERT_TRUE(s.ok()) << s.error_message();
     s = a_side_.ConnectWhenSeen("node-b", b_side_.qpn);
@@ -231,6 +256,16 @@ class PeerForgeryTest : public ::testing::Test {
     offer.set_secret(std::string(16, 's'));
     v1::OfferConnectionResponse resp;
     return v1::Peer::NewStub(channel)->OfferConnection(&ctx, offer, &resp);
+  }
+
+  // Rank 0 on node A, rank 1 on node B, joined concurrently.
+  void JoinBoth() {
+    grpc::Status a_joined;
+    std::thread a([&] { a_joined = a_side_.Join("target", 0); });
+    const grpc::Status b_joined = b_side_.Join("target", 1);
+    a.join();
+    ASSERT_TRUE(a_joined.ok()) << a_joined.error_message();
+    ASSERT_TRUE(b_joined.ok()) << b_joined.error_message();
   }
 
   static grpc::Status Execute(const std::shared_ptr<grpc::Channel>& channel,
@@ -317,6 +352,41 @@ TEST_F(PeerForgeryTest, UnderMutualTlsNoOutsiderNorOtherNodeWritesOrReadsTheMemo
   EXPECT_EQ(GetStatus(b_->socket()).node_id(), "node-b");
 }
 
+// Issue 23 item 6: a queue pair goes only to a node where a group of the
+// caller has a live rank; any other name is refused before anything is
+// dialled (no PeerHello, no channel, no link thread per made-up name).
+TEST_F(PeerForgeryTest, QueuePairsGoOnlyToNodesOfTheCallersGroups) {
+  a_ = StartNode("node-a", PeerTlsConfig(Certs("tls", "node-a")), &a_addr_);
+  b_ = StartNode("node-b", PeerTlsConfig(Certs("tls", "node-b")), &b_addr_);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  // A session of the same uid on node B that joined nothing.
+  Side loner;
+  loner.Open(b_->socket());
+  grpc::Status s = loner.Connect("node-a", a_side_.qpn);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("no group of this session"), std::string::npos)
+      << s.error_message();
+  // A group member naming nodes its groups do not span: refused alike,
+  // however many names.
+  const uint32_t fresh = b_side_.NewQp();
+  for (int i = 0; i < 200; ++i) {
+    Side& member = b_side_;
+    v1::ConnectQueuePairsRequest req;
+    v1::QueuePairConnection* c = req.add_connections();
+    c->set_qpn(fresh);
+    c->set_remote_qpn(7);
+    c->set_remote_node("made-up-" + std::to_string(i));
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::ConnectQueuePairsResponse resp;
+    grpc::Status e = member.rdma->ConnectQueuePairs(&ctx, req, &resp);
+    ASSERT_EQ(e.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << e.error_message();
+    ASSERT_NE(e.error_message().find("no group of this session"), std::string::npos)
+        << e.error_message();
+  }
+  EXPECT_TRUE(b_->running());
+}
+
 TEST_F(PeerForgeryTest, WithPeerInsecureTheConnectionSecretAloneStopsTheForgery) {
   // Kept on purpose without certificates (an isolated test network): the
   // daemon believes any claimed name, so the secret is the whole defence.
@@ -342,6 +412,7 @@ TEST_F(PeerForgeryTest, WithoutTlsTheApplicationCannotConnectAcrossNodesNorAnyon
   a_side_.Open(a_->socket());
   b_side_.Open(b_->socket());
   b_side_.RegisterTarget();
+  JoinBoth();  // membership works without TLS
   snapshot_.assign(reinterpret_cast<const char*>(b_side_.memory), kRegionBytes);
   grpc::Status s = b_side_.ConnectWhenSeen("node-a", a_side_.qpn);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();

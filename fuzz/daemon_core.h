@@ -191,7 +191,8 @@ class FuzzRemoteConnections final : public daemon::RemoteConnections {
     if (node == "node-b") return absl::OkStatus();
     return absl::NotFoundError("not a live node of the cluster");
   }
-  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t) override {
+  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t, uint32_t,
+                                    const std::string&) override {
     FUZZ_CHECK(node == "node-b", "an offer to '", EscapeForDisplay(node, 64), "'");
     std::string secret = daemon::RandomBytes(softnic::Engine::kSecretBytes);
     std::lock_guard<std::mutex> lock(mu_);
@@ -244,6 +245,9 @@ struct DaemonCore {
     engine->SetRemoteLink(std::make_shared<UnusedRemoteLink>());
     rdma.set_remote_connections(remote);
     peer_service.set_softnic(engine);
+    peer_service.set_qp_owner_check([this](uint32_t qpn, uint32_t uid, const std::string& tenant) {
+      return rdma.QpOwnedBy(qpn, uid, tenant);
+    });
   }
 
   static DaemonCore& Get() {

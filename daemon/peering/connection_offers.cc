@@ -21,13 +21,16 @@ absl::Status ConnectionOffers::CheckNode(uint64_t session, const std::string& no
 }
 
 absl::StatusOr<std::string> ConnectionOffers::Offer(const std::string& node, uint32_t qpn,
-                                                    uint32_t remote_qpn) {
+                                                    uint32_t remote_qpn, uint32_t uid,
+                                                    const std::string& tenant) {
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = peers_->Get(node);
   if (!stub.ok()) return stub.status();
   v1::OfferConnectionRequest req;
   req.set_node_id(peers_->self_node());
   req.set_qpn(qpn);
   req.set_peer_qpn(remote_qpn);
+  req.set_uid(uid);
+  req.set_tenant(tenant);
   std::string secret = RandomBytes(softnic::Engine::kSecretBytes);
   req.set_secret(secret);
   grpc::ClientContext ctx;

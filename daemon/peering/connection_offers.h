@@ -28,8 +28,8 @@ class ConnectionOffers final : public RemoteConnections {
         call_timeout_(call_timeout) {}
 
   absl::Status CheckNode(uint64_t session, const std::string& node) override;
-  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
-                                    uint32_t remote_qpn) override;
+  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
+                                    uint32_t uid, const std::string& tenant) override;
 
  private:
   const std::shared_ptr<TrustedPeers> peers_;

@@ -377,7 +377,8 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
     if (c.remote_node.empty()) {
       s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
     } else {
-      absl::StatusOr<std::string> secret = remote_->Offer(c.remote_node, c.qpn, c.remote_qpn);
+      absl::StatusOr<std::string> secret =
+          remote_->Offer(c.remote_node, c.qpn, c.remote_qpn, session.cred.uid, session.tenant);
       s = secret.ok() ? provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
                                                  *std::move(secret))
                       : secret.status();
@@ -623,6 +624,12 @@ size_t RdmaResources::QpCountOf(uint64_t session) const {
 RdmaUsage RdmaResources::UsageOfSession(uint64_t session) const {
   absl::MutexLock lock(&mu_);
   return budget_.OfSession(session);
+}
+
+bool RdmaResources::QpOwnedBy(uint32_t qpn, uint32_t uid, const std::string& tenant) const {
+  absl::MutexLock lock(&mu_);
+  auto it = qp_owner_.find(qpn);
+  return it != qp_owner_.end() && it->second.owner.uid == uid && it->second.owner.tenant == tenant;
 }
 
 RdmaUsage RdmaResources::UsageOf(const Principal& who) const {

@@ -180,6 +180,9 @@ class RdmaResources {
   // Discovery's view of this node (GPU-NIC affinity), set once before the
   // daemon serves.
   void set_topology(v1::Topology topology) { topology_ = std::move(topology); }
+  // Whether QP `qpn` is owned by a session of `uid` on the socket of
+  // `tenant` (another node's offer for it names the offering QP's owner).
+  bool QpOwnedBy(uint32_t qpn, uint32_t uid, const std::string& tenant) const;
   // How queue pairs reach other nodes (null: they are refused). Set once
   // before the daemon serves.
   void set_remote_connections(std::shared_ptr<RemoteConnections> remote) {

@@ -26,8 +26,11 @@ class RemoteConnections {
   // `node`'s QP `remote_qpn`, hands it to that node over the authenticated
   // peer channel (the secret `remote_qpn`'s batches to `qpn` must carry),
   // and returns it. The node's refusal keeps its code.
+  // `uid`/`tenant`: the owner of `qpn`; that node accepts only for a QP of
+  // the same owner.
   virtual absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
-                                            uint32_t remote_qpn) = 0;
+                                            uint32_t remote_qpn, uint32_t uid,
+                                            const std::string& tenant) = 0;
 };
 
 }  // namespace mooncake::daemon

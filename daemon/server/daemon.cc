@@ -389,6 +389,12 @@ absl::Status Daemon::StartPeerServer() {
   peer_security_ = security.description;
   peer_service_ = std::make_unique<PeerService>(&node_, security.mode);
   peer_service_->set_softnic(softnic_engine_);
+  if (rdma_) {
+    peer_service_->set_qp_owner_check(
+        [rdma = rdma_.get()](uint32_t qpn, uint32_t uid, const std::string& tenant) {
+          return rdma->QpOwnedBy(qpn, uid, tenant);
+        });
+  }
   grpc::ServerBuilder pb;
   pb.SetMaxReceiveMessageSize(peering::SoftnicPeerLink::kMaxMessageBytes);
   pb.SetOption(std::make_unique<WithoutReflection>());

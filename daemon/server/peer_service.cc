@@ -60,6 +60,14 @@ grpc::Status PeerService::OfferConnection(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("node ", node_->node_id, " does not run softnic"));
   }
+  // Only for a QP of the offering QP's owner (same uid, same tenant): a
+  // process of another user, on any node, cannot plant a secret on this
+  // QP nor learn one for it. The same answer as for a missing QP.
+  if (!owner_check_ || !owner_check_(req->peer_qpn(), req->uid(), req->tenant())) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no queue pair ", req->peer_qpn(), " of uid ", req->uid(),
+                                     " waits for node ", *caller, "'s queue pair ", req->qpn()));
+  }
   absl::Status s =
       softnic_->AcceptConnectionSecret(*caller, req->qpn(), req->peer_qpn(), req->secret());
   if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {

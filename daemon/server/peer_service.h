@@ -13,6 +13,9 @@
 // which is thread-safe; both are owned by Daemon and outlive the service.
 #pragma once
 
+#include <functional>
+#include <string>
+
 #include "admission/rate_limited_log.h"
 #include "mooncake/v1/peer.grpc.pb.h"
 #include "peering/peer_tls.h"
@@ -36,6 +39,12 @@ class PeerService final : public v1::Peer::Service {
   // The node's softnic engine (null: this node's provider is not softnic).
   // Set before serving.
   void set_softnic(softnic::Engine* engine) { softnic_ = engine; }
+  // Whether QP `qpn` here is owned by `uid` of `tenant` (RdmaResources::
+  // QpOwnedBy); an offer for a QP of another owner is NOT_FOUND. Set before
+  // serving; without it every offer is refused.
+  void set_qp_owner_check(std::function<bool(uint32_t, uint32_t, const std::string&)> check) {
+    owner_check_ = std::move(check);
+  }
 
  private:
   // The authenticated node of a request naming `claimed`; a refusal is
@@ -50,6 +59,7 @@ class PeerService final : public v1::Peer::Service {
   const NodeIdentity* const node_;
   const peering::PeerMode mode_;
   softnic::Engine* softnic_ = nullptr;
+  std::function<bool(uint32_t, uint32_t, const std::string&)> owner_check_;
   RateLimitedLog identity_refusals_;    // who the caller is
   RateLimitedLog connection_refusals_;  // secrets and offers
 };

@@ -172,7 +172,12 @@ struct Side {
     grpc::Status s;
     for (int i = 0; i < 100; ++i) {
       s = Connect(node, remote_qpn);
-      if (s.error_code() != grpc::StatusCode::NOT_FOUND) return s;
+      // NOT_FOUND: not in this daemon's view yet; UNAVAILABLE: its
+      // PeerHello did not answer yet (a failure is retried after 1 s).
+      if (s.error_code() != grpc::StatusCode::NOT_FOUND &&
+          s.error_code() != grpc::StatusCode::UNAVAILABLE) {
+        return s;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return s;
@@ -245,8 +250,9 @@ class PeerForgeryTest : public ::testing::Test {
     return b;
   }
 
-  // Offers B's QP a secret of the caller's choosing for A's QP's batches.
-  grpc::Status OfferAsNodeA(const std::shared_ptr<grpc::Channel>& channel) const {
+  // Offers B's QP a secret of the caller's choosing for A's QP's batches,
+  // as node A vouching for `uid` (the owner of A's QP: root here).
+  grpc::Status OfferAsNodeA(const std::shared_ptr<grpc::Channel>& channel, uint32_t uid = 0) const {
     grpc::ClientContext ctx;
     Deadline(&ctx);
     v1::OfferConnectionRequest offer;
@@ -254,6 +260,7 @@ class PeerForgeryTest : public ::testing::Test {
     offer.set_qpn(a_side_.qpn);
     offer.set_peer_qpn(b_side_.qpn);
     offer.set_secret(std::string(16, 's'));
+    offer.set_uid(uid);
     v1::OfferConnectionResponse resp;
     return v1::Peer::NewStub(channel)->OfferConnection(&ctx, offer, &resp);
   }
@@ -338,9 +345,12 @@ TEST_F(PeerForgeryTest, UnderMutualTlsNoOutsiderNorOtherNodeWritesOrReadsTheMemo
     ExpectDroppedByTheEngine(Execute(a_channel, ForgedWrite(guess), &r), r);
     ExpectDroppedByTheEngine(Execute(a_channel, ForgedRead(guess), &r), r);
   }
-  // Nor can it take over the connection by offering a secret of its own.
+  // Nor can it take over the connection by offering a secret of its own,
+  // nor offer for a QP of another user (a process of uid 4242 on node A
+  // whose QP would talk to root's QP on node B).
   const grpc::Status o = OfferAsNodeA(a_channel);
   EXPECT_EQ(o.error_code(), grpc::StatusCode::ALREADY_EXISTS) << o.error_message();
+  EXPECT_EQ(OfferAsNodeA(a_channel, 4242).error_code(), grpc::StatusCode::NOT_FOUND);
   ExpectDroppedByTheEngine(Execute(a_channel, ForgedWrite(std::string(16, 's')), &r), r);
   ExpectMemoryUnchanged("calls with node A's certificate and no secret");
 

@@ -30,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -183,6 +184,16 @@ struct Side {
     return s;
   }
 };
+
+// The thread count of process `pid` (/proc/PID/status), -1 if unreadable.
+int Threads(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
 
 class PeerForgeryTest : public ::testing::Test {
  protected:
@@ -379,6 +390,7 @@ TEST_F(PeerForgeryTest, QueuePairsGoOnlyToNodesOfTheCallersGroups) {
   // A group member naming nodes its groups do not span: refused alike,
   // however many names.
   const uint32_t fresh = b_side_.NewQp();
+  const int threads_before = Threads(b_->child().pid());
   for (int i = 0; i < 200; ++i) {
     Side& member = b_side_;
     v1::ConnectQueuePairsRequest req;
@@ -394,6 +406,12 @@ TEST_F(PeerForgeryTest, QueuePairsGoOnlyToNodesOfTheCallersGroups) {
     ASSERT_NE(e.error_message().find("no group of this session"), std::string::npos)
         << e.error_message();
   }
+  // Nothing was dialled for them: no thread per name (gRPC's own pollers
+  // may come and go by one or two).
+  const int threads_after = Threads(b_->child().pid());
+  std::printf("[ figures ] 200 made-up node names: daemon threads %d before, %d after\n",
+              threads_before, threads_after);
+  EXPECT_LE(threads_after, threads_before + 2);
   EXPECT_TRUE(b_->running());
 }
 

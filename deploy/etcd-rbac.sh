@@ -50,25 +50,32 @@ command -v etcdctl >/dev/null || { echo "etcd-rbac: etcdctl not found (apt-get i
 export ETCDCTL_API=3
 
 random_password() { head -c 24 /dev/urandom | base64 | tr -d '/+='; }
-has() { etcdctl "$1" list 2>/dev/null | grep -qx "$2"; }
+# Runs an etcdctl "add"; one that already exists is kept (idempotent, and
+# with no list-then-add race). Prints 1 when it was made.
+add() {
+  local err
+  if err=$(etcdctl "$@" 2>&1 >/dev/null); then echo 1; return 0; fi
+  grep -q "already exists" <<<"$err" && return 0
+  echo "etcd-rbac: etcdctl $1 $2 $3: $err" >&2
+  return 1
+}
 
 for id in "${nodes[@]}"; do
   role="mooncake-node-$id"
-  has role "$role" || etcdctl role add "$role" >/dev/null
+  add role add "$role" >/dev/null
   etcdctl role grant-permission "$role" readwrite "$prefix/nodes/$id" >/dev/null
   etcdctl role grant-permission "$role" --prefix=true readwrite "$prefix/groups/" >/dev/null
   etcdctl role grant-permission "$role" --prefix=true read "$prefix/" >/dev/null
-  has user "$id" || etcdctl user add "$id" --new-user-password="$(random_password)" >/dev/null
+  add user add "$id" --new-user-password="$(random_password)" >/dev/null
   etcdctl user grant-role "$id" "$role" >/dev/null
   echo "node $id: role $role (readwrite $prefix/nodes/$id and $prefix/groups/, read $prefix/)"
 done
 
 if [[ $enable -eq 1 ]]; then
-  if ! has user root; then
-    etcdctl user add root --new-user-password="$(random_password)" >/dev/null
-    etcdctl user grant-role root root >/dev/null
+  if [[ -n "$(add user add root --new-user-password="$(random_password)")" ]]; then
     echo "made user root (password not kept: administer with a certificate whose CN is root)"
   fi
+  etcdctl user grant-role root root >/dev/null
   if etcdctl auth enable >/dev/null 2>&1; then
     echo "auth enabled"
   else

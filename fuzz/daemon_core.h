@@ -194,7 +194,7 @@ class FuzzRemoteConnections final : public daemon::RemoteConnections {
   absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t, uint32_t,
                                     const std::string&) override {
     FUZZ_CHECK(node == "node-b", "an offer to '", EscapeForDisplay(node, 64), "'");
-    std::string secret = daemon::RandomBytes(softnic::Engine::kSecretBytes);
+    std::string secret = RandomBytes(softnic::Engine::kSecretBytes);
     std::lock_guard<std::mutex> lock(mu_);
     secrets_[qpn] = secret;
     return secret;

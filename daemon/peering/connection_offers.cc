@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"
-#include "session/session_registry.h"
+#include "mooncake/common/random.h"
 #include "softnic/engine.h"
 
 namespace mooncake::daemon::peering {

@@ -70,14 +70,12 @@ void SoftnicPeerLink::Serve(const std::string& node, Peer* peer) {
       job.done(absl::UnavailableError("mooncaked is shutting down"));
       continue;
     }
-    job.done(Execute(peer, job.batch));
+    job.done(Execute(job.batch));
   }
   (void)node;
 }
 
-absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(Peer* peer,
-                                                                      const RemoteBatch& batch) {
-  (void)peer;
+absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(const RemoteBatch& batch) {
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = trusted_->Get(batch.node);
   if (!stub.ok()) {
     MC_LOG(kWarning, "softnic: no batch to node ", batch.node, ": ", stub.status().message());

@@ -58,8 +58,7 @@ class SoftnicPeerLink final : public softnic::RemoteLink {
     std::thread thread;
   };
   void Serve(const std::string& node, Peer* peer);
-  absl::StatusOr<std::vector<softnic::ResponderResult>> Execute(Peer* peer,
-                                                                const softnic::RemoteBatch& batch);
+  absl::StatusOr<std::vector<softnic::ResponderResult>> Execute(const softnic::RemoteBatch& batch);
 
   const std::string self_node_;
   TrustedPeers* const trusted_;

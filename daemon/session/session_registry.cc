@@ -1,9 +1,5 @@
 #include "session/session_registry.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "admission/admission_counter.h"
@@ -11,20 +7,6 @@
 #include "mooncake/common/status.h"
 
 namespace mooncake::daemon {
-
-std::string RandomBytes(size_t n) {
-  std::string out(n, '\0');
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = ::getrandom(out.data() + got, n - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      std::abort();  // no entropy source: nothing safe to hand out
-    }
-    got += static_cast<size_t>(r);
-  }
-  return out;
-}
 
 std::string HexEncode(absl::string_view bytes) { return absl::BytesToHexString(bytes); }
 

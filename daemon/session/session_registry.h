@@ -21,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mooncake/common/fd_passing.h"
+#include "mooncake/common/random.h"
 #include "mooncake/v1/local.pb.h"
 
 namespace mooncake::daemon {
@@ -120,8 +121,6 @@ struct Scope {
 };
 Scope ScopeOf(const PeerCred& cred, const std::string& tenant);
 
-// 16 bytes from the kernel's CSPRNG (getrandom).
-std::string RandomBytes(size_t n);
 std::string HexEncode(absl::string_view bytes);
 
 }  // namespace mooncake::daemon

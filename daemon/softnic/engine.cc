@@ -1,19 +1,16 @@
 #include "softnic/engine.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "softnic/cuda_atomics_kernel.h"
@@ -27,17 +24,9 @@ namespace {
 
 // 32 bits from the kernel's CSPRNG.
 uint32_t RandomKey() {
+  const std::string bytes = RandomBytes(sizeof(uint32_t));
   uint32_t v = 0;
-  auto* out = reinterpret_cast<char*>(&v);
-  size_t got = 0;
-  while (got < sizeof(v)) {
-    const ssize_t r = ::getrandom(out + got, sizeof(v) - got, 0);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      std::abort();  // no entropy source: no key is safe to hand out
-    }
-    got += static_cast<size_t>(r);
-  }
+  std::memcpy(&v, bytes.data(), sizeof(v));
   return v;
 }
 

@@ -622,6 +622,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
     if (IsJoinedNow(c.state) && g.members.count(r) == 0) ++remote_joined;
   }
   if (g.members.size() + remote_joined < g.world_size) return std::nullopt;
+  if (EndpointsPendingLocked(g)) return std::nullopt;  // formed once they have come
   bool all_claimed = true;
   for (const auto& [r, m] : g.members) {
     if (m.claim == Member::Claim::kPending) return std::nullopt;
@@ -658,6 +659,13 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeFormLocked(Group& g) {
   }
   f.group = std::move(snapshot);
   return f;
+}
+
+bool GroupBroker::EndpointsPendingLocked(const Group& g) {
+  return std::any_of(g.remote.begin(), g.remote.end(), [&g](const auto& entry) {
+    const auto& [r, c] = entry;
+    return c.endpoint_pending && IsJoinedNow(c.state) && g.members.count(r) == 0;
+  });
 }
 
 // Whether the records of another node's ranks say the group formed: a
@@ -712,6 +720,7 @@ std::optional<GroupBroker::Formation> GroupBroker::MaybeReformLocked(Group& g) {
   for (uint32_t r = 0; r < g.world_size; ++r) {
     if (!PresentLocked(g, r)) return std::nullopt;
   }
+  if (EndpointsPendingLocked(g)) return std::nullopt;  // re-formed once they have come
   auto released = [&g](uint32_t r) {
     auto u = g.unreleased.find(r);
     return u == g.unreleased.end() || u->second.empty();
@@ -1020,7 +1029,10 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
   } else {
     // The holder this node knows: what its node published about it now.
     ClusterMember& k = known->second;
+    const bool endpoint_came = k.endpoint_pending && !member->endpoint_pending;
     k.rdma = member->rdma;
+    k.rdma_generation = member->rdma_generation;
+    k.endpoint_pending = member->endpoint_pending;
     k.epoch = member->epoch;
     k.released = member->released;
     bool released_any = false;
@@ -1046,7 +1058,7 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
     } else {
       k.state = now;
     }
-    if (released_any) formation = MaybeReformLocked(g);
+    if (released_any || endpoint_came) formation = MaybeReformLocked(g);
   }
   if (formation) {
     mu_.Unlock();
@@ -1462,6 +1474,28 @@ bool GroupBroker::SharesGroupWithNode(uint64_t session_id, const std::string& no
     }
   }
   return false;
+}
+
+absl::Status GroupBroker::MayFetchEndpoints(uint32_t uid, const std::string& tenant,
+                                            const std::string& group, const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = groups_.find(GroupKey{uid, tenant, group});
+  if (it == groups_.end() || directory_ == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no rank of group '", EscapeForDisplay(group, 128), "' is held on this node"));
+  }
+  const Group& g = *it->second;
+  for (const ClusterMember& c : directory_->RemoteMembers(uid, tenant, group)) {
+    if (c.node_id != node || c.world_size != g.world_size || c.state == MemberState::kLeft ||
+        c.state == MemberState::kLost) {
+      continue;
+    }
+    if (ProvesSecretLocked(g.secret, uid, tenant, group, c.rank, c)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "node ", EscapeForDisplay(node, 64), " holds no live rank of group '",
+      EscapeForDisplay(group, 128), "'", g.secret.empty() ? "" : " that proves the group's secret",
+      " in this node's view of the cluster"));
 }
 
 std::vector<std::string> GroupBroker::MembershipsOf(uint64_t session_id) const {

@@ -159,6 +159,14 @@ class GroupBroker {
   // Whether the session holds a live rank of a group that has a live rank
   // on `node` (issue 23 item 6: queue pairs go only to such nodes).
   bool SharesGroupWithNode(uint64_t session_id, const std::string& node) const;
+  // Whether `node` may fetch the RDMA endpoints of this node's ranks of a
+  // group (Peer.FetchRankEndpoints; issue 23 item 2): the group has a rank
+  // here, and `node` holds a live claim of it in the cluster's records,
+  // proving the group's secret when the group has one. Pending claims
+  // count (each side fetches before its group forms). NotFound: no rank
+  // here; PermissionDenied: `node` is not a member.
+  absl::Status MayFetchEndpoints(uint32_t uid, const std::string& tenant, const std::string& group,
+                                 const std::string& node);
   // "name/rank" for each live membership of the session.
   std::vector<std::string> MembershipsOf(uint64_t session_id) const;
 
@@ -276,6 +284,9 @@ class GroupBroker {
                                                   const std::vector<std::string>& tickets) const;
   static void Complete(std::vector<Completion>* completions);
   void CompleteFormation(Formation f) const;
+  // Whether a remote rank that would be in the group's view still waits for
+  // its RDMA endpoint (the group forms, or re-forms, once none does).
+  static bool EndpointsPendingLocked(const Group& g);
   // Whether another node's rank `c` proves the group's `secret` (always,
   // without one); a refusal is logged (rate limited).
   bool ProvesSecretLocked(const std::string& secret, uint32_t uid, const std::string& tenant,

@@ -38,8 +38,16 @@ struct ClusterMember {
   std::string gpu_uuid, gpu_pci;
   std::string handle_kind;
   uint64_t handle_size = 0;
-  std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it
-  MemberState state = MemberState::kJoined;      // as its node last published it
+  std::shared_ptr<const v1::RdmaEndpoint> rdma;  // null: no RDMA route to it (known)
+  // 0: no RDMA route. Else the version of its endpoint: a record in etcd
+  // announces it, and the endpoint itself comes from the rank's node over
+  // the peer channel (issue 23 item 2).
+  uint64_t rdma_generation = 0;
+  // A remote member whose endpoint is being fetched: it is delivered again
+  // with `rdma` once it has come, and no group forms around it meanwhile.
+  bool endpoint_pending = false;
+  int endpoint_failures = 0;                 // the directory's retry count
+  MemberState state = MemberState::kJoined;  // as its node last published it
   // The group's epoch on its node when the record was written (0: not
   // formed yet).
   uint64_t epoch = 0;
@@ -102,7 +110,8 @@ class GroupDirectory {
   // dropped.
   virtual void Withdraw(uint32_t uid, const std::string& tenant, const std::string& group,
                         uint32_t rank) = 0;
-  // The ranks other nodes hold in the group now.
+  // The ranks other nodes hold in the group now, those whose endpoint is
+  // still being fetched included (endpoint_pending).
   virtual std::vector<ClusterMember> RemoteMembers(uint32_t uid, const std::string& tenant,
                                                    const std::string& group) const = 0;
   // One line for error messages ("etcd unreachable since ...", "" when fine).

@@ -82,15 +82,9 @@ absl::StatusOr<ClusterMember> ParseRecord(const std::string& json, uint32_t rank
     return absl::InvalidArgumentError("a negative GPU index or pid");
   }
   ClusterMember m;
-  if (r.has_rdma()) {
-    const v1::RdmaEndpoint& e = r.rdma();
-    if (e.qps_per_peer() == 0 || e.qps_per_peer() > 64 || e.nic().size() > 64 ||
-        (!e.qpns().empty() && static_cast<uint64_t>(e.qpns_size()) !=
-                                  static_cast<uint64_t>(r.world_size()) * e.qps_per_peer())) {
-      return absl::InvalidArgumentError("an RDMA endpoint of the wrong shape");
-    }
-    m.rdma = std::make_shared<const v1::RdmaEndpoint>(e);
-  }
+  // r.rdma (what records carried before issue 23 item 2) is ignored: an
+  // endpoint is believed only from its node, over the peer channel.
+  m.rdma_generation = r.rdma_generation();
   if (static_cast<uint64_t>(r.released_size()) > r.world_size()) {
     return absl::InvalidArgumentError("more released ranks than the world size");
   }
@@ -139,12 +133,9 @@ v1::GroupRankRecord::State RecordState(MemberState s) {
 // Whether `b` tells the broker nothing new about `a`. A release changes
 // only `released`, the epoch and the RDMA endpoint (fresh queue pairs).
 bool SameRecord(const ClusterMember& a, const ClusterMember& b) {
-  auto endpoint = [](const ClusterMember& m) {
-    return m.rdma ? m.rdma->SerializeAsString() : std::string();
-  };
   return a.node_id == b.node_id && a.pid == b.pid && a.state == b.state &&
          a.world_size == b.world_size && a.epoch == b.epoch && a.joining == b.joining &&
-         a.released == b.released && a.proof == b.proof && endpoint(a) == endpoint(b);
+         a.released == b.released && a.proof == b.proof && a.rdma_generation == b.rdma_generation;
 }
 
 }  // namespace
@@ -194,7 +185,19 @@ std::string GroupRankKey(const std::string& prefix, uint32_t uid, const std::str
 }
 
 EtcdGroupDirectory::EtcdGroupDirectory(etcd::EtcdClient* etcd, GroupDirectoryOptions options)
-    : etcd_(etcd), options_(std::move(options)) {}
+    : etcd_(etcd),
+      options_(std::move(options)),
+      next_generation_(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()))) {
+  if (options_.fetch_endpoints) {
+    fetcher_ = std::make_unique<EndpointFetcher>(
+        options_.fetch_endpoints,
+        [this](const EndpointFetcher::GroupKey& group, const std::string& node,
+               const std::vector<uint32_t>& asked,
+               absl::StatusOr<std::vector<FetchedEndpoint>> answer) {
+          EndpointsFetched(group, node, asked, std::move(answer));
+        });
+  }
+}
 
 absl::StatusOr<std::unique_ptr<EtcdGroupDirectory>> EtcdGroupDirectory::Start(
     etcd::EtcdClient* etcd, GroupDirectoryOptions options) {
@@ -215,6 +218,7 @@ void EtcdGroupDirectory::Stop() {
   }
   if (worker_.joinable()) worker_.join();
   if (watcher_) watcher_->Cancel();
+  fetcher_.reset();  // its answers come to this object: gone first
 }
 
 // ---- the broker's calls (queue only) ----------------------------------------------
@@ -243,6 +247,7 @@ void EtcdGroupDirectory::QueueClaim(Key group, const ClusterMember& me, bool vac
   op.rank = me.rank;
   op.me = me;
   op.me.node_id = options_.node_id;
+  op.me.rdma_generation = op.me.rdma ? NextGeneration() : 0;
   op.done = std::move(done);
   absl::MutexLock lock(&mu_);
   op.seq = next_claim_seq_++;
@@ -372,9 +377,130 @@ std::optional<EtcdGroupDirectory::Delivery> EtcdGroupDirectory::ApplyLocked(
   Cached& g = cache_[group];
   auto r = g.ranks.find(rank);
   if (r != g.ranks.end() && SameRecord(r->second.first, *m)) return std::nullopt;
+  if (!mine && m->rdma_generation != 0) {
+    ResolveEndpointLocked(group, r == g.ranks.end() ? nullptr : &r->second.first, *m);
+  }
   g.ranks.insert_or_assign(rank, std::make_pair(*m, mine));
   if (mine) return std::nullopt;
   return Delivery{group, rank, *std::move(m)};
+}
+
+bool EtcdGroupDirectory::HasOwnRankLocked(const Key& group) const {
+  auto next = own_.lower_bound({group, 0});
+  return next != own_.end() && next->first.first == group;
+}
+
+void EtcdGroupDirectory::ResolveEndpointLocked(const Key& group, const ClusterMember* before,
+                                               ClusterMember& m) {
+  const bool same_endpoint = before != nullptr && before->node_id == m.node_id &&
+                             before->rdma_generation == m.rdma_generation;
+  if (same_endpoint && before->rdma) {
+    m.rdma = before->rdma;  // a record that changed only its state or releases
+    return;
+  }
+  if (!fetcher_) {
+    // No authenticated channel to fetch it over: the member comes without
+    // it (no RDMA route), and the operator learns why once per group.
+    if (warned_no_channel_.size() < 1024 && warned_no_channel_.insert(group).second) {
+      MC_LOG(kWarning, "group '", std::get<2>(group), "' (uid ", std::get<0>(group), "): rank ",
+             m.rank, " on node ", m.node_id,
+             " has an RDMA endpoint, but endpoints travel only over the authenticated peer "
+             "channel; its members' views show no RDMA route to other nodes (set "
+             "peer_tls_ca_file, peer_tls_cert_file and peer_tls_key_file)");
+    }
+    return;
+  }
+  m.endpoint_pending = true;
+  if (same_endpoint && before->endpoint_pending) {
+    m.endpoint_failures = before->endpoint_failures;
+    return;  // asked for already
+  }
+  // Only a node with a rank of the group needs it, and only such a node is
+  // answered: the others keep the record pending until they claim a rank
+  // (then every pending endpoint of the group is asked for).
+  if (HasOwnRankLocked(group)) fetcher_->Want(group, m.node_id, m.world_size, m.rank, absl::Now());
+}
+
+void EtcdGroupDirectory::WantPendingLocked(const Key& group) {
+  if (!fetcher_) return;
+  auto g = cache_.find(group);
+  if (g == cache_.end()) return;
+  for (const auto& [rank, entry] : g->second.ranks) {
+    const ClusterMember& m = entry.first;
+    if (m.endpoint_pending) fetcher_->Want(group, m.node_id, m.world_size, rank, absl::Now());
+  }
+}
+
+void EtcdGroupDirectory::EndpointsFetched(const Key& group, const std::string& node,
+                                          const std::vector<uint32_t>& asked,
+                                          absl::StatusOr<std::vector<FetchedEndpoint>> answer) {
+  std::vector<Delivery> out;
+  std::string failure;
+  {
+    absl::MutexLock lock(&mu_);
+    auto g = cache_.find(group);
+    if (g == cache_.end()) return;  // every record of the group went meanwhile
+    auto& ranks = g->second.ranks;
+    if (answer.ok()) {
+      for (FetchedEndpoint& f : *answer) {
+        auto r = ranks.find(f.rank);
+        if (r == ranks.end()) continue;
+        ClusterMember& m = r->second.first;
+        if (!m.endpoint_pending || m.node_id != node || m.rdma_generation != f.generation) {
+          continue;  // the record moved on: what it announces now is asked for
+        }
+        m.rdma = std::move(f.rdma);
+        m.endpoint_pending = false;
+        m.endpoint_failures = 0;
+        out.push_back(Delivery{group, f.rank, m});
+      }
+    }
+    // What still waits is asked for again, backing off to 2 s, while the
+    // record stands, names this node and a rank of the group is held here.
+    const bool wanted = HasOwnRankLocked(group);
+    for (uint32_t rank : asked) {
+      auto r = ranks.find(rank);
+      if (r == ranks.end() || !r->second.first.endpoint_pending ||
+          r->second.first.node_id != node || !wanted) {
+        continue;
+      }
+      ClusterMember& m = r->second.first;
+      ++m.endpoint_failures;
+      const absl::Duration delay =
+          std::min(absl::Milliseconds(25) * (int64_t{1} << std::min(m.endpoint_failures, 7)),
+                   absl::Seconds(2));
+      fetcher_->Want(group, node, m.world_size, rank, absl::Now() + delay);
+      // A race with the other node's view is normal (its watch has not
+      // shown this node's claim yet): said only when it persists.
+      if (m.endpoint_failures >= 5 && failure.empty()) {
+        failure = absl::StrCat("group '", std::get<2>(group), "' (uid ", std::get<0>(group),
+                               "): the RDMA endpoint of rank ", rank, " on node ", node,
+                               " could not be fetched ", m.endpoint_failures, " times (",
+                               answer.ok() ? std::string("not held there yet")
+                                           : std::string(answer.status().message()),
+                               "); still trying while its record stands");
+      }
+    }
+  }
+  if (!failure.empty()) fetch_failures_.Log(LogLevel::kWarning, failure);
+  Deliver(std::move(out));
+}
+
+std::vector<FetchedEndpoint> EtcdGroupDirectory::OwnEndpoints(
+    uint32_t uid, const std::string& tenant, const std::string& group,
+    const std::vector<uint32_t>& ranks) const {
+  std::vector<FetchedEndpoint> out;
+  size_t bytes = 0;
+  const Key key{uid, tenant, group};
+  absl::MutexLock lock(&mu_);
+  for (uint32_t rank : ranks) {
+    auto it = own_.find({key, rank});
+    if (it == own_.end() || !it->second.rdma) continue;
+    bytes += it->second.rdma->ByteSizeLong() + 16;
+    if (bytes > kMaxEndpointBytesPerAnswer) break;
+    out.push_back(FetchedEndpoint{rank, it->second.rdma_generation, it->second.rdma});
+  }
+  return out;
 }
 
 void EtcdGroupDirectory::Deliver(std::vector<Delivery> deliveries) {
@@ -464,7 +590,7 @@ std::string EtcdGroupDirectory::RecordJson(const ClusterMember& m,
   r.set_gpu_pci_bus_id(m.gpu_pci);
   r.set_handle_kind(m.handle_kind);
   r.set_handle_size(m.handle_size);
-  if (m.rdma) *r.mutable_rdma() = *m.rdma;
+  r.set_rdma_generation(m.rdma ? m.rdma_generation : 0);  // the endpoint itself: never
   r.set_state(m.joining && state == v1::GroupRankRecord::JOINED ? v1::GroupRankRecord::JOINING
                                                                 : state);
   r.set_epoch(m.epoch);
@@ -707,6 +833,9 @@ void EtcdGroupDirectory::RunClaims(const Key& group, std::vector<Op> claims) {
         own_[{group, c.rank}] = c.me;
         won.push_back(std::move(c.done));
       }
+      // A rank of the group is held here now: other nodes' endpoints are
+      // needed (and will be served).
+      if (!won.empty()) WantPendingLocked(group);
     }
     claims = std::move(again);
   }
@@ -916,6 +1045,7 @@ void EtcdGroupDirectory::RunClaimVacant(const Key& group, Op claim) {
   if (won) {
     absl::MutexLock lock(&mu_);
     own_[{group, c.rank}] = c.me;
+    WantPendingLocked(group);
   }
   NoteTrouble(absl::OkStatus());
   if (won) {
@@ -969,7 +1099,7 @@ void EtcdGroupDirectory::RunMarkState(const Op& op) {
 }
 
 void EtcdGroupDirectory::RunRelease(const Op& op) {
-  RewriteOwn(op, [&op](ClusterMember& me) {
+  RewriteOwn(op, [this, &op](ClusterMember& me) {
     me.epoch = std::max(me.epoch, op.epoch);
     auto same = std::find_if(me.released.begin(), me.released.end(),
                              [&op](const auto& rel) { return rel.first == op.released_rank; });
@@ -978,7 +1108,10 @@ void EtcdGroupDirectory::RunRelease(const Op& op) {
     } else {
       me.released.emplace_back(op.released_rank, op.epoch);
     }
-    if (op.rdma) me.rdma = op.rdma;
+    if (op.rdma) {
+      me.rdma = op.rdma;
+      me.rdma_generation = NextGeneration();
+    }
   });
 }
 

@@ -37,10 +37,22 @@
 // checked before use (sizes, ranks, names): a malformed record is ignored
 // with one warning per key.
 //
+// RDMA endpoints (issue 23 item 2). A record never carries one (raddr, rkey
+// and QPNs are capabilities); it announces its version, rdma_generation,
+// and the rank's node serves it over the peer channel (OwnEndpoints, behind
+// Peer.FetchRankEndpoints). A remote record with a generation this node has
+// not fetched goes to the broker at once, marked endpoint_pending (the
+// broker forms no group around it), and again with its endpoint once the
+// EndpointFetcher has it from the rank's node. Only a node holding a rank
+// of the group asks (only such a node is answered), retrying with back-off
+// for as long as the record stands. Without a peer channel (no peer TLS)
+// records go to the broker without endpoints, logged once per group.
+//
 // Groups are scoped by uid in the key: a uid must mean the same user on
 // every node (docs/cluster.md). Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -57,10 +69,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "admission/rate_limited_log.h"
 #include "broker/group_directory.h"
 #include "etcd/etcd_client.h"
 #include "etcd/etcd_watch.h"
 #include "mooncake/v1/peer.pb.h"
+#include "peering/endpoint_fetcher.h"
+#include "peering/rank_endpoints.h"
 
 namespace mooncake::daemon::peering {
 
@@ -76,6 +91,11 @@ struct GroupDirectoryOptions {
       sink;
   // Longest wait between retries while etcd is unreachable.
   absl::Duration max_backoff = absl::Seconds(1);
+  // Fetches the RDMA endpoints of `ranks` of a group from `node` over the
+  // authenticated peer channel (FetchRankEndpointsFrom). Null: this node
+  // has none (no peer TLS): other nodes' members come without their
+  // endpoints, and their views show no RDMA route.
+  EndpointFetcher::Fetch fetch_endpoints;
 };
 
 // Keys (exposed for tests and tools).
@@ -118,6 +138,14 @@ class EtcdGroupDirectory final : public GroupDirectory {
                                            const std::string& group) const override;
   std::string Trouble() const override;
 
+  // The endpoints of `ranks` of a group that this node holds now, with the
+  // generation their records announce (Peer.FetchRankEndpoints; the caller
+  // checked who asks). Ranks not held here, or without an endpoint, are
+  // left out, as are those past kMaxEndpointBytesPerAnswer.
+  std::vector<FetchedEndpoint> OwnEndpoints(uint32_t uid, const std::string& tenant,
+                                            const std::string& group,
+                                            const std::vector<uint32_t>& ranks) const;
+
   // Groups in the cache and ranks this node holds (mcctl, tests).
   size_t cached_groups() const;
   size_t own_ranks() const;
@@ -157,6 +185,22 @@ class EtcdGroupDirectory final : public GroupDirectory {
   std::optional<Delivery> ApplyLocked(const std::string& key, const std::string* value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deliver(std::vector<Delivery> deliveries);
+  // A remote record with an RDMA endpoint (`m`, parsed; `before`: the
+  // rank's entry until now, if any): the endpoint already known for its
+  // generation, or `m` marked endpoint_pending and asked for.
+  void ResolveEndpointLocked(const Key& group, const ClusterMember* before, ClusterMember& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether this node holds a rank of `group` (it needs, and is served,
+  // the other nodes' endpoints).
+  bool HasOwnRankLocked(const Key& group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks for every endpoint of `group` still pending (a first rank of it
+  // was just claimed here).
+  void WantPendingLocked(const Key& group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The fetcher's answer for `asked` ranks of `group` from `node`.
+  void EndpointsFetched(const Key& group, const std::string& node,
+                        const std::vector<uint32_t>& asked,
+                        absl::StatusOr<std::vector<FetchedEndpoint>> answer);
+  uint64_t NextGeneration() { return next_generation_.fetch_add(1) + 1; }
 
   void Work();  // the worker thread
   // Queues a claim (`vacant`: a replacement's, see ClaimVacant).
@@ -204,6 +248,13 @@ class EtcdGroupDirectory final : public GroupDirectory {
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_) = absl::Milliseconds(50);
   bool resync_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::set<Key> warned_no_channel_ ABSL_GUARDED_BY(mu_);
+  RateLimitedLog fetch_failures_;
+  // Generations of this node's endpoints: from the start time in ns, so a
+  // restarted daemon's never repeat its predecessor's.
+  std::atomic<uint64_t> next_generation_;
+  std::unique_ptr<EndpointFetcher> fetcher_;  // null without fetch_endpoints
 
   std::unique_ptr<etcd::Watcher> watcher_;  // replaced only by the worker (or Start)
   int64_t published_lease_ = 0;             // the worker's: own_ is written under it

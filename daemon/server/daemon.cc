@@ -325,6 +325,15 @@ absl::Status Daemon::JoinCluster() {
   MC_LOG(kInfo, "etcd: node ", node_.node_id, " registered under ", config_.etcd_prefix,
          "/nodes/ (lease TTL ", config_.etcd_lease_ttl_s, " s); ", nodes_->Nodes().size(),
          " node(s) live");
+  // Other nodes are reached only once they prove who they are.
+  peering::TrustedPeersOptions po;
+  po.mode = security->mode;
+  MC_ASSIGN_OR_RETURN(po.credentials, peering::PeerChannelCredentials(PeerTls()));
+  po.self_node = node_.node_id;
+  po.max_message_bytes = peering::SoftnicPeerLink::kMaxMessageBytes;
+  trusted_peers_ = std::make_shared<peering::TrustedPeers>(
+      std::move(po),
+      [registry = nodes_.get()](const std::string& node) { return registry->Node(node); });
   peering::GroupDirectoryOptions go;
   go.prefix = config_.etcd_prefix;
   go.node_id = node_.node_id;
@@ -335,20 +344,21 @@ absl::Status Daemon::JoinCluster() {
                                      std::optional<ClusterMember> member) {
     broker->RemoteChanged(uid, tenant, group, rank, std::move(member));
   };
+  if (security->mode != peering::PeerMode::kTlsRequired) {
+    // Members' RDMA endpoints come from their nodes over the peer channel.
+    go.fetch_endpoints = [peers = trusted_peers_](const std::string& node, uint32_t uid,
+                                                  const std::string& tenant,
+                                                  const std::string& group, uint32_t world_size,
+                                                  const std::vector<uint32_t>& ranks) {
+      return peering::FetchRankEndpointsFrom(peers.get(), node, uid, tenant, group, world_size,
+                                             ranks, absl::Seconds(2));
+    };
+  }
   absl::StatusOr<std::unique_ptr<peering::EtcdGroupDirectory>> directory =
       peering::EtcdGroupDirectory::Start(etcd_.get(), std::move(go));
   if (!directory.ok()) return directory.status();
   group_directory_ = *std::move(directory);
   broker_->set_directory(group_directory_.get());
-  // Other nodes are reached only once they prove who they are.
-  peering::TrustedPeersOptions po;
-  po.mode = security->mode;
-  MC_ASSIGN_OR_RETURN(po.credentials, peering::PeerChannelCredentials(PeerTls()));
-  po.self_node = node_.node_id;
-  po.max_message_bytes = peering::SoftnicPeerLink::kMaxMessageBytes;
-  trusted_peers_ = std::make_shared<peering::TrustedPeers>(
-      std::move(po),
-      [registry = nodes_.get()](const std::string& node) { return registry->Node(node); });
   if (rdma_) {
     // Queue pairs go only to nodes of the caller's groups (issue 23 item 6).
     rdma_->set_remote_connections(std::make_shared<peering::ConnectionOffers>(
@@ -393,6 +403,17 @@ absl::Status Daemon::StartPeerServer() {
     peer_service_->set_qp_owner_check(
         [rdma = rdma_.get()](uint32_t qpn, uint32_t uid, const std::string& tenant) {
           return rdma->QpOwnedBy(qpn, uid, tenant);
+        });
+  }
+  if (group_directory_) {
+    // Endpoints of this node's ranks, only to nodes of the same group.
+    peer_service_->set_endpoint_source(
+        [broker = broker_.get(), directory = group_directory_.get()](
+            const std::string& node, uint32_t uid, const std::string& tenant,
+            const std::string& group, const std::vector<uint32_t>& ranks)
+            -> absl::StatusOr<std::vector<peering::FetchedEndpoint>> {
+          MC_RETURN_IF_ERROR(broker->MayFetchEndpoints(uid, tenant, group, node));
+          return directory->OwnEndpoints(uid, tenant, group, ranks);
         });
   }
   grpc::ServerBuilder pb;

@@ -76,6 +76,40 @@ grpc::Status PeerService::OfferConnection(grpc::ServerContext* ctx,
   return ToGrpc(s);
 }
 
+grpc::Status PeerService::FetchRankEndpoints(grpc::ServerContext* ctx,
+                                             const v1::FetchRankEndpointsRequest* req,
+                                             v1::FetchRankEndpointsResponse* resp) {
+  absl::StatusOr<std::string> caller = Caller(*ctx, "FetchRankEndpoints", req->node_id());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (req->ranks_size() == 0 || req->ranks_size() > peering::kMaxEndpointRanksPerFetch ||
+      req->group().empty() || req->group().size() > 128 || req->tenant().size() > 63) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("a fetch names a group (1..128 characters), a tenant (at "
+                                     "most 63) and 1..",
+                                     peering::kMaxEndpointRanksPerFetch, " ranks"));
+  }
+  if (!endpoints_) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("node ", node_->node_id, " is not in a cluster"));
+  }
+  const std::vector<uint32_t> ranks(req->ranks().begin(), req->ranks().end());
+  absl::StatusOr<std::vector<peering::FetchedEndpoint>> found =
+      endpoints_(*caller, req->uid(), req->tenant(), req->group(), ranks);
+  if (!found.ok()) {
+    if (absl::IsPermissionDenied(found.status())) {
+      LogRefusal(Refusal::kConnection, *ctx, "FetchRankEndpoints", found.status().message());
+    }
+    return ToGrpc(found.status());
+  }
+  for (const peering::FetchedEndpoint& f : *found) {
+    v1::RankEndpoint* e = resp->add_endpoints();
+    e->set_rank(f.rank);
+    e->set_generation(f.generation);
+    *e->mutable_rdma() = *f.rdma;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status PeerService::SoftnicExecute(grpc::ServerContext* ctx, const v1::SoftnicBatch* req,
                                          v1::SoftnicResults* resp) {
   absl::StatusOr<std::string> caller = Caller(*ctx, "SoftnicExecute", req->requester_node());

@@ -1,6 +1,7 @@
 // The Peer gRPC service other nodes' daemons call over TCP: identity,
-// topology, and softnic's responder side for requester QPs on other nodes
-// (SoftnicExecute, OfferConnection).
+// topology, the RDMA endpoints of this node's group ranks
+// (FetchRankEndpoints), and softnic's responder side for requester QPs on
+// other nodes (SoftnicExecute, OfferConnection).
 //
 // Who may call (issue 23 item 1; peering/peer_identity.h): under mTLS a
 // request acts for the node its certificate names, and one naming another
@@ -15,10 +16,12 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "admission/rate_limited_log.h"
 #include "mooncake/v1/peer.grpc.pb.h"
 #include "peering/peer_tls.h"
+#include "peering/rank_endpoints.h"
 #include "server/node_identity.h"
 #include "softnic/engine.h"
 
@@ -35,6 +38,9 @@ class PeerService final : public v1::Peer::Service {
                               v1::SoftnicResults* resp) override;
   grpc::Status OfferConnection(grpc::ServerContext* ctx, const v1::OfferConnectionRequest* req,
                                v1::OfferConnectionResponse* resp) override;
+  grpc::Status FetchRankEndpoints(grpc::ServerContext* ctx,
+                                  const v1::FetchRankEndpointsRequest* req,
+                                  v1::FetchRankEndpointsResponse* resp) override;
 
   // The node's softnic engine (null: this node's provider is not softnic).
   // Set before serving.
@@ -45,6 +51,14 @@ class PeerService final : public v1::Peer::Service {
   void set_qp_owner_check(std::function<bool(uint32_t, uint32_t, const std::string&)> check) {
     owner_check_ = std::move(check);
   }
+  // The endpoints of this node's ranks that the authenticated `node` asks
+  // for (GroupBroker::MayFetchEndpoints, then EtcdGroupDirectory::
+  // OwnEndpoints). Set before serving; without it (no cluster) every fetch
+  // is FAILED_PRECONDITION.
+  using EndpointSource = std::function<absl::StatusOr<std::vector<peering::FetchedEndpoint>>(
+      const std::string& node, uint32_t uid, const std::string& tenant, const std::string& group,
+      const std::vector<uint32_t>& ranks)>;
+  void set_endpoint_source(EndpointSource source) { endpoints_ = std::move(source); }
 
  private:
   // The authenticated node of a request naming `claimed`; a refusal is
@@ -60,6 +74,7 @@ class PeerService final : public v1::Peer::Service {
   const peering::PeerMode mode_;
   softnic::Engine* softnic_ = nullptr;
   std::function<bool(uint32_t, uint32_t, const std::string&)> owner_check_;
+  EndpointSource endpoints_;
   RateLimitedLog identity_refusals_;    // who the caller is
   RateLimitedLog connection_refusals_;  // secrets and offers
 };

@@ -25,6 +25,7 @@
 #include "cluster_fixture.h"
 #include "etcd/etcd_client.h"
 #include "etcd/etcd_options.h"
+#include "etcd_reader.h"
 #include "gtest/gtest.h"
 #include "raw_session.h"
 #include "test_util.h"
@@ -109,11 +110,8 @@ class ClusterGroupsTest : public ClusterFixture {
 
   // Whether `key` appears in etcd within 10 s.
   bool AwaitKey(const std::string& key) {
-    absl::StatusOr<daemon::etcd::EtcdOptions> o =
-        daemon::etcd::ParseEtcdEndpoints(etcd_.client_url(), {});
-    if (!o.ok()) return false;
     absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd =
-        daemon::etcd::EtcdClient::Connect(*o);
+        ConnectEtcd(etcd_.client_url());
     if (!etcd.ok()) return false;
     for (const auto start = Clock::now(); Since(start) < 10;) {
       absl::StatusOr<std::optional<daemon::etcd::KeyValue>> kv = (*etcd)->Get(key);
@@ -284,11 +282,8 @@ TEST_F(ClusterGroupsTest, AGroupGoneFromEveryNodeCanFormAgainWithAnotherWorldSiz
   const std::string ranks_prefix =
       "/mcgroups/groups/" + std::to_string(::getuid()) + "/again/ranks/";
   auto count = [&](const std::string& prefix) -> int {
-    absl::StatusOr<daemon::etcd::EtcdOptions> o =
-        daemon::etcd::ParseEtcdEndpoints(etcd_.client_url(), {});
-    if (!o.ok()) return -1;
     absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd =
-        daemon::etcd::EtcdClient::Connect(*o);
+        ConnectEtcd(etcd_.client_url());
     if (!etcd.ok()) return -1;
     absl::StatusOr<daemon::etcd::RangeResult> r = (*etcd)->GetPrefix(prefix);
     return r.ok() ? static_cast<int>(r->kvs.size()) : -1;

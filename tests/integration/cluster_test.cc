@@ -23,6 +23,7 @@
 #include "cluster_fixture.h"
 #include "etcd/etcd_client.h"
 #include "etcd/etcd_options.h"
+#include "etcd_reader.h"
 #include "gtest/gtest.h"
 #include "mooncake/v1/admin.grpc.pb.h"
 #include "test_certs.h"
@@ -93,11 +94,7 @@ class ClusterTest : public ClusterFixture {
 // with one unpaged response also starts in about a second: the etcd client
 // takes large messages, so paging bounds memory per response, not time.)
 TEST_F(ClusterTest, HundredThousandJunkKeysUnderThePrefixAreIgnored) {
-  absl::StatusOr<daemon::etcd::EtcdOptions> o =
-      daemon::etcd::ParseEtcdEndpoints(etcd_.client_url(), {});
-  ASSERT_TRUE(o.ok()) << o.status();
-  absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd =
-      daemon::etcd::EtcdClient::Connect(*o);
+  absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd = ConnectEtcd(etcd_.client_url());
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   const std::string filler(48, 'j');
   constexpr int kKeys = 100000;

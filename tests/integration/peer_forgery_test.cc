@@ -39,6 +39,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon_process.h"
+#include "etcd_reader.h"
 #include "etcd_test_server.h"
 #include "gtest/gtest.h"
 #include "mooncake/common/fd_passing.h"
@@ -139,21 +140,33 @@ struct Side {
     rkey = resp.rkey();
   }
 
-  // Joins rank `rank` of group `group` (world size 2) and waits for it to
-  // form: queue pairs go only to nodes of the caller's groups.
-  grpc::Status Join(const std::string& group, uint32_t rank) {
+  // Joins rank `rank` of group `group` and waits for it to form: queue
+  // pairs go only to nodes of the caller's groups. With `rdma`, the member
+  // publishes this side's QP and region (rkey) as its RDMA endpoint.
+  grpc::Status Join(const std::string& group, uint32_t rank, v1::JoinGroupResponse* view = nullptr,
+                    bool rdma = false, uint32_t world = 2, const std::string& secret = "",
+                    uint32_t timeout_ms = 20000) {
     v1::JoinGroupRequest req;
     req.set_group(group);
     req.set_rank(rank);
-    req.set_world_size(2);
-    req.set_timeout_ms(20000);
+    req.set_world_size(world);
+    req.set_timeout_ms(timeout_ms);
+    req.set_group_secret(secret);
     req.mutable_handle()->set_kind("memfd");
     req.mutable_handle()->set_data("h");
     req.mutable_handle()->set_size(4096);
+    if (rdma) {
+      v1::RdmaEndpoint* e = req.mutable_rdma();
+      e->set_raddr(kIova);
+      e->set_rkey(rkey);
+      e->set_qps_per_peer(1);
+      for (uint32_t p = 0; p < world; ++p) e->add_qpns(p == rank ? 0 : qpn);
+      e->set_nic("softnic0");
+    }
     grpc::ClientContext ctx;
-    Deadline(&ctx, 30000);
+    Deadline(&ctx, static_cast<int>(timeout_ms) + 10000);
     v1::JoinGroupResponse resp;
-    return session->stub->JoinGroup(&ctx, req, &resp);
+    return session->stub->JoinGroup(&ctx, req, view != nullptr ? view : &resp);
   }
 
   grpc::Status Connect(const std::string& node, uint32_t remote_qpn) {
@@ -412,6 +425,127 @@ TEST_F(PeerForgeryTest, QueuePairsGoOnlyToNodesOfTheCallersGroups) {
   std::printf("[ figures ] 200 made-up node names: daemon threads %d before, %d after\n",
               threads_before, threads_after);
   EXPECT_LE(threads_after, threads_before + 2);
+  EXPECT_TRUE(b_->running());
+}
+
+// Issue 23 item 2: a member's RDMA endpoint (raddr, rkey, QPNs) never goes
+// through etcd. Its node serves it over the peer port, under mTLS, only to
+// a node holding a live rank of the same group (proving the group's secret
+// when it has one).
+TEST_F(PeerForgeryTest, EndpointsTravelOnlyOverThePeerPortToNodesOfTheGroup) {
+  const TestCertificates a = Certs("tls", "node-a");
+  const TestCertificates b = Certs("tls", "node-b");
+  const TestCertificates c = Certs("tls", "node-c");
+  a_ = StartNode("node-a", PeerTlsConfig(a), &a_addr_);
+  b_ = StartNode("node-b", PeerTlsConfig(b), &b_addr_);
+  a_side_.Open(a_->socket());
+  b_side_.Open(b_->socket());
+  b_side_.RegisterTarget();
+  v1::JoinGroupResponse a_view, b_view;
+  grpc::Status a_joined;
+  std::thread join_a([&] { a_joined = a_side_.Join("target", 0, &a_view, /*rdma=*/true); });
+  const grpc::Status b_joined = b_side_.Join("target", 1, &b_view, /*rdma=*/true);
+  join_a.join();
+  ASSERT_TRUE(a_joined.ok()) << a_joined.error_message();
+  ASSERT_TRUE(b_joined.ok()) << b_joined.error_message();
+  // Each side's view carries the other's endpoint, fetched from its node.
+  ASSERT_EQ(a_view.members_size(), 2);
+  EXPECT_EQ(a_view.members(1).rdma().rkey(), b_side_.rkey);
+  EXPECT_EQ(a_view.members(1).rdma().raddr(), kIova);
+  EXPECT_EQ(a_view.members(1).rdma().qpns(0), b_side_.qpn);
+  EXPECT_EQ(b_view.members(0).rdma().qpns(1), a_side_.qpn);
+
+  // etcd holds none of it: what anyone who reads the prefix sees.
+  absl::StatusOr<std::unique_ptr<daemon::etcd::EtcdClient>> etcd = ConnectEtcd(etcd_.client_url());
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<daemon::etcd::RangeResult> all = (*etcd)->GetPrefix("/forgery/groups/");
+  ASSERT_TRUE(all.ok()) << all.status();
+  int records = 0;
+  for (const daemon::etcd::KeyValue& kv : all->kvs) {
+    if (kv.key.find("/ranks/") == std::string::npos) continue;
+    ++records;
+    EXPECT_NE(kv.value.find("rdma_generation"), std::string::npos) << kv.value;
+    for (const std::string& secret : {std::string("rkey"), std::string("raddr"),
+                                      std::string("qpns"), absl::StrCat(b_side_.rkey)}) {
+      EXPECT_EQ(kv.value.find(secret), std::string::npos) << secret << " in " << kv.value;
+    }
+  }
+  EXPECT_EQ(records, 2);
+
+  auto fetch = [&](const TestCertificates& as, const std::string& claimed,
+                   v1::FetchRankEndpointsResponse* resp) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 3000);
+    v1::FetchRankEndpointsRequest req;
+    req.set_node_id(claimed);
+    req.set_uid(::getuid());
+    req.set_group("target");
+    req.add_ranks(1);
+    return v1::Peer::NewStub(PeerChannelTo(b_addr_, TlsAs(b.ca_file, as), "node-b"))
+        ->FetchRankEndpoints(&ctx, req, resp);
+  };
+  v1::FetchRankEndpointsResponse resp;
+  // A node of the cluster that is not in the group.
+  grpc::Status s = fetch(c, "node-c", &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_EQ(resp.endpoints_size(), 0);
+  // Nor as the member it is not.
+  s = fetch(c, "node-a", &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // Without a certificate: no handshake.
+  {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 3000);
+    v1::FetchRankEndpointsRequest req;
+    req.set_node_id("node-a");
+    req.set_group("target");
+    req.add_ranks(1);
+    EXPECT_FALSE(
+        v1::Peer::NewStub(PeerChannelTo(b_addr_, TlsAs(b.ca_file, TestCertificates{}), "node-b"))
+            ->FetchRankEndpoints(&ctx, req, &resp)
+            .ok());
+  }
+  // The member's node gets it.
+  s = fetch(a, "node-a", &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.endpoints_size(), 1);
+  EXPECT_EQ(resp.endpoints(0).rdma().rkey(), b_side_.rkey);
+  EXPECT_NE(b_->child().WaitForLine("refused FetchRankEndpoints", 5000), "");
+
+  // With a group secret, a record in etcd naming node C (written by anyone
+  // who can write the prefix) does not make node C a member: it cannot
+  // prove the secret.
+  const std::string secret(32, 'q');
+  Side a2, b2;
+  a2.Open(a_->socket());
+  b2.Open(b_->socket());
+  b2.RegisterTarget();
+  std::thread wait_a([&] { (void)a2.Join("vault", 0, nullptr, true, 3, secret, 6000); });
+  std::thread wait_b([&] { (void)b2.Join("vault", 1, nullptr, true, 3, secret, 6000); });
+  const std::string forged_key = absl::StrCat("/forgery/groups/", ::getuid(), "/vault/ranks/2");
+  ASSERT_TRUE((*etcd)
+                  ->Put(forged_key, R"({"node_id":"node-c","pid":1,"world_size":3,)"
+                                    R"("gpu_index":-1,"rdma_generation":"1"})")
+                  .ok());
+  grpc::Status vault;
+  for (int i = 0; i < 50; ++i) {  // until B's rank of "vault" is claimed
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 3000);
+    v1::FetchRankEndpointsRequest req;
+    req.set_node_id("node-c");
+    req.set_uid(::getuid());
+    req.set_group("vault");
+    req.add_ranks(1);
+    vault = v1::Peer::NewStub(PeerChannelTo(b_addr_, TlsAs(b.ca_file, c), "node-b"))
+                ->FetchRankEndpoints(&ctx, req, &resp);
+    if (vault.error_code() != grpc::StatusCode::NOT_FOUND) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(vault.error_code(), grpc::StatusCode::PERMISSION_DENIED) << vault.error_message();
+  EXPECT_NE(vault.error_message().find("secret"), std::string::npos) << vault.error_message();
+  wait_a.join();
+  wait_b.join();
+  (void)(*etcd)->Delete(forged_key);
   EXPECT_TRUE(b_->running());
 }
 

@@ -1,4 +1,6 @@
 // mooncaked: the per-node broker for GPU-initiated communication.
+#include <malloc.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -32,6 +34,16 @@ void LogProtobufRateLimited(google::protobuf::LogLevel level, const char*, int,
 
 int main(int argc, char** argv) {
   using namespace mooncake::daemon;
+  // softnic's cross-node batches (up to 8 MiB each, in 1 MiB pieces) come
+  // and go all the time: with glibc's defaults each one was mmapped or
+  // grown at the heap's top and given back, and refaulted page by page
+  // (most of the daemon's CPU in a long WRITE). Keep up to 8 MiB of freed
+  // heap per arena for reuse, in at most 4 arenas (gRPC's threads would
+  // each take one): heap growth stays within 64 MiB (peer_forgery_test's
+  // 2 GiB WRITE); HeapTrimmer returns the rest once traffic stops.
+  ::mallopt(M_MMAP_THRESHOLD, 8 << 20);
+  ::mallopt(M_TRIM_THRESHOLD, 8 << 20);
+  ::mallopt(M_ARENA_MAX, 4);
   bool help = false, version = false;
   absl::StatusOr<DaemonConfig> config = ParseCommandLine(argc, argv, &help, &version);
   if (!config.ok()) {

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "mooncake/common/log.h"
 
 namespace mooncake::daemon::peering {
@@ -14,19 +15,30 @@ using softnic::ResponderResult;
 
 SoftnicPeerLink::SoftnicPeerLink(std::string self_node, TrustedPeers* peers,
                                  absl::Duration call_timeout)
-    : self_node_(std::move(self_node)), trusted_(peers), call_timeout_(call_timeout) {}
+    : self_node_(std::move(self_node)), trusted_(peers), call_timeout_(call_timeout) {
+  for (int i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
+}
 
 SoftnicPeerLink::~SoftnicPeerLink() { Stop(); }
 
 void SoftnicPeerLink::Stop() {
-  std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
-    for (auto& [node, peer] : peers_) threads.push_back(std::move(peer->thread));
   }
-  for (std::thread& t : threads) t.join();
+  for (std::thread& t : workers_) t.join();
+  std::deque<Job> left;
+  {
+    absl::MutexLock lock(&mu_);
+    left.swap(queue_);
+  }
+  for (Job& job : left) job.done(absl::UnavailableError("mooncaked is shutting down"));
+}
+
+size_t SoftnicPeerLink::queued() const {
+  absl::MutexLock lock(&mu_);
+  return queue_.size();
 }
 
 void SoftnicPeerLink::Send(RemoteBatch batch, softnic::RemoteDone done) {
@@ -38,58 +50,78 @@ void SoftnicPeerLink::Send(RemoteBatch batch, softnic::RemoteDone done) {
     }).detach();
     return;
   }
-  auto& slot = peers_[batch.node];
-  if (!slot) {
-    slot = std::make_unique<Peer>();
-    Peer* peer = slot.get();
-    std::string node = batch.node;
-    peer->thread = std::thread([this, node, peer] { Serve(node, peer); });
-  }
-  slot->queue.push_back(Job{std::move(batch), std::move(done)});
+  Job job;
+  job.batch = std::move(batch);
+  job.done = std::move(done);
+  queue_.push_back(std::move(job));
+  ++events_;
 }
 
-void SoftnicPeerLink::Serve(const std::string& node, Peer* peer) {
+void SoftnicPeerLink::Work() {
   while (true) {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this, peer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !peer->queue.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (peer->queue.empty()) return;  // stopping, nothing left
-      job = std::move(peer->queue.front());
-      peer->queue.pop_front();
+      while (true) {
+        if (stopping_) return;
+        // The first job that is due and whose node has room, in order.
+        const absl::Time now = absl::Now();
+        absl::Time next = absl::InfiniteFuture();
+        auto pick = queue_.end();
+        for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+          if (in_flight_[it->batch.node] >= kPerNode) continue;
+          if (it->not_before <= now) {
+            pick = it;
+            break;
+          }
+          next = std::min(next, it->not_before);
+        }
+        if (pick != queue_.end()) {
+          job = std::move(*pick);
+          queue_.erase(pick);
+          ++in_flight_[job.batch.node];
+          break;
+        }
+        // Woken by a new job, a call ending or stopping (each changes the
+        // state under mu_); else at the next retry's time.
+        auto changed = [this, seen = events_]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || events_ != seen;
+        };
+        mu_.AwaitWithDeadline(absl::Condition(&changed),
+                              std::min(next, absl::Now() + absl::Milliseconds(50)));
+      }
     }
-    bool stopping;
-    {
-      absl::MutexLock lock(&mu_);
-      stopping = stopping_;
+    const bool finished = Step(job);
+    absl::MutexLock lock(&mu_);
+    auto calls = in_flight_.find(job.batch.node);
+    if (--calls->second == 0) in_flight_.erase(calls);
+    ++events_;
+    if (!finished) {
+      job.not_before = absl::Now() + job.backoff;
+      job.backoff = std::min(job.backoff * 2, absl::Milliseconds(100));
+      queue_.push_back(std::move(job));
     }
-    if (stopping) {
-      job.done(absl::UnavailableError("mooncaked is shutting down"));
-      continue;
-    }
-    job.done(Execute(job.batch));
   }
-  (void)node;
 }
 
-absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(const RemoteBatch& batch) {
+bool SoftnicPeerLink::Step(Job& job) {
+  const RemoteBatch& batch = job.batch;
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = trusted_->Get(batch.node);
   if (!stub.ok()) {
     MC_LOG(kWarning, "softnic: no batch to node ", batch.node, ": ", stub.status().message());
-    return absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", stub.status().message()));
+    job.done(
+        absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", stub.status().message())));
+    return true;
   }
-  std::vector<ResponderResult> out;
-  out.reserve(batch.ops.size());
-  size_t next = 0;
-  // A responder QP not connected yet is retried for about as long as a NIC
-  // retries (retry_cnt 7 x ~0.27 s), backing off from 1 ms.
-  const absl::Time give_up = absl::Now() + absl::Seconds(2);
-  absl::Duration backoff = absl::Milliseconds(1);
-  while (next < batch.ops.size()) {
-    const size_t first = next;
+  if (job.give_up == absl::InfiniteFuture()) {
+    // A responder QP not connected yet is retried for about as long as a
+    // NIC retries (retry_cnt 7 x ~0.27 s).
+    job.give_up = absl::Now() + absl::Seconds(2);
+    job.results.reserve(batch.ops.size());
+  }
+  while (job.next < batch.ops.size()) {
+    const size_t first = job.next;
+    size_t next = first;
     v1::SoftnicBatch request;
     request.set_requester_node(self_node_);
     request.set_requester_qpn(batch.requester_qpn);
@@ -118,37 +150,42 @@ absl::StatusOr<std::vector<ResponderResult>> SoftnicPeerLink::Execute(const Remo
     if (!s.ok()) {
       MC_LOG(kWarning, "softnic: node ", batch.node, " did not execute ", sent,
              " operation(s): ", s.error_message());
-      if (out.empty()) {
-        return absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", s.error_message()));
+      if (job.results.empty()) {
+        job.done(
+            absl::UnavailableError(absl::StrCat("node ", batch.node, ": ", s.error_message())));
+      } else {
+        job.done(std::move(job.results));  // the rest were not executed: flushed
       }
-      return out;  // the rest were not executed: the requester flushes them
+      return true;
     }
     if (static_cast<size_t>(response.results_size()) > sent) {
-      return absl::InternalError(absl::StrCat("node ", batch.node, " answered ",
-                                              response.results_size(), " results for ", sent));
+      job.done(absl::InternalError(absl::StrCat("node ", batch.node, " answered ",
+                                                response.results_size(), " results for ", sent)));
+      return true;
     }
-    bool retry = false;
     for (int i = 0; i < response.results_size(); ++i) {
       const v1::SoftnicResult& r = response.results(i);
       ResponderResult rr;
       rr.syndrome = static_cast<uint8_t>(r.syndrome() > 0xff ? 0xff : r.syndrome());
       rr.fetched = r.fetched();
-      if (rr.syndrome != 0 && r.not_ready() && absl::Now() < give_up) {
-        next = first + static_cast<size_t>(i);  // again from this one
-        retry = true;
-        break;
+      if (rr.syndrome != 0 && r.not_ready() && absl::Now() < job.give_up) {
+        job.next = first + static_cast<size_t>(i);  // again from this one, later
+        return false;
       }
-      out.push_back(rr);
-      if (rr.syndrome != 0) return out;
+      job.results.push_back(rr);
+      if (rr.syndrome != 0) {
+        job.done(std::move(job.results));
+        return true;
+      }
     }
-    if (retry) {
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Milliseconds(100));
-      continue;
+    if (static_cast<size_t>(response.results_size()) < sent) {  // a broken peer
+      job.done(std::move(job.results));
+      return true;
     }
-    if (static_cast<size_t>(response.results_size()) < sent) return out;  // a broken peer
+    job.next = next;
   }
-  return out;
+  job.done(std::move(job.results));
+  return true;
 }
 
 }  // namespace mooncake::daemon::peering

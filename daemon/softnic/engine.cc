@@ -22,6 +22,10 @@ namespace mlx5 = ::mooncake::device::mlx5;
 
 namespace {
 
+// A local WRITE is copied at most this much per visit of its QP (the
+// engine lock is let go between visits).
+constexpr uint64_t kLocalPieceBytes = 4u << 20;
+
 // 32 bits from the kernel's CSPRNG.
 uint32_t RandomKey() {
   const std::string bytes = RandomBytes(sizeof(uint32_t));
@@ -166,6 +170,10 @@ struct Engine::Qp {
   uint32_t send_secret_qpn = 0;
   // When this QP's first WQE found no secret to send with (zero: not waiting).
   std::chrono::steady_clock::time_point offer_wait_since{};
+  // Bytes of the WRITE at sq_ci done so far: a long WRITE goes in pieces
+  // (issue 23 item 6), locally so the engine lock is let go between them,
+  // to another node so no more than one batch of it is ever in the heap.
+  uint64_t wqe_offset = 0;
   bool HasSendSecret() const {
     return !send_secret.empty() && send_secret_node == remote_node && send_secret_qpn == remote_qpn;
   }
@@ -178,7 +186,11 @@ struct Engine::RemoteWqe {
   uint8_t opcode = 0;
   bool signaled = false;
   uint32_t byte_count = 0;  // writes: the payload
-  size_t op_count = 0;      // its operations in the batch (a large write is several)
+  // Writes: the piece of the payload this batch carries, [from, end); a
+  // WQE with end < byte_count continues in the next batch (no CQE yet).
+  uint64_t from = 0, end = 0;
+  bool partial() const { return end < byte_count; }
+  size_t op_count = 0;  // its operations in the batch (a large write is several)
   bool atomic = false;
   bool masked = false;
   uint32_t lkey = 0;
@@ -615,7 +627,8 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
 // WQE layout (one 64-byte basic block, see device/.../mlx5/wqe.h):
 //   [0, 16) ctrl   [16, 32) raddr   [32, 48) data | inline | atomic   [48, 64) data (atomics)
 uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
-                           uint32_t* byte_count) {
+                           uint32_t* byte_count, bool* more) {
+  *more = false;
   const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
   const uint32_t qpn_ds = Be32At(&wqe[4]);
   const auto opcode = static_cast<uint8_t>(opmod_idx_opcode);
@@ -659,12 +672,25 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       op.source = src->Span(laddr, count);
     }
     op.kind = ResponderOp::Kind::kWrite;
+    // One piece per visit: the engine thread lets go of the lock between
+    // pieces, so a long copy does not hold up every other QP, the peer
+    // port and the API (issue 23 item 6).
+    const uint64_t total = op.source.length;
+    const uint64_t from = qp.wqe_offset < total ? qp.wqe_offset : 0;
+    const uint64_t n = std::min(kLocalPieceBytes, total - from);
+    op.source.addr += from;
+    op.source.length = n;
+    op.raddr += from;
     const ResponderResult r = executor_->Execute(op);
-    if (r.syndrome == 0) {
-      *byte_count = static_cast<uint32_t>(op.source.length);
-      bytes_written_.fetch_add(op.source.length, std::memory_order_relaxed);
+    if (r.syndrome != 0) return r.syndrome;
+    bytes_written_.fetch_add(n, std::memory_order_relaxed);
+    if (from + n < total) {
+      qp.wqe_offset = from + n;
+      *more = true;
+      return 0;
     }
-    return r.syndrome;
+    *byte_count = static_cast<uint32_t>(total);
+    return 0;
   }
 
   switch (opcode) {
@@ -800,9 +826,15 @@ bool Engine::Poll(Qp& qp) {
     }
     uint8_t opcode = wqe[3];  // low byte of the big-endian opmod_idx_opcode
     uint32_t bytes = 0;
+    bool more = false;
     const uint8_t syndrome = qp.state == QpState::kError
                                  ? mlx5::kSyndWrFlushErr
-                                 : ExecuteWqe(qp, wqe, index, &opcode, &bytes);
+                                 : ExecuteWqe(qp, wqe, index, &opcode, &bytes, &more);
+    if (syndrome == 0 && more) {
+      did = true;  // the rest of this WRITE on the next visit
+      break;
+    }
+    qp.wqe_offset = 0;
     if (syndrome != 0) {
       WriteCqe(qp, index, opcode, syndrome, 0);
       fail(syndrome);
@@ -824,8 +856,8 @@ namespace {
 constexpr uint64_t kRemoteChunkBytes = 1u << 20;
 }  // namespace
 
-uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, RemoteWqe* out,
-                              std::vector<RemoteOp>* ops) {
+uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint64_t from,
+                              uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops) {
   const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
   const uint32_t qpn_ds = Be32At(&wqe[4]);
   const auto opcode = static_cast<uint8_t>(opmod_idx_opcode);
@@ -861,10 +893,13 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
       source = src->Span(laddr, count);
     }
     // The payload is read now, in WQE order, as a NIC reads it when it
-    // takes the WQE.
+    // takes the WQE; a long one a batch's worth at a time (`budget` bytes
+    // from `from`), so no more than one batch of it is ever in the heap.
     out->byte_count = static_cast<uint32_t>(source.length);
-    for (uint64_t off = 0; off < source.length; off += kRemoteChunkBytes) {
-      const uint64_t n = std::min(kRemoteChunkBytes, source.length - off);
+    out->from = from < source.length ? from : 0;
+    out->end = out->from + std::min(std::max<uint64_t>(budget, 1), source.length - out->from);
+    for (uint64_t off = out->from; off < out->end; off += kRemoteChunkBytes) {
+      const uint64_t n = std::min(kRemoteChunkBytes, out->end - off);
       RemoteOp chunk = op;
       chunk.kind = ResponderOp::Kind::kWrite;
       chunk.raddr = op.raddr + off;
@@ -939,11 +974,13 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
     }
     RemoteWqe w;
     const size_t ops_before = batch.ops.size();
-    const uint8_t syndrome = PrepareRemote(qp, wqe, index, &w, &batch.ops);
+    const uint8_t syndrome = PrepareRemote(qp, wqe, index, n == 0 ? qp.wqe_offset : 0,
+                                           kMaxRemoteBatchBytes - bytes, &w, &batch.ops);
     if (syndrome != 0) {
       batch.ops.resize(ops_before);
       if (!wqes.empty()) break;  // after the batch's answers
       // A local error with nothing in flight: complete it now, as locally.
+      qp.wqe_offset = 0;
       WriteCqe(qp, index, w.opcode, syndrome, 0);
       qp.state = QpState::kError;
       qp.last_syndrome = syndrome;
@@ -951,8 +988,9 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
       ++qp.wqes_done;
       return true;
     }
-    bytes += w.byte_count;
+    bytes += w.atomic ? 8 : w.end - w.from;
     wqes.push_back(w);
+    if (w.partial()) break;  // its next piece goes in the next batch
   }
   if (wqes.empty()) return false;
   if (options_.sink) {
@@ -1026,6 +1064,14 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
         syndrome = mlx5::kSyndLocalProtErr;
       }
     }
+    if (syndrome == 0 && !w.atomic && w.end > w.from && !options_.sink) {
+      bytes_written_.fetch_add(w.end - w.from, std::memory_order_relaxed);
+    }
+    if (syndrome == 0 && w.partial()) {
+      qp.wqe_offset = w.end;  // the WQE continues: no CQE yet
+      break;
+    }
+    qp.wqe_offset = 0;
     if (syndrome != 0) {
       WriteCqe(qp, w.index, w.opcode, syndrome, 0);
       if (qp.state != QpState::kError) {
@@ -1033,11 +1079,8 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
         qp.last_syndrome = syndrome;
       }
       failed = true;
-    } else {
-      if (w.signaled) WriteCqe(qp, w.index, w.opcode, 0, w.byte_count);
-      if (!w.atomic && w.byte_count > 0 && !options_.sink) {
-        bytes_written_.fetch_add(w.byte_count, std::memory_order_relaxed);
-      }
+    } else if (w.signaled) {
+      WriteCqe(qp, w.index, w.opcode, 0, w.byte_count);
     }
     ++qp.sq_ci;
     ++qp.wqes_done;
@@ -1051,6 +1094,7 @@ void Engine::Run() {
   const uint32_t max_sleep_us = std::max<uint32_t>(1, options_.max_idle_sleep_us);
   Clock::time_point last_work = Clock::now();
   uint32_t sleep_us = 1;
+  std::vector<uint32_t> round;  // the QPs to visit this round
   while (!stop_.load(std::memory_order_relaxed)) {
     bool did = false;
     {
@@ -1069,9 +1113,17 @@ void Engine::Run() {
         mu_.AwaitWithTimeout(absl::Condition(+active, this), absl::Milliseconds(100));
         continue;
       }
-      for (auto& [qpn, qp] : qps_) {
-        if (qp->state != QpState::kReset) did |= Poll(*qp);
+      round.clear();
+      for (const auto& [qpn, qp] : qps_) {
+        if (qp->state != QpState::kReset) round.push_back(qpn);
       }
+    }
+    // The lock is taken per QP, not per round: a long WRITE's piece holds
+    // up the others by one piece at most (issue 23 item 6).
+    for (uint32_t qpn : round) {
+      absl::MutexLock lock(&mu_);
+      auto it = qps_.find(qpn);
+      if (it != qps_.end() && it->second->state != QpState::kReset) did |= Poll(*it->second);
     }
     if (did) {
       last_work = Clock::now();

@@ -224,17 +224,21 @@ class Engine {
   // A QP connected to another node: sends the next batch of its WQEs.
   struct RemoteWqe;
   bool PollRemote(Qp& qp, uint16_t pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Parses one WQE for the remote path and copies out its payload; returns
-  // a local syndrome (0 = ok).
-  uint8_t PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, RemoteWqe* out,
-                        std::vector<RemoteOp>* ops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parses one WQE for the remote path and copies out its payload (a
+  // WRITE's from byte `from`, at most `budget` bytes of it); returns a
+  // local syndrome (0 = ok).
+  uint8_t PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint64_t from,
+                        uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answers to a batch: CQEs, fetched values, and the next batch may go.
   void FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<RemoteWqe>& wqes,
                     const absl::StatusOr<std::vector<ResponderResult>>& results);
   // Executes one WQE copied out of the ring; returns the syndrome (0 = ok)
-  // and sets the opcode the CQE reports and, for writes, the byte count.
+  // and sets the opcode the CQE reports and, for writes, the byte count. A
+  // long WRITE runs one piece per call (qp.wqe_offset): `more` says the
+  // WQE is not done yet.
   uint8_t ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
-                     uint32_t* byte_count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     uint32_t* byte_count, bool* more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves [addr, addr+len) under `key` in `pd` with `need` rights.
   const Region* Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t need) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -338,6 +340,74 @@ TEST(Responder, PublicEntryPointChecksTheResponderPd) {
 
   op.remote_qpn = responder->qpn() ^ 1;
   EXPECT_EQ(engine.ExecuteAsResponder(op).syndrome, mlx5::kSyndTransportRetryExcErr);
+}
+
+// Issue 23 item 6: a long local WRITE is copied a piece at a time, and the
+// engine lets go of its lock between pieces: a small WRITE on another QP,
+// posted behind it, completes while the long one is still copying (before,
+// the whole 256 MiB went under the lock in one visit), and the long one
+// still lands whole with one CQE for all of it.
+TEST(Engine, ALongLocalWriteGoesInPiecesWhileOtherQpsComplete) {
+  constexpr uint64_t kBig = 256u << 20;
+  constexpr uint64_t kIova = 0x40000000;
+  Engine engine;
+  auto src = SharedMapping::Anonymous(kBig);
+  auto dst = SharedMapping::Anonymous(kBig + 4096);
+  ASSERT_TRUE(src.ok() && dst.ok());
+  for (uint64_t i = 0; i < kBig; i += 4096) (*src)->data()[i] = static_cast<uint8_t>(i >> 12);
+  (*src)->data()[0] = 0xaa;
+  (*src)->data()[kBig - 1] = 0x5a;
+  auto region = [&](std::shared_ptr<SharedMapping> m, uint64_t iova, uint64_t len,
+                    uint32_t access) {
+    RegionSpec spec;
+    spec.pd = 1;
+    spec.iova = iova;
+    spec.length = len;
+    spec.access = access;
+    spec.mapping = std::move(m);
+    absl::StatusOr<uint32_t> key = engine.RegisterRegion(spec);
+    EXPECT_TRUE(key.ok()) << key.status();
+    return key.value_or(0);
+  };
+  const uint32_t lkey = region(*src, kIova, kBig, kLocalWrite);
+  const uint64_t dst_iova = kIova + (1ull << 32);
+  const uint32_t rkey = region(*dst, dst_iova, kBig + 4096, kRemoteWrite);
+  auto big = RawQp::Create(engine, 1, 4, 4);
+  auto small = RawQp::Create(engine, 1, 4, 4);
+  auto big_peer = RawQp::Create(engine, 1, 4, 4);
+  auto small_peer = RawQp::Create(engine, 1, 4, 4);
+  ASSERT_TRUE(big && small && big_peer && small_peer);
+  ASSERT_TRUE(engine.Connect(1, big->qpn(), big_peer->qpn()).ok());
+  ASSERT_TRUE(engine.Connect(1, big_peer->qpn(), big->qpn()).ok());
+  ASSERT_TRUE(engine.Connect(1, small->qpn(), small_peer->qpn()).ok());
+  ASSERT_TRUE(engine.Connect(1, small_peer->qpn(), small->qpn()).ok());
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, big->qpn(), mlx5::kCtrlCqUpdate, dst_iova, rkey, kIova, lkey,
+                         static_cast<uint32_t>(kBig));
+  big->Write(w);
+  mlx5::build_rdma_write(&w, 0, small->qpn(), mlx5::kCtrlCqUpdate, dst_iova + kBig, rkey, kIova,
+                         lkey, 64);
+  small->Write(w);
+  engine.Start();
+  big->Ring();
+  // The long copy has begun (its first bytes landed): only then the small
+  // one is rung. Under one lock for the whole copy it would wait for all
+  // of it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::atomic_ref<uint8_t>((*dst)->data()[0]).load(std::memory_order_acquire) != 0xaa &&
+         std::chrono::steady_clock::now() < deadline) {
+  }
+  small->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(small->Next(&c));
+  EXPECT_EQ(test_util::CqeSyndrome(c), 0);
+  EXPECT_FALSE(big->Peek(&c)) << "the long WRITE was done in one visit";
+  ASSERT_TRUE(big->Next(&c, std::chrono::seconds(30)));
+  EXPECT_EQ(test_util::CqeOpcode(c), mlx5::kCqeReq);
+  EXPECT_EQ(test_util::CqeBytes(c), kBig);
+  EXPECT_EQ(std::memcmp((*dst)->data(), (*src)->data(), kBig), 0);
+  EXPECT_EQ(FindQp(engine, big->qpn()).wqes_done, 1u);
+  engine.Stop();
 }
 
 }  // namespace

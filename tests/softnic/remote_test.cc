@@ -52,6 +52,7 @@ class LoopbackLink final : public RemoteLink {
   }
   std::atomic<bool> down{false};
   std::atomic<int> batches{0};
+  std::atomic<uint64_t> max_batch_bytes{0};  // payload of the largest batch
 
  private:
   void Serve() {
@@ -67,6 +68,9 @@ class LoopbackLink final : public RemoteLink {
         jobs_.pop_front();
       }
       ++batches;
+      uint64_t payload = 0;
+      for (const RemoteOp& op : job.first.ops) payload += op.data.size();
+      if (payload > max_batch_bytes) max_batch_bytes = payload;
       if (down) {
         job.second(absl::UnavailableError("node-b unreachable"));
         continue;
@@ -111,7 +115,7 @@ absl::Status ConnectAndOffer(Engine& e, PdId pd, uint32_t qpn, const std::string
   if (!offered.ok()) return offered;
   return e.ConnectRemote(pd, qpn, peer_node, peer_qpn, Secret(fill));
 }
-constexpr uint64_t kBytes = 8u << 20;
+constexpr uint64_t kBytes = 24u << 20;
 
 class RemoteTest : public ::testing::Test {
  protected:
@@ -211,6 +215,28 @@ TEST_F(RemoteTest, WritesAndAtomicsLandOnTheOtherNodeWithCqesInOrder) {
   EXPECT_EQ(mlx5::be32(fetched32), before32);  // big-endian (extended atomics)
   EXPECT_GE(link_->batches.load(), 1);
   EXPECT_EQ(FindQp(a_, requester_->qpn()).remote_node, "node-b");
+}
+
+// Issue 23 item 6: a WRITE longer than a batch streams across batches (a
+// batch's worth of it read and sent at a time, never the whole in the
+// heap), lands whole, and completes with one CQE for all of it, in order
+// with what follows.
+TEST_F(RemoteTest, ALongWriteStreamsAcrossBatchesWithOneCqe) {
+  constexpr uint32_t kLong = 20u << 20;
+  Write(0, 0, kLong);
+  Write(kLong, kLong, 4096);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(requester_->Next(&c, std::chrono::seconds(30)));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << int(CqeSyndrome(c));
+  EXPECT_EQ(test_util::CqeCounter(c), 0);
+  EXPECT_EQ(CqeBytes(c), kLong);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(test_util::CqeCounter(c), 1);
+  EXPECT_EQ(std::memcmp(mem_b_->data(), mem_a_->data(), kLong + 4096), 0);
+  EXPECT_GE(link_->batches.load(), 3);
+  EXPECT_LE(link_->max_batch_bytes.load(), Engine::kMaxRemoteBatchBytes);
+  EXPECT_EQ(FindQp(a_, requester_->qpn()).wqes_done, 2u);
 }
 
 TEST_F(RemoteTest, AResponderErrorCompletesWithItsSyndromeAndFlushesTheRest) {

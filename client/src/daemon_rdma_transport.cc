@@ -12,6 +12,7 @@
 #include "gpu_doorbell.h"
 #include "gpu_rings.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/populate.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/device/ibgda_qp.h"
@@ -350,6 +351,12 @@ absl::Status DaemonRdmaTransport::AllocateHostControl() {
   }
   void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap (RDMA control memory)");
+  // Allocated now, charged to this process (mooncaked registers only
+  // memfds whose pages are all in memory: mooncake/common/populate.h).
+  if (const int err = PopulateForWrite(p, control_bytes_); err != 0) {
+    ::munmap(p, control_bytes_);
+    return ErrnoStatus(err, "populating the RDMA control memory");
+  }
   uint8_t* const host = static_cast<uint8_t*>(p);
   drivers::CuDevicePtr dev = 0;
   absl::Status s;

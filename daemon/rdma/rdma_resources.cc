@@ -125,7 +125,7 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
     memory.cuda = *std::move(buffer);
   } else {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
-        softnic::SharedMapping::FromSealedMemfd(fds->fds[0].get(), map_offset, map_bytes);
+        softnic::SharedMapping::FromPopulatedMemfd(fds->fds[0].get(), map_offset, map_bytes);
     if (!mapping.ok()) return mapping.status();
     memory.host = *std::move(mapping);
   }

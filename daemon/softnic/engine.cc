@@ -133,6 +133,13 @@ struct Engine::Region {
 
   // Whether the engine can touch the bytes at all.
   bool Reachable() const { return kind == MemoryKind::kHost || cuda != nullptr; }
+  // Whether touching [addr, addr + len) faults in no page of the
+  // application's (issue 23 item 5: a page punched out after registration
+  // would be charged to the daemon); only after Resolve().
+  bool Resident(uint64_t addr, uint64_t len) const {
+    return kind != MemoryKind::kHost || mapping == nullptr ||
+           mapping->resident(reinterpret_cast<const uint8_t*>(base + (addr - iova)), len);
+  }
   // [addr, addr + len) as the daemon reaches it; only after Resolve().
   ByteSpan Span(uint64_t addr, uint64_t len) const {
     return ByteSpan{kind, base + (addr - iova), len, cuda != nullptr ? cuda->memory() : nullptr};
@@ -557,7 +564,7 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
   switch (op.kind) {
     case ResponderOp::Kind::kWrite: {
       const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
-      if (r == nullptr || !r->Reachable()) {
+      if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, op.source.length)) {
         result.syndrome = mlx5::kSyndRemoteAccessErr;
       } else if (!CopyBytes(r->Span(op.raddr, op.source.length), op.source)) {
         // A failed GPU copy: blamed on the source when only it is GPU memory
@@ -576,7 +583,7 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
         return result;
       }
       const Region* r = Resolve(pd, op.rkey, op.raddr, width, kRemoteAtomic);
-      if (r == nullptr || !r->Reachable()) {
+      if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, width)) {
         result.syndrome = mlx5::kSyndRemoteAccessErr;
         return result;
       }
@@ -655,6 +662,8 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
     // has no receive queues (the Device API signals with writes and
     // atomics), so there is no receive CQE to deliver it in.
     const uint32_t count = Be32At(&wqe[32]);
+    const Region* source_region = nullptr;  // null: inline
+    uint64_t source_iova = 0;
     if ((count & mlx5::kInlineSeg) != 0) {
       if (ds != 3 && ds != 4) return mlx5::kSyndLocalQpOpErr;
       const uint32_t len = count & ~mlx5::kInlineSeg;
@@ -670,6 +679,8 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       const Region* src = Resolve(qp.pd, lkey, laddr, count, 0);
       if (src == nullptr || !src->Reachable()) return mlx5::kSyndLocalProtErr;
       op.source = src->Span(laddr, count);
+      source_region = src;
+      source_iova = laddr;
     }
     op.kind = ResponderOp::Kind::kWrite;
     // One piece per visit: the engine thread lets go of the lock between
@@ -678,6 +689,9 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
     const uint64_t total = op.source.length;
     const uint64_t from = qp.wqe_offset < total ? qp.wqe_offset : 0;
     const uint64_t n = std::min(kLocalPieceBytes, total - from);
+    if (source_region != nullptr && !source_region->Resident(source_iova + from, n)) {
+      return mlx5::kSyndLocalProtErr;
+    }
     op.source.addr += from;
     op.source.length = n;
     op.raddr += from;
@@ -732,7 +746,9 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(fetched), width};
       // A GPU destination that fails now loses the fetched value after the
       // atomic ran, as a NIC's failed local write would.
-      return CopyBytes(dst->Span(laddr, width), from) ? 0 : mlx5::kSyndLocalProtErr;
+      return dst->Resident(laddr, width) && CopyBytes(dst->Span(laddr, width), from)
+                 ? 0
+                 : mlx5::kSyndLocalProtErr;
     }
 
     default: return mlx5::kSyndLocalQpOpErr;
@@ -877,6 +893,8 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
   if (is_write) {
     const uint32_t count = Be32At(&wqe[32]);
     ByteSpan source;
+    const Region* source_region = nullptr;  // null: inline
+    uint64_t source_iova = 0;
     if ((count & mlx5::kInlineSeg) != 0) {
       if (ds != 3 && ds != 4) return mlx5::kSyndLocalQpOpErr;
       const uint32_t len = count & ~mlx5::kInlineSeg;
@@ -891,6 +909,8 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
       const Region* src = Resolve(qp.pd, lkey, laddr, count, 0);
       if (src == nullptr || !src->Reachable()) return mlx5::kSyndLocalProtErr;
       source = src->Span(laddr, count);
+      source_region = src;
+      source_iova = laddr;
     }
     // The payload is read now, in WQE order, as a NIC reads it when it
     // takes the WQE; a long one a batch's worth at a time (`budget` bytes
@@ -900,6 +920,9 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
     out->end = out->from + std::min(std::max<uint64_t>(budget, 1), source.length - out->from);
     for (uint64_t off = out->from; off < out->end; off += kRemoteChunkBytes) {
       const uint64_t n = std::min(kRemoteChunkBytes, out->end - off);
+      if (source_region != nullptr && !source_region->Resident(source_iova + off, n)) {
+        return mlx5::kSyndLocalProtErr;
+      }
       RemoteOp chunk = op;
       chunk.kind = ResponderOp::Kind::kWrite;
       chunk.raddr = op.raddr + off;
@@ -1060,7 +1083,8 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
       }
       const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, width, kLocalWrite);
       const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes), width};
-      if (dst == nullptr || !dst->Reachable() || !CopyBytes(dst->Span(w.laddr, width), from)) {
+      if (dst == nullptr || !dst->Reachable() || !dst->Resident(w.laddr, width) ||
+          !CopyBytes(dst->Span(w.laddr, width), from)) {
         syndrome = mlx5::kSyndLocalProtErr;
       }
     }

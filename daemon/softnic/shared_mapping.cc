@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -95,6 +96,50 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(in
   absl::StatusOr<uint8_t*> p = MapShared(fd, offset, bytes, "memfd");
   if (!p.ok()) return p.status();
   return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
+}
+
+namespace {
+
+// The offset of the first page of [p, p + len) that is not in memory
+// (mincore: for a tmpfs mapping, a page never written nor fallocated, or
+// punched out), or len when all are.
+uint64_t FirstAbsent(const uint8_t* p, uint64_t len) {
+  const uint64_t page = SharedMapping::PageSize();
+  const auto start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+  const uint64_t span = reinterpret_cast<uintptr_t>(p) + len - start;
+  const uint64_t pages = (span + page - 1) / page;
+  thread_local std::vector<unsigned char> vec;
+  vec.resize(pages);
+  if (::mincore(reinterpret_cast<void*>(start), pages * page, vec.data()) != 0) return 0;
+  for (uint64_t i = 0; i < pages; ++i) {
+    if ((vec[i] & 1) == 0) {
+      const uint64_t at = start + i * page;
+      return at <= reinterpret_cast<uintptr_t>(p) ? 0 : at - reinterpret_cast<uintptr_t>(p);
+    }
+  }
+  return len;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromPopulatedMemfd(int fd,
+                                                                                 uint64_t offset,
+                                                                                 uint64_t bytes) {
+  absl::StatusOr<std::shared_ptr<SharedMapping>> m = FromSealedMemfd(fd, offset, bytes);
+  if (!m.ok()) return m;
+  if (const uint64_t absent = FirstAbsent((*m)->data(), bytes); absent < bytes) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "memfd (fd ", fd, ") has pages that hold no memory yet (the first at byte ",
+        offset + absent, " of ", offset + bytes,
+        "): write or fallocate() every page before registering it (pages mooncaked faulted in "
+        "would be charged to the daemon, not to you)"));
+  }
+  (*m)->client_pages_ = true;
+  return m;
+}
+
+bool SharedMapping::resident(const uint8_t* p, uint64_t len) const {
+  return !client_pages_ || len == 0 || FirstAbsent(p, len) == len;
 }
 
 absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::Anonymous(uint64_t bytes) {

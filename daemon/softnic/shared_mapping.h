@@ -28,6 +28,15 @@ class SharedMapping {
                                                                         uint64_t bytes);
   static uint64_t PageSize();
 
+  // A registered region's memfd (issue 23 item 5): every page of
+  // [offset, offset + bytes) must hold data (FailedPrecondition naming the
+  // first hole otherwise), and the mapping is marked so the engine never
+  // faults in a page the application punched out later (resident()). Pages
+  // the daemon faulted in would be charged to the daemon's cgroup, not the
+  // application's: one tenant could make it OOM for every tenant.
+  static absl::StatusOr<std::shared_ptr<SharedMapping>> FromPopulatedMemfd(int fd, uint64_t offset,
+                                                                           uint64_t bytes);
+
   // Anonymous memory of the daemon's own (tests, sink buffers).
   static absl::StatusOr<std::shared_ptr<SharedMapping>> Anonymous(uint64_t bytes);
 
@@ -37,11 +46,17 @@ class SharedMapping {
 
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // Whether the engine may touch [p, p + len) of this mapping: always for
+  // the daemon's own and ring memory; for an application's region
+  // (FromPopulatedMemfd) only when every page of it is in memory (mincore),
+  // so that touching it faults nothing in.
+  bool resident(const uint8_t* p, uint64_t len) const;
 
  private:
   SharedMapping(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
   uint8_t* data_;
   uint64_t size_;
+  bool client_pages_ = false;  // FromPopulatedMemfd
 };
 
 }  // namespace mooncake::softnic

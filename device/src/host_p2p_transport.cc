@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/populate.h"
 #include "mooncake/common/status.h"
 #include "p2p_transport_core.h"
 
@@ -55,6 +56,13 @@ class HostP2pTransport final : public internal::P2pTransportCore {
     void* base = ::mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
     if (base == MAP_FAILED) {
       return ErrnoStatus(errno, absl::StrCat("allocateBuffer: mmap(", map_bytes, " bytes)"));
+    }
+    // Every page allocated now, by this process: its memory is charged to
+    // the application's cgroup, and mooncaked registers only memfds whose
+    // pages are all in memory (mooncake/common/populate.h).
+    if (const int err = PopulateForWrite(base, map_bytes); err != 0) {
+      ::munmap(base, map_bytes);
+      return ErrnoStatus(err, absl::StrCat("allocateBuffer: populating ", map_bytes, " bytes"));
     }
     b->base = base;
     b->fd = std::move(fd);

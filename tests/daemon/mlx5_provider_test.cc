@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "mooncake/common/populate.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 
@@ -80,6 +81,7 @@ FdBundlePtr Memfd(uint64_t bytes) {
   int fd = ::memfd_create("mlx5-provider-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   EXPECT_GE(fd, 0);
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  EXPECT_EQ(PopulateMemfd(fd, 0, bytes), 0);
   EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   auto b = std::make_shared<FdBundle>();
   b->fds.emplace_back(fd);

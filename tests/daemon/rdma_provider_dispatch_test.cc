@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "mooncake/common/populate.h"
 #include "rdma/rdma_resources.h"
 
 namespace mooncake::daemon {
@@ -141,6 +142,7 @@ FdBundlePtr Memfd(uint64_t bytes) {
   int fd = ::memfd_create("dispatch-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   EXPECT_GE(fd, 0);
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  EXPECT_EQ(PopulateMemfd(fd, 0, bytes), 0);
   EXPECT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
   auto b = std::make_shared<FdBundle>();
   b->fds.emplace_back(fd);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "mooncake/common/populate.h"
 
 namespace mooncake::daemon {
 namespace {
@@ -25,6 +26,7 @@ class RdmaServiceTest : public ::testing::Test {
   std::string Put(uint64_t bytes) {
     UniqueFd fd(::memfd_create("svc-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     EXPECT_EQ(::ftruncate(fd.get(), static_cast<off_t>(bytes)), 0);
+    EXPECT_EQ(PopulateMemfd(fd.get(), 0, bytes), 0);
     EXPECT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
     std::vector<UniqueFd> fds;
     fds.push_back(std::move(fd));

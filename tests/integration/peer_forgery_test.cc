@@ -28,15 +28,21 @@
 // logs the refusal.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -337,6 +343,39 @@ class PeerForgeryTest : public ::testing::Test {
     EXPECT_EQ(r.results(0).fetched(), 0u);
   }
 
+  // Posts one signaled WRITE of `bytes` from `from`'s region (its QP's first
+  // WQE slot, rings as Side::NewQp lays them out) to the region `rkey`
+  // names at kIova, and waits up to `timeout_s` for its CQE, calling
+  // `sample` every 5 ms meanwhile. False when no CQE came.
+  static bool PostWriteAndWait(Side& from, uint32_t rkey, uint64_t bytes, int timeout_s,
+                               device::mlx5::Cqe64* out, const std::function<void()>& sample = {}) {
+    void* ctl = ::mmap(nullptr, kControlBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       from.controls[0].get(), 0);
+    if (ctl == MAP_FAILED) return false;
+    auto* base = static_cast<uint8_t*>(ctl);
+    uint8_t* cq = base + kDepth * 64;
+    std::memset(cq, 0xff, kDepth * 64);  // no CQE yet
+    auto* sq_dbrec = reinterpret_cast<uint32_t*>(base + 2 * kDepth * 64);
+    device::mlx5::Wqe64 w;
+    device::mlx5::build_rdma_write(&w, 0, from.qpn, device::mlx5::kCtrlCqUpdate, kIova, rkey, kIova,
+                                   from.rkey, static_cast<uint32_t>(bytes));
+    std::memcpy(base, &w, 64);
+    std::atomic_ref<uint32_t>(sq_dbrec[device::mlx5::kSndDbr])
+        .store(device::mlx5::be32(1), std::memory_order_release);
+    auto* cqe = reinterpret_cast<device::mlx5::Cqe64*>(cq);
+    const auto start = std::chrono::steady_clock::now();
+    bool done = false;
+    while (!done && std::chrono::steady_clock::now() - start < std::chrono::seconds(timeout_s)) {
+      if (sample) sample();
+      const uint8_t op_own = std::atomic_ref<uint8_t>(cqe->op_own).load(std::memory_order_acquire);
+      done = device::mlx5::cqe_opcode(op_own) != device::mlx5::kCqeInvalid;
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (done) std::memcpy(out, cqe, sizeof(*out));
+    ::munmap(ctl, kControlBytes);
+    return done;
+  }
+
   void ExpectMemoryUnchanged(const char* after) {
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(b_side_.memory), kRegionBytes), snapshot_)
         << "node B's application memory changed after " << after;
@@ -588,33 +627,16 @@ TEST_F(PeerForgeryTest, ATwoGibCrossNodeWriteStreamsWithinBoundedDaemonMemory) {
   JoinBoth();
   ASSERT_TRUE(b_side_.ConnectWhenSeen("node-a", a_side_.qpn).ok());
   ASSERT_TRUE(a_side_.ConnectWhenSeen("node-b", b_side_.qpn).ok());
-  // A's QP rings, as the library lays them out (Side::NewQp).
-  void* ctl = ::mmap(nullptr, kControlBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     a_side_.controls[0].get(), 0);
-  ASSERT_NE(ctl, MAP_FAILED);
-  auto* base = static_cast<uint8_t*>(ctl);
-  uint8_t* cq = base + kDepth * 64;
-  std::memset(cq, 0xff, kDepth * 64);  // no CQE yet
-  auto* sq_dbrec = reinterpret_cast<uint32_t*>(base + 2 * kDepth * 64);
-  device::mlx5::Wqe64 w;
-  device::mlx5::build_rdma_write(&w, 0, a_side_.qpn, device::mlx5::kCtrlCqUpdate, kIova,
-                                 b_side_.rkey, kIova, a_side_.rkey, static_cast<uint32_t>(kLong));
-  std::memcpy(base, &w, 64);
   const long heap_a = StatusField(a_->child().pid(), "RssAnon");
   const long heap_b = StatusField(b_->child().pid(), "RssAnon");
   long peak_a = heap_a, peak_b = heap_b;
   const auto start = std::chrono::steady_clock::now();
-  std::atomic_ref<uint32_t>(sq_dbrec[device::mlx5::kSndDbr])
-      .store(device::mlx5::be32(1), std::memory_order_release);
-  auto* cqe = reinterpret_cast<device::mlx5::Cqe64*>(cq);
-  bool done = false;
-  while (!done && std::chrono::steady_clock::now() - start < std::chrono::seconds(120)) {
+  device::mlx5::Cqe64 cqe_copy;
+  const bool done = PostWriteAndWait(a_side_, b_side_.rkey, kLong, 120, &cqe_copy, [&] {
     peak_a = std::max(peak_a, StatusField(a_->child().pid(), "RssAnon"));
     peak_b = std::max(peak_b, StatusField(b_->child().pid(), "RssAnon"));
-    const uint8_t op_own = std::atomic_ref<uint8_t>(cqe->op_own).load(std::memory_order_acquire);
-    done = device::mlx5::cqe_opcode(op_own) != device::mlx5::kCqeInvalid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  });
+  const device::mlx5::Cqe64* cqe = &cqe_copy;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(done) << "no CQE within 120 s";
@@ -627,7 +649,220 @@ TEST_F(PeerForgeryTest, ATwoGibCrossNodeWriteStreamsWithinBoundedDaemonMemory) {
       secs, kLong / secs / (1 << 20), peak_a - heap_a, peak_b - heap_b);
   EXPECT_LE(peak_a - heap_a, 64 * 1024);
   EXPECT_LE(peak_b - heap_b, 64 * 1024);
-  ::munmap(ctl, kControlBytes);
+}
+
+// Issue 23 item 5: memory the daemon touches is charged to whoever faults
+// it in, so it never faults in an application's page. A 2 GiB memfd never
+// written is refused at registration (before: accepted, and every write into
+// it grew the daemon's cgroup); pages punched out after registration
+// (F_SEAL_WRITE is not required, so a client may) fail the WRITE that
+// reaches them instead of being faulted in. Measured by the daemon's
+// RssShmem (the test shares its cgroup, so memory.stat cannot tell them
+// apart) and by the holes still being holes.
+TEST_F(PeerForgeryTest, TheDaemonFaultsInNoPageOfAnApplicationsRegion) {
+  b_ = StartNode("node-b", PeerTlsConfig(Certs("tls", "node-b")), &b_addr_);
+  const pid_t daemon = b_->child().pid();
+  Side src, dst;
+  src.Open(b_->socket());
+  dst.Open(b_->socket());
+  const long shmem_before = StatusField(daemon, "RssShmem");
+  {
+    // Never written: refused, naming the first hole.
+    UniqueFd fd(::memfd_create("untouched", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    ASSERT_EQ(::ftruncate(fd.get(), int64_t{2} << 30), 0);
+    ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    absl::StatusOr<std::string> ticket =
+        abuse::PutFd(dst.fdconn.get(), dst.session->opened, fd.get());
+    ASSERT_TRUE(ticket.ok()) << ticket.status();
+    v1::RegisterMemoryRequest req;
+    req.set_fd_ticket(*ticket);
+    req.set_kind("memfd");
+    req.set_iova(kIova);
+    req.set_length(uint64_t{2} << 30);
+    req.set_remote_write(true);
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::RegisterMemoryResponse resp;
+    const grpc::Status s = dst.rdma->RegisterMemory(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+    EXPECT_NE(s.error_message().find("hold no memory"), std::string::npos) << s.error_message();
+  }
+  constexpr uint64_t kBytes = 64u << 20;
+  constexpr uint64_t kKept = 4u << 20;  // the rest is punched out after registration
+  src.RegisterTarget(kBytes);
+  dst.RegisterTarget(kBytes);
+  ASSERT_EQ(::fallocate(dst.region.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, kKept,
+                        kBytes - kKept),
+            0);
+  ASSERT_TRUE(src.Connect("", dst.qpn).ok());
+  ASSERT_TRUE(dst.Connect("", src.qpn).ok());
+  const long shmem_registered = StatusField(daemon, "RssShmem");
+  auto allocated = [&] {
+    struct stat st {};
+    EXPECT_EQ(::fstat(dst.region.get(), &st), 0);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  const uint64_t allocated_before = allocated();
+  EXPECT_EQ(allocated_before, kKept);
+  device::mlx5::Cqe64 cqe;
+  ASSERT_TRUE(PostWriteAndWait(src, dst.rkey, kBytes, 30, &cqe));
+  EXPECT_EQ(device::mlx5::cqe_opcode(cqe.op_own), device::mlx5::kCqeReqErr)
+      << "a WRITE into punched-out pages completed";
+  const long shmem_after = StatusField(daemon, "RssShmem");
+  // The holes are still holes: nothing was faulted in past the kept part.
+  errno = 0;
+  EXPECT_EQ(::lseek(dst.region.get(), static_cast<off_t>(kKept), SEEK_DATA), -1);
+  EXPECT_EQ(errno, ENXIO);
+  // No page was allocated in the target (each would have been charged to
+  // the daemon's cgroup): what the daemon maps is the application's own.
+  EXPECT_EQ(allocated(), allocated_before);
+  std::printf(
+      "[ figures ] target memfd allocated: %" PRIu64 " KiB before, %" PRIu64
+      " KiB after a 64 MiB WRITE into 60 MiB of holes; daemon RssShmem %ld KiB before, %ld KiB "
+      "with the regions, %ld KiB after (the application's pages it touched: the kept 4 MiB and "
+      "the source's first piece)\n",
+      allocated_before >> 10, allocated() >> 10, shmem_before, shmem_registered, shmem_after);
+  EXPECT_LE(shmem_after - shmem_registered, 16 * 1024);
+  EXPECT_TRUE(b_->running());
+}
+
+// Issue 23 item 8: the peer port under a fuzzer, with every credential an
+// outsider may hold: plaintext, TLS without a certificate, another CA's
+// certificate for node A, node C's certificate (the cluster's CA) claiming
+// node A, and node A's own certificate without the connection's secret.
+// Every method gets mutated requests (real and random node names, QPNs,
+// keys, addresses, secrets, kinds, sizes) and requests parsed from random
+// bytes. The target region is compared byte for byte after all of them,
+// nothing is fetched from it, and the daemon keeps serving.
+TEST_F(PeerForgeryTest, ThePeerPortFuzzedWithEveryOutsidersCredentialChangesNothing) {
+  const TestCertificates a = Certs("tls", "node-a");
+  const TestCertificates b = Certs("tls", "node-b");
+  const TestCertificates c = Certs("tls", "node-c");
+  const TestCertificates rogue = Certs("rogue", "node-a");
+  a_ = StartNode("node-a", PeerTlsConfig(a), &a_addr_);
+  b_ = StartNode("node-b", PeerTlsConfig(b), &b_addr_);
+  ASSERT_NO_FATAL_FAILURE(Connect());
+  struct Credential {
+    const char* name;
+    std::shared_ptr<grpc::Channel> channel;
+  };
+  const std::vector<Credential> credentials = {
+      {"plaintext", PeerChannelTo(b_addr_, grpc::InsecureChannelCredentials())},
+      {"no certificate", PeerChannelTo(b_addr_, TlsAs(b.ca_file, TestCertificates{}), "node-b")},
+      {"another CA", PeerChannelTo(b_addr_, TlsAs(b.ca_file, rogue), "node-b")},
+      {"node C", PeerChannelTo(b_addr_, TlsAs(b.ca_file, c), "node-b")},
+      {"node A without the secret", PeerChannelTo(b_addr_, TlsAs(b.ca_file, a), "node-b")},
+  };
+  std::mt19937_64 rng(20261204);
+  auto pick = [&](auto... options) {
+    const std::array<std::common_type_t<decltype(options)...>, sizeof...(options)> all = {
+        options...};
+    return all[rng() % all.size()];
+  };
+  auto random_bytes = [&](size_t max) {
+    std::string out(rng() % (max + 1), '\0');
+    for (char& ch : out) ch = static_cast<char>(rng());
+    return out;
+  };
+  auto node_name = [&]() -> std::string {
+    return pick(std::string("node-a"), std::string("node-b"), std::string("node-c"),
+                std::string(""), std::string(300, 'n'), random_bytes(40));
+  };
+  auto qpn = [&]() -> uint32_t {
+    return pick(a_side_.qpn, b_side_.qpn, uint32_t{0}, uint32_t{0xffffff},
+                static_cast<uint32_t>(rng()));
+  };
+  auto secret = [&]() -> std::string {
+    return pick(std::string(), std::string(16, '\0'), std::string(16, 's'), random_bytes(64));
+  };
+  std::map<std::string, std::map<int, int>> outcomes;  // credential -> code -> count
+  int fetched_nonzero = 0;
+  constexpr int kRounds = 300;
+  for (int round = 0; round < kRounds; ++round) {
+    for (const Credential& cred : credentials) {
+      auto stub = v1::Peer::NewStub(cred.channel);
+      grpc::ClientContext ctx;
+      Deadline(&ctx, 2000);
+      grpc::Status st;
+      const bool parsed = rng() % 4 == 0;  // from random bytes instead
+      switch (rng() % 5) {
+        case 0: {
+          v1::SoftnicBatch req = rng() % 2 ? ForgedWrite(secret()) : ForgedRead(secret());
+          if (parsed) (void)req.ParseFromString(random_bytes(512));
+          if (rng() % 2) req.set_requester_node(node_name());
+          if (rng() % 2) req.set_requester_qpn(qpn());
+          for (int i = 0, n = static_cast<int>(rng() % 4); i < n; ++i) {
+            v1::SoftnicOp* op = req.add_ops();
+            op->set_kind(static_cast<v1::SoftnicOp::Kind>(rng() % 5));
+            op->set_responder_qpn(qpn());
+            op->set_raddr(pick(kIova, kIova + kRegionBytes - 8, kIova - 8, uint64_t{rng()}));
+            op->set_rkey(
+                pick(b_side_.rkey, b_side_.rkey + 1, uint32_t{0}, static_cast<uint32_t>(rng())));
+            op->set_data(random_bytes(pick(size_t{0}, size_t{64}, size_t{70000})));
+            op->set_add(rng());
+            op->set_field_boundary(static_cast<uint32_t>(rng()));
+          }
+          v1::SoftnicResults resp;
+          st = stub->SoftnicExecute(&ctx, req, &resp);
+          for (const v1::SoftnicResult& r : resp.results()) fetched_nonzero += r.fetched() != 0;
+          break;
+        }
+        case 1: {
+          v1::OfferConnectionRequest req;
+          if (parsed) (void)req.ParseFromString(random_bytes(256));
+          req.set_node_id(node_name());
+          req.set_qpn(qpn());
+          req.set_peer_qpn(qpn());
+          req.set_secret(secret());
+          req.set_uid(pick(0u, 4242u, static_cast<uint32_t>(rng())));
+          req.set_tenant(pick(std::string(), std::string("team-a"), random_bytes(80)));
+          v1::OfferConnectionResponse resp;
+          st = stub->OfferConnection(&ctx, req, &resp);
+          break;
+        }
+        case 2: {
+          v1::FetchRankEndpointsRequest req;
+          if (parsed) (void)req.ParseFromString(random_bytes(256));
+          req.set_node_id(node_name());
+          req.set_uid(pick(0u, static_cast<uint32_t>(::getuid()), static_cast<uint32_t>(rng())));
+          req.set_group(pick(std::string("target"), std::string(), random_bytes(200)));
+          for (int i = 0, n = static_cast<int>(rng() % 6); i < n; ++i) {
+            req.add_ranks(pick(0u, 1u, static_cast<uint32_t>(rng())));
+          }
+          v1::FetchRankEndpointsResponse resp;
+          st = stub->FetchRankEndpoints(&ctx, req, &resp);
+          // Node B holds rank 1 of "target" with no RDMA endpoint: nothing
+          // to hand anyone, and nobody here may ask.
+          EXPECT_EQ(resp.endpoints_size(), 0) << cred.name;
+          break;
+        }
+        case 3: {
+          v1::PeerHelloRequest req;
+          if (parsed) (void)req.ParseFromString(random_bytes(256));
+          req.set_node_id(node_name());
+          req.set_protocol_version(pick(0u, 1u, static_cast<uint32_t>(rng())));
+          v1::PeerHelloResponse resp;
+          st = stub->PeerHello(&ctx, req, &resp);
+          break;
+        }
+        default: {
+          v1::Topology resp;
+          st = stub->GetPeerTopology(&ctx, {}, &resp);
+          break;
+        }
+      }
+      ++outcomes[cred.name][st.error_code()];
+    }
+  }
+  ExpectMemoryUnchanged("the fuzzer");
+  EXPECT_EQ(fetched_nonzero, 0) << "an atomic read the target's memory";
+  for (const auto& [name, codes] : outcomes) {
+    std::string line = absl::StrCat("[ figures ] fuzzed as ", name, ":");
+    for (const auto& [code, count] : codes) absl::StrAppend(&line, " code ", code, " x", count);
+    std::printf("%s\n", line.c_str());
+  }
+  EXPECT_TRUE(b_->running());
+  EXPECT_EQ(GetStatus(b_->socket()).node_id(), "node-b");
 }
 
 TEST_F(PeerForgeryTest, WithPeerInsecureTheConnectionSecretAloneStopsTheForgery) {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "mooncake/common/fd_passing.h"
+#include "mooncake/common/populate.h"
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.grpc.pb.h"
 
@@ -53,7 +54,10 @@ inline std::unique_ptr<RawSession> OpenRawSession(const std::string& socket) {
 // requires of client memory; invalid when the kernel refuses.
 inline UniqueFd SealedMemfd(uint64_t bytes) {
   UniqueFd fd(::memfd_create("mc_abuse_rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  // Allocated whole (as the client library does): mooncaked registers only
+  // memfds whose every page holds data.
   if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ||
+      PopulateMemfd(fd.get(), 0, bytes) != 0 ||
       ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     return UniqueFd();
   }

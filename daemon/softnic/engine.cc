@@ -688,7 +688,12 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
     // port and the API (issue 23 item 6).
     const uint64_t total = op.source.length;
     const uint64_t from = qp.wqe_offset < total ? qp.wqe_offset : 0;
-    const uint64_t n = std::min(kLocalPieceBytes, total - from);
+    // Only host-to-host copies go in pieces: the CPU does those. A copy
+    // with GPU memory on either side is the copy engine's (256 MiB in well
+    // under a millisecond), and each piece into GPU memory would wait for
+    // its own GPU time slice (~2.4 ms on a GPU whose client kernel spins).
+    const uint64_t n =
+        HostToHostLocked(op) ? std::min(kLocalPieceBytes, total - from) : total - from;
     if (source_region != nullptr && !source_region->Resident(source_iova + from, n)) {
       return mlx5::kSyndLocalProtErr;
     }
@@ -753,6 +758,15 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
 
     default: return mlx5::kSyndLocalQpOpErr;
   }
+}
+
+bool Engine::HostToHostLocked(const ResponderOp& op) const {
+  if (op.source.kind != MemoryKind::kHost) return false;
+  auto responder = qps_.find(op.remote_qpn);
+  if (responder == qps_.end()) return true;  // fails in the executor anyway
+  const Region* dst =
+      Resolve(responder->second->pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
+  return dst == nullptr || dst->kind == MemoryKind::kHost;
 }
 
 // ---- completion queue -------------------------------------------------------------

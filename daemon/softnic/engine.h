@@ -239,6 +239,9 @@ class Engine {
   // WQE is not done yet.
   uint8_t ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
                      uint32_t* byte_count, bool* more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a local WRITE copies host memory to host memory (done in
+  // pieces; a copy with GPU memory on either side goes whole).
+  bool HostToHostLocked(const ResponderOp& op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resolves [addr, addr+len) under `key` in `pd` with `need` rights.
   const Region* Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t need) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

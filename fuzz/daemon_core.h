@@ -31,6 +31,7 @@
 #include "fdchannel/fd_broker.h"
 #include "fuzz_support.h"
 #include "mooncake/common/escape.h"
+#include "mooncake/common/populate.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 #include "rdma/softnic_provider.h"
@@ -323,11 +324,13 @@ inline std::vector<UniqueFd> MemFds(size_t n) {
   return out;
 }
 
-// A memfd of `bytes` (sparse) sealed against shrinking: what a client hands
-// over for RDMA memory.
+// A memfd of `bytes` sealed against shrinking, every page populated (the
+// daemon registers no other: mooncake/common/populate.h): what a client
+// hands over for RDMA memory.
 inline UniqueFd SealedMemfd(uint64_t bytes) {
   UniqueFd fd(::memfd_create("fuzz-rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   FUZZ_CHECK(fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(bytes)) == 0 &&
+                 PopulateMemfd(fd.get(), 0, bytes) == 0 &&
                  ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0,
              "sealed memfd");
   return fd;

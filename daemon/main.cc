@@ -99,7 +99,11 @@ int main(int argc, char** argv) {
   for (;;) {
     sigwait(&stop, &sig);
     if (sig != SIGHUP) break;
-    MC_LOG(kInfo, "SIGHUP ignored: restart the service to apply a new config");
+    // SIGHUP re-reads the tenant span policy, the one setting that changes
+    // in place (a restart would end every session on the node).
+    if (absl::Status s = (*daemon)->ReloadTenantPolicy(); !s.ok()) {
+      MC_LOG(kError, "SIGHUP: the tenant policy in force stays: ", s.message());
+    }
   }
   watchdog.reset();  // no self-check against a daemon that is shutting down
   (*daemon)->Shutdown(sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -501,7 +501,7 @@ void GroupBroker::JoinAsync(const SessionInfo& caller, ValidatedJoin req, FdBund
       remote = directory_->RemoteMembers(caller.cred.uid, caller.tenant, req.group());
       // With a secret, other nodes' ranks count only when they prove it.
       std::erase_if(remote, [&](const ClusterMember& c) {
-        return !ProvesSecretLocked(req.group_secret_, caller.cred.uid, caller.tenant, req.group(),
+        return !AdmitsRemoteLocked(req.group_secret_, caller.cred.uid, caller.tenant, req.group(),
                                    c.rank, c);
       });
     }
@@ -935,9 +935,23 @@ void GroupBroker::RemoteGoneLocked(Group& g, uint32_t rank, MemberState state,
   VacateLocked(g, rank);
 }
 
-bool GroupBroker::ProvesSecretLocked(const std::string& secret, uint32_t uid,
+bool GroupBroker::AdmitsRemoteLocked(const std::string& secret, uint32_t uid,
                                      const std::string& tenant, const std::string& group,
                                      uint32_t rank, const ClusterMember& c) {
+  if (span_policy_ != nullptr && !span_policy_->MayMeet(tenant, node_id_, c.node_id)) {
+    const bool here = span_policy_->MaySpan(tenant, node_id_);
+    policy_refusals_.Log(
+        LogLevel::kWarning,
+        absl::StrCat("group '", EscapeForDisplay(group, 128), "' (uid ", uid,
+                     tenant.empty() ? " on the main socket" : " of tenant '", tenant,
+                     tenant.empty() ? "" : "'", "): rank ", rank, " on node ",
+                     EscapeForDisplay(c.node_id, 64),
+                     " is not counted as a member: the tenant policy (", span_policy_->source(),
+                     ") does not let ",
+                     tenant.empty() ? std::string("@main") : "tenant '" + tenant + "'", " span ",
+                     here ? "that node" : "this node (" + node_id_ + ")"));
+    return false;
+  }
   if (secret.empty()) return true;
   if (ProvesGroupSecret(secret, uid, tenant, group, rank, c.node_id, c.world_size, c.proof)) {
     return true;
@@ -945,8 +959,9 @@ bool GroupBroker::ProvesSecretLocked(const std::string& secret, uint32_t uid,
   secret_refusals_.Log(
       LogLevel::kWarning,
       absl::StrCat(
-          "group '", group, "' (uid ", uid, tenant.empty() ? "" : " of tenant '", tenant,
-          tenant.empty() ? "" : "'", "): rank ", rank, " on node ", EscapeForDisplay(c.node_id, 64),
+          "group '", EscapeForDisplay(group, 128), "' (uid ", uid,
+          tenant.empty() ? "" : " of tenant '", tenant, tenant.empty() ? "" : "'", "): rank ", rank,
+          " on node ", EscapeForDisplay(c.node_id, 64),
           c.proof.empty() ? " joined without the group secret" : " does not prove the group secret",
           "; it is not counted as a member (MC_GROUP_SECRET must match on every rank)"));
   return false;
@@ -964,7 +979,7 @@ void GroupBroker::RemoteChanged(uint32_t uid, const std::string& tenant, const s
     // group of the same name): it must not count toward formation.
     return;
   }
-  if (member && !ProvesSecretLocked(g.secret, uid, tenant, group, rank, *member)) {
+  if (member && !AdmitsRemoteLocked(g.secret, uid, tenant, group, rank, *member)) {
     // A rank of the same uid on another node that cannot show the group's
     // secret: not this group's member (and its record changes nothing).
     return;
@@ -1145,6 +1160,29 @@ void GroupBroker::TimerLoop() {
                  "group '", g.name, "': rank ", ref.rank, " could not re-enter the group (epoch ",
                  g.epoch, ") within ", timeout_ms, " ms: ", why,
                  " (survivors release a lost rank with Communicator::handleEvent)"))});
+        EraseMemberLocked(g, ref.rank);
+        continue;
+      }
+      if (total == 0 && EndpointsPendingLocked(g)) {
+        // Every rank holds its claim, but another node would not serve the
+        // RDMA endpoints of its ranks (it does not count this node's ranks
+        // as members: another group secret, its tenant policy) or could
+        // not be reached. Its refusal is in this daemon's log.
+        std::string pending;
+        for (const auto& [r, c] : g.remote) {
+          if (c.endpoint_pending && IsJoinedNow(c.state)) {
+            absl::StrAppend(&pending, pending.empty() ? "" : ", ", r, " on node ",
+                            EscapeForDisplay(c.node_id, 64));
+          }
+        }
+        expired.push_back(
+            {std::move(done), absl::DeadlineExceededError(absl::StrCat(
+                                  "group '", g.name,
+                                  "': every rank joined, but the RDMA endpoints "
+                                  "of rank ",
+                                  pending, " did not arrive within ", timeout_ms,
+                                  " ms (that node does not count this node's ranks as members, or "
+                                  "cannot be reached: the daemon's log says which)"))});
         EraseMemberLocked(g, ref.rank);
         continue;
       }
@@ -1490,11 +1528,12 @@ absl::Status GroupBroker::MayFetchEndpoints(uint32_t uid, const std::string& ten
         c.state == MemberState::kLost) {
       continue;
     }
-    if (ProvesSecretLocked(g.secret, uid, tenant, group, c.rank, c)) return absl::OkStatus();
+    if (AdmitsRemoteLocked(g.secret, uid, tenant, group, c.rank, c)) return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
       "node ", EscapeForDisplay(node, 64), " holds no live rank of group '",
       EscapeForDisplay(group, 128), "'", g.secret.empty() ? "" : " that proves the group's secret",
+      span_policy_ == nullptr ? "" : " on a node the tenant policy lets the group span",
       " in this node's view of the cluster"));
 }
 

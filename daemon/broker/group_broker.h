@@ -71,6 +71,7 @@
 #include "broker/group_directory.h"
 #include "broker/group_events.h"
 #include "broker/group_summary.h"
+#include "broker/tenant_span_policy.h"
 #include "broker/validated_join.h"
 #include "fdchannel/fd_ticket_issuer.h"
 #include "fdchannel/ticket_store.h"
@@ -191,6 +192,14 @@ class GroupBroker {
     absl::MutexLock lock(&mu_);
     events_ = sink;
   }
+  // Which nodes each tenant's groups may span (tenant_policy_file; null:
+  // no policy, every node). Replaced on SIGHUP: members counted before
+  // stay; what is counted, and which node may fetch endpoints, from then
+  // on follows the new one.
+  void set_span_policy(std::shared_ptr<const TenantSpanPolicy> policy) {
+    absl::MutexLock lock(&mu_);
+    span_policy_ = std::move(policy);
+  }
   // Where groups meet across nodes (null: this node alone). Set before
   // serving; not owned, outlives the broker.
   // Null detaches it (the daemon's shutdown, before the directory goes).
@@ -287,9 +296,11 @@ class GroupBroker {
   // Whether a remote rank that would be in the group's view still waits for
   // its RDMA endpoint (the group forms, or re-forms, once none does).
   static bool EndpointsPendingLocked(const Group& g);
-  // Whether another node's rank `c` proves the group's `secret` (always,
-  // without one); a refusal is logged (rate limited).
-  bool ProvesSecretLocked(const std::string& secret, uint32_t uid, const std::string& tenant,
+  // Whether another node's rank `c` counts as a member of the group: the
+  // tenant span policy, when set, lets the group's tenant meet `c`'s node
+  // here, and `c` proves the group's `secret` when it has one. A refusal
+  // is logged (rate limited).
+  bool AdmitsRemoteLocked(const std::string& secret, uint32_t uid, const std::string& tenant,
                           const std::string& group, uint32_t rank, const ClusterMember& c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckBudget(const Principal& who, uint64_t view_bytes, bool waits) const
@@ -357,6 +368,8 @@ class GroupBroker {
   std::map<uint64_t, std::set<MemberRef>> by_session_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Principal, Usage> usage_ ABSL_GUARDED_BY(mu_);
   RateLimitedLog secret_refusals_;
+  std::shared_ptr<const TenantSpanPolicy> span_policy_ ABSL_GUARDED_BY(mu_);
+  RateLimitedLog policy_refusals_;
   GroupEventSink* events_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread timer_;
 };

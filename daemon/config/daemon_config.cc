@@ -119,15 +119,6 @@ absl::Status ParseListenAddress(absl::string_view key, absl::string_view value, 
 // socket address (sun_path: 108 bytes with the terminating NUL).
 constexpr size_t kMaxSocketPathBytes = 107 - 3;
 
-bool ValidTenantName(absl::string_view name) {
-  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
-  if (!absl::ascii_isalnum(static_cast<unsigned char>(name.front()))) return false;
-  return std::all_of(name.begin(), name.end(), [](char ch) {
-    return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-           ch == '.';
-  });
-}
-
 // An absolute path without ".", ".." or empty components, so that two
 // spellings of one file cannot pass as two tenants' sockets.
 absl::Status CheckSocketPath(absl::string_view what, absl::string_view path) {
@@ -259,6 +250,12 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     c->peer_tls_cert_file = std::string(value);
   } else if (key == "peer_tls_key_file") {
     c->peer_tls_key_file = std::string(value);
+  } else if (key == "tenant_policy_file") {
+    if (!value.empty() && value.front() != '/') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tenant_policy_file = '", EscapeForDisplay(value, 128), "': give an absolute path"));
+    }
+    c->tenant_policy_file = std::string(value);
   } else if (key == "peer_insecure") {
     if (value != "true" && value != "false") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -345,6 +342,15 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
 }
 
 }  // namespace
+
+bool ValidTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
+  if (!absl::ascii_isalnum(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(), [](char ch) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+           ch == '.';
+  });
+}
 
 absl::Status ParseConfigText(absl::string_view text, absl::string_view origin,
                              DaemonConfig* config) {

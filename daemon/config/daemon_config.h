@@ -25,6 +25,9 @@ struct TenantSocket {
 
 // The longest tenant name (a Kubernetes namespace is a DNS label of 63).
 inline constexpr size_t kMaxTenantNameBytes = 63;
+// 1..kMaxTenantNameBytes letters, digits, '-', '_' or '.', starting with a
+// letter or digit.
+bool ValidTenantName(absl::string_view name);
 // The most tenant sockets one daemon serves.
 inline constexpr size_t kMaxTenantSockets = 256;
 
@@ -45,6 +48,9 @@ struct DaemonConfig {
   std::string peer_advertise;
   // mTLS on the peer port (peering/peer_tls.h): all three PEM files, or none.
   std::string peer_tls_ca_file, peer_tls_cert_file, peer_tls_key_file;
+  // Which nodes each tenant's groups may span (broker/tenant_span_policy.h;
+  // re-read on SIGHUP); empty: no policy, every node of the cluster.
+  std::string tenant_policy_file;
   bool peer_insecure = false;  // plaintext serving every peer method (explicit; peering/peer_tls.h)
   // Cluster membership (etcd v3): client URLs, comma-separated in the file
   // and in --etcd; empty = this node alone, as before.

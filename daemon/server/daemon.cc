@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "admission/fd_capacity.h"
+#include "broker/tenant_span_policy.h"
 #include "discovery/discovery.h"
 #include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
@@ -204,6 +205,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
   limits.max_view_bytes_per_uid = cfg.max_view_bytes_per_uid;
   d->broker_ = std::make_unique<GroupBroker>(node.node_id, node.topology, limits,
                                              d->sessions_.get(), d->fds_.get());
+  if (!cfg.tenant_policy_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> policy =
+        TenantSpanPolicy::Load(cfg.tenant_policy_file, ::geteuid());
+    if (!policy.ok()) return policy.status();
+    MC_LOG(kInfo, "tenant span policy: ", (*policy)->tenant_count(), " tenant lines from ",
+           (*policy)->source());
+    d->broker_->set_span_policy(*std::move(policy));
+  }
   d->lifecycle_ = std::make_unique<SessionLifecycle>(d->sessions_.get(), d->fds_.get(),
                                                      d->rdma_.get(), d->broker_.get());
 
@@ -508,6 +517,24 @@ absl::Status Daemon::Start() {
   MC_LOG(kInfo, "mooncaked ", kMooncakeVersion, " serving ", config_.socket, " (node ",
          node_.node_id, ", instance ", node_.instance_id, ")");
   NotifySystemd("READY=1\nSTATUS=serving " + config_.socket);
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ReloadTenantPolicy() {
+  if (config_.tenant_policy_file.empty()) {
+    MC_LOG(kInfo,
+           "SIGHUP: no tenant_policy_file to re-read; restart the service to apply a new "
+           "config");
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> policy =
+      TenantSpanPolicy::Load(config_.tenant_policy_file, ::geteuid());
+  if (!policy.ok()) return policy.status();
+  // A warning: it changes which nodes may reach tenants' memory, which an
+  // operator filtering the log to warnings still wants to see.
+  MC_LOG(kWarning, "tenant span policy reloaded: ", (*policy)->tenant_count(),
+         " tenant lines from ", (*policy)->source());
+  broker_->set_span_policy(*std::move(policy));
   return absl::OkStatus();
 }
 

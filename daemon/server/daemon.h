@@ -68,6 +68,9 @@ class Daemon {
   // The Peer service on peer_listen, mTLS or plaintext (peering/peer_tls.h).
   absl::Status StartPeerServer();
   peering::PeerTlsFiles PeerTls() const;
+  // Re-reads tenant_policy_file (SIGHUP; without one, only logs that
+  // nothing changes). On an error the policy in force stays.
+  absl::Status ReloadTenantPolicy();
   // Tells clients, stops serving, removes the sockets. Idempotent.
   void Shutdown(const std::string& reason);
 

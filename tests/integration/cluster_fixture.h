@@ -34,15 +34,17 @@ class ClusterFixture : public ::testing::Test {
         << "etcd_lease_ttl_s = " << kClusterLeaseTtlS << "\netcd_prefix = " << etcd_prefix_ << "\n";
   }
   // A node of the cluster, started and serving; `log_to_output`: its log
-  // is read through child().output().
-  std::unique_ptr<DaemonProcess> Node(const std::string& id, bool log_to_output = false) {
+  // is read through child().output(); `extra_config`: lines added to its
+  // config file.
+  std::unique_ptr<DaemonProcess> Node(const std::string& id, bool log_to_output = false,
+                                      const std::string& extra_config = "") {
     const std::string sub = dir_.path() + "/" + id;
     ::mkdir(sub.c_str(), 0700);
     const absl::StatusOr<TestCertificates> certs = MakeNodeCertificate(dir_.path() + "/tls", id);
     EXPECT_TRUE(certs.ok()) << certs.status();
     std::ofstream(sub + "/node.conf")
         << "etcd_lease_ttl_s = " << kClusterLeaseTtlS << "\netcd_prefix = " << etcd_prefix_ << "\n"
-        << (certs.ok() ? PeerTlsConfig(*certs) : std::string());
+        << (certs.ok() ? PeerTlsConfig(*certs) : std::string()) << extra_config;
     return std::make_unique<DaemonProcess>(
         sub,
         std::vector<std::string>{"--config", sub + "/node.conf", "--node-id", id, "--peer-listen",

@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -407,6 +408,40 @@ TEST_F(ClusterGroupsTest, ARankWithoutTheGroupSecretIsRefusedAcrossNodes) {
   // ("does not prove the group secret" / "joined without the group secret").
   EXPECT_NE(a->child().WaitForLine("the group secret; it is not counted", 5000), "");
   auto ranks = ExampleRanks({a.get(), b.get()}, "secret-same", 2, {"--route", "rdma"});
+  for (auto& r : ranks) {
+    EXPECT_EQ(r.Wait(60000), 0) << r.output();
+    EXPECT_NE(r.output().find("PASS"), std::string::npos) << r.output();
+  }
+}
+
+// Issue 23 item 3, the operator's way: a tenant span policy
+// (tenant_policy_file) on node-a lets the main socket's groups span node-a
+// and node-c only. A rank on node-b is not counted on node-a (logged), and
+// node-a serves node-b none of its ranks' endpoints, so neither side
+// forms. The policy rewritten to name node-b and re-read on SIGHUP, the
+// same pair passes, with no restart.
+TEST_F(ClusterGroupsTest, ATenantPolicyKeepsGroupsOffNodesItDoesNotName) {
+  const std::string policy = dir_.path() + "/tenants.policy";
+  std::ofstream(policy) << "# tenant  nodes\n@main node-a node-c\n";
+  ASSERT_EQ(::chmod(policy.c_str(), 0600), 0);
+  auto a = Node("node-a", /*log_to_output=*/true, "tenant_policy_file = " + policy + "\n");
+  auto b = Node("node-b");
+  auto ranks_off = ExampleRanks({a.get(), b.get()}, "policy-off", 2,
+                                {"--route", "rdma", "--timeout-ms", "4000"});
+  for (auto& r : ranks_off) {
+    EXPECT_NE(r.Wait(30000), 0) << r.output();
+    EXPECT_EQ(r.output().find("PASS"), std::string::npos) << r.output();
+  }
+  EXPECT_NE(a->child().WaitForLine("does not let @main span that node", 5000), "");
+
+  // A malformed rewrite is refused and the policy in force stays.
+  std::ofstream(policy) << "@main node-a\n@main node-b\n";
+  a->child().Kill(SIGHUP);
+  EXPECT_NE(a->child().WaitForLine("the tenant policy in force stays", 5000), "");
+  std::ofstream(policy) << "@main node-a node-b\n";
+  a->child().Kill(SIGHUP);
+  ASSERT_NE(a->child().WaitForLine("tenant span policy reloaded: 1 tenant lines", 5000), "");
+  auto ranks = ExampleRanks({a.get(), b.get()}, "policy-on", 2, {"--route", "rdma"});
   for (auto& r : ranks) {
     EXPECT_EQ(r.Wait(60000), 0) << r.output();
     EXPECT_NE(r.output().find("PASS"), std::string::npos) << r.output();

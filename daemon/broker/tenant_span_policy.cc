@@ -82,11 +82,11 @@ absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> TenantSpanPolicy::Parse(
 absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> TenantSpanPolicy::Load(
     const std::string& path, uint32_t daemon_uid) {
   const std::string what = absl::StrCat("tenant_policy_file ", EscapeForDisplay(path, 200));
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  // Symbolic links are followed (a Kubernetes ConfigMap mounts each key as
+  // one); the file opened is the one checked.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
-    const int err = errno;
-    return absl::FailedPreconditionError(absl::StrCat(
-        what, ": ", std::strerror(err), err == ELOOP ? " (a symbolic link: name the file)" : ""));
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ", std::strerror(errno)));
   }
   struct stat st {};
   std::string text;

@@ -44,9 +44,10 @@ class TenantSpanPolicy {
   // Parses the file's text; `source` names it in errors ("FILE:LINE: ...").
   static absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> Parse(const std::string& text,
                                                                        const std::string& source);
-  // Reads and parses `path`, refusing a file another user could have
-  // written (owner not root nor `daemon_uid`, group- or other-writable,
-  // not a regular file) or one over kMaxTenantPolicyBytes.
+  // Reads and parses `path` (a symbolic link is followed), refusing a file
+  // another user could have written (owner not root nor `daemon_uid`,
+  // group- or other-writable, not a regular file) or one over
+  // kMaxTenantPolicyBytes.
   static absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> Load(const std::string& path,
                                                                       uint32_t daemon_uid);
 

@@ -6,7 +6,8 @@
 #      privileged: true, an extra capability, a tenant pod mounting the
 #      node's socket directory): a check that cannot fail checks nothing;
 #   3. the ConfigMap's mooncaked.conf starts a real mooncaked (sockets moved
-#      into a temporary directory), and the readiness probe's command,
+#      into a temporary directory) that reads the ConfigMap's tenants.policy
+#      through a link as the kubelet mounts it, and the readiness probe's command,
 #      `mcctl status`, passes on its socket and on each tenant's.
 # Usage: k8s_manifests_test.sh REPO_DIR BIN_DIR
 set -euo pipefail
@@ -69,6 +70,19 @@ node -e '
   const docs = y.loadAll(require("fs").readFileSync(process.argv[2], "utf8"));
   process.stdout.write(docs.find((d) => d && d.kind === "ConfigMap").data["mooncaked.conf"]);
 ' "$validate/node_modules/js-yaml" "$k8s/mooncaked-config.yaml" >"$tmp/mooncaked.conf"
+# Its tenants.policy key, mounted as the kubelet does (the file a symbolic
+# link, 0644 and root's), at the path the config names.
+mkdir -p "$tmp/etc/..data"
+node -e '
+  const y = require(process.argv[1]);
+  const docs = y.loadAll(require("fs").readFileSync(process.argv[2], "utf8"));
+  process.stdout.write(docs.find((d) => d && d.kind === "ConfigMap").data["tenants.policy"]);
+' "$validate/node_modules/js-yaml" "$k8s/mooncaked-config.yaml" >"$tmp/etc/..data/tenants.policy"
+chmod 0644 "$tmp/etc/..data/tenants.policy"
+ln -s ..data/tenants.policy "$tmp/etc/tenants.policy"
+grep -q '^tenant_policy_file = /etc/mooncake/tenants.policy$' "$tmp/mooncaked.conf" ||
+  fail "the ConfigMap's mooncaked.conf does not name /etc/mooncake/tenants.policy"
+sed -i "s|^tenant_policy_file = .*|tenant_policy_file = $tmp/etc/tenants.policy|" "$tmp/mooncaked.conf"
 # Flags override the file: the node's socket (and with it the tenants' default
 # directory) under $tmp; no GPU driver is loaded here.
 "$bin/mooncaked" --config "$tmp/mooncaked.conf" --socket "$tmp/run/mooncaked.sock" \
@@ -82,6 +96,10 @@ for _ in $(seq 1 100); do
 done
 if [[ $ready -eq 1 ]]; then pass "the ConfigMap's mooncaked.conf starts mooncaked; mcctl status answers"; else
   cat "$tmp/daemon.log"; fail "mooncaked with the ConfigMap's config did not become ready"; fi
+if grep -q "tenant span policy: 3 tenant lines" "$tmp/daemon.log"; then
+  pass "the ConfigMap's tenants.policy is read through its link"
+else
+  cat "$tmp/daemon.log"; fail "mooncaked did not read the ConfigMap's tenants.policy"; fi
 for tenant in team-a team-b; do
   sock=$tmp/run/tenants/$tenant/mooncaked.sock
   if out=$("$bin/mcctl" --json --socket "$sock" status 2>&1) && grep -q "\"$tenant\"" <<<"$out"; then

@@ -45,6 +45,12 @@
 // on etcd); one with remote ranks waits, and its joins time out naming
 // the directory's trouble.
 //
+// The code, by concern: group_broker.cc (joins, leaves, sessions, budgets,
+// deadlines, listings), group_formation.cc (when a group forms and the views
+// its members receive), group_elastic.cc (vacating, releasing, re-forming),
+// group_cluster.cc (claims, other nodes' ranks, who counts as a member
+// across nodes, who may fetch endpoints).
+//
 // A join is validated once, by ValidateJoin, which yields the ValidatedJoin
 // that JoinAsync requires. The broker sees the rest of the daemon through
 // the SessionRegistry (liveness, events) and an FdTicketIssuer (members'

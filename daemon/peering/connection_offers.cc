@@ -2,8 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"
-#include "mooncake/common/random.h"
-#include "softnic/engine.h"
 
 namespace mooncake::daemon::peering {
 
@@ -20,9 +18,9 @@ absl::Status ConnectionOffers::CheckNode(uint64_t session, const std::string& no
   return peers_->Get(node).status();
 }
 
-absl::StatusOr<std::string> ConnectionOffers::Offer(const std::string& node, uint32_t qpn,
-                                                    uint32_t remote_qpn, uint32_t uid,
-                                                    const std::string& tenant) {
+absl::Status ConnectionOffers::Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
+                                     uint32_t uid, const std::string& tenant,
+                                     const std::string& secret) {
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = peers_->Get(node);
   if (!stub.ok()) return stub.status();
   v1::OfferConnectionRequest req;
@@ -31,7 +29,6 @@ absl::StatusOr<std::string> ConnectionOffers::Offer(const std::string& node, uin
   req.set_peer_qpn(remote_qpn);
   req.set_uid(uid);
   req.set_tenant(tenant);
-  std::string secret = RandomBytes(softnic::Engine::kSecretBytes);
   req.set_secret(secret);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
@@ -42,7 +39,7 @@ absl::StatusOr<std::string> ConnectionOffers::Offer(const std::string& node, uin
                         absl::StrCat("node ", node, " refused the connection of queue pair ", qpn,
                                      " to its queue pair ", remote_qpn, ": ", s.error_message()));
   }
-  return secret;
+  return absl::OkStatus();
 }
 
 }  // namespace mooncake::daemon::peering

@@ -1,8 +1,9 @@
 // ConnectionOffers: RdmaResources' way to other nodes (rdma/remote_connections.h)
 // over verified peers (trusted_peers.h). Each cross-node queue-pair
-// connection gets 16 fresh bytes from the kernel's CSPRNG, handed to the
-// peer node with Peer.OfferConnection over the authenticated channel;
-// they never reach etcd or the client. Thread-safe.
+// connection's secret (16 bytes from the kernel's CSPRNG, made by
+// RdmaResources once per QP) is handed to the peer node with
+// Peer.OfferConnection over the authenticated channel; it never reaches
+// etcd or the client. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -28,8 +29,8 @@ class ConnectionOffers final : public RemoteConnections {
         call_timeout_(call_timeout) {}
 
   absl::Status CheckNode(uint64_t session, const std::string& node) override;
-  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
-                                    uint32_t uid, const std::string& tenant) override;
+  absl::Status Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn, uint32_t uid,
+                     const std::string& tenant, const std::string& secret) override;
 
  private:
   const std::shared_ptr<TrustedPeers> peers_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
 #include "rdma/softnic_provider.h"
 
@@ -377,11 +378,22 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
     if (c.remote_node.empty()) {
       s = provider_->Connect(session.id, c.qpn, remote_sessions[i], c.remote_qpn);
     } else {
-      absl::StatusOr<std::string> secret =
-          remote_->Offer(c.remote_node, c.qpn, c.remote_qpn, session.cred.uid, session.tenant);
-      s = secret.ok() ? provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
-                                                 *std::move(secret))
-                      : secret.status();
+      // One secret per QP: a retry after a lost reply offers the one the
+      // other node may already hold (it takes the same secret again, and
+      // refuses another for a connection it has).
+      std::string secret;
+      {
+        absl::MutexLock lock(&mu_);
+        std::string& held = qp_owner_[c.qpn].remote_secret;
+        if (held.empty()) held = RandomBytes(softnic::Engine::kSecretBytes);
+        secret = held;
+      }
+      s = remote_->Offer(c.remote_node, c.qpn, c.remote_qpn, session.cred.uid, session.tenant,
+                         secret);
+      if (s.ok()) {
+        s = provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
+                                     std::move(secret));
+      }
     }
     if (!s.ok()) {
       return HalfConnected(session, pairs, i, s);

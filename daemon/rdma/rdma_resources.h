@@ -247,6 +247,9 @@ class RdmaResources {
     uint64_t control = 0;  // key of controls_
     bool connected = false;
     bool broken = false;  // a connect failed half way: only destruction is left
+    // The secret of its connection to another node's QP, made at the
+    // first attempt and offered again on a retry (RemoteConnections::Offer).
+    std::string remote_secret;
   };
   absl::flat_hash_map<uint32_t, QpEntry> qp_owner_ ABSL_GUARDED_BY(mu_);
   struct MrEntry {

@@ -22,15 +22,17 @@ class RemoteConnections {
   // out, or for one no group of the session spans; NotFound for a node the
   // cluster does not list; Unavailable when it does not answer.
   virtual absl::Status CheckNode(uint64_t session, const std::string& node) = 0;
-  // Makes a fresh secret for the connection of this node's QP `qpn` to
-  // `node`'s QP `remote_qpn`, hands it to that node over the authenticated
-  // peer channel (the secret `remote_qpn`'s batches to `qpn` must carry),
-  // and returns it. The node's refusal keeps its code.
+  // Hands `secret`, the connection secret of this node's QP `qpn` to
+  // `node`'s QP `remote_qpn` (the secret `remote_qpn`'s batches to `qpn`
+  // must carry), to that node over the authenticated peer channel. The
+  // caller makes it once per QP and offers the same one again when a
+  // connect is retried (a reply lost after the node took it must not wedge
+  // the pair). The node's refusal keeps its code.
   // `uid`/`tenant`: the owner of `qpn`; that node accepts only for a QP of
   // the same owner.
-  virtual absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn,
-                                            uint32_t remote_qpn, uint32_t uid,
-                                            const std::string& tenant) = 0;
+  virtual absl::Status Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
+                             uint32_t uid, const std::string& tenant,
+                             const std::string& secret) = 0;
 };
 
 }  // namespace mooncake::daemon

@@ -464,8 +464,12 @@ absl::Status Engine::AcceptConnectionSecret(const std::string& node, uint32_t pe
   }
   Qp& qp = *it->second;
   if (ours && qp.HasSendSecret()) {
+    // The same secret again: the offering node retries a connect whose
+    // reply it lost (it makes one secret per QP). Another one would
+    // redirect a live connection's traffic: refused.
+    if (SameSecret(qp.send_secret, secret)) return absl::OkStatus();
     return absl::AlreadyExistsError(
-        absl::StrCat("queue pair ", qpn, " already holds the secret of its connection"));
+        absl::StrCat("queue pair ", qpn, " already holds another secret for its connection"));
   }
   qp.send_secret = std::move(secret);
   qp.send_secret_node = node;

@@ -151,6 +151,59 @@ TEST_F(RdmaResourcesTest, ConnectsOnlyToQpsOfTheSameUid) {
   }
 }
 
+// The other node as RdmaResources sees it: every node may be reached, and
+// the first offer's reply is lost after the node took the secret.
+class LossyRemote final : public RemoteConnections {
+ public:
+  absl::Status CheckNode(uint64_t, const std::string&) override { return absl::OkStatus(); }
+  absl::Status Offer(const std::string&, uint32_t qpn, uint32_t, uint32_t, const std::string&,
+                     const std::string& secret) override {
+    offers.push_back({qpn, secret});
+    if (offers.size() == 1) return absl::DeadlineExceededError("the reply was lost");
+    return absl::OkStatus();
+  }
+  std::vector<std::pair<uint32_t, std::string>> offers;
+};
+
+// Review of issue 23: a connect whose offer reached the other node but
+// whose reply was lost offered a fresh secret on the retry, which that
+// node (holding the first for the connection) refused: the pair was
+// wedged. One secret per QP: the retry offers the same one; another QP,
+// even with a reused number, gets its own.
+// A link to other nodes that nothing is sent over (no WQE is posted here).
+class UnusedLink final : public softnic::RemoteLink {
+ public:
+  void Send(softnic::RemoteBatch, softnic::RemoteDone) override { ADD_FAILURE() << "sent"; }
+};
+
+TEST_F(RdmaResourcesTest, ARetriedCrossNodeConnectOffersTheSameSecret) {
+  auto provider = std::make_unique<SoftnicProvider>("softnic0", softnic::EngineOptions{});
+  provider->engine().SetRemoteLink(std::make_shared<UnusedLink>());
+  RdmaResources rdma(&sessions_, limits_, std::move(provider));
+  auto remote = std::make_shared<LossyRemote>();
+  rdma.set_remote_connections(remote);
+  SessionInfo a = Open(1000, 10);
+  const uint32_t depth = 4;
+  const uint64_t bytes = 2 * (2ull * depth * 64 + 64);
+  auto qa = rdma.CreateQueuePairs(a, Memfd(bytes, true), bytes, {Layout(0, depth)});
+  ASSERT_TRUE(qa.ok()) << qa.status();
+  QpConnection c{(*qa)[0], 77, "node-b"};
+  const absl::Status lost = rdma.Connect(a, {c});
+  EXPECT_EQ(lost.code(), absl::StatusCode::kDeadlineExceeded) << lost;
+  const absl::Status retried = rdma.Connect(a, {c});
+  ASSERT_TRUE(retried.ok()) << retried;
+  ASSERT_EQ(remote->offers.size(), 2u);
+  EXPECT_EQ(remote->offers[0], remote->offers[1]);
+  EXPECT_EQ(remote->offers[0].second.size(), softnic::Engine::kSecretBytes);
+  ASSERT_TRUE(rdma.DestroyQueuePairs(a, {(*qa)[0]}).ok());
+  auto again = rdma.CreateQueuePairs(a, Memfd(bytes, true), bytes, {Layout(0, depth)});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(rdma.Connect(a, {{(*again)[0], 77, "node-b"}}).ok());
+  ASSERT_EQ(remote->offers.size(), 3u);
+  EXPECT_NE(remote->offers[2].second, remote->offers[0].second);
+  rdma.set_remote_connections(nullptr);
+}
+
 TEST_F(RdmaResourcesTest, ConnectsOnlyWithinOneTenantOfTheUid) {
   // Pods of one uid on two tenant sockets: neither reaches the other's QP.
   SessionInfo a = Open(0, 20, "team-a"), b = Open(0, 21, "team-b"), a2 = Open(0, 22, "team-a");

@@ -311,12 +311,16 @@ TEST_F(RemoteTest, ABatchWithoutTheConnectionsSecretChangesNothing) {
   EXPECT_EQ(mem_b_->data()[0], 'X');
 }
 
-TEST_F(RemoteTest, AnOfferCannotReplaceAConnectionsSecret) {
+TEST_F(RemoteTest, AnOfferCannotReplaceAConnectionsSecretButMayRepeatIt) {
   // A QPN reused on node-b (a new QP with the old number) offers again:
   // refused, so it cannot reach requester_'s connection.
   EXPECT_EQ(
       a_.AcceptConnectionSecret("node-b", responder_->qpn(), requester_->qpn(), Secret('r')).code(),
       absl::StatusCode::kAlreadyExists);
+  // The secret it holds, offered again (node-b's daemon retrying a connect
+  // whose reply it lost): taken, so the pair is not wedged.
+  EXPECT_TRUE(
+      a_.AcceptConnectionSecret("node-b", responder_->qpn(), requester_->qpn(), Secret('b')).ok());
   // An offer from a node or QP requester_ is not connected to: no such QP.
   EXPECT_EQ(
       a_.AcceptConnectionSecret("node-c", responder_->qpn(), requester_->qpn(), Secret('c')).code(),

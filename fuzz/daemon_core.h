@@ -192,13 +192,18 @@ class FuzzRemoteConnections final : public daemon::RemoteConnections {
     if (node == "node-b") return absl::OkStatus();
     return absl::NotFoundError("not a live node of the cluster");
   }
-  absl::StatusOr<std::string> Offer(const std::string& node, uint32_t qpn, uint32_t, uint32_t,
-                                    const std::string&) override {
+  absl::StatusOr<daemon::QpEndpoint> Offer(const std::string& node, uint32_t qpn, uint32_t,
+                                           uint32_t, const std::string&, const std::string& secret,
+                                           const daemon::QpEndpoint& mine) override {
     FUZZ_CHECK(node == "node-b", "an offer to '", EscapeForDisplay(node, 64), "'");
-    std::string secret = RandomBytes(softnic::Engine::kSecretBytes);
+    FUZZ_CHECK(secret.size() == softnic::Engine::kSecretBytes, "a secret of ", secret.size(),
+               " bytes");
+    FUZZ_CHECK(mine.provider == "softnic", "an endpoint of provider '", mine.provider, "'");
     std::lock_guard<std::mutex> lock(mu_);
     secrets_[qpn] = secret;
-    return secret;
+    daemon::QpEndpoint theirs;
+    theirs.provider = "softnic";
+    return theirs;
   }
   // What QP `qpn` of this node expects on batches from its peer ("" none).
   std::string SecretOf(uint32_t qpn) {
@@ -246,9 +251,7 @@ struct DaemonCore {
     engine->SetRemoteLink(std::make_shared<UnusedRemoteLink>());
     rdma.set_remote_connections(remote);
     peer_service.set_softnic(engine);
-    peer_service.set_qp_owner_check([this](uint32_t qpn, uint32_t uid, const std::string& tenant) {
-      return rdma.QpOwnedBy(qpn, uid, tenant);
-    });
+    peer_service.set_rdma(&rdma);
   }
 
   static DaemonCore& Get() {

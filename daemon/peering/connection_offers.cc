@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/grpc_status.h"
+#include "peering/qp_endpoint_wire.h"
 
 namespace mooncake::daemon::peering {
 
@@ -18,9 +19,11 @@ absl::Status ConnectionOffers::CheckNode(uint64_t session, const std::string& no
   return peers_->Get(node).status();
 }
 
-absl::Status ConnectionOffers::Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
-                                     uint32_t uid, const std::string& tenant,
-                                     const std::string& secret) {
+absl::StatusOr<QpEndpoint> ConnectionOffers::Offer(const std::string& node, uint32_t qpn,
+                                                   uint32_t remote_qpn, uint32_t uid,
+                                                   const std::string& tenant,
+                                                   const std::string& secret,
+                                                   const QpEndpoint& mine) {
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> stub = peers_->Get(node);
   if (!stub.ok()) return stub.status();
   v1::OfferConnectionRequest req;
@@ -30,6 +33,7 @@ absl::Status ConnectionOffers::Offer(const std::string& node, uint32_t qpn, uint
   req.set_uid(uid);
   req.set_tenant(tenant);
   req.set_secret(secret);
+  *req.mutable_endpoint() = ToWire(mine);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
   v1::OfferConnectionResponse resp;
@@ -39,7 +43,7 @@ absl::Status ConnectionOffers::Offer(const std::string& node, uint32_t qpn, uint
                         absl::StrCat("node ", node, " refused the connection of queue pair ", qpn,
                                      " to its queue pair ", remote_qpn, ": ", s.error_message()));
   }
-  return absl::OkStatus();
+  return FromWire(resp.endpoint(), absl::StrCat("node ", node, "'s queue pair ", remote_qpn));
 }
 
 }  // namespace mooncake::daemon::peering

@@ -29,8 +29,9 @@ class ConnectionOffers final : public RemoteConnections {
         call_timeout_(call_timeout) {}
 
   absl::Status CheckNode(uint64_t session, const std::string& node) override;
-  absl::Status Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn, uint32_t uid,
-                     const std::string& tenant, const std::string& secret) override;
+  absl::StatusOr<QpEndpoint> Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
+                                   uint32_t uid, const std::string& tenant,
+                                   const std::string& secret, const QpEndpoint& mine) override;
 
  private:
   const std::shared_ptr<TrustedPeers> peers_;

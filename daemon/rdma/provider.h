@@ -18,6 +18,7 @@
 // NIC's). A provider that refuses a call leaves nothing of it behind.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -85,6 +86,22 @@ struct SessionLink {
   bool is_roce = false;
   uint32_t gid_index = 0;
   std::string gid_type;  // "IB", "RoCE v1", "RoCE v2"; "" for softnic
+};
+
+// What another node needs of one QP here to connect its own QP to it
+// (issue 24 item 1), exchanged between the two daemons over the
+// authenticated peer channel (Peer.OfferConnection), never through etcd:
+// the provider, and for a NIC the port's address (LID, GID), the path MTU's
+// half and the QP's initial send PSN. softnic fills only `provider`.
+struct QpEndpoint {
+  std::string provider;  // RdmaProvider::name(): both ends must match
+  bool is_roce = false;  // the port's link layer is Ethernet
+  uint32_t lid = 0;      // InfiniBand: the port's LID
+  std::array<uint8_t, 16> gid{};
+  uint32_t gid_index = 0;
+  std::string gid_type;  // "IB", "RoCE v1", "RoCE v2"
+  uint32_t mtu = 0;      // the port's active MTU, ibv_mtu encoding (1..5)
+  uint32_t psn = 0;      // the QP's initial send PSN (24 bits, random per QP)
 };
 
 // A QP's doorbell records as its client last wrote them (mcctl qps): read
@@ -195,18 +212,45 @@ class RdmaProvider {
   // in ERROR (a transition was made: it must be destroyed).
   virtual absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                                uint32_t remote_qpn) = 0;
-  // Connects QP `qpn` of `session` to QP `remote_qpn` on node `node` of the
-  // cluster (a group spanning nodes) and moves it to RTS. The other node
-  // decides whether its QP answers (it must be connected back to this one).
-  // `secret`: what the peer's batches must carry (RdmaResources already
-  // offered it to that node over the authenticated peer channel).
-  virtual absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
-                                     uint32_t remote_qpn, std::string secret) {
+  // Cross-node connections (issue 24 item 1). Node A connects its QP a to
+  // node B's QP b: A's RdmaResources asks its provider for a's endpoint
+  // (EndpointOf), offers it with a's connection secret to B
+  // (Peer.OfferConnection), where B's provider takes the offer for b
+  // (AcceptRemote) and B answers with b's endpoint, and then A's provider
+  // connects a with it (ConnectRemote). B's own client connects b the same
+  // way, in the other direction.
+  //
+  // What another node needs of `qpn` to connect to it. Any thread, any time
+  // (a peer asks while the session's own calls run). NotFound unless `qpn`
+  // is a QP of `session`.
+  virtual absl::StatusOr<QpEndpoint> EndpointOf(uint64_t session, uint32_t qpn) {
+    (void)session, (void)qpn;
+    QpEndpoint e;
+    e.provider = name();
+    return e;
+  }
+  // Node `node`'s QP `remote_qpn` will connect to `qpn` of `session` and
+  // offered `secret` (what `qpn`'s traffic to it must carry where the
+  // provider carries it itself: softnic's batches; a NIC's packets are
+  // matched by QPN, GID and PSN instead). Any thread, any time. NotFound for
+  // a QP that is neither open nor connected to that QP of that node.
+  virtual absl::Status AcceptRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                    uint32_t remote_qpn, std::string secret) {
     (void)session, (void)qpn, (void)remote_qpn, (void)secret;
     return absl::UnimplementedError(absl::StrCat(
-        "the ", name(), " provider cannot connect queue pairs to another node (", node,
-        ") yet: a NIC needs the peer's LID/GID path, which the group does not carry; use "
-        "softnic (rdma_provider = softnic) across nodes"));
+        "the ", name(), " provider cannot take connections from another node (", node, ")"));
+  }
+  // Connects QP `qpn` of `session` to QP `remote_qpn` on node `node`, whose
+  // endpoint is `peer` (that node's answer), and moves it to RTS.
+  // `secret`: what the peer's traffic carries (already offered to it).
+  // FailedPrecondition for a peer this provider cannot reach (another
+  // provider, another link layer), naming both ends.
+  virtual absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                     uint32_t remote_qpn, std::string secret,
+                                     const QpEndpoint& peer) {
+    (void)session, (void)qpn, (void)remote_qpn, (void)secret, (void)peer;
+    return absl::UnimplementedError(absl::StrCat(
+        "the ", name(), " provider cannot connect queue pairs to another node (", node, ")"));
   }
   virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
   // Everything of `session`; returns once nothing of it is touched again.

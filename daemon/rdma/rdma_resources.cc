@@ -388,12 +388,14 @@ absl::Status RdmaResources::Connect(const SessionInfo& session,
         if (held.empty()) held = RandomBytes(softnic::Engine::kSecretBytes);
         secret = held;
       }
-      s = remote_->Offer(c.remote_node, c.qpn, c.remote_qpn, session.cred.uid, session.tenant,
-                         secret);
-      if (s.ok()) {
-        s = provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
-                                     std::move(secret));
-      }
+      absl::StatusOr<QpEndpoint> mine = provider_->EndpointOf(session.id, c.qpn);
+      absl::StatusOr<QpEndpoint> theirs =
+          mine.ok() ? remote_->Offer(c.remote_node, c.qpn, c.remote_qpn, session.cred.uid,
+                                     session.tenant, secret, *mine)
+                    : mine.status();
+      s = theirs.ok() ? provider_->ConnectRemote(session.id, c.qpn, c.remote_node, c.remote_qpn,
+                                                 std::move(secret), *theirs)
+                      : theirs.status();
     }
     if (!s.ok()) {
       return HalfConnected(session, pairs, i, s);
@@ -638,10 +640,32 @@ RdmaUsage RdmaResources::UsageOfSession(uint64_t session) const {
   return budget_.OfSession(session);
 }
 
-bool RdmaResources::QpOwnedBy(uint32_t qpn, uint32_t uid, const std::string& tenant) const {
-  absl::MutexLock lock(&mu_);
-  auto it = qp_owner_.find(qpn);
-  return it != qp_owner_.end() && it->second.owner.uid == uid && it->second.owner.tenant == tenant;
+absl::StatusOr<QpEndpoint> RdmaResources::AcceptOffer(const std::string& node, uint32_t their_qpn,
+                                                      uint32_t qpn, uint32_t uid,
+                                                      const std::string& tenant, std::string secret,
+                                                      const QpEndpoint& theirs) {
+  uint64_t session = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = qp_owner_.find(qpn);
+    if (it == qp_owner_.end() || it->second.owner.uid != uid || it->second.owner.tenant != tenant) {
+      // The same answer for a missing QP and another owner's: no oracle.
+      return absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " of uid ", uid,
+                                              " waits for node ", node, "'s queue pair ",
+                                              their_qpn));
+    }
+    session = it->second.owner.session;
+  }
+  if (theirs.provider != provider_->name()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, "'s queue pair ", their_qpn, " is on its ",
+        theirs.provider.empty() ? "unnamed" : theirs.provider, " provider and queue pair ", qpn,
+        " here on ", provider_->name(),
+        ": both ends of a queue pair need the same provider (rdma_provider in mooncaked.conf on "
+        "both nodes)"));
+  }
+  MC_RETURN_IF_ERROR(provider_->AcceptRemote(session, qpn, node, their_qpn, std::move(secret)));
+  return provider_->EndpointOf(session, qpn);
 }
 
 RdmaUsage RdmaResources::UsageOf(const Principal& who) const {

@@ -180,9 +180,17 @@ class RdmaResources {
   // Discovery's view of this node (GPU-NIC affinity), set once before the
   // daemon serves.
   void set_topology(v1::Topology topology) { topology_ = std::move(topology); }
-  // Whether QP `qpn` is owned by a session of `uid` on the socket of
-  // `tenant` (another node's offer for it names the offering QP's owner).
-  bool QpOwnedBy(uint32_t qpn, uint32_t uid, const std::string& tenant) const;
+  // Node `node` (authenticated by the peer channel) offers the connection
+  // of its QP `their_qpn`, whose endpoint is `theirs`, to this node's QP
+  // `qpn`, for a session of `uid` on the socket of `tenant`. NotFound
+  // unless `qpn` is a QP of that owner (a node vouches for its own
+  // sessions; the same answer for a missing QP and another owner's);
+  // FailedPrecondition when the two ends are on different providers. The
+  // provider takes the offer (AcceptRemote) and the answer is `qpn`'s
+  // endpoint, which `node` connects with.
+  absl::StatusOr<QpEndpoint> AcceptOffer(const std::string& node, uint32_t their_qpn, uint32_t qpn,
+                                         uint32_t uid, const std::string& tenant,
+                                         std::string secret, const QpEndpoint& theirs);
   // How queue pairs reach other nodes (null: they are refused). Set once
   // before the daemon serves.
   void set_remote_connections(std::shared_ptr<RemoteConnections> remote) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rdma/provider.h"
 
 namespace mooncake::daemon {
 
@@ -30,9 +31,12 @@ class RemoteConnections {
   // the pair). The node's refusal keeps its code.
   // `uid`/`tenant`: the owner of `qpn`; that node accepts only for a QP of
   // the same owner.
-  virtual absl::Status Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
-                             uint32_t uid, const std::string& tenant,
-                             const std::string& secret) = 0;
+  // `mine`: what that node needs of `qpn` (RdmaProvider::EndpointOf);
+  // returns what this node needs of `remote_qpn`, as that node answered.
+  virtual absl::StatusOr<QpEndpoint> Offer(const std::string& node, uint32_t qpn,
+                                           uint32_t remote_qpn, uint32_t uid,
+                                           const std::string& tenant, const std::string& secret,
+                                           const QpEndpoint& mine) = 0;
 };
 
 }  // namespace mooncake::daemon

@@ -86,6 +86,24 @@ absl::Status SoftnicProvider::Connect(uint64_t session, uint32_t qpn, uint64_t r
   return engine_.Connect(session, qpn, remote_qpn, remote_session);
 }
 
+absl::Status SoftnicProvider::AcceptRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                           uint32_t remote_qpn, std::string secret) {
+  (void)session;  // RdmaResources found `qpn` in it
+  return engine_.AcceptConnectionSecret(node, remote_qpn, qpn, std::move(secret));
+}
+
+absl::Status SoftnicProvider::ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                            uint32_t remote_qpn, std::string secret,
+                                            const QpEndpoint& peer) {
+  if (peer.provider != name()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node, "'s queue pair ", remote_qpn, " is on its ", peer.provider,
+        " provider and this one on softnic: both ends of a queue pair need the same provider "
+        "(rdma_provider in mooncaked.conf on both nodes)"));
+  }
+  return engine_.ConnectRemote(session, qpn, node, remote_qpn, std::move(secret));
+}
+
 absl::Status SoftnicProvider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
   {
     // Before the engine frees the number, which another session's

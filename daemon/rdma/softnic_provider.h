@@ -39,10 +39,11 @@ class SoftnicProvider final : public RdmaProvider {
   absl::StatusOr<std::vector<uint32_t>> CreateQueuePairs(
       uint64_t session, std::shared_ptr<softnic::SharedMapping> control, uint64_t control_offset,
       const std::vector<QpLayout>& layouts) override;
+  absl::Status AcceptRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                            uint32_t remote_qpn, std::string secret) override;
   absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
-                             uint32_t remote_qpn, std::string secret) override {
-    return engine_.ConnectRemote(session, qpn, node, remote_qpn, std::move(secret));
-  }
+                             uint32_t remote_qpn, std::string secret,
+                             const QpEndpoint& peer) override;
   absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                        uint32_t remote_qpn) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;

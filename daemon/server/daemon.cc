@@ -408,12 +408,7 @@ absl::Status Daemon::StartPeerServer() {
   peer_security_ = security.description;
   peer_service_ = std::make_unique<PeerService>(&node_, security.mode);
   peer_service_->set_softnic(softnic_engine_);
-  if (rdma_) {
-    peer_service_->set_qp_owner_check(
-        [rdma = rdma_.get()](uint32_t qpn, uint32_t uid, const std::string& tenant) {
-          return rdma->QpOwnedBy(qpn, uid, tenant);
-        });
-  }
+  peer_service_->set_rdma(rdma_.get());
   if (group_directory_) {
     // Endpoints of this node's ranks, only to nodes of the same group.
     peer_service_->set_endpoint_source(

@@ -6,6 +6,8 @@
 #include "mooncake/common/log.h"
 #include "mooncake/common/version.h"
 #include "peering/peer_identity.h"
+#include "peering/qp_endpoint_wire.h"
+#include "rdma/rdma_resources.h"
 
 namespace mooncake::daemon {
 
@@ -53,27 +55,32 @@ grpc::Status PeerService::PeerHello(grpc::ServerContext* ctx, const v1::PeerHell
 
 grpc::Status PeerService::OfferConnection(grpc::ServerContext* ctx,
                                           const v1::OfferConnectionRequest* req,
-                                          v1::OfferConnectionResponse*) {
+                                          v1::OfferConnectionResponse* resp) {
   absl::StatusOr<std::string> caller = Caller(*ctx, "OfferConnection", req->node_id());
   if (!caller.ok()) return ToGrpc(caller.status());
-  if (softnic_ == nullptr) {
+  if (rdma_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("node ", node_->node_id, " does not run softnic"));
+                        absl::StrCat("node ", node_->node_id, " serves no RDMA (rdma_provider)"));
+  }
+  absl::StatusOr<QpEndpoint> theirs = peering::FromWire(
+      req->endpoint(), absl::StrCat("node ", *caller, "'s queue pair ", req->qpn()));
+  if (!theirs.ok()) {
+    LogRefusal(Refusal::kConnection, *ctx, "OfferConnection", theirs.status().message());
+    return ToGrpc(theirs.status());
   }
   // Only for a QP of the offering QP's owner (same uid, same tenant): a
   // process of another user, on any node, cannot plant a secret on this
-  // QP nor learn one for it. The same answer as for a missing QP.
-  if (!owner_check_ || !owner_check_(req->peer_qpn(), req->uid(), req->tenant())) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrCat("no queue pair ", req->peer_qpn(), " of uid ", req->uid(),
-                                     " waits for node ", *caller, "'s queue pair ", req->qpn()));
+  // QP nor learn its endpoint. The same answer as for a missing QP.
+  absl::StatusOr<QpEndpoint> mine = rdma_->AcceptOffer(
+      *caller, req->qpn(), req->peer_qpn(), req->uid(), req->tenant(), req->secret(), *theirs);
+  if (!mine.ok()) {
+    if (mine.status().code() != absl::StatusCode::kNotFound) {
+      LogRefusal(Refusal::kConnection, *ctx, "OfferConnection", mine.status().message());
+    }
+    return ToGrpc(mine.status());
   }
-  absl::Status s =
-      softnic_->AcceptConnectionSecret(*caller, req->qpn(), req->peer_qpn(), req->secret());
-  if (!s.ok() && s.code() != absl::StatusCode::kNotFound) {
-    LogRefusal(Refusal::kConnection, *ctx, "OfferConnection", s.message());
-  }
-  return ToGrpc(s);
+  *resp->mutable_endpoint() = peering::ToWire(*mine);
+  return grpc::Status::OK;
 }
 
 grpc::Status PeerService::FetchRankEndpoints(grpc::ServerContext* ctx,

@@ -26,6 +26,10 @@
 #include "softnic/engine.h"
 
 namespace mooncake::daemon {
+class RdmaResources;
+}  // namespace mooncake::daemon
+
+namespace mooncake::daemon {
 
 class PeerService final : public v1::Peer::Service {
  public:
@@ -42,15 +46,12 @@ class PeerService final : public v1::Peer::Service {
                                   const v1::FetchRankEndpointsRequest* req,
                                   v1::FetchRankEndpointsResponse* resp) override;
 
-  // The node's softnic engine (null: this node's provider is not softnic).
-  // Set before serving.
+  // The node's softnic engine (null: this node's provider is not softnic):
+  // SoftnicExecute. Set before serving.
   void set_softnic(softnic::Engine* engine) { softnic_ = engine; }
-  // Whether QP `qpn` here is owned by `uid` of `tenant` (RdmaResources::
-  // QpOwnedBy); an offer for a QP of another owner is NOT_FOUND. Set before
-  // serving; without it every offer is refused.
-  void set_qp_owner_check(std::function<bool(uint32_t, uint32_t, const std::string&)> check) {
-    owner_check_ = std::move(check);
-  }
+  // Where offers of connections go (RdmaResources::AcceptOffer; null: RDMA
+  // off, every offer FAILED_PRECONDITION). Not owned. Set before serving.
+  void set_rdma(RdmaResources* rdma) { rdma_ = rdma; }
   // The endpoints of this node's ranks that the authenticated `node` asks
   // for (GroupBroker::MayFetchEndpoints, then EtcdGroupDirectory::
   // OwnEndpoints). Set before serving; without it (no cluster) every fetch
@@ -73,7 +74,7 @@ class PeerService final : public v1::Peer::Service {
   const NodeIdentity* const node_;
   const peering::PeerMode mode_;
   softnic::Engine* softnic_ = nullptr;
-  std::function<bool(uint32_t, uint32_t, const std::string&)> owner_check_;
+  RdmaResources* rdma_ = nullptr;
   EndpointSource endpoints_;
   RateLimitedLog identity_refusals_;    // who the caller is
   RateLimitedLog connection_refusals_;  // secrets and offers

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "mooncake/common/populate.h"
+#include "rdma/mlx5/devx_ifc.h"
 #include "rdma/rdma_resources.h"
 #include "rdma/rdma_service.h"
 
@@ -209,12 +210,13 @@ class FakeSession final : public NicSession {
     state_[qpn] = 0;
     return QueuePair{qpn, qpn + 0x10000};
   }
-  absl::Status Connect(uint32_t qpn, uint32_t, const RemoteQp& remote,
+  absl::Status Connect(uint32_t qpn, uint32_t local_psn, const RemoteQp& remote,
                        const ConnectTuning& tuning) override {
     if (!state_.contains(qpn)) return absl::NotFoundError("fake: no such QP");
     if (state_[qpn] != 0) return absl::FailedPreconditionError("fake: not in RESET");
     nic_->tunings.push_back(tuning);
     remotes_[qpn] = remote;
+    local_psns_[qpn] = local_psn;
     if (qpn == nic_->fail_qpn) {
       if (!nic_->fail_half_way) return absl::UnavailableError("fake: port 1 is DOWN");
       state_[qpn] = 1;  // INIT reached, INIT2RTR refused
@@ -233,6 +235,7 @@ class FakeSession final : public NicSession {
 
   uint64_t reg() const { return __atomic_load_n(&reg_, __ATOMIC_ACQUIRE); }
   std::map<uint32_t, RemoteQp> remotes_;
+  std::map<uint32_t, uint32_t> local_psns_;
 
  private:
   FakeNic* nic_;
@@ -733,6 +736,219 @@ TEST_F(Mlx5FakeTest, AQpnHeldOnAnotherNicIsRefusedNotTakenOver) {
   // The next number on mlx5_1 no longer clashes.
   qb = rdma_->CreateQueuePairs(b, Memfd(3 * 4096), 3 * 4096, {Layout(0)});
   ASSERT_TRUE(qb.ok()) << qb.status();
+}
+
+// ---- two nodes (issue 24 item 1) ---------------------------------------------------------------
+
+// One node: a provider over its own fake NICs, and its RdmaResources.
+struct FakeNode {
+  explicit FakeNode(std::string node_id, uint32_t lid, uint8_t ip_last) : id(std::move(node_id)) {
+    nic.ports["mlx5_0"] = IbPort(lid);
+    nic.ports["mlx5_1"] = RocePort(3);
+    nic.ports["mlx5_1"].gid.gid[15] = ip_last;
+    // Numbers apart per NIC (the daemon knows QPs by number only).
+    nic.next_qpn["mlx5_1"] = 0x800;
+    std::vector<Mlx5SessionOptions> nics(2);
+    nics[0].device = "mlx5_0";
+    nics[1].device = "mlx5_1";
+    Mlx5ProviderOptions options;
+    options.open =
+        [this](const Mlx5SessionOptions& o) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+      auto s = std::make_unique<FakeSession>(&nic, o, /*probe=*/false);
+      sessions_by_device[o.device] = s.get();
+      return std::unique_ptr<NicSession>(std::move(s));
+    };
+    rdma = std::make_unique<RdmaResources>(
+        &sessions, RdmaLimits{}, std::make_unique<Mlx5Provider>(std::move(nics), options));
+    service = std::make_unique<RdmaService>(nullptr, &sessions, &fds, rdma.get());
+  }
+  ~FakeNode() {
+    service.reset();
+    rdma.reset();
+  }
+  std::string id;
+  FakeNic nic;
+  std::map<std::string, FakeSession*> sessions_by_device;  // the last opened
+  int next_connection = 1;
+  SessionRegistry sessions{16};
+  FdBroker fds{absl::Seconds(60), &sessions, FdLimits{64, 128}};
+  std::unique_ptr<RdmaResources> rdma;
+  std::unique_ptr<RdmaService> service;
+};
+
+// The peer channel between two nodes, in process: an offer goes straight to
+// the other node's RdmaResources::AcceptOffer, as PeerService hands it there
+// (the wire form and the mTLS identity are tested with real daemons).
+class Bridge final : public RemoteConnections {
+ public:
+  Bridge(std::string self, FakeNode* other) : self_(std::move(self)), other_(other) {}
+  absl::Status CheckNode(uint64_t, const std::string& node) override {
+    return node == other_->id ? absl::OkStatus() : absl::NotFoundError("not in the cluster");
+  }
+  absl::StatusOr<QpEndpoint> Offer(const std::string&, uint32_t qpn, uint32_t remote_qpn,
+                                   uint32_t uid, const std::string& tenant,
+                                   const std::string& secret, const QpEndpoint& mine) override {
+    offered.push_back(mine);
+    return other_->rdma->AcceptOffer(self_, qpn, remote_qpn, uid, tenant, secret, mine);
+  }
+  std::vector<QpEndpoint> offered;
+
+ private:
+  std::string self_;
+  FakeNode* other_;
+};
+
+class Mlx5TwoNodesTest : public ::testing::Test {
+ protected:
+  Mlx5TwoNodesTest() {
+    a_.rdma->set_remote_connections(to_b_);
+    b_.rdma->set_remote_connections(to_a_);
+  }
+  ~Mlx5TwoNodesTest() override {
+    a_.rdma->set_remote_connections(nullptr);
+    b_.rdma->set_remote_connections(nullptr);
+  }
+  static SessionInfo Open(FakeNode& n, uint32_t uid, const std::string& nic) {
+    absl::StatusOr<SessionInfo> s =
+        n.sessions.Open(PeerCred{100, uid, uid}, n.next_connection++, "t");
+    EXPECT_TRUE(s.ok()) << s.status();
+    v1::SelectNicRequest req;
+    req.add_allowed(nic);
+    v1::SelectNicResponse resp;
+    EXPECT_TRUE(n.service->HandleSelectNic(*s, req, &resp).ok());
+    return *s;
+  }
+  static uint32_t OneQp(FakeNode& n, const SessionInfo& s) {
+    auto q = n.rdma->CreateQueuePairs(s, Memfd(3 * 4096), 3 * 4096, {Layout(0)});
+    EXPECT_TRUE(q.ok()) << q.status();
+    return q.ok() ? (*q)[0] : 0;
+  }
+  // The modify-QP mailboxes the session would send for its recorded
+  // connect of `qpn` (PlanConnect and the builders, as Mlx5Session runs
+  // them; the MAC that session would resolve is given).
+  static std::vector<DevxCommand> Commands(FakeNode& n, const std::string& device, uint32_t qpn) {
+    FakeSession* s = n.sessions_by_device.at(device);
+    const LocalEndpoint& ep = s->endpoint();
+    LocalPort port;
+    port.link_layer = ep.link_layer;
+    port.lid = ep.lid;
+    port.active_mtu = ep.active_mtu;
+    port.gid = ep.gid;
+    HcaGeneralCaps caps;
+    caps.log_max_msg = 30;
+    caps.log_max_ra_req_qp = 4;
+    caps.log_max_ra_res_qp = 4;
+    caps.gid_table_size = 16;
+    caps.num_ports = 1;
+    caps.port_type = ep.link_layer == LinkLayer::kEthernet ? kCapPortTypeEth : kCapPortTypeIb;
+    caps.roce = caps.atomic = caps.rc = true;
+    absl::StatusOr<ConnectPlan> plan =
+        PlanConnect(qpn, s->local_psns_.at(qpn), port, caps, s->remotes_.at(qpn), ConnectTuning{});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    if (!plan.ok()) return {};
+    if (plan->needs_remote_mac) plan->init2rtr.rmac = {0x02, 0, 0, 0, 0, 0x42};
+    std::vector<DevxCommand> out;
+    for (absl::StatusOr<DevxCommand> c :
+         {BuildRst2Init(plan->rst2init), BuildInit2Rtr(plan->init2rtr),
+          BuildRtr2Rts(plan->rtr2rts)}) {
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (c.ok()) out.push_back(*std::move(c));
+    }
+    return out;
+  }
+  // A big-endian field of a mailbox at literal byte offsets (the modify-QP
+  // input: the qpc at byte 0x18, its address path at qpc byte 0x18;
+  // offsets as the PRM and mlx5_devx_prm_test give them).
+  static uint64_t Bytes(const DevxCommand& c, size_t from, size_t count) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < count; ++i) v = v << 8 | c.in.at(from + i);
+    return v;
+  }
+
+  FakeNode a_{"node-a", 7, 7};
+  FakeNode b_{"node-b", 9, 9};
+  std::shared_ptr<Bridge> to_b_ = std::make_shared<Bridge>("node-a", &b_);
+  std::shared_ptr<Bridge> to_a_ = std::make_shared<Bridge>("node-b", &a_);
+};
+
+TEST_F(Mlx5TwoNodesTest, QueuePairsConnectAcrossNodesOnBothLinkLayers) {
+  for (const std::string nic : {"mlx5_0", "mlx5_1"}) {
+    SCOPED_TRACE(nic);
+    const bool roce = nic == "mlx5_1";
+    SessionInfo sa = Open(a_, 1000, nic), sb = Open(b_, 1000, nic);
+    const uint32_t qa = OneQp(a_, sa), qb = OneQp(b_, sb);
+    // Each node's client connects its own QP to the other's.
+    ASSERT_TRUE(a_.rdma->Connect(sa, {{qa, qb, "node-b"}}).ok());
+    ASSERT_TRUE(b_.rdma->Connect(sb, {{qb, qa, "node-a"}}).ok());
+    FakeSession* fa = a_.sessions_by_device.at(nic);
+    FakeSession* fb = b_.sessions_by_device.at(nic);
+    const RemoteQp& ra = fa->remotes_.at(qa);  // what node-a connected qa to
+    const RemoteQp& rb = fb->remotes_.at(qb);
+    // Each end sends from its own random PSN and expects the other's.
+    EXPECT_EQ(ra.qpn, qb);
+    EXPECT_EQ(rb.qpn, qa);
+    EXPECT_EQ(ra.psn, fb->local_psns_.at(qb));
+    EXPECT_EQ(rb.psn, fa->local_psns_.at(qa));
+    EXPECT_NE(fa->local_psns_.at(qa), fb->local_psns_.at(qb)) << "1 in 2^24: rerun";
+    // Each end's address is the other node's port.
+    EXPECT_EQ(ra.mtu, 5u);
+    if (roce) {
+      EXPECT_EQ(ra.gid, b_.nic.ports["mlx5_1"].gid.gid);
+      EXPECT_EQ(rb.gid, a_.nic.ports["mlx5_1"].gid.gid);
+      EXPECT_EQ(ra.gid_type, GidType::kRoceV2);
+    } else {
+      EXPECT_EQ(ra.lid, 9u);
+      EXPECT_EQ(rb.lid, 7u);
+    }
+    // The modify-QP commands node-a's NIC would get, byte for byte where
+    // the peer's values land: INIT2RTR remote_qpn (qpc bit 0xa8: mailbox
+    // bytes 45..47) and next_rcv_psn (qpc bit 0x4a8: bytes 173..175);
+    // RTR2RTS next_send_psn (qpc bit 0x3c8: bytes 145..147); the address
+    // path (qpc bit 0xc0: byte 48): rlid at its byte 6 (54..55) on IB,
+    // rgid at its byte 16 (64..79) on RoCE.
+    std::vector<DevxCommand> cmds = Commands(a_, nic, qa);
+    ASSERT_EQ(cmds.size(), 3u);
+    EXPECT_EQ(Bytes(cmds[1], 0, 2), 0x0503u);  // INIT2RTR_QP
+    EXPECT_EQ(Bytes(cmds[1], 45, 3), qb);
+    EXPECT_EQ(Bytes(cmds[1], 173, 3), fb->local_psns_.at(qb));
+    EXPECT_EQ(Bytes(cmds[2], 0, 2), 0x0504u);  // RTR2RTS_QP
+    EXPECT_EQ(Bytes(cmds[2], 145, 3), fa->local_psns_.at(qa));
+    if (roce) {
+      for (size_t i = 0; i < 16; ++i) {
+        EXPECT_EQ(cmds[1].in.at(64 + i), b_.nic.ports["mlx5_1"].gid.gid[i]) << "rgid byte " << i;
+      }
+    } else {
+      EXPECT_EQ(Bytes(cmds[1], 54, 2), 9u);
+    }
+    for (const QpRow& row : a_.rdma->ListQps(1000, false)) {
+      if (row.info.qpn == qa) EXPECT_EQ(row.info.state, softnic::QpState::kRts);
+    }
+  }
+  // What went over the channel: mlx5's endpoints, never a key or address.
+  ASSERT_FALSE(to_b_->offered.empty());
+  EXPECT_EQ(to_b_->offered[0].provider, "mlx5");
+}
+
+TEST_F(Mlx5TwoNodesTest, EndsThatCannotMeetAreRefusedNamingBoth) {
+  // InfiniBand on node-a, RoCE on node-b.
+  SessionInfo sa = Open(a_, 1000, "mlx5_0"), sb = Open(b_, 1000, "mlx5_1");
+  const uint32_t qa = OneQp(a_, sa), qb = OneQp(b_, sb);
+  absl::Status s = a_.rdma->Connect(sa, {{qa, qb, "node-b"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "Ethernet (RoCE) port")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "still in RESET")) << s;
+  // Another owner's QP on node-b reads as missing.
+  SessionInfo other = Open(b_, 2000, "mlx5_0");
+  const uint32_t qo = OneQp(b_, other);
+  s = a_.rdma->Connect(sa, {{qa, qo, "node-b"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  // A peer on another provider (node-b's answer named softnic).
+  QpEndpoint softnic;
+  softnic.provider = "softnic";
+  absl::StatusOr<QpEndpoint> refused =
+      a_.rdma->AcceptOffer("node-b", 5, qa, 1000, "", std::string(16, 's'), softnic);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "same provider")) << refused.status();
 }
 
 }  // namespace

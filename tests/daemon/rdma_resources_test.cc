@@ -156,11 +156,12 @@ TEST_F(RdmaResourcesTest, ConnectsOnlyToQpsOfTheSameUid) {
 class LossyRemote final : public RemoteConnections {
  public:
   absl::Status CheckNode(uint64_t, const std::string&) override { return absl::OkStatus(); }
-  absl::Status Offer(const std::string&, uint32_t qpn, uint32_t, uint32_t, const std::string&,
-                     const std::string& secret) override {
+  absl::StatusOr<QpEndpoint> Offer(const std::string&, uint32_t qpn, uint32_t, uint32_t,
+                                   const std::string&, const std::string& secret,
+                                   const QpEndpoint& mine) override {
     offers.push_back({qpn, secret});
     if (offers.size() == 1) return absl::DeadlineExceededError("the reply was lost");
-    return absl::OkStatus();
+    return mine;  // softnic's, as node-b's softnic answers
   }
   std::vector<std::pair<uint32_t, std::string>> offers;
 };

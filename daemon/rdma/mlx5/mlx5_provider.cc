@@ -3,11 +3,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
 #include "softnic/cuda_memory.h"
 
@@ -16,6 +19,34 @@ namespace mooncake::daemon::mlx5 {
 namespace {
 
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+// A QP's initial send PSN: random, as rdma-core's examples and perftest
+// choose, so that packets of an earlier QP with the same number (a QPN
+// reused on either node) fall outside the sequence the peer expects.
+uint32_t RandomPsn() {
+  const std::string bytes = RandomBytes(3);
+  return (uint32_t{static_cast<uint8_t>(bytes[0])} << 16) |
+         (uint32_t{static_cast<uint8_t>(bytes[1])} << 8) | static_cast<uint8_t>(bytes[2]);
+}
+
+// The peer's address as PlanConnect takes it.
+RemoteQp RemoteOf(const LocalEndpoint& ep, uint32_t qpn, uint32_t psn) {
+  RemoteQp remote;
+  remote.qpn = qpn;
+  remote.psn = psn;
+  remote.lid = ep.lid;
+  remote.gid = ep.gid.gid;
+  remote.gid_type = ep.gid.type;
+  remote.mtu = ep.active_mtu;
+  return remote;
+}
+
+std::optional<GidType> ParseGidType(const std::string& name) {
+  for (GidType t : {GidType::kIb, GidType::kRoceV1, GidType::kRoceV2}) {
+    if (name == GidTypeName(t)) return t;
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -294,6 +325,7 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateOnUmem(
     entry.info.nic = s.mlx5->device();
     entry.info.rings_in_gpu_memory = control == nullptr;
     entry.umem = umem;
+    entry.psn = RandomPsn();
     if (control != nullptr) {
       entry.sq = control->data() + rings.sq.offset;
       entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
@@ -316,6 +348,7 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
                                    uint32_t remote_qpn) {
   std::shared_ptr<Session> s = Find(session);
   std::shared_ptr<Session> peer = Find(remote_session);
+  uint32_t peer_psn = 0;
   {
     absl::MutexLock lock(&mu_);
     if (s == nullptr || !s->qps.contains(qpn) || peer == nullptr ||
@@ -323,18 +356,106 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
       return absl::NotFoundError(
           absl::StrCat("queue pair ", qpn, " or ", remote_qpn, " is not on this mlx5 provider"));
     }
+    peer_psn = peer->qps.at(remote_qpn).psn;
   }
-  // Both QPs are on this port: the peer's address is its session's endpoint
-  // (fixed when its context opened).
-  const LocalEndpoint& ep = peer->mlx5->endpoint();
+  // Both QPs are on this node: the peer's address is its session's
+  // endpoint (fixed when its context opened).
+  return ConnectTo(session, s, qpn, RemoteOf(peer->mlx5->endpoint(), remote_qpn, peer_psn));
+}
+
+absl::StatusOr<QpEndpoint> Mlx5Provider::EndpointOf(uint64_t session, uint32_t qpn) {
+  std::shared_ptr<Session> s = Find(session);
+  uint32_t psn = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (s == nullptr || !s->qps.contains(qpn)) {
+      return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+    }
+    psn = s->qps.at(qpn).psn;
+  }
+  const LocalEndpoint& ep = s->mlx5->endpoint();
+  QpEndpoint e;
+  e.provider = name_;
+  e.is_roce = ep.link_layer == LinkLayer::kEthernet;
+  e.lid = ep.lid;
+  e.gid = ep.gid.gid;
+  e.gid_index = ep.gid.index;
+  e.gid_type = GidTypeName(ep.gid.type);
+  e.mtu = ep.active_mtu;
+  e.psn = psn;
+  return e;
+}
+
+absl::Status Mlx5Provider::AcceptRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                        uint32_t remote_qpn, std::string secret) {
+  // The NIC matches the peer's packets by QPN, GID (or LID) and PSN, with
+  // the random PSNs standing where softnic checks a batch's secret; nothing
+  // is kept of the offer. The QP must still be this session's.
+  (void)node, (void)remote_qpn, (void)secret;
+  std::shared_ptr<Session> s = Find(session);
+  absl::MutexLock lock(&mu_);
+  if (s == nullptr || !s->qps.contains(qpn)) {
+    return absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " on this mlx5 provider"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Mlx5Provider::ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                                         uint32_t remote_qpn, std::string secret,
+                                         const QpEndpoint& peer) {
+  (void)secret;  // softnic's; a NIC has the PSNs (AcceptRemote)
+  std::shared_ptr<Session> s = Find(session);
+  {
+    absl::MutexLock lock(&mu_);
+    if (s == nullptr || !s->qps.contains(qpn)) {
+      return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+    }
+  }
+  const std::string whose = absl::StrCat("node ", node, "'s queue pair ", remote_qpn);
+  if (peer.provider != name_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        whose, " is on its ", peer.provider.empty() ? "unnamed" : peer.provider,
+        " provider and this one on mlx5: both ends of a queue pair need the same provider "
+        "(rdma_provider in mooncaked.conf on both nodes)"));
+  }
+  const LocalEndpoint& mine = s->mlx5->endpoint();
+  const bool roce = mine.link_layer == LinkLayer::kEthernet;
+  if (peer.is_roce != roce) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        whose, " is on an ", peer.is_roce ? "Ethernet (RoCE)" : "InfiniBand", " port and ",
+        s->mlx5->device(), " here on an ", roce ? "Ethernet (RoCE)" : "InfiniBand",
+        " one: a queue pair connects only over one link layer (rdma_devices on both nodes)"));
+  }
+  std::optional<GidType> type = ParseGidType(peer.gid_type);
+  if (!type.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(whose, " came with GID type '",
+                                                   EscapeForDisplay(peer.gid_type, 16),
+                                                   "' (expected IB, RoCE v1 or RoCE v2)"));
+  }
   RemoteQp remote;
   remote.qpn = remote_qpn;
-  remote.psn = 0;
-  remote.lid = ep.lid;
-  remote.gid = ep.gid.gid;
-  remote.gid_type = ep.gid.type;
-  remote.mtu = ep.active_mtu;
-  if (absl::Status st = s->mlx5->Connect(qpn, /*local_psn=*/0, remote, tuning_); !st.ok()) {
+  remote.psn = peer.psn;
+  remote.lid = peer.lid;
+  remote.gid = peer.gid;
+  remote.gid_type = *type;
+  remote.mtu = peer.mtu;
+  absl::Status st = ConnectTo(session, s, qpn, remote);
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("to ", whose, ": ", st.message()));
+  return st;
+}
+
+absl::Status Mlx5Provider::ConnectTo(uint64_t session, const std::shared_ptr<Session>& s,
+                                     uint32_t qpn, const RemoteQp& remote) {
+  uint32_t local_psn = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = s->qps.find(qpn);
+    if (it == s->qps.end()) {
+      return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
+    }
+    local_psn = it->second.psn;
+  }
+  if (absl::Status st = s->mlx5->Connect(qpn, local_psn, remote, tuning_); !st.ok()) {
     if (!s->mlx5->InReset(qpn)) {
       // Half way (INIT or RTR): no transition leads back but to RESET via
       // destruction. Listed as ERROR so mcctl and RdmaResources say so.
@@ -348,7 +469,7 @@ absl::Status Mlx5Provider::Connect(uint64_t session, uint32_t qpn, uint64_t remo
   absl::MutexLock lock(&mu_);
   Qp& qp = s->qps[qpn];
   qp.info.state = softnic::QpState::kRts;
-  qp.info.remote_qpn = remote_qpn;
+  qp.info.remote_qpn = remote.qpn;
   // A session that rings itself is never watched (the header says why);
   // rings in GPU memory only exist for such a session.
   if (s->client_rings || qp.sq_dbrec == nullptr) return absl::OkStatus();

@@ -14,12 +14,17 @@
 //            "gpu-uar" session only (the CPU-assisted doorbell and the ring
 //            counters read the records, which the daemon cannot reach
 //            there); a refused umem or QP is the client's cue to fall back.
-//   connect  QPs of this node: loopback on the same port, the peer built
-//            from the other session's endpoint (PSN 0 both ways), with
-//            Mlx5ProviderOptions::tuning (traffic class, service level...).
-//            A connect the NIC refuses half way leaves the QP listed in
-//            ERROR (destroy it); one refused before any transition leaves
-//            it in RESET.
+//   connect  Every QP sends from a random initial PSN. QPs of this node:
+//            loopback on the same port, the peer built from the other
+//            session's endpoint. QPs of another node (ConnectRemote): the
+//            peer's endpoint as its daemon answered the offer (LID, GID
+//            and type, MTU, PSN; rdma/provider.h QpEndpoint), refused when
+//            the providers or link layers differ; on RoCE the next hop's
+//            MAC is resolved here from the peer's GID, as rdma-core does.
+//            Both with Mlx5ProviderOptions::tuning (traffic class, service
+//            level...). A connect the NIC refuses half way leaves the QP
+//            listed in ERROR (destroy it); one refused before any
+//            transition leaves it in RESET.
 //   link     LinkOf: the session's endpoint (link layer, the GID its
 //            context chose); before it opens, a context opened and closed
 //            on its NIC says what it would choose. Any caller may ask
@@ -107,6 +112,12 @@ class Mlx5Provider final : public RdmaProvider {
       const std::vector<QpLayout>& layouts) override;
   absl::Status Connect(uint64_t session, uint32_t qpn, uint64_t remote_session,
                        uint32_t remote_qpn) override;
+  absl::StatusOr<QpEndpoint> EndpointOf(uint64_t session, uint32_t qpn) override;
+  absl::Status AcceptRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                            uint32_t remote_qpn, std::string secret) override;
+  absl::Status ConnectRemote(uint64_t session, uint32_t qpn, const std::string& node,
+                             uint32_t remote_qpn, std::string secret,
+                             const QpEndpoint& peer) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
   void SessionEnded(uint64_t session) override;
   absl::StatusOr<DoorbellAccess> OpenDoorbellAccess(uint64_t session) override;
@@ -129,6 +140,7 @@ class Mlx5Provider final : public RdmaProvider {
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
     std::shared_ptr<softnic::SharedMapping> control;
+    uint32_t psn = 0;  // its initial send PSN (random; the peer's next_rcv_psn)
   };
   struct Session {
     std::unique_ptr<NicSession> mlx5;
@@ -153,6 +165,11 @@ class Mlx5Provider final : public RdmaProvider {
       const std::vector<QpLayout>& layouts, std::shared_ptr<softnic::SharedMapping> control)
       ABSL_LOCKS_EXCLUDED(mu_);
   std::shared_ptr<Session> Find(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Connect's and ConnectRemote's common part: RESET -> RTS towards
+  // `remote` from the QP's own PSN, the QP listed in ERROR when the NIC
+  // refused half way, and watched by the CPU-assisted doorbell.
+  absl::Status ConnectTo(uint64_t session, const std::shared_ptr<Session>& s, uint32_t qpn,
+                         const RemoteQp& remote) ABSL_LOCKS_EXCLUDED(mu_);
   static uint64_t DoorbellKey(uint64_t session, uint32_t qpn) {
     return session << 24 ^ qpn;  // sessions count up from 1; QPNs are 24-bit
   }

@@ -41,7 +41,6 @@
 #include "peering/peer_tls.h"
 #include "peering/softnic_peer_link.h"
 #include "rdma/rdma_resources.h"
-#include "rdma/rdma_service.h"
 #include "server/admin_service.h"
 #include "server/connection_table.h"
 #include "server/grpc_acceptor.h"
@@ -49,6 +48,7 @@
 #include "server/local_service.h"
 #include "server/node_identity.h"
 #include "server/peer_service.h"
+#include "server/rdma_service.h"
 #include "server/session_lifecycle.h"
 #include "session/session_registry.h"
 

@@ -252,11 +252,24 @@ TEST(CompatRdma, PutSignalAndRedAddPostWhatUpstreamPosts) {
   EXPECT_EQ(Doorbell(w), 3u);
 
   // The lower-level upstream calls take the remote address whole.
-  mc_ibgda_put(c.ibgda, 0, 3, 0, 1, send, 0xabc000, 64);
+  EXPECT_EQ(mc_ibgda_put(c.ibgda, 0, 3, 0, 1, send, 0xabc000, 64), McStatus::kOk);
   EXPECT_EQ(PostedAt(w, 3).raddr, 0xabc000u);
   mc_ibgda_red_add(c.ibgda, 0, 3, 0, 1, 0, 0xabd000, 1);
   EXPECT_EQ(PostedAt(w, 4).opcode, mlx5::kOpAtomicMaskedFa);
   EXPECT_EQ(mc_ibgda_channel(c.ibgda, 5, 1, 2), &w.devctx[1 * 2 + 1]);
+
+  // A source outside the registered buffer, too long to go inline: nothing
+  // is posted, and the calls say so instead of dropping the data unseen.
+  static char elsewhere[64];
+  EXPECT_EQ(mc_ibgda_put(c.ibgda, 0, 3, 0, 1, elsewhere, 0xabc000, sizeof(elsewhere)),
+            McStatus::kNotRegistered);
+  EXPECT_EQ(mc_rdma_put(c, 0, 3, 1, elsewhere, recv, sizeof(elsewhere), 0),
+            McStatus::kNotRegistered);
+  EXPECT_EQ(mc_rdma_put(c, 0, 3, 1, elsewhere, recv, sizeof(elsewhere), 1), McStatus::kOk);
+  EXPECT_EQ(Doorbell(w), 5u) << "nothing more posted";
+  // At most 28 bytes travel inline from anywhere.
+  EXPECT_EQ(mc_ibgda_put(c.ibgda, 0, 3, 0, 1, elsewhere, 0xabc000, 28), McStatus::kOk);
+  EXPECT_EQ(Doorbell(w), 6u);
 }
 
 // Upstream would write through a null queue pair; with no status to return,

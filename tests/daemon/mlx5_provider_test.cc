@@ -26,7 +26,7 @@
 #include "mooncake/common/populate.h"
 #include "rdma/mlx5/devx_ifc.h"
 #include "rdma/rdma_resources.h"
-#include "rdma/rdma_service.h"
+#include "server/rdma_service.h"
 
 namespace mooncake::daemon::mlx5 {
 namespace {

@@ -1,6 +1,6 @@
 // RdmaService for a session (its Handle* methods, without a server): a bad
 // request is refused before its fd ticket is taken, and lists are bounded.
-#include "rdma/rdma_service.h"
+#include "server/rdma_service.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -103,13 +103,16 @@ MC_DEVICE McPeer mc_detail_upstream_rdma_peer(const CommCtx& ctx, int channel, i
 // bytes). Call it where mc_route_put returned nullptr; every lane may call,
 // lane 0 posts. Posted, not done: the NIC reads send_ptr later, so keep it
 // unchanged until a signal on the same channel (ordered after it) or
-// mc_quiet(ctx).
-MC_DEVICE void mc_rdma_put(const CommCtx& ctx, int channel, int dst_rank, int qps_per_rank,
-                           const void* send_ptr, void* recv_ptr, uint32_t nbytes, int lane_id) {
-  if (lane_id != 0) return;
+// mc_quiet(ctx). Returns kOk (on every lane but 0 too), or kNotRegistered
+// when lane 0 found send_ptr outside the buffer and too long to go inline:
+// nothing is posted then. Upstream's call returns nothing, so upstream code
+// never sees this: check it where the source may lie elsewhere.
+MC_DEVICE McStatus mc_rdma_put(const CommCtx& ctx, int channel, int dst_rank, int qps_per_rank,
+                               const void* send_ptr, void* recv_ptr, uint32_t nbytes, int lane_id) {
+  if (lane_id != 0) return McStatus::kOk;
   const McPeer p =
       mc_detail_upstream_rdma_peer(ctx, channel, dst_rank, qps_per_rank, "mc_rdma_put");
-  (void)rdma_detail::put(p, recv_ptr, send_ptr, nbytes);
+  return rdma_detail::put(p, recv_ptr, send_ptr, nbytes);
 }
 
 // ---- signals -----------------------------------------------------------------------

@@ -85,13 +85,17 @@ MC_DEVICE McPeer mc_detail_upstream_qp(const IbgdaContext& ctx, int channel, int
 // RDMA WRITE of `nbytes` from `send_ptr` (inside this rank's registered
 // buffer, or at most 28 bytes from anywhere: those travel inline) to the
 // remote address `recv_raddr` at `dst_rank`. One thread calls it.
-MC_DEVICE void mc_ibgda_put(const IbgdaContext& ctx, int channel, int dst_rank, int src_rank,
-                            int qps_per_rank, const void* send_ptr, uint64_t recv_raddr,
-                            uint32_t nbytes) {
+// Returns kOk once posted, or kNotRegistered when `send_ptr` is neither in
+// this rank's registered buffer nor short enough to go inline: nothing is
+// posted then, and upstream code that ignores the result (its call returns
+// nothing) sends nothing, so check it where the source may lie elsewhere.
+MC_DEVICE McStatus mc_ibgda_put(const IbgdaContext& ctx, int channel, int dst_rank, int src_rank,
+                                int qps_per_rank, const void* send_ptr, uint64_t recv_raddr,
+                                uint32_t nbytes) {
   (void)src_rank;
   const McPeer p = mc_detail_upstream_qp(ctx, channel, dst_rank, qps_per_rank, "mc_ibgda_put");
-  (void)rdma_detail::put(p, reinterpret_cast<void*>(static_cast<uintptr_t>(recv_raddr)), send_ptr,
-                         nbytes);
+  return rdma_detail::put(p, reinterpret_cast<void*>(static_cast<uintptr_t>(recv_raddr)), send_ptr,
+                          nbytes);
 }
 
 // Atomic add of `value` to the 32-bit word at `recv_raddr` on `dst_rank`

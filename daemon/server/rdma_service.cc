@@ -1,4 +1,4 @@
-#include "rdma/rdma_service.h"
+#include "server/rdma_service.h"
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/status.h"

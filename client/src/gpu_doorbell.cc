@@ -13,10 +13,12 @@ absl::StatusOr<GpuUar> MapUarForGpu(const DoorbellAccess& access, drivers::CudaD
   const uint64_t page = access.uar_page_bytes;
   if (page == 0 || page > (uint64_t{1} << 21) || (page & (page - 1)) != 0 ||
       access.uar_reg_offset + 8 > page || access.uar_reg_offset % 8 != 0 ||
-      access.uar_mmap_offset < 0 || !access.command_fd.valid()) {
+      access.uar_mmap_offset <= 0 || !access.command_fd.valid()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "doorbell hand-off from ", access.device, ": UAR page of ", page, " bytes with the ",
-        "register at ", access.uar_reg_offset, " is not a usable mapping"));
+        "register at ", access.uar_reg_offset, " at mmap offset ", access.uar_mmap_offset,
+        " is not a usable mapping (offset 0 would map the context's legacy UAR, not the "
+        "session's)"));
   }
   // Write-only: a UAR is never read, and a read may fault on some NICs.
   void* p = ::mmap(nullptr, page, PROT_WRITE, MAP_SHARED, access.command_fd.get(),

@@ -133,6 +133,12 @@ TEST_F(GpuDoorbellTest, ImplausibleHandOffsAreRefusedBeforeAnyMapping) {
   a = Access();
   a.command_fd = UniqueFd();
   EXPECT_EQ(MapUarForGpu(a, cu_).status().code(), absl::StatusCode::kInvalidArgument);
+  // Offset 0 would map the context's legacy UAR, not the session's.
+  a = Access();
+  a.uar_mmap_offset = 0;
+  absl::Status zero = MapUarForGpu(a, cu_).status();
+  EXPECT_EQ(zero.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.message().find("legacy UAR"), std::string::npos) << zero;
   EXPECT_EQ(cu_.calls("memHostRegister"), 0);
   // An fd that cannot be mapped (a pipe: ENODEV): the mmap's own error,
   // named, and nothing registered.

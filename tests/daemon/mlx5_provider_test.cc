@@ -146,6 +146,9 @@ struct FakeNic {
   std::vector<DmabufUmem> dmabuf_umems;
   int umems_live = 0;
   bool refuse_dmabuf_umem = false;
+  // What the sessions' UARs report as their mmap offset (0: a kernel
+  // without dynamic UAR mapping).
+  int64_t uar_mmap_offset = 0x3000;
   bool refuse_qp_on_gpu_umem = false;
 };
 
@@ -155,6 +158,7 @@ class FakeSession final : public NicSession {
       : nic_(nic), device_(o.device), endpoint_(nic->ports.at(o.device)) {
     ++nic_->opens;
     ++nic_->live;
+    uar_.mmap_offset = nic->uar_mmap_offset;
     nic_->last_override = o.gid_index;
     if (o.gid_index.has_value()) {
       endpoint_.gid.index = *o.gid_index;
@@ -600,6 +604,22 @@ TEST_F(Mlx5FakeTest, TheDaemonRingsTheSessionsRegisterForAConnectedQp) {
   sessions_.Close(b.id);
   rdma_->SessionEnded(b.id);
   EXPECT_EQ(nic_.live.load(), 0);
+}
+
+// Issue 24 item 9: a kernel without dynamic UAR mapping reports mmap
+// offset 0, which on the command fd maps the context's legacy UAR: a
+// client ringing there would ring another page. Refused, saying why.
+TEST_F(Mlx5FakeTest, AUarAtMmapOffsetZeroIsNotHandedOut) {
+  nic_.uar_mmap_offset = 0;
+  Make();
+  SessionInfo a = Open(1000, 1);
+  absl::StatusOr<DoorbellAccess> access = rdma_->OpenDoorbellAccess(a);
+  ASSERT_EQ(access.status().code(), absl::StatusCode::kFailedPrecondition) << access.status();
+  EXPECT_TRUE(absl::StrContains(access.status().message(), "no dynamic UAR mapping"))
+      << access.status();
+  // The session keeps the daemon's doorbell: its QPs still work.
+  std::vector<uint32_t> q = Qps(a, 1);
+  EXPECT_EQ(q.size(), 1u);
 }
 
 // Rings in GPU memory (control_kind "dmabuf"): a dmabuf umem over the

@@ -546,6 +546,17 @@ absl::StatusOr<DoorbellAccess> Mlx5Provider::OpenDoorbellAccess(uint64_t session
     absl::MutexLock lock(&mu_);
     MC_RETURN_IF_ERROR(CheckNothingHeld(*s, "the doorbell hand-off"));
   }
+  if (s->mlx5->uar().mmap_offset <= 0) {
+    // Offset 0 is the legacy UAR the context opened with, not this
+    // session's: a client mapping it would ring through the wrong page.
+    // Kernels without dynamic UAR allocation report it (mlx5_ib before
+    // UAR_OBJ support).
+    return absl::FailedPreconditionError(absl::StrCat(
+        s->mlx5->device(), " reported mmap offset ", s->mlx5->uar().mmap_offset,
+        " for the session's UAR: this kernel's mlx5_ib driver cannot hand a UAR page to another "
+        "process (no dynamic UAR mapping); update the kernel or OFED, or keep the daemon's "
+        "cpu-assisted doorbell (do not ask for gpu-uar)"));
+  }
   MC_ASSIGN_OR_RETURN(UniqueFd fd, s->mlx5->DupCommandFd());
   DoorbellAccess a;
   a.command_fd = std::move(fd);

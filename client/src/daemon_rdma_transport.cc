@@ -69,8 +69,22 @@ DaemonRdmaTransport::~DaemonRdmaTransport() {
 
 void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
   std::lock_guard<std::mutex> lock(loss_mu_);
-  // The daemon's objects are gone (softnic stopped with it; a NIC's QPs go
-  // with the verbs context): nothing will complete these QPs' WQEs again.
+  // First the UAR (issue 24 item 7): in gpu-uar mode this process holds
+  // the command fd, so the verbs context, and with it the NIC's QPs, live
+  // on after the daemon; a NIC still completing WQEs could write a CQE over
+  // the flush entry below. Letting go of the fd's mapping ends the context,
+  // and only then is the CQ ours alone.
+  std::string uar;
+  if (uar_page_ != nullptr && !uar_detached_) {
+    GpuUar mapped{uar_page_, uar_page_bytes_, uar_register_dev_, false};
+    absl::Status s = DetachUarFromCommandFd(mapped);
+    uar_detached_ = mapped.detached;
+    uar = s.ok() ? "; the UAR page no longer holds the daemon's verbs context"
+                 : absl::StrCat("; ", s.message());
+  }
+  // Now the daemon's objects are gone (softnic stopped with it; a NIC's
+  // QPs went with the verbs context): nothing will complete these QPs'
+  // WQEs again.
   int failed = 0;
   std::string gpu_error;
   if (gpu_control_ != nullptr) {
@@ -93,14 +107,6 @@ void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
       FailQueuePairRings(control_, options_.sq_depth, slot, qpns_[slot]);
       ++failed;
     }
-  }
-  std::string uar;
-  if (uar_page_ != nullptr && !uar_detached_) {
-    GpuUar mapped{uar_page_, uar_page_bytes_, uar_register_dev_, false};
-    absl::Status s = DetachUarFromCommandFd(mapped);
-    uar_detached_ = mapped.detached;
-    uar = s.ok() ? "; the UAR page no longer holds the daemon's verbs context"
-                 : absl::StrCat("; ", s.message());
   }
   if (failed > 0 || !uar.empty() || !gpu_error.empty()) {
     MC_LOG(kWarning, "mooncaked went away (", why, "): ", failed,

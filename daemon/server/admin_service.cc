@@ -10,6 +10,7 @@
 #include "mooncake/common/grpc_status.h"
 #include "mooncake/common/paths.h"
 #include "mooncake/common/version.h"
+#include "mooncake/device/qp_error.h"
 
 namespace mooncake::daemon {
 
@@ -130,20 +131,6 @@ grpc::Status AdminService::ListGroups(grpc::ServerContext* ctx, const v1::ListGr
 namespace {
 
 // The syndrome that put a QP in the error state, in words.
-std::string SyndromeText(uint8_t s) {
-  switch (s) {
-    case 0: return "";
-    case 0x01: return "local length error (0x01)";
-    case 0x02: return "local QP operation error: malformed WQE or doorbell (0x02)";
-    case 0x04: return "local protection error: bad lkey or source range (0x04)";
-    case 0x05: return "work request flushed (0x05)";
-    case 0x12: return "remote invalid request: misaligned atomic (0x12)";
-    case 0x13: return "remote access error: bad rkey, range or rights (0x13)";
-    case 0x14: return "remote operation error (0x14)";
-    default: return absl::StrCat("syndrome 0x", absl::Hex(s));
-  }
-}
-
 std::string AccessText(uint32_t a) {
   std::vector<std::string> parts = {"local"};
   if (a & softnic::kRemoteWrite) parts.push_back("remote-write");
@@ -176,7 +163,7 @@ grpc::Status AdminService::ListQueuePairs(grpc::ServerContext* ctx,
     q->set_sq_wqe_cnt(r.info.sq_wqe_cnt);
     q->set_wqes_done(r.info.wqes_done);
     q->set_wqes_counted(rdma_->provider_counts_wqes());
-    q->set_last_error(SyndromeText(r.info.last_syndrome));
+    q->set_last_error(device::DescribeCqeSyndrome(r.info.last_syndrome));
     q->set_ring_memory(r.info.rings_in_gpu_memory ? "gpu" : "host");
     if (r.rings.has_value()) {
       q->set_ring_counters(true);

@@ -689,7 +689,17 @@ TEST(Mlx5ConnectPlan, RoceV2) {
   EXPECT_EQ(p.rtr2rts.log_sra_max, 4u);  // the device's requester limit
   EXPECT_EQ(p.rtr2rts.retry_count, 7u);
   EXPECT_EQ(p.rtr2rts.rnr_retry, 7u);
-  EXPECT_EQ(p.rtr2rts.ack_timeout, 20u);
+  EXPECT_EQ(p.rtr2rts.ack_timeout, 17u);
+  // Issue 24 item 4: the NIC's own error (transport retry exceeded) comes
+  // well before the device gives up (DaemonRdmaOptions::timeout_ns, 10 s by
+  // default), so the user reads why, not "timed out".
+  EXPECT_LT(NicRetryBudget(ConnectTuning{}), absl::Seconds(5));
+  EXPECT_GT(NicRetryBudget(ConnectTuning{}), absl::Seconds(4));
+  ConnectTuning nvshmem;
+  nvshmem.ack_timeout = 20;
+  EXPECT_GT(NicRetryBudget(nvshmem), absl::Seconds(30));  // what the old default cost
+  nvshmem.ack_timeout = 0;
+  EXPECT_EQ(NicRetryBudget(nvshmem), absl::InfiniteDuration());
 
   // The MAC is the session's to fill: without it INIT2RTR does not build.
   EXPECT_EQ(BuildInit2Rtr(rtr).status().code(), absl::StatusCode::kInvalidArgument);

@@ -365,6 +365,7 @@ TEST(Mlx5PrmConstants, CqeSyndromesMatch) {
   EXPECT_CONST(kSyndRemoteAccessErr, MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR);
   EXPECT_CONST(kSyndRemoteOpErr, MLX5_CQE_SYNDROME_REMOTE_OP_ERR);
   EXPECT_CONST(kSyndTransportRetryExcErr, MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR);
+  EXPECT_CONST(kSyndRnrRetryExcErr, MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR);
 }
 
 // ---- builders against the same WQE composed with mlx5dv ------------------------------------

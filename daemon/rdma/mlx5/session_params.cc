@@ -333,6 +333,12 @@ absl::Status ValidateConnectTuning(const ConnectTuning& t, LinkLayer link_layer)
   return s;
 }
 
+absl::Duration NicRetryBudget(const ConnectTuning& tuning) {
+  if (tuning.ack_timeout == 0) return absl::InfiniteDuration();
+  const double per_try_us = 4.096 * static_cast<double>(uint64_t{1} << tuning.ack_timeout);
+  return absl::Microseconds(per_try_us * (tuning.retry_count + 1));
+}
+
 absl::StatusOr<ConnectPlan> PlanConnect(uint32_t local_qpn, uint32_t local_psn,
                                         const LocalPort& local, const HcaGeneralCaps& caps,
                                         const RemoteQp& remote, const ConnectTuning& tuning) {

@@ -20,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "rdma/mlx5/devx_commands.h"
 
 namespace mooncake::daemon::mlx5 {
@@ -198,10 +199,15 @@ struct RemoteQp {
 
 // How the connection behaves; the defaults suit an RC QP of the IBGDA path.
 struct ConnectTuning {
-  uint32_t traffic_class = 0;    // 0..255; RoCE v2: DSCP << 2 | ECN
-  uint32_t service_level = 0;    // InfiniBand SL 0..15; Ethernet 802.1p priority 0..7
-  uint32_t hop_limit = 64;       // GRH hop limit / IP TTL, 1..255
-  uint32_t ack_timeout = 20;     // 4.096 us * 2^n (20: ~4.3 s), 0..31 (0: wait forever)
+  uint32_t traffic_class = 0;  // 0..255; RoCE v2: DSCP << 2 | ECN
+  uint32_t service_level = 0;  // InfiniBand SL 0..15; Ethernet 802.1p priority 0..7
+  uint32_t hop_limit = 64;     // GRH hop limit / IP TTL, 1..255
+  // 4.096 us * 2^n, 0..31 (0: wait forever). 17 (~0.54 s): with 7 retries
+  // the NIC reports a lost peer after ~4.3 s, well inside the device's
+  // default 10 s timeout, so the user sees the NIC's named error
+  // (NicRetryBudget; mooncake/device/qp_error.h). 20, NVSHMEM's, would take
+  // ~34 s: the device would give up first and the reason be lost.
+  uint32_t ack_timeout = 17;
   uint32_t retry_count = 7;      // transport retries, 0..7
   uint32_t rnr_retry = 7;        // RNR retries, 0..7 (7: without limit)
   uint32_t min_rnr_nak = 12;     // RNR NAK timer code, 0..31 (12: 0.64 ms)
@@ -215,6 +221,11 @@ struct ConnectTuning {
   // Responder atomic operand sizes (mc_red_add uses 8-byte fetch-add).
   AtomicMode atomic_mode = AtomicMode::kUpTo8Bytes;
 };
+
+// How long the NIC retries an unacknowledged packet before it fails the QP
+// with a transport-retry-exceeded CQE: (retry_count + 1) * 4.096 us *
+// 2^ack_timeout; infinite for ack_timeout 0.
+absl::Duration NicRetryBudget(const ConnectTuning& tuning);
 
 // Every field in its range (service_level by link layer).
 absl::Status ValidateConnectTuning(const ConnectTuning& tuning, LinkLayer link_layer);

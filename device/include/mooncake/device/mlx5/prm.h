@@ -86,6 +86,7 @@ inline constexpr uint8_t kSyndRemoteInvalReqErr = 0x12;
 inline constexpr uint8_t kSyndRemoteAccessErr = 0x13;
 inline constexpr uint8_t kSyndRemoteOpErr = 0x14;
 inline constexpr uint8_t kSyndTransportRetryExcErr = 0x15;
+inline constexpr uint8_t kSyndRnrRetryExcErr = 0x16;
 
 // ---- WQE segments --------------------------------------------------------------------------
 

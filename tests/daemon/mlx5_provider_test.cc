@@ -290,6 +290,10 @@ class Mlx5FakeTest : public ::testing::Test {
       last_ = s.get();
       return std::unique_ptr<NicSession>(std::move(s));
     };
+    // The test process may run as root with every capability: the fake
+    // hand-off is judged by rights_ (AHandOffIsRefusedWhileTheDaemonHoldsRawCapabilities
+    // runs the real check).
+    if (!options.handoff_rights) options.handoff_rights = [this] { return rights_; };
     auto p = std::make_unique<Mlx5Provider>(std::move(nics), std::move(options));
     provider_ = p.get();
     rdma_ = std::make_unique<RdmaResources>(&sessions_, RdmaLimits{}, std::move(p));
@@ -338,6 +342,7 @@ class Mlx5FakeTest : public ::testing::Test {
   }
 
   FakeNic nic_;
+  absl::Status rights_ = absl::OkStatus();
   bool probing_ = false;
   FakeSession* last_ = nullptr;
   SessionRegistry sessions_{64};
@@ -604,6 +609,31 @@ TEST_F(Mlx5FakeTest, TheDaemonRingsTheSessionsRegisterForAConnectedQp) {
   sessions_.Close(b.id);
   rdma_->SessionEnded(b.id);
   EXPECT_EQ(nic_.live.load(), 0);
+}
+
+// Issue 24 item 8: a context's rights are fixed from the opener's
+// capabilities, and a client holding its fd has them. A daemon holding
+// CAP_NET_RAW or CAP_SYS_RAWIO hands out no context, and opens none for
+// the hand-off; its sessions keep the daemon's doorbell.
+TEST_F(Mlx5FakeTest, AHandOffIsRefusedWhileTheDaemonHoldsRawCapabilities) {
+  Mlx5ProviderOptions options;
+  options.handoff_rights = &CheckHandOffRights;  // this process's own
+  Make(std::move(options));
+  SessionInfo a = Open(1000, 1);
+  const absl::Status real = CheckHandOffRights();
+  absl::StatusOr<DoorbellAccess> access = rdma_->OpenDoorbellAccess(a);
+  EXPECT_EQ(access.status().code(), real.code()) << access.status();
+  if (!real.ok()) {
+    // As root with full capabilities (CI): named, and nothing opened.
+    EXPECT_TRUE(absl::StrContains(access.status().message(), "CAP_NET_RAW")) << access.status();
+    EXPECT_TRUE(absl::StrContains(access.status().message(), "cpu-assisted")) << access.status();
+    EXPECT_EQ(nic_.opens.load(), 0);
+  }
+  rights_ = absl::FailedPreconditionError("mooncaked holds CAP_SYS_RAWIO: refused");
+  Make();
+  SessionInfo b = Open(1000, 2);
+  EXPECT_EQ(rdma_->OpenDoorbellAccess(b).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Qps(b, 1).size(), 1u);  // the daemon's doorbell still serves it
 }
 
 // Issue 24 item 9: a kernel without dynamic UAR mapping reports mmap

@@ -60,7 +60,9 @@ Mlx5Provider::Mlx5Provider(std::vector<Mlx5SessionOptions> nics, Mlx5ProviderOpt
                     [](const Mlx5SessionOptions& o) -> absl::StatusOr<std::unique_ptr<NicSession>> {
                       MC_ASSIGN_OR_RETURN(std::unique_ptr<Mlx5Session> s, Mlx5Session::Open(o));
                       return std::unique_ptr<NicSession>(std::move(s));
-                    })) {}
+                    })),
+      handoff_rights_(options.handoff_rights ? std::move(options.handoff_rights)
+                                             : HandOffRightsCheck(&CheckHandOffRights)) {}
 
 std::vector<std::string> Mlx5Provider::served_nics() const {
   std::vector<std::string> out;
@@ -541,6 +543,8 @@ absl::Status Mlx5Provider::CheckNothingHeld(const Session& s, const char* what) 
 }
 
 absl::StatusOr<DoorbellAccess> Mlx5Provider::OpenDoorbellAccess(uint64_t session) {
+  // Before any context opens for it: the context's rights are the opener's.
+  MC_RETURN_IF_ERROR(handoff_rights_());
   MC_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, SessionFor(session));
   {
     absl::MutexLock lock(&mu_);

@@ -59,6 +59,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "rdma/mlx5/cpu_doorbell.h"
+#include "rdma/mlx5/handoff_rights.h"
 #include "rdma/mlx5/mlx5_session.h"
 #include "rdma/provider.h"
 
@@ -73,6 +74,9 @@ struct Mlx5ProviderOptions {
   ConnectTuning tuning;
   // Null: Mlx5Session::Open (tests give a fake).
   NicSessionOpener open;
+  // Whether a context may be handed to a client (OpenDoorbellAccess).
+  // Null: CheckHandOffRights (tests give their own).
+  HandOffRightsCheck handoff_rights;
 };
 
 class Mlx5Provider final : public RdmaProvider {
@@ -177,6 +181,7 @@ class Mlx5Provider final : public RdmaProvider {
   const std::vector<Mlx5SessionOptions> nics_;
   const ConnectTuning tuning_;
   const NicSessionOpener open_;
+  const HandOffRightsCheck handoff_rights_;
   // The options of the NIC `session` opens on (bound, else the default).
   const Mlx5SessionOptions& NicOptionsOf(uint64_t session) const ABSL_LOCKS_EXCLUDED(mu_);
   // Sessions bound to a NIC other than the default: index into nics_.

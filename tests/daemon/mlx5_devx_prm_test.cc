@@ -411,6 +411,71 @@ TEST(Mlx5DevxGolden, QueryHcaCap) {
   EXPECT_TRUE(SameBytes(Image(16, {{0, {0x01, 0x00}}}), max.in));
 }
 
+// Issue 24 item 2: the atomic caps ([K]/[R] mlx5_ifc_atomic_caps_bits;
+// op_mod type MLX5_CAP_ATOMIC = 3, as NVSHMEM's
+// nvshmemt_ib_common_check_nic_ext_atomic_support queries them).
+TEST(Mlx5DevxIfc, AtomicCaps) {
+  ExpectTable("atomic_caps", {
+                                 {"atomic_req_8B_endianness_mode",
+                                  kAtomicCaps.atomic_req_8b_endianness_mode, 8, 30, 2},
+                                 {"supported_atomic_req_8B_endianness_mode_1",
+                                  kAtomicCaps.supported_atomic_req_8b_endianness_mode_1, 8, 25, 1},
+                                 {"atomic_operations", kAtomicCaps.atomic_operations, 16, 0, 16},
+                                 {"atomic_size_qp", kAtomicCaps.atomic_size_qp, 20, 0, 16},
+                                 {"atomic_size_dc", kAtomicCaps.atomic_size_dc, 24, 0, 16},
+                             });
+  // [K] include/linux/mlx5/device.h MLX5_ATOMIC_OPS_*; mlx5_ifc.h
+  // MLX5_ATOMIC_CAPS_ATOMIC_SIZE_QP_4_BYTES / _8_BYTES.
+  EXPECT_EQ(kAtomicOpsCmpSwap, 1u);
+  EXPECT_EQ(kAtomicOpsFetchAdd, 2u);
+  EXPECT_EQ(kAtomicOpsMaskedCmpSwap, 4u);
+  EXPECT_EQ(kAtomicOpsMaskedFetchAdd, 8u);
+  EXPECT_EQ(kAtomicSize4Bytes, 0x4u);
+  EXPECT_EQ(kAtomicSize8Bytes, 0x8u);
+}
+
+TEST(Mlx5DevxGolden, QueryAtomicCaps) {
+  // op_mod = MLX5_CAP_ATOMIC << 1 | HCA_CAP_OPMOD_GET_CUR = 7.
+  const DevxCommand cur = BuildQueryAtomicCaps(HcaCapMode::kCurrent);
+  EXPECT_TRUE(SameBytes(Image(16, {{0, {0x01, 0x00}}, {6, {0x00, 0x07}}}), cur.in));
+  EXPECT_EQ(cur.out.size(), 4112u);
+}
+
+TEST(Mlx5DevxOutput, AtomicCapsAndWhatKernelsNeed) {
+  // Capability bytes at 16 + their offset in atomic_caps: byte 8 holds the
+  // endianness mode (top 2 bits) and its support bit (bit 1 of the byte);
+  // atomic_operations at 18..19, atomic_size_qp at 22..23.
+  const std::vector<uint8_t> out =
+      Image(4112, {{16 + 8, {0x42}}, {16 + 18, {0x00, 0x0f}}, {16 + 22, {0x00, 0x0c}}});
+  absl::StatusOr<HcaAtomicCaps> caps = ParseQueryAtomicCapsOut(out);
+  ASSERT_TRUE(caps.ok()) << caps.status();
+  EXPECT_EQ(caps->operations, 0xfu);
+  EXPECT_EQ(caps->size_qp, 0xcu);
+  EXPECT_EQ(caps->req_8b_endianness_mode, 1u);
+  EXPECT_TRUE(caps->endianness_mode_1_supported);
+  EXPECT_TRUE(CheckAtomics(*caps).ok());
+  EXPECT_EQ(DescribeAtomics(*caps),
+            "fetch-add,cmp-swap,masked-fetch-add,masked-cmp-swap; sizes 4,8 B; 8-byte replies "
+            "host order");
+
+  // No masked fetch-add, and 8-byte operands only: both named, with the
+  // firmware setting.
+  HcaAtomicCaps thin = *caps;
+  thin.operations = kAtomicOpsCmpSwap | kAtomicOpsFetchAdd;
+  thin.size_qp = kAtomicSize8Bytes;
+  const absl::Status refused = CheckAtomics(thin);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* part :
+       {"4-byte masked fetch-add", "atomic_size_qp lacks 4 bytes", "PCI_ATOMIC_MODE"}) {
+    EXPECT_NE(refused.message().find(part), std::string::npos) << part << ": " << refused;
+  }
+  EXPECT_EQ(refused.message().find("8-byte fetch-add"), std::string::npos) << refused;
+  // A failed command is the command's error.
+  std::vector<uint8_t> failed = out;
+  failed[0] = 0x03;  // BAD_PARAM
+  EXPECT_FALSE(ParseQueryAtomicCapsOut(failed).ok());
+}
+
 TEST(Mlx5DevxGolden, CreateCq) {
   CreateCqParams p;
   p.log_cq_size = 10;

@@ -208,6 +208,70 @@ absl::Status CheckRcOverDevx(const HcaGeneralCaps& caps) {
       absl::StrCat("mlx5 device cannot run RC QPs over DevX: ", absl::StrJoin(missing, "; ")));
 }
 
+DevxCommand BuildQueryAtomicCaps(HcaCapMode mode) {
+  std::vector<uint8_t> in(kQueryHcaCapInBytes, 0);
+  const auto op_mod = static_cast<uint16_t>(
+      (kHcaCapTypeAtomic << 1) | (mode == HcaCapMode::kMax ? kHcaCapModeMax : kHcaCapModeCurrent));
+  (void)Set(in, kCmdIn.opcode, kCmdQueryHcaCap);
+  (void)Set(in, kCmdIn.op_mod, op_mod);
+  return DevxCommand{kQueryHcaCapName, std::move(in),
+                     std::vector<uint8_t>(kQueryHcaCapOut.bytes, 0)};
+}
+
+absl::StatusOr<HcaAtomicCaps> ParseQueryAtomicCapsOut(std::span<const uint8_t> out) {
+  if (absl::Status s = CheckCommandOut(kQueryHcaCapName, out); !s.ok()) return s;
+  const Field last = kAtomicCaps.atomic_size_dc.In(kQueryHcaCapOut.capability);
+  if (uint64_t{out.size()} * 8 < last.end_bit()) {
+    return Invalid(kQueryHcaCapName, absl::StrCat("output mailbox of ", out.size(),
+                                                  " bytes ends inside the atomic caps"));
+  }
+  auto cap = [&](Field f) {
+    return static_cast<uint32_t>(Get(out, f.In(kQueryHcaCapOut.capability)));
+  };
+  HcaAtomicCaps c;
+  c.operations = cap(kAtomicCaps.atomic_operations);
+  c.size_qp = cap(kAtomicCaps.atomic_size_qp);
+  c.req_8b_endianness_mode = cap(kAtomicCaps.atomic_req_8b_endianness_mode);
+  c.endianness_mode_1_supported = cap(kAtomicCaps.supported_atomic_req_8b_endianness_mode_1) != 0;
+  return c;
+}
+
+absl::Status CheckAtomics(const HcaAtomicCaps& caps) {
+  std::vector<std::string> missing;
+  if ((caps.operations & kAtomicOpsFetchAdd) == 0) {
+    missing.push_back("8-byte fetch-add (atomic_operations lacks FETCH_ADD)");
+  }
+  if ((caps.operations & kAtomicOpsMaskedFetchAdd) == 0) {
+    missing.push_back("4-byte masked fetch-add (atomic_operations lacks EXTENDED_FETCH_ADD)");
+  }
+  if ((caps.size_qp & kAtomicSize8Bytes) == 0) {
+    missing.push_back("8-byte operands on RC QPs (atomic_size_qp lacks 8 bytes)");
+  }
+  if ((caps.size_qp & kAtomicSize4Bytes) == 0) {
+    missing.push_back("4-byte operands on RC QPs (atomic_size_qp lacks 4 bytes)");
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the NIC's atomics do not cover what kernels post: ", absl::StrJoin(missing, "; "),
+      ". Enable them in the firmware (mlxconfig: the PCI atomic mode, e.g. "
+      "PCI_ATOMIC_MODE, and a reset), or update the firmware"));
+}
+
+std::string DescribeAtomics(const HcaAtomicCaps& caps) {
+  std::vector<std::string> parts;
+  if (caps.operations & kAtomicOpsFetchAdd) parts.push_back("fetch-add");
+  if (caps.operations & kAtomicOpsCmpSwap) parts.push_back("cmp-swap");
+  if (caps.operations & kAtomicOpsMaskedFetchAdd) parts.push_back("masked-fetch-add");
+  if (caps.operations & kAtomicOpsMaskedCmpSwap) parts.push_back("masked-cmp-swap");
+  std::vector<std::string> sizes;
+  for (uint32_t b = 1; b <= 256; b <<= 1) {
+    if (caps.size_qp & b) sizes.push_back(absl::StrCat(b));
+  }
+  return absl::StrCat(parts.empty() ? "none" : absl::StrJoin(parts, ","), "; sizes ",
+                      sizes.empty() ? "none" : absl::StrJoin(sizes, ","), " B; 8-byte replies ",
+                      caps.req_8b_endianness_mode != 0 ? "host order" : "big-endian");
+}
+
 // ---- CQ -----------------------------------------------------------------------------------------
 
 absl::StatusOr<DevxCommand> BuildCreateCq(const CreateCqParams& p) {

@@ -75,6 +75,29 @@ absl::StatusOr<HcaGeneralCaps> ParseQueryGeneralCapsOut(std::span<const uint8_t>
 // Ethernet. FailedPrecondition listing what is missing otherwise.
 absl::Status CheckRcOverDevx(const HcaGeneralCaps& caps);
 
+// ---- QUERY_HCA_CAP (atomic caps; issue 24 item 2)
+// -------------------------------------------------
+
+DevxCommand BuildQueryAtomicCaps(HcaCapMode mode = HcaCapMode::kCurrent);
+
+struct HcaAtomicCaps {
+  uint32_t operations = 0;  // kAtomicOps* (devx_ifc.h)
+  uint32_t size_qp = 0;     // kAtomicSize*: operand sizes on RC QPs
+  uint32_t req_8b_endianness_mode = 0;
+  bool endianness_mode_1_supported = false;
+};
+absl::StatusOr<HcaAtomicCaps> ParseQueryAtomicCapsOut(std::span<const uint8_t> out);
+
+// OK when the responder runs what the device API posts: 8-byte fetch-add
+// (mc_red_add, upstream's atomics) and 4-byte masked fetch-add (mc_signal),
+// on RC QPs (atomic_size_qp 4 and 8 bytes, which the QP's atomic mode "up
+// to 8 bytes" needs). FailedPrecondition naming each missing capability
+// and the firmware setting behind it; a NIC that lacks them cannot serve
+// a session.
+absl::Status CheckAtomics(const HcaAtomicCaps& caps);
+// "FA8 MFA4 CAS ..." for listings.
+std::string DescribeAtomics(const HcaAtomicCaps& caps);
+
 // ---- CREATE_CQ ----------------------------------------------------------------------------------
 
 enum class CqeSize : uint8_t { k64Bytes = 0, k128Bytes = 1 };

@@ -196,6 +196,25 @@ struct ModifyQpInLayout {
 };
 inline constexpr ModifyQpInLayout kModifyQpIn;
 
+// atomic_caps (the capability union under op_mod type MLX5_CAP_ATOMIC):
+// which atomic operations and operand sizes the responder takes, and the
+// byte order of 8-byte atomic replies.
+inline constexpr uint16_t kHcaCapTypeAtomic = 0x3;
+struct AtomicCapsLayout {
+  Field atomic_req_8b_endianness_mode{0x40, 2};  // nonzero: replies in host order
+  Field supported_atomic_req_8b_endianness_mode_1{0x46, 1};
+  Field atomic_operations{0x90, 16};  // kAtomicOps* bits
+  Field atomic_size_qp{0xb0, 16};     // kAtomicSize* bits, RC QPs
+  Field atomic_size_dc{0xd0, 16};
+};
+inline constexpr AtomicCapsLayout kAtomicCaps;
+inline constexpr uint32_t kAtomicOpsCmpSwap = 1u << 0;
+inline constexpr uint32_t kAtomicOpsFetchAdd = 1u << 1;
+inline constexpr uint32_t kAtomicOpsMaskedCmpSwap = 1u << 2;
+inline constexpr uint32_t kAtomicOpsMaskedFetchAdd = 1u << 3;
+inline constexpr uint32_t kAtomicSize4Bytes = 0x4;
+inline constexpr uint32_t kAtomicSize8Bytes = 0x8;
+
 inline constexpr uint32_t kQueryHcaCapInBytes = 16;
 struct QueryHcaCapOutLayout {
   uint32_t bytes = 16 + 4096;  // header + the capability union

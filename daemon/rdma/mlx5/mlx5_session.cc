@@ -161,6 +161,17 @@ absl::StatusOr<std::unique_ptr<Mlx5Session>> Mlx5Session::Open(const Mlx5Session
   }
   MC_ASSIGN_OR_RETURN(s->caps_, ParseQueryGeneralCapsOut(query.out));
   MC_RETURN_IF_ERROR(Annotate(CheckRcOverDevx(s->caps_), dev));
+  // Atomics are checked here, at open, not found missing by a kernel's
+  // first mc_signal (issue 24 item 2).
+  DevxCommand atomics = BuildQueryAtomicCaps(HcaCapMode::kCurrent);
+  if (int rc = mlx5dv_devx_general_cmd(s->context_, atomics.in.data(), atomics.in.size(),
+                                       atomics.out.data(), atomics.out.size());
+      rc != 0) {
+    return DevxError(VerbsCall::kDevxGeneralCmd, dev, rc, atomics);
+  }
+  MC_ASSIGN_OR_RETURN(HcaAtomicCaps atomic_caps, ParseQueryAtomicCapsOut(atomics.out));
+  MC_RETURN_IF_ERROR(Annotate(CheckAtomics(atomic_caps), dev));
+  s->atomics_ = DescribeAtomics(atomic_caps);
   if (s->caps_.num_ports != 0 && options.port > s->caps_.num_ports) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " of ", dev,
                                                    " does not exist: the device has ",
@@ -248,7 +259,7 @@ absl::StatusOr<std::unique_ptr<Mlx5Session>> Mlx5Session::Open(const Mlx5Session
   MC_LOG(kInfo, "mlx5 session on ", dev, " port ", options.port, ": pdn ", s->pdn_, ", ",
          s->uar_info_.non_cached ? "NC" : "BF", " UAR page ", s->uar_info_.page_id, ", GID ",
          s->endpoint_.gid.index, " (", GidTypeName(s->endpoint_.gid.type), " ",
-         FormatGid(s->endpoint_.gid.gid), ")");
+         FormatGid(s->endpoint_.gid.gid), "), atomics ", s->atomics_);
   return s;
 }
 

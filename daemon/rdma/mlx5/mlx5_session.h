@@ -102,6 +102,8 @@ class Mlx5Session final : public NicSession {
   // QUERY_HCA_CAP's general caps, with gid_table_size replaced by the
   // port's GID table length as the kernel reports it (ibv_query_port).
   const HcaGeneralCaps& caps() const { return caps_; }
+  // The atomics the NIC answers (CheckAtomics passed at open).
+  const std::string& atomics() const { return atomics_; }
   const UarInfo& uar() const override { return uar_info_; }
   // The UAR's doorbell register as mapped in this process (the daemon's
   // CPU-assisted doorbell writes it: rdma/mlx5/cpu_doorbell.h); null before
@@ -222,6 +224,7 @@ class Mlx5Session final : public NicSession {
   uint32_t pdn_ = 0;
   uint32_t eqn_ = 0;
   HcaGeneralCaps caps_;
+  std::string atomics_;  // DescribeAtomics of the atomic caps at open
   UarInfo uar_info_;
   LocalEndpoint endpoint_;
 

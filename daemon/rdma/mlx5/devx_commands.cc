@@ -146,16 +146,24 @@ absl::Status CheckCommandOut(absl::string_view command, std::span<const uint8_t>
 
 // ---- QUERY_HCA_CAP ------------------------------------------------------------------------------
 
-DevxCommand BuildQueryGeneralCaps(HcaCapMode mode) {
+namespace {
+
+// QUERY_HCA_CAP of capability `type` (op_mod = type << 1 | mode).
+DevxCommand BuildQueryHcaCap(uint16_t type, HcaCapMode mode) {
   std::vector<uint8_t> in(kQueryHcaCapInBytes, 0);
-  const auto op_mod =
-      static_cast<uint16_t>((kHcaCapTypeGeneralDevice << 1) |
-                            (mode == HcaCapMode::kMax ? kHcaCapModeMax : kHcaCapModeCurrent));
+  const auto op_mod = static_cast<uint16_t>(
+      (type << 1) | (mode == HcaCapMode::kMax ? kHcaCapModeMax : kHcaCapModeCurrent));
   // Both fields are in the table and inside 16 bytes (devx_ifc.h asserts it).
   (void)Set(in, kCmdIn.opcode, kCmdQueryHcaCap);
   (void)Set(in, kCmdIn.op_mod, op_mod);
   return DevxCommand{kQueryHcaCapName, std::move(in),
                      std::vector<uint8_t>(kQueryHcaCapOut.bytes, 0)};
+}
+
+}  // namespace
+
+DevxCommand BuildQueryGeneralCaps(HcaCapMode mode) {
+  return BuildQueryHcaCap(kHcaCapTypeGeneralDevice, mode);
 }
 
 absl::StatusOr<HcaGeneralCaps> ParseQueryGeneralCapsOut(std::span<const uint8_t> out) {
@@ -209,13 +217,7 @@ absl::Status CheckRcOverDevx(const HcaGeneralCaps& caps) {
 }
 
 DevxCommand BuildQueryAtomicCaps(HcaCapMode mode) {
-  std::vector<uint8_t> in(kQueryHcaCapInBytes, 0);
-  const auto op_mod = static_cast<uint16_t>(
-      (kHcaCapTypeAtomic << 1) | (mode == HcaCapMode::kMax ? kHcaCapModeMax : kHcaCapModeCurrent));
-  (void)Set(in, kCmdIn.opcode, kCmdQueryHcaCap);
-  (void)Set(in, kCmdIn.op_mod, op_mod);
-  return DevxCommand{kQueryHcaCapName, std::move(in),
-                     std::vector<uint8_t>(kQueryHcaCapOut.bytes, 0)};
+  return BuildQueryHcaCap(kHcaCapTypeAtomic, mode);
 }
 
 absl::StatusOr<HcaAtomicCaps> ParseQueryAtomicCapsOut(std::span<const uint8_t> out) {

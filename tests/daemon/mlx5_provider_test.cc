@@ -592,15 +592,16 @@ TEST_F(Mlx5FakeTest, TheDaemonRingsTheSessionsRegisterForAConnectedQp) {
   uint8_t rung[8];
   const uint64_t reg = session_a->reg();
   std::memcpy(rung, &reg, 8);
-  // The QP's own number replaces the client's.
+  // Rung from the producer index (1) and the QP's own number alone: the
+  // client's WQE, and the QPN written in it, are never read.
   const uint8_t want[8] = {0,
                            0,
+                           1,
                            0,
-                           0x08,
                            static_cast<uint8_t>(qa[0] >> 16),
                            static_cast<uint8_t>(qa[0] >> 8),
                            static_cast<uint8_t>(qa[0]),
-                           3};
+                           0};
   EXPECT_EQ(std::memcmp(rung, want, 8), 0);
   // Session end: unwatched and every context closed.
   sessions_.Close(a.id);

@@ -9,7 +9,6 @@ namespace mooncake::daemon::mlx5 {
 
 namespace {
 
-constexpr uint32_t kWqeBasicBlock = 64;
 constexpr int kSendCounterWord = 1;  // the doorbell record's [1]: the send counter
 
 uint32_t LoadBe32(const uint8_t* p, int memory_order) {
@@ -19,28 +18,16 @@ uint32_t LoadBe32(const uint8_t* p, int memory_order) {
 
 }  // namespace
 
-std::optional<DoorbellRing> NextDoorbell(const uint8_t* sq, uint32_t sq_wqe_cnt,
-                                         const uint8_t* dbrec, uint16_t last_rung, uint32_t qpn) {
+std::optional<DoorbellRing> NextDoorbell(const uint8_t* dbrec, uint16_t last_rung, uint32_t qpn) {
   // Acquire: the client releases the record after the WQEs it announces.
   const uint16_t counter =
       static_cast<uint16_t>(LoadBe32(dbrec + 4 * kSendCounterWord, __ATOMIC_ACQUIRE) & 0xffffu);
   if (counter == last_rung) return std::nullopt;
-  // The WQE before the counter; uint16_t arithmetic wraps 0 to 0xffff.
-  const uint16_t last_wqe = static_cast<uint16_t>(counter - 1);
-  const uint8_t* ctrl = sq + static_cast<uint64_t>(last_wqe & (sq_wqe_cnt - 1)) * kWqeBasicBlock;
-  // Control segment bytes 0..3: opmod | wqe index | opcode; 4..6: QPN; 7: ds.
-  uint32_t word0 = __atomic_load_n(reinterpret_cast<const uint32_t*>(ctrl), __ATOMIC_RELAXED);
-  const uint32_t word1 =
-      __atomic_load_n(reinterpret_cast<const uint32_t*>(ctrl + 4), __ATOMIC_RELAXED);
-  uint8_t bytes[8];
-  std::memcpy(bytes, &word0, 4);
-  std::memcpy(bytes + 4, &word1, 4);
-  bytes[4] = static_cast<uint8_t>(qpn >> 16);
-  bytes[5] = static_cast<uint8_t>(qpn >> 8);
-  bytes[6] = static_cast<uint8_t>(qpn);
+  const uint32_t words[2] = {__builtin_bswap32(uint32_t{counter} << 8),
+                             __builtin_bswap32((qpn & 0xffffffu) << 8)};
   DoorbellRing ring;
   ring.counter = counter;
-  std::memcpy(&ring.doorbell, bytes, 8);
+  std::memcpy(&ring.doorbell, words, 8);
   return ring;
 }
 
@@ -97,8 +84,7 @@ size_t CpuDoorbell::watched() const {
 bool CpuDoorbell::PollOnce() {
   bool rang = false;
   for (auto& [key, e] : qps_) {
-    std::optional<DoorbellRing> ring =
-        NextDoorbell(e.qp.sq, e.qp.sq_wqe_cnt, e.qp.dbrec, e.last_rung, e.qp.qpn);
+    std::optional<DoorbellRing> ring = NextDoorbell(e.qp.dbrec, e.last_rung, e.qp.qpn);
     if (!ring) continue;
     RingDoorbell(e.qp.reg, ring->doorbell);
     e.last_rung = ring->counter;
@@ -111,6 +97,9 @@ bool CpuDoorbell::PollOnce() {
 void CpuDoorbell::Run() {
   using Clock = std::chrono::steady_clock;
   Clock::time_point last_work = Clock::now();
+  // Running average of the gaps between rings (us), and the spin window
+  // it gives.
+  double gap_avg_us = spin_us_;
   uint32_t sleep_us = 1;
   while (!stop_.load(std::memory_order_relaxed)) {
     bool rang = false;
@@ -125,13 +114,22 @@ void CpuDoorbell::Run() {
       rang = PollOnce();
       mu_.Unlock();
     }
+    const Clock::time_point now = Clock::now();
     if (rang) {
-      last_work = Clock::now();
+      const double gap = std::chrono::duration<double, std::micro>(now - last_work).count();
+      gap_avg_us = 0.875 * gap_avg_us + 0.125 * std::min<double>(gap, kMaxSpinWindowUs);
+      last_work = now;
       sleep_us = 1;
       continue;
     }
-    if (any && Clock::now() - last_work < std::chrono::microseconds(spin_us_)) continue;
     if (!any) continue;  // stopping
+    const double window_us = std::clamp<double>(4 * gap_avg_us, spin_us_, kMaxSpinWindowUs);
+    if (now - last_work < std::chrono::duration<double, std::micro>(window_us)) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
     // Idle: back off to max_idle_sleep_us.
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
     sleep_us = std::min(sleep_us * 2, max_idle_sleep_us_);

@@ -3,12 +3,15 @@
 // mlx5 provider). The client's device code posts WQEs and writes the send
 // doorbell record as for any mlx5 QP, with no UAR of its own
 // (IbgdaQpDevCtx::bf_reg null); a daemon thread watches the record and,
-// when it advances, rings the session's UAR doorbell register with the
-// first 8 bytes of the last posted WQE's control segment, as libmlx5's
-// post_send and device/mlx5/qp_ops.h ring it.
+// when it advances, rings the session's UAR doorbell register from the
+// new producer index and the QPN alone, as NVSHMEM's IBGDA rings
+// (opmod_idx_opcode = index << 8, qpn_ds = qpn << 8). It never reads the
+// client's WQEs (issue 24 item 6): once the NIC has consumed a slot the
+// client may already be writing the next WQE there, so a read of "the last
+// WQE" races, and it costs a cache miss per ring.
 //
-// NextDoorbell is the pure part (tests/daemon/cpu_doorbell_test.cc): which
-// WQE to ring for, read from the client's memory. CpuDoorbell is the thread.
+// NextDoorbell is the pure part (tests/daemon/cpu_doorbell_test.cc): what
+// to ring for one record. CpuDoorbell is the thread.
 #pragma once
 
 #include <atomic>
@@ -27,27 +30,21 @@ namespace mooncake::daemon::mlx5 {
 // counter.
 struct DoorbellRing {
   uint16_t counter = 0;  // the send counter rung for (the new last_rung)
-  // The 8 bytes for the register, in memory order (store them as they are:
-  // the NIC takes the control segment's big-endian words): the control
-  // segment of WQE counter - 1, with its QPN field replaced by `qpn`.
+  // The 8 bytes for the register, in memory order (store them as they are):
+  // be32(counter << 8) then be32(qpn << 8), a control segment's first two
+  // words with opcode, opmod and ds zero.
   uint64_t doorbell = 0;
 };
 
 // The QP's send doorbell record `dbrec` (8 bytes: [1] is the big-endian
-// send counter, of which the low 16 bits count), its send queue `sq`
-// (sq_wqe_cnt 64-byte basic blocks; every WQE the Device API posts is one
-// block) and the counter last rung for. Returns nothing while the counter
-// has not moved; else the ring for the WQE just before the counter (the
-// 16-bit counter wraps: 0 follows 0xffff, and WQE 0xffff lies at slot
-// 0xffff mod sq_wqe_cnt). The record and the ring are client memory read
-// once each, with atomic loads (the client writes them concurrently): the
-// record with acquire, so the WQE the client wrote before it is seen. The
-// QPN is forced to the QP's own so that a client cannot make the daemon
-// ring for a QP other than the one whose record moved; everything else is
-// the client's (a wrong WQE errors only its own QP, as it would had the
-// client rung itself).
-std::optional<DoorbellRing> NextDoorbell(const uint8_t* sq, uint32_t sq_wqe_cnt,
-                                         const uint8_t* dbrec, uint16_t last_rung, uint32_t qpn);
+// send counter, of which the low 16 bits count) and the counter last rung
+// for. Returns nothing while the counter has not moved; else the ring for
+// the counter (16 bits, wrapping: 0 follows 0xffff). The record is client
+// memory, read once with an acquire load (the client writes it
+// concurrently, after its WQEs). The QPN is the QP's own, so a client
+// cannot make the daemon ring for a QP other than the one whose record
+// moved.
+std::optional<DoorbellRing> NextDoorbell(const uint8_t* dbrec, uint16_t last_rung, uint32_t qpn);
 
 // Writes `doorbell` to the 8-byte UAR register at `reg`, after a store
 // fence (the WQE and record reads above are ordered before it; write
@@ -60,16 +57,19 @@ void RingDoorbell(volatile void* reg, uint64_t doorbell);
 class CpuDoorbell {
  public:
   struct Qp {
-    const uint8_t* sq = nullptr;
-    uint32_t sq_wqe_cnt = 0;
     const uint8_t* dbrec = nullptr;
     uint32_t qpn = 0;
     volatile void* reg = nullptr;            // the session's UAR doorbell register
     std::shared_ptr<const void> keep_alive;  // the rings' mapping
   };
-  // `max_idle_sleep_us`: longest sleep between polls while idle (it spins
-  // for spin_us after the last ring, then sleeps, doubling from 1 us). With
-  // no QP watched the thread waits until one is (no wakeups at all).
+  // While QPs are active it spins: for a window after each ring that
+  // adapts to the gaps between rings (four times their running average,
+  // at least `spin_us`, at most kMaxSpinWindow), so a steady stream of
+  // posts is rung within microseconds however far apart the posts are up
+  // to that bound. Past the window it sleeps, doubling from 1 us up to
+  // `max_idle_sleep_us`. With no QP watched the thread waits until one is
+  // (no wakeups at all).
+  static constexpr uint32_t kMaxSpinWindowUs = 10000;
   explicit CpuDoorbell(uint32_t max_idle_sleep_us = 100, uint32_t spin_us = 200);
   ~CpuDoorbell();  // stops the thread
   CpuDoorbell(const CpuDoorbell&) = delete;

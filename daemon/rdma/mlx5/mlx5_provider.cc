@@ -329,7 +329,6 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateOnUmem(
     entry.umem = umem;
     entry.psn = RandomPsn();
     if (control != nullptr) {
-      entry.sq = control->data() + rings.sq.offset;
       entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
       entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
       entry.control = control;
@@ -476,8 +475,6 @@ absl::Status Mlx5Provider::ConnectTo(uint64_t session, const std::shared_ptr<Ses
   // rings in GPU memory only exist for such a session.
   if (s->client_rings || qp.sq_dbrec == nullptr) return absl::OkStatus();
   CpuDoorbell::Qp watched;
-  watched.sq = qp.sq;
-  watched.sq_wqe_cnt = qp.info.sq_wqe_cnt;
   watched.dbrec = qp.sq_dbrec;
   watched.qpn = qpn;
   watched.reg = s->mlx5->doorbell_register();

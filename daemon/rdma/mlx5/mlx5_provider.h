@@ -140,7 +140,6 @@ class Mlx5Provider final : public RdmaProvider {
     softnic::QpInfo info;
     uint32_t umem = 0;
     // The daemon's view of the rings: null where they are in GPU memory.
-    const uint8_t* sq = nullptr;
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
     std::shared_ptr<softnic::SharedMapping> control;

@@ -327,6 +327,8 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     return ParseU32(key, value, 1, 1 << 20, &c->max_mrs_per_uid);
   } else if (key == "max_registered_bytes_per_uid") {
     return ParseU64(key, value, 4096, 1ull << 46, &c->max_registered_bytes_per_uid);
+  } else if (key == "max_doorbell_handoffs_per_uid") {
+    return ParseU32(key, value, 1, 4096, &c->max_doorbell_handoffs_per_uid);
   } else if (key == "max_registered_bytes_total") {
     return ParseU64(key, value, 4096, 1ull << 50, &c->max_registered_bytes_total);
   } else if (key == "softnic_sink") {

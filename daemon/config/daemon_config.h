@@ -101,7 +101,8 @@ struct DaemonConfig {
   uint64_t max_registered_bytes_per_uid = 512ull << 30;
   // Every unprivileged user together (root on the main socket exempt).
   uint64_t max_registered_bytes_total = 2ull << 40;
-  bool softnic_sink = false;  // benchmarks: complete WQEs without moving data
+  uint32_t max_doorbell_handoffs_per_uid = 64;  // gpu-uar contexts held by one uid's sessions
+  bool softnic_sink = false;                    // benchmarks: complete WQEs without moving data
 };
 
 // Parses the text of a config file into `config` (keys not present keep

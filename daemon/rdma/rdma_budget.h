@@ -53,6 +53,9 @@ struct RdmaLimits {
   // can hold, so that many users at their own limits cannot make the
   // daemon map without end.
   uint64_t max_registered_bytes_total = 2ull << 40;
+  // Sessions of one uid holding a doorbell hand-off ("gpu-uar"): each is a
+  // verbs context the client holds, with UAR pages the NIC has few of.
+  uint32_t max_doorbell_handoffs_per_uid = 64;
 };
 
 // An amount of what the budget counts.

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "admission/admission_counter.h"
 #include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/random.h"
@@ -513,7 +514,11 @@ void RdmaResources::SessionEnded(uint64_t session) {
     // hold state no budget counts (an mlx5 context opened by a call that then
     // failed, or by the doorbell hand-off): the provider is told either way.
     held = budget_.EndSession(session);
-    doorbell_handed_out_.erase(session);
+    if (auto h = doorbell_handed_out_.find(session); h != doorbell_handed_out_.end()) {
+      auto n = handoffs_by_principal_.find(h->second);
+      if (n != handoffs_by_principal_.end() && --n->second == 0) handoffs_by_principal_.erase(n);
+      doorbell_handed_out_.erase(h);
+    }
     if (provider_sessions_.erase(session) == 0) return;
     absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
     absl::erase_if(mr_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
@@ -540,13 +545,28 @@ absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionIn
           "the doorbell hand-off was already made in this session (once per session; connect "
           "again for another)");
     }
+    // Counted per (uid, tenant), as every budget; root on the main socket
+    // is counted, never refused.
+    const Principal who{session.cred.uid, session.tenant};
+    auto held = handoffs_by_principal_.find(who);
+    const uint32_t n = held == handoffs_by_principal_.end() ? 0 : held->second;
+    if (!AdmissionCounter::Privileged(who) && n >= limits_.max_doorbell_handoffs_per_uid) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          who.Describe(), " holds ", n,
+          " doorbell hand-offs (a verbs context each, held by its sessions); the limit is ",
+          limits_.max_doorbell_handoffs_per_uid,
+          " (max_doorbell_handoffs_per_uid in mooncaked.conf): end sessions that are done, or "
+          "keep the cpu-assisted doorbell"));
+    }
     provider_sessions_.insert(session.id);
   }
   absl::StatusOr<DoorbellAccess> access = provider_->OpenDoorbellAccess(session.id);
   if (!access.ok()) return access.status();
   {
     absl::MutexLock lock(&mu_);
-    doorbell_handed_out_.insert(session.id);
+    const Principal who{session.cred.uid, session.tenant};
+    doorbell_handed_out_.emplace(session.id, who);
+    ++handoffs_by_principal_[who];
   }
   MC_LOG(kInfo, "session ", session.id, " (uid ", session.cred.uid, ", pid ", session.cred.pid,
          "): doorbell hand-off on ", access->device, ": its kernels ring the NIC (gpu-uar)");

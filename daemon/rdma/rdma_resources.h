@@ -278,7 +278,11 @@ class RdmaResources {
   // Sessions that reached the provider (told of their end), and those
   // that took the doorbell hand-off.
   absl::flat_hash_set<uint64_t> provider_sessions_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<uint64_t> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
+  // Sessions that took the hand-off (until they end: once per session),
+  // with their principal, and how many each principal holds
+  // (max_doorbell_handoffs_per_uid).
+  absl::flat_hash_map<uint64_t, Principal> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Principal, uint32_t> handoffs_by_principal_ ABSL_GUARDED_BY(mu_);
   // Per session: held over its calls into the provider, which run without
   // mu_ (so one user's slow NIC call stalls nobody else, nor the listings).
   absl::flat_hash_map<uint64_t, std::shared_ptr<absl::Mutex>> gates_ ABSL_GUARDED_BY(mu_);

@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     rl.max_mrs_per_uid = cfg.max_mrs_per_uid;
     rl.max_registered_bytes_per_uid = cfg.max_registered_bytes_per_uid;
     rl.max_registered_bytes_total = cfg.max_registered_bytes_total;
+    rl.max_doorbell_handoffs_per_uid = cfg.max_doorbell_handoffs_per_uid;
     softnic::CudaMemoryOptions co;  // GPU regions: loaded at the first one
     co.cuda_library = cfg.cuda_library;
     std::unique_ptr<RdmaProvider> provider;

@@ -148,10 +148,12 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
                               "peer_tls_ca_file = /ca.pem\npeer_tls_cert_file = /n.pem\n"
                               "peer_tls_key_file = /n.key\npeer_insecure = true\n"
                               "peer_advertise = node1:7450\n"
-                              "tenant_policy_file = /etc/mooncake/tenants.policy\n",
+                              "tenant_policy_file = /etc/mooncake/tenants.policy\n"
+                              "max_doorbell_handoffs_per_uid = 9\n",
                               "t", &c)
                   .ok());
   EXPECT_EQ(c.tenant_policy_file, "/etc/mooncake/tenants.policy");
+  EXPECT_EQ(c.max_doorbell_handoffs_per_uid, 9u);
   EXPECT_EQ(c.etcd_endpoints, "http://a:2379,http://b:2379");
   EXPECT_EQ(c.etcd_prefix, "/mc");
   EXPECT_EQ(c.etcd_lease_ttl_s, 3u);
@@ -159,7 +161,8 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
   EXPECT_TRUE(c.peer_insecure);
   EXPECT_EQ(c.peer_advertise, "node1:7450");
   for (const char* bad : {"etcd_prefix = mc\n", "etcd_prefix = /mc/\n", "etcd_lease_ttl_s = 1\n",
-                          "peer_insecure = yes\n", "tenant_policy_file = tenants.policy\n"}) {
+                          "peer_insecure = yes\n", "tenant_policy_file = tenants.policy\n",
+                          "max_doorbell_handoffs_per_uid = 0\n"}) {
     DaemonConfig d;
     EXPECT_EQ(ParseConfigText(bad, "t", &d).code(), absl::StatusCode::kInvalidArgument) << bad;
   }

@@ -296,7 +296,7 @@ class Mlx5FakeTest : public ::testing::Test {
     if (!options.handoff_rights) options.handoff_rights = [this] { return rights_; };
     auto p = std::make_unique<Mlx5Provider>(std::move(nics), std::move(options));
     provider_ = p.get();
-    rdma_ = std::make_unique<RdmaResources>(&sessions_, RdmaLimits{}, std::move(p));
+    rdma_ = std::make_unique<RdmaResources>(&sessions_, limits_, std::move(p));
     service_ = std::make_unique<RdmaService>(nullptr, &sessions_, &fds_, rdma_.get());
   }
   SessionInfo Open(uint32_t uid, int conn) {
@@ -343,6 +343,7 @@ class Mlx5FakeTest : public ::testing::Test {
 
   FakeNic nic_;
   absl::Status rights_ = absl::OkStatus();
+  RdmaLimits limits_;
   bool probing_ = false;
   FakeSession* last_ = nullptr;
   SessionRegistry sessions_{64};
@@ -635,6 +636,31 @@ TEST_F(Mlx5FakeTest, AHandOffIsRefusedWhileTheDaemonHoldsRawCapabilities) {
   SessionInfo b = Open(1000, 2);
   EXPECT_EQ(rdma_->OpenDoorbellAccess(b).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Qps(b, 1).size(), 1u);  // the daemon's doorbell still serves it
+}
+
+// Issue 24 item 8: each hand-off is a verbs context the client holds (with
+// UAR pages, of which a NIC has few), so how many one uid's sessions hold
+// is counted and bounded; root on the main socket is counted, not refused.
+TEST_F(Mlx5FakeTest, DoorbellHandOffsAreCountedPerUid) {
+  limits_.max_doorbell_handoffs_per_uid = 2;
+  Make();
+  SessionInfo a1 = Open(1000, 1), a2 = Open(1000, 2), a3 = Open(1000, 3);
+  ASSERT_TRUE(rdma_->OpenDoorbellAccess(a1).ok());
+  ASSERT_TRUE(rdma_->OpenDoorbellAccess(a2).ok());
+  absl::StatusOr<DoorbellAccess> third = rdma_->OpenDoorbellAccess(a3);
+  ASSERT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_TRUE(absl::StrContains(third.status().message(), "uid 1000 holds 2 doorbell hand-offs"))
+      << third.status();
+  EXPECT_TRUE(absl::StrContains(third.status().message(), "max_doorbell_handoffs_per_uid"));
+  // Another uid has its own count; root on the main socket is not refused.
+  SessionInfo b = Open(2000, 4);
+  EXPECT_TRUE(rdma_->OpenDoorbellAccess(b).ok());
+  SessionInfo r1 = Open(0, 5), r2 = Open(0, 6), r3 = Open(0, 7);
+  for (const SessionInfo& r : {r1, r2, r3}) EXPECT_TRUE(rdma_->OpenDoorbellAccess(r).ok());
+  // A session that ends gives its hand-off back.
+  sessions_.Close(a1.id);
+  rdma_->SessionEnded(a1.id);
+  EXPECT_TRUE(rdma_->OpenDoorbellAccess(a3).ok());
 }
 
 // Issue 24 item 9: a kernel without dynamic UAR mapping reports mmap

@@ -134,6 +134,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
     co.cuda_library = cfg.cuda_library;
     std::unique_ptr<RdmaProvider> provider;
     if (choice->provider == "mlx5") {
+      // Said once at start (issue 24 item 8): each hand-off is refused the
+      // same way while this holds.
+      if (absl::Status rights = mlx5::CheckHandOffRights(); !rights.ok()) {
+        MC_LOG(kWarning, "gpu-uar doorbell hand-offs will be refused: ", rights.message());
+      }
       mlx5::Mlx5ProviderOptions po;
       po.tuning.traffic_class = cfg.rdma_traffic_class;
       po.tuning.service_level = cfg.rdma_service_level;

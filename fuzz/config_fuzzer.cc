@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "broker/tenant_span_policy.h"
 #include "config/daemon_config.h"
 #include "fuzz_support.h"
 
@@ -68,6 +69,8 @@ std::string ToText(const DaemonConfig& c) {
     tenants.push_back(ts.path.empty() ? ts.name : absl::StrCat(ts.name, ":", ts.path));
   }
   key("tenant_sockets", absl::StrJoin(tenants, ","));
+  key("tenant_policy_file", c.tenant_policy_file);
+  key("max_doorbell_handoffs_per_uid", c.max_doorbell_handoffs_per_uid);
   return t;
 }
 
@@ -98,6 +101,9 @@ void CheckRanges(const DaemonConfig& c) {
   if (c.rdma_gid_index) CheckRange("rdma_gid_index", *c.rdma_gid_index, 0, 255);
   CheckRange("rdma_traffic_class", c.rdma_traffic_class, 0, 255);
   CheckRange("rdma_service_level", c.rdma_service_level, 0, 15);
+  CheckRange("max_doorbell_handoffs_per_uid", c.max_doorbell_handoffs_per_uid, 1, 4096);
+  FUZZ_CHECK(c.tenant_policy_file.empty() || c.tenant_policy_file.front() == '/',
+             "tenant_policy_file '", c.tenant_policy_file, "' is not absolute");
   FUZZ_CHECK(c.tenant_sockets.size() <= kMaxTenantSockets, c.tenant_sockets.size(), " tenants");
   for (size_t i = 0; i < c.tenant_sockets.size(); ++i) {
     const TenantSocket& ts = c.tenant_sockets[i];
@@ -153,7 +159,29 @@ void FuzzCommandLine(absl::string_view text) {
   CheckRanges(*c);
 }
 
+// The same bytes as a tenant span policy file (broker/tenant_span_policy.h):
+// refused with InvalidArgument naming "fuzz.policy:LINE", or a policy whose
+// answers do not depend on anything but its lines.
+void FuzzTenantPolicy(absl::string_view text) {
+  absl::StatusOr<std::shared_ptr<const TenantSpanPolicy>> p =
+      TenantSpanPolicy::Parse(std::string(text), "fuzz.policy");
+  if (!p.ok()) {
+    FUZZ_CHECK(p.status().code() == absl::StatusCode::kInvalidArgument, p.status());
+    FUZZ_CHECK(absl::StartsWith(p.status().message(), "fuzz.policy"), p.status());
+    return;
+  }
+  FUZZ_CHECK((*p)->tenant_count() <= kMaxTenantPolicyLines, (*p)->tenant_count(), " lines");
+  for (const char* tenant : {"", "team-a", "t"}) {
+    for (const char* node : {"node-a", "gpu-b-01", ""}) {
+      const bool a = (*p)->MaySpan(tenant, node);
+      FUZZ_CHECK(a == (*p)->MaySpan(tenant, node), "MaySpan is not a function of its input");
+      FUZZ_CHECK((*p)->MayMeet(tenant, node, node), "a node cannot meet itself");
+    }
+  }
+}
+
 void FuzzConfigText(absl::string_view text) {
+  FuzzTenantPolicy(text);
   DaemonConfig c;
   absl::Status s = ParseConfigText(text, "fuzz.conf", &c);
   if (!s.ok()) {

@@ -48,7 +48,8 @@ void RingDoorbell(volatile void* reg, uint64_t doorbell) {
 }
 
 CpuDoorbell::CpuDoorbell(uint32_t max_idle_sleep_us, uint32_t spin_us)
-    : max_idle_sleep_us_(std::max<uint32_t>(max_idle_sleep_us, 1)), spin_us_(spin_us) {
+    : max_idle_sleep_us_(std::max<uint32_t>(max_idle_sleep_us, 1)),
+      spin_us_(std::min(spin_us, kMaxSpinWindowUs)) {
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -67,7 +67,8 @@ class CpuDoorbell {
   // at least `spin_us`, at most kMaxSpinWindow), so a steady stream of
   // posts is rung within microseconds however far apart the posts are up
   // to that bound. Past the window it sleeps, doubling from 1 us up to
-  // `max_idle_sleep_us`. With no QP watched the thread waits until one is
+  // `max_idle_sleep_us` (a `spin_us` past kMaxSpinWindowUs is taken as
+  // that). With no QP watched the thread waits until one is
   // (no wakeups at all).
   static constexpr uint32_t kMaxSpinWindowUs = 10000;
   explicit CpuDoorbell(uint32_t max_idle_sleep_us = 100, uint32_t spin_us = 200);

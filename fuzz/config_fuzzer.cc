@@ -71,6 +71,9 @@ std::string ToText(const DaemonConfig& c) {
   key("tenant_sockets", absl::StrJoin(tenants, ","));
   key("tenant_policy_file", c.tenant_policy_file);
   key("max_doorbell_handoffs_per_uid", c.max_doorbell_handoffs_per_uid);
+  key("softnic_atomics", c.softnic_atomics);
+  key("softnic_hca_atomic_window_us", c.softnic_hca_atomic_window_us);
+  key("softnic_hca_round_trip_us", c.softnic_hca_round_trip_us);
   return t;
 }
 
@@ -102,6 +105,10 @@ void CheckRanges(const DaemonConfig& c) {
   CheckRange("rdma_traffic_class", c.rdma_traffic_class, 0, 255);
   CheckRange("rdma_service_level", c.rdma_service_level, 0, 15);
   CheckRange("max_doorbell_handoffs_per_uid", c.max_doorbell_handoffs_per_uid, 1, 4096);
+  FUZZ_CHECK(c.softnic_atomics == "device" || c.softnic_atomics == "hca", "softnic_atomics '",
+             c.softnic_atomics, "'");
+  CheckRange("softnic_hca_atomic_window_us", c.softnic_hca_atomic_window_us, 0, 1000000);
+  CheckRange("softnic_hca_round_trip_us", c.softnic_hca_round_trip_us, 0, 1000000);
   FUZZ_CHECK(c.tenant_policy_file.empty() || c.tenant_policy_file.front() == '/',
              "tenant_policy_file '", c.tenant_policy_file, "' is not absolute");
   FUZZ_CHECK(c.tenant_sockets.size() <= kMaxTenantSockets, c.tenant_sockets.size(), " tenants");

@@ -479,7 +479,10 @@ void ConfigSeeds() {
         "max_qps_per_uid = 32768\n"
         "max_mrs_per_uid = 2048\n"
         "max_registered_bytes_per_uid = 549755813888\n"
-        "softnic_sink = false\n");
+        "softnic_sink = false\n"
+        "softnic_atomics = hca\n"
+        "softnic_hca_atomic_window_us = 5\n"
+        "softnic_hca_round_trip_us = 3\n");
   Write(t, "ipv6_peer", "peer_listen = [::1]:7450\n\t\n  socket_mode=0600\r\n");
   Write(t, "command_line",
         "--socket /tmp/m.sock --node-id=n1 --log-level debug --peer-listen [::]:7450 "

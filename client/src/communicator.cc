@@ -51,6 +51,14 @@ absl::StatusOr<Route> ParseRoute(const std::string& name) {
       absl::StrCat("unknown route '", name, "': expected auto, p2p or rdma"));
 }
 
+absl::StatusOr<AtomicsRoute> ParseAtomicsRoute(const std::string& name) {
+  if (name == "auto") return AtomicsRoute::kAuto;
+  if (name == "device") return AtomicsRoute::kDevice;
+  if (name == "nic") return AtomicsRoute::kNic;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown atomics route '", name, "': expected auto, device or nic"));
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(CommunicatorOptions options) {
   if (options.world_size == 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " of world size ",
@@ -99,6 +107,7 @@ absl::Status Communicator::Setup() {
   MC_RETURN_IF_ERROR(PrepareRdma());
   MC_ASSIGN_OR_RETURN(view_,
                       o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
+  MC_RETURN_IF_ERROR(CheckAtomicsRoute(view_));
   MC_RETURN_IF_ERROR(ConnectRdma(view_));
   bool all_ok = transport_->verifyPeerAccess();
   std::vector<int32_t> avail = transport_->availableSnapshot();
@@ -175,9 +184,13 @@ absl::Status Communicator::PrepareRdma() {
     for (uint32_t r = 0; r < o.world_size; ++r) rdma_mask_[r] = r != o.rank;
   }
   for (uint32_t p : o.rdma_peers) rdma_mask_[p] = p != o.rank;
-  if (std::find(rdma_mask_.begin(), rdma_mask_.end(), 1) == rdma_mask_.end()) {
-    return absl::OkStatus();
-  }
+  const bool any_rdma = std::find(rdma_mask_.begin(), rdma_mask_.end(), 1) != rdma_mask_.end();
+  nic_atomics_ =
+      o.atomics_route == AtomicsRoute::kNic || (o.atomics_route == AtomicsRoute::kAuto && any_rdma);
+  // NIC atomics: queue pairs toward every rank, this one included (the
+  // loopback is what tells the device code, mc_nic_atomics).
+  qp_mask_ = nic_atomics_ ? std::vector<int>(o.world_size, 1) : rdma_mask_;
+  if (!any_rdma && !nic_atomics_) return absl::OkStatus();
   auto step = [](const char* what, absl::Status s) {
     return s.ok() ? s : absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
   };
@@ -211,7 +224,40 @@ absl::Status Communicator::PrepareRdma() {
   if (rdma_->allocateControlBuffer() != 0) {
     return step("RDMA control memory", rdma_->lastError());
   }
-  return step("creating RDMA queue pairs", rdma_->createQueuePairsFor(rdma_mask_));
+  return step("creating RDMA queue pairs", rdma_->createQueuePairsFor(qp_mask_));
+}
+
+// A rank's atomics choice is visible in what it published: with NIC
+// atomics it has a queue pair toward itself.
+absl::Status Communicator::CheckAtomicsRoute(const GroupView& view) const {
+  // An RDMA peer that published no queue pair toward this rank chose the
+  // other route for the pair: ConnectRdma names that, the more basic error.
+  const size_t q = options_.qps_per_peer;
+  for (const GroupMember& m : view.members) {
+    if (!rdmaPeer(static_cast<int>(m.rank))) continue;
+    const size_t mine = static_cast<size_t>(options_.rank) * q;
+    if (!m.rdma || m.rdma->qpns.size() < mine + 1 || m.rdma->qpns[mine] == 0) {
+      return absl::OkStatus();
+    }
+  }
+  std::vector<uint32_t> nic, device;
+  for (const GroupMember& m : view.members) {
+    const RdmaEndpointInfo* e = m.rdma ? &*m.rdma : nullptr;
+    const size_t self = static_cast<size_t>(m.rank) * (e ? e->qps_per_peer : 0);
+    const bool loopback =
+        e != nullptr && e->qps_per_peer > 0 && self < e->qpns.size() && e->qpns[self] != 0;
+    (loopback ? nic : device).push_back(m.rank);
+  }
+  if (nic.empty() || device.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "atomics route: rank", nic.size() > 1 ? "s " : " ", absl::StrJoin(nic, ","),
+      " send every mc_red_add through the target's NIC (atomics_route nic, or auto with RDMA "
+      "peers) and rank",
+      device.size() > 1 ? "s " : " ", absl::StrJoin(device, ","),
+      " use SM/CPU atomics toward P2P peers: a counter both update could lose updates (a NIC "
+      "atomic is atomic only against atomics through the same NIC). Set atomics_route (--atomics) "
+      "to nic on every rank, or to device on every rank when no word takes adds over both "
+      "routes"));
 }
 
 // After the join: connect each RDMA peer's QPs to ours.
@@ -221,7 +267,7 @@ absl::Status Communicator::ConnectRdma(const GroupView& view) {
   for (const GroupMember& m : view.members) {
     if (m.rank < options_.world_size) peers[m.rank] = m.rdma;
   }
-  absl::Status s = rdma_->connectEndpoints(static_cast<int>(options_.rank), peers, rdma_mask_);
+  absl::Status s = rdma_->connectEndpoints(static_cast<int>(options_.rank), peers, qp_mask_);
   if (!s.ok())
     return absl::Status(s.code(), absl::StrCat("connecting RDMA queue pairs: ", s.message()));
   return absl::OkStatus();
@@ -347,7 +393,7 @@ absl::Status Communicator::ReleasePeer(uint32_t r) {
     MC_RETURN_IF_ERROR(step("P2P tables", transport_->markPeerUnavailable(static_cast<int>(r))));
   }
   std::optional<RdmaEndpointInfo> endpoint;
-  if (rdma_ && rdmaPeer(static_cast<int>(r))) {
+  if (rdma_ && qpPeer(r)) {
     MC_RETURN_IF_ERROR(
         step("replacing the queue pairs", rdma_->replaceQueuePairsToward(static_cast<int>(r))));
     endpoint = rdma_->endpoint();
@@ -391,7 +437,15 @@ absl::Status Communicator::AdmitPeer(const SessionEvent& ev) {
       }
       buffer.fds = *std::move(fds);
     }
-    return transport_->remapPeer(static_cast<int>(r), std::move(buffer));
+    MC_RETURN_IF_ERROR(transport_->remapPeer(static_cast<int>(r), std::move(buffer)));
+    // NIC atomics: the P2P peer's atomics go through queue pairs too.
+    if (!qpPeer(r)) return absl::OkStatus();
+    if (!m.rdma) {
+      return absl::FailedPreconditionError(
+          "the replacement published no RDMA endpoint: with NIC atomics every rank has queue "
+          "pairs toward every other (atomics_route nic on the replacement too)");
+    }
+    return rdma_->connectReplacement(static_cast<int>(options_.rank), static_cast<int>(r), *m.rdma);
   }();
   if (s.ok()) {
     active_[r] = 1;

@@ -595,7 +595,9 @@ absl::Status DaemonRdmaTransport::connectEndpoints(
   bool any_remote = false;
   const size_t q = static_cast<size_t>(qps_per_peer_);
   for (size_t p = 0; p < peer_mask.size() && p < static_cast<size_t>(num_ranks_); ++p) {
-    if (!peer_mask[p] || static_cast<int>(p) == local_rank) continue;
+    // Self in the mask: the loopback queue pair of NIC atomics, connected to
+    // itself (its endpoint is this rank's own, as the view carries it).
+    if (!peer_mask[p]) continue;
     const std::optional<RdmaEndpointInfo>& e = p < peers.size() ? peers[p] : std::nullopt;
     const size_t theirs = static_cast<size_t>(local_rank) * q;
     if (!e || e->qps_per_peer != q || e->qpns.size() < theirs + q || e->qpns[theirs] == 0) {

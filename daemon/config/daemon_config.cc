@@ -337,6 +337,16 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
           absl::StrCat("softnic_sink = '", value, "': expected true or false"));
     }
     c->softnic_sink = value == "true";
+  } else if (key == "softnic_atomics") {
+    if (value != "device" && value != "hca") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("softnic_atomics = '", value, "': expected device or hca"));
+    }
+    c->softnic_atomics = std::string(value);
+  } else if (key == "softnic_hca_atomic_window_us") {
+    return ParseU32(key, value, 0, 1000000, &c->softnic_hca_atomic_window_us);
+  } else if (key == "softnic_hca_round_trip_us") {
+    return ParseU32(key, value, 0, 1000000, &c->softnic_hca_round_trip_us);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
   }

@@ -103,6 +103,13 @@ struct DaemonConfig {
   uint64_t max_registered_bytes_total = 2ull << 40;
   uint32_t max_doorbell_handoffs_per_uid = 64;  // gpu-uar contexts held by one uid's sessions
   bool softnic_sink = false;                    // benchmarks: complete WQEs without moving data
+  // How softnic runs NIC atomics (softnic/engine.h AtomicsModel): "device"
+  // (real atomics of the target memory) or "hca" (a read, the add, a write,
+  // as a ConnectX: atomic only against other NIC atomics), and in "hca" the
+  // window between read and write and what a fence after an atomic waits.
+  std::string softnic_atomics = "device";
+  uint32_t softnic_hca_atomic_window_us = 0;
+  uint32_t softnic_hca_round_trip_us = 0;
 };
 
 // Parses the text of a config file into `config` (keys not present keep

@@ -167,6 +167,13 @@ class RdmaProvider {
     (void)session;
     return SessionLink{};
   }
+  // The atomics NIC `nic` answers, in words, for mcctl nics (issue 24 item
+  // 2): mlx5, what QUERY_HCA_CAP says (or why a context refused to open);
+  // softnic, how it models them. Empty: unknown.
+  virtual std::string AtomicsOf(const std::string& nic) {
+    (void)nic;
+    return "";
+  }
   // Largest CQ the provider accepts (entries).
   virtual uint32_t max_cq_cqe_cnt() const = 0;
 

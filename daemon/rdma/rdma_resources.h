@@ -82,6 +82,8 @@ class RdmaResources {
 
   const std::string& provider() const { return provider_->name(); }
   const std::string& nic() const { return provider_->nic(); }
+  // The atomics `nic` answers, in words (RdmaProvider::AtomicsOf).
+  std::string NicAtomics(const std::string& nic) const { return provider_->AtomicsOf(nic); }
   std::vector<std::string> served_nics() const { return provider_->served_nics(); }
   // How doorbells reach the provider (see rdma.proto RdmaInfo).
   const std::string& doorbell_mode() const { return provider_->doorbell_mode(); }

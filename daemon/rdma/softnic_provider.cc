@@ -133,4 +133,18 @@ std::vector<QpRingCounters> SoftnicProvider::ListRingCounters() const {
   return out;
 }
 
+std::string SoftnicProvider::AtomicsOf(const std::string& nic) {
+  if (nic != nic_) return "";
+  const softnic::EngineOptions& o = engine_.options();
+  if (o.atomics == softnic::AtomicsModel::kHca) {
+    return absl::StrCat(
+        "hca model: fetch-add 8 B, masked fetch-add 4 B as a read, the add and a "
+        "write (window ",
+        o.hca_atomic_window_us, " us), atomic only against NIC atomics; fence round trip ",
+        o.hca_round_trip_us, " us");
+  }
+  return "device model: fetch-add 8 B, masked fetch-add 4 B as atomics of the target memory "
+         "(atomic against everything, unlike a NIC: softnic_atomics = hca models one)";
+}
+
 }  // namespace mooncake::daemon

@@ -29,6 +29,8 @@ class SoftnicProvider final : public RdmaProvider {
   const std::string& nic() const override { return nic_; }
   const std::string& doorbell_mode() const override { return doorbell_mode_; }
   uint32_t max_cq_cqe_cnt() const override { return softnic::Engine::kMaxCqCqeCnt; }
+  // How the engine models NIC atomics (softnic_atomics in mooncaked.conf).
+  std::string AtomicsOf(const std::string& nic) override;
 
   absl::Status CheckMemoryKind(const std::string& kind) const override;
   absl::Status CheckLayouts(const std::vector<QpLayout>&) const override {

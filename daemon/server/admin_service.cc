@@ -92,6 +92,11 @@ grpc::Status AdminService::GetTopology(grpc::ServerContext* ctx, const v1::GetTo
   absl::StatusOr<Caller> caller = connections_->CallerOf(ctx);
   if (!caller.ok()) return ToGrpc(caller.status());
   *resp = node_->topology;
+  if (rdma_ != nullptr) {
+    for (v1::Nic& n : *resp->mutable_nics()) {
+      if (n.provider() == rdma_->provider()) n.set_atomics(rdma_->NicAtomics(n.name()));
+    }
+  }
   return grpc::Status::OK;
 }
 

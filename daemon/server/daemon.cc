@@ -180,6 +180,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
       port->set_link_layer("softnic");
       softnic::EngineOptions eo;
       eo.sink = cfg.softnic_sink;
+      eo.atomics = cfg.softnic_atomics == "hca" ? softnic::AtomicsModel::kHca
+                                                : softnic::AtomicsModel::kDevice;
+      eo.hca_atomic_window_us = cfg.softnic_hca_atomic_window_us;
+      eo.hca_round_trip_us = cfg.softnic_hca_round_trip_us;
       auto softnic = std::make_unique<SoftnicProvider>("softnic0", eo);
       d->softnic_engine_ = &softnic->engine();
       provider = std::move(softnic);
@@ -198,6 +202,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
            " (doorbell mode ", d->rdma_->doorbell_mode(),
            choice->provider == "softnic" && cfg.softnic_sink ? ", sink: WQEs complete without data"
                                                              : "",
+           choice->provider == "softnic" && cfg.softnic_atomics == "hca"
+               ? absl::StrCat(", hca atomics: window ", cfg.softnic_hca_atomic_window_us,
+                              " us, fence round trip ", cfg.softnic_hca_round_trip_us, " us")
+               : "",
            "); ", choice->reason);
   } else {
     MC_LOG(kInfo, "RDMA: off (rdma_provider = off)");

@@ -177,6 +177,10 @@ struct Engine::Qp {
   uint32_t send_secret_qpn = 0;
   // When this QP's first WQE found no secret to send with (zero: not waiting).
   std::chrono::steady_clock::time_point offer_wait_since{};
+  // kHca: when the responses of this QP's atomics so far are back (a WQE
+  // with the fence bit waits for it).
+  std::chrono::steady_clock::time_point atomics_answered_at{};
+  bool fence_held = false;  // the WQE at sq_ci is waiting for a fence
   // Bytes of the WRITE at sq_ci done so far: a long WRITE goes in pieces
   // (issue 23 item 6), locally so the engine lock is let go between them,
   // to another node so no more than one batch of it is ever in the heap.
@@ -591,10 +595,15 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
         result.syndrome = mlx5::kSyndRemoteAccessErr;
         return result;
       }
-      const uint64_t where = r->Span(op.raddr, width).addr;
+      const ByteSpan span = r->Span(op.raddr, width);
+      const uint64_t where = span.addr;
       // The iova is aligned; the mapping offset might not be.
       if (where % width != 0) {
         result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+        return result;
+      }
+      if (options_.atomics == AtomicsModel::kHca) {
+        if (!HcaAtomic(span, op, &result.fetched)) result.syndrome = mlx5::kSyndRemoteAccessErr;
         return result;
       }
       if (r->kind == MemoryKind::kCuda) {
@@ -631,6 +640,42 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
   }
   result.syndrome = mlx5::kSyndRemoteInvalReqErr;
   return result;
+}
+
+bool Engine::HcaAtomic(const ByteSpan& word, const ResponderOp& op, uint64_t* old) {
+  const uint64_t width = op.kind == ResponderOp::Kind::kFetchAdd64 ? 8 : 4;
+  const auto next = [&](uint64_t v) {
+    return width == 8 ? v + op.add
+                      : MaskedAdd(static_cast<uint32_t>(v), static_cast<uint32_t>(op.add),
+                                  op.field_boundary);
+  };
+  const auto window = [this] {
+    if (options_.hca_atomic_window_us != 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(options_.hca_atomic_window_us));
+    }
+  };
+  if (word.kind == MemoryKind::kCuda) {
+    // Two PCIe transactions, as a NIC's: a read of the word, a write back.
+    uint64_t v = 0;
+    const ByteSpan host{MemoryKind::kHost, reinterpret_cast<uintptr_t>(&v), width, nullptr};
+    if (word.cuda == nullptr || !word.cuda->Copy(host, word).ok()) return false;
+    *old = v;
+    window();
+    v = next(v);
+    return word.cuda->Copy(word, host).ok();
+  }
+  if (width == 8) {
+    auto w = Ref(reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(word.addr)));
+    *old = w.load(std::memory_order_acquire);
+    window();
+    w.store(next(*old), std::memory_order_release);
+  } else {
+    auto w = Ref(reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(word.addr)));
+    *old = w.load(std::memory_order_acquire);
+    window();
+    w.store(static_cast<uint32_t>(next(*old)), std::memory_order_release);
+  }
+  return true;
 }
 
 // ---- the requester ---------------------------------------------------------------
@@ -859,11 +904,26 @@ bool Engine::Poll(Qp& qp) {
       std::memcpy(&wqe[i], &v, 8);
     }
     uint8_t opcode = wqe[3];  // low byte of the big-endian opmod_idx_opcode
+    const uint8_t fm_ce_se = wqe[offsetof(mlx5::WqeCtrlSeg, fm_ce_se)];
+    if (options_.atomics == AtomicsModel::kHca && qp.state != QpState::kError &&
+        (fm_ce_se & mlx5::kCtrlFence) != 0 &&
+        std::chrono::steady_clock::now() < qp.atomics_answered_at) {
+      // A fence: the WQE waits in the ring for the earlier atomics' answers.
+      if (!qp.fence_held) fence_waits_.fetch_add(1, std::memory_order_relaxed);
+      qp.fence_held = true;
+      break;
+    }
+    qp.fence_held = false;
     uint32_t bytes = 0;
     bool more = false;
     const uint8_t syndrome = qp.state == QpState::kError
                                  ? mlx5::kSyndWrFlushErr
                                  : ExecuteWqe(qp, wqe, index, &opcode, &bytes, &more);
+    if (options_.atomics == AtomicsModel::kHca && syndrome == 0 &&
+        (opcode == mlx5::kOpAtomicFa || opcode == mlx5::kOpAtomicMaskedFa)) {
+      qp.atomics_answered_at =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(options_.hca_round_trip_us);
+    }
     if (syndrome == 0 && more) {
       did = true;  // the rest of this WRITE on the next visit
       break;
@@ -872,7 +932,7 @@ bool Engine::Poll(Qp& qp) {
     if (syndrome != 0) {
       WriteCqe(qp, index, opcode, syndrome, 0);
       fail(syndrome);
-    } else if ((wqe[offsetof(mlx5::WqeCtrlSeg, fm_ce_se)] & mlx5::kCtrlCqUpdate) != 0) {
+    } else if ((fm_ce_se & mlx5::kCtrlCqUpdate) != 0) {
       WriteCqe(qp, index, opcode, 0, bytes);
     }
     ++qp.sq_ci;

@@ -89,10 +89,28 @@
 
 namespace mooncake::softnic {
 
+// How softnic runs NIC atomics (fetch-add, masked fetch-add).
+//   kDevice  as real atomics of the memory they target (CPU atomics on host
+//            memory, a GPU atomic on GPU memory): atomic against everything,
+//            which is more than a NIC promises, and hides counters that mix
+//            routes.
+//   kHca     as a ConnectX does: a read, then the add, then a write, with
+//            hca_atomic_window_us in between. Atomic only against other
+//            atomics of this engine (it runs them one at a time), not
+//            against CPU, SM or NVLink atomics on the same word: a counter
+//            that mixes routes loses updates here as on a NIC. A WQE with
+//            the fence bit also waits, in the ring, until the responses of
+//            its QP's earlier atomics are back (hca_round_trip_us after
+//            each ran), as a NIC's fence does.
+enum class AtomicsModel { kDevice, kHca };
+
 struct EngineOptions {
   // Complete every WQE successfully without moving data (benchmarks of the
   // posting path: only the GPU side is measured).
   bool sink = false;
+  AtomicsModel atomics = AtomicsModel::kDevice;
+  uint32_t hca_atomic_window_us = 0;  // kHca: between an atomic's read and write
+  uint32_t hca_round_trip_us = 0;     // kHca: what a fence after an atomic waits
   // Longest sleep of the idle engine thread between polls (it spins for
   // spin_us after the last work it found, then sleeps, doubling from 1 us).
   // With no QP connected the thread sleeps until one is (no wakeups at all).
@@ -181,6 +199,9 @@ class Engine {
   // Payload bytes of the RDMA WRITEs executed so far (metrics; the sink
   // mode moves none). One relaxed atomic, added per successful WRITE.
   uint64_t bytes_written() const { return bytes_written_.load(std::memory_order_relaxed); }
+  const EngineOptions& options() const { return options_; }
+  // WQEs that waited for a fence (kHca; metrics and benchmarks).
+  uint64_t fence_waits() const { return fence_waits_.load(std::memory_order_relaxed); }
 
   // The responder side of op.remote_qpn, one of this engine's QPs: checks
   // the rkey against that QP's PD and executes. For callers outside the
@@ -242,6 +263,10 @@ class Engine {
   // Whether a local WRITE copies host memory to host memory (done in
   // pieces; a copy with GPU memory on either side goes whole).
   bool HostToHostLocked(const ResponderOp& op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kHca: the read-add-write of one atomic on `word` (width 8: fetch-add;
+  // 4: masked fetch-add), sleeping hca_atomic_window_us between read and
+  // write. Returns the old value; false when GPU memory failed.
+  bool HcaAtomic(const ByteSpan& word, const ResponderOp& op, uint64_t* old);
   // Resolves [addr, addr+len) under `key` in `pd` with `need` rights.
   const Region* Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len, uint32_t need) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -256,6 +281,7 @@ class Engine {
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> fence_waits_{0};
   absl::Mutex thread_mu_;  // serialises Start/Stop
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
 };

@@ -4,7 +4,8 @@
 //   device_transport_example --platform host --socket S --group G \
 //       --rank R --world-size N [--mode pair|all2all|watch|elastic] [--bytes B]
 //       [--timeout-ms T] [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]
-//       [--nic N1,N2,...] [--rings auto|host|gpu] [--rounds K] [--expect-rejoins J]
+//       [--nic N1,N2,...] [--rings auto|host|gpu] [--atomics auto|device|nic]
+//       [--rounds K] [--expect-rejoins J]
 //
 // --route rdma sends to every peer over RDMA (GPU-initiated RDMA's WQEs and
 // doorbells; softnic in mooncaked executes them where no RDMA NIC is);
@@ -14,7 +15,10 @@
 // rings live (CUDA): auto (GPU memory when kernels ring the NIC
 // themselves, else host memory), host, or gpu (a setup error when the
 // daemon, the NIC or the driver refuses GPU memory); the line after
-// "ready" names where they are.
+// "ready" names where they are. --atomics says where mc_red_add runs
+// (CommunicatorOptions::atomics_route): nic sends every add through the
+// target's NIC, device uses SM/CPU atomics toward P2P peers, auto is nic
+// on ranks with RDMA peers; every rank of a group must agree.
 //
 // Across nodes, give every rank the same group secret in MC_GROUP_SECRET
 // (the launcher's job; e.g. export MC_GROUP_SECRET=$(openssl rand -hex 32)
@@ -77,6 +81,7 @@ struct Args {
   uint32_t qps_per_peer = 1;
   std::vector<std::string> nics;
   std::string rings = "auto";
+  std::string atomics = "auto";
   int rounds = 50;         // elastic
   int expect_rejoins = 0;  // elastic
   bool bytes_given = false;
@@ -87,7 +92,7 @@ void Usage() {
                "         [--socket PATH] [--group NAME] [--mode pair|all2all|watch] [--bytes B]\n"
                "         [--timeout-ms T] [--device D] [--handle auto|vmm|ipc|fabric]\n"
                "         [--route auto|p2p|rdma] [--rdma-peers R1,R2,...] [--qps-per-peer Q]\n"
-               "         [--nic N1,N2,...] [--rings auto|host|gpu]\n"
+               "         [--nic N1,N2,...] [--rings auto|host|gpu] [--atomics auto|device|nic]\n"
                "         [--rounds K] [--expect-rejoins J]   (--mode elastic)\n"
                "  --timeout-ms T how long to wait for the group to form and be ready, and\n"
                "                 (pair, all2all, elastic) for each transfer; default 30000\n"
@@ -146,6 +151,9 @@ bool ParseArgs(int argc, char** argv, Args* a) {
         a->nics.emplace_back(part);
       }
       ok = !a->nics.empty();
+    } else if (k == "--atomics") {
+      a->atomics = v;
+      ok = mooncake::ParseAtomicsRoute(v).ok();
     } else if (k == "--rings") {
       a->rings = v;
       ok = v == "auto" || v == "host" || v == "gpu";
@@ -213,6 +221,7 @@ int main(int argc, char** argv) {
   o.client_name = absl::StrCat("device_transport_example ", who);
   o.route = *mooncake::ParseRoute(a.route);
   o.rdma_peers = a.rdma_peers;
+  o.atomics_route = *mooncake::ParseAtomicsRoute(a.atomics);
   o.qps_per_peer = a.qps_per_peer;
   o.rdma_nics = a.nics;
   o.rdma_ring_memory = a.rings == "gpu"    ? mooncake::DaemonRdmaOptions::RingMemory::kGpu

@@ -77,6 +77,7 @@ class Communicator:
         cuda_handle: str = "auto",
         rdma_nics: Sequence[str] = (),
         rdma_ring_memory: str = "auto",
+        atomics_route: str = "auto",
     ) -> "Communicator":
         """Joins `group` as `rank` of `world_size` with a `buffer_bytes` buffer (same on every rank).
 
@@ -100,6 +101,11 @@ class Communicator:
         (GPU memory when kernels ring the NIC themselves, else host memory,
         falling back to host memory when refused), "host", or "gpu" (an
         error saying why when refused). See `rdma_ring_memory` after create.
+        atomics_route: where red_add runs (docs/rdma.md "Atomics across
+        routes"): "nic" (every add through the target's NIC, from every
+        rank), "device" (SM/CPU atomics toward P2P peers and self), "auto"
+        ("nic" on a rank with RDMA peers). Every rank must agree, else
+        FailedPreconditionError naming the ranks on each side.
 
         Raises InvalidArgumentError for bad arguments, UnavailableError when
         no daemon answers, DeadlineExceededError when the other ranks do not
@@ -132,6 +138,7 @@ class Communicator:
             cuda_device=cuda_device,
             rdma_nics=list(rdma_nics),
             rdma_ring_memory=rdma_ring_memory,
+            atomics_route=atomics_route,
         )
         return cls(native)
 
@@ -143,6 +150,11 @@ class Communicator:
     @property
     def world_size(self) -> int:
         return self._native.world_size
+
+    @property
+    def nic_atomics(self) -> bool:
+        """Whether every red_add goes through the target's NIC (atomics_route)."""
+        return self._native.nic_atomics
 
     @property
     def rdma_ring_memory(self) -> Optional[str]:

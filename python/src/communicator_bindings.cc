@@ -307,15 +307,13 @@ uint32_t CheckedU32(const char* name, int64_t v) {
   return static_cast<uint32_t>(v);
 }
 
-std::unique_ptr<PyCommunicator> Create(const std::string& group, int64_t rank, int64_t world_size,
-                                       int64_t buffer_bytes, const std::string& platform,
-                                       const std::string& route,
-                                       const std::optional<std::string>& socket, double timeout,
-                                       const std::vector<int64_t>& rdma_peers, int64_t qps_per_peer,
-                                       bool wait_all_ready, const std::string& client_name,
-                                       const std::string& gpu_uuid, const std::string& cuda_handle,
-                                       int cuda_device, const std::vector<std::string>& rdma_nics,
-                                       const std::string& rdma_ring_memory) {
+std::unique_ptr<PyCommunicator> Create(
+    const std::string& group, int64_t rank, int64_t world_size, int64_t buffer_bytes,
+    const std::string& platform, const std::string& route, const std::optional<std::string>& socket,
+    double timeout, const std::vector<int64_t>& rdma_peers, int64_t qps_per_peer,
+    bool wait_all_ready, const std::string& client_name, const std::string& gpu_uuid,
+    const std::string& cuda_handle, int cuda_device, const std::vector<std::string>& rdma_nics,
+    const std::string& rdma_ring_memory, const std::string& atomics_route) {
   CommunicatorOptions o;
   o.socket_path = socket.value_or("");
   if (group.empty()) ThrowError(absl::StatusCode::kInvalidArgument, "group name is empty");
@@ -329,6 +327,7 @@ std::unique_ptr<PyCommunicator> Create(const std::string& group, int64_t rank, i
   o.buffer_bytes = static_cast<size_t>(buffer_bytes);
   o.platform = ValueOrThrow(ParsePlatform(platform));
   o.route = ValueOrThrow(ParseRoute(route));
+  o.atomics_route = ValueOrThrow(ParseAtomicsRoute(atomics_route));
   for (int64_t p : rdma_peers) o.rdma_peers.push_back(CheckedU32("rdma_peers entry", p));
   o.qps_per_peer = CheckedU32("qps_per_peer", qps_per_peer);
   o.rdma_nics = rdma_nics;
@@ -378,14 +377,15 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
 
   py::class_<PyCommunicator>(m, "Communicator",
                              "A ready communicator (low level; use mooncake_client.Communicator).")
-      .def_static(
-          "create", &Create, py::kw_only(), py::arg("group"), py::arg("rank"),
-          py::arg("world_size"), py::arg("buffer_bytes"), py::arg("platform") = "host",
-          py::arg("route") = "auto", py::arg("socket") = py::none(), py::arg("timeout") = 30.0,
-          py::arg("rdma_peers") = std::vector<int64_t>{}, py::arg("qps_per_peer") = 1,
-          py::arg("wait_all_ready") = true, py::arg("client_name") = "", py::arg("gpu_uuid") = "",
-          py::arg("cuda_handle") = "auto", py::arg("cuda_device") = -1,
-          py::arg("rdma_nics") = std::vector<std::string>{}, py::arg("rdma_ring_memory") = "auto")
+      .def_static("create", &Create, py::kw_only(), py::arg("group"), py::arg("rank"),
+                  py::arg("world_size"), py::arg("buffer_bytes"), py::arg("platform") = "host",
+                  py::arg("route") = "auto", py::arg("socket") = py::none(),
+                  py::arg("timeout") = 30.0, py::arg("rdma_peers") = std::vector<int64_t>{},
+                  py::arg("qps_per_peer") = 1, py::arg("wait_all_ready") = true,
+                  py::arg("client_name") = "", py::arg("gpu_uuid") = "",
+                  py::arg("cuda_handle") = "auto", py::arg("cuda_device") = -1,
+                  py::arg("rdma_nics") = std::vector<std::string>{},
+                  py::arg("rdma_ring_memory") = "auto", py::arg("atomics_route") = "auto")
       .def_property_readonly("closed", &PyCommunicator::closed)
       .def_property_readonly("rank", [](const PyCommunicator& p) { return p.get().rank(); })
       .def_property_readonly("world_size",
@@ -394,6 +394,8 @@ A launcher copies `nbytes` bytes from `address` into the kernel's parameter
       .def_property_readonly("epoch", [](const PyCommunicator& p) { return p.get().epoch(); })
       .def_property_readonly("handle_kind",
                              [](const PyCommunicator& p) { return p.get().handleKind(); })
+      .def_property_readonly("nic_atomics",
+                             [](const PyCommunicator& p) { return p.get().nicAtomics(); })
       .def_property_readonly("rdma_ring_memory",
                              [](const PyCommunicator& p) -> std::optional<std::string> {
                                DaemonRdmaTransport* r = p.get().rdmaTransport();

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -270,6 +271,45 @@ TEST(CompatRdma, PutSignalAndRedAddPostWhatUpstreamPosts) {
   // At most 28 bytes travel inline from anywhere.
   EXPECT_EQ(mc_ibgda_put(c.ibgda, 0, 3, 0, 1, elsewhere, 0xabc000, 28), McStatus::kOk);
   EXPECT_EQ(Doorbell(w), 6u);
+}
+
+// fm_ce_se (byte 11 of the ctrl segment) of every operation that posts,
+// native and upstream-named: each asks for a CQE and none sets a fence. A
+// fence would make a signal or atomic wait a network round trip behind any
+// atomic before it; put -> signal order comes from RC ordering instead
+// (comm_device.h, issue 24 item 3).
+TEST(CompatRdma, EveryPostedWqeAsksForACqeAndNoneIsFenced) {
+  World w;
+  const CommCtx c = w.ctx(0);
+  void* recv = w.at<void>(0, 8192);
+  const void* send = w.at<void>(0, 16384);
+  struct Op {
+    const char* name;
+    std::function<void()> post;
+  };
+  const std::vector<Op> ops = {
+      {"mc_put_thread (WRITE)", [&] { (void)mc_put_thread(c, 3, recv, send, 4096); }},
+      {"mc_put_thread (inline)", [&] { (void)mc_put_thread(c, 3, recv, send, 16); }},
+      {"mc_signal 8 B", [&] { (void)mc_signal(c, 3, w.at<uint64_t>(0, 64), uint64_t{1}); }},
+      {"mc_signal_relaxed 4 B",
+       [&] { (void)mc_signal_relaxed(c, 3, w.at<uint32_t>(0, 72), uint32_t{1}); }},
+      {"mc_red_add 8 B", [&] { (void)mc_red_add(c, 3, w.at<uint64_t>(0, 80), uint64_t{2}); }},
+      {"mc_red_add 4 B", [&] { (void)mc_red_add(c, 3, w.at<int32_t>(0, 88), int32_t{2}); }},
+      {"mc_put_signal_ll", [&] { (void)mc_put_signal_ll(c, 3, w.at<McLLSlot>(0, 128), 7, 1); }},
+      {"upstream mc_rdma_put", [&] { (void)mc_rdma_put(c, 0, 3, 1, send, recv, 4096, 0); }},
+      {"upstream mc_signal", [&] { mc_signal(c, 3, 0, 1, w.at<int>(0, 96), 1); }},
+      {"upstream mc_red_add", [&] { mc_red_add(c, 3, 0, 1, w.at<int>(0, 100), 1); }},
+      {"upstream mc_ibgda_put",
+       [&] { (void)mc_ibgda_put(c.ibgda, 0, 3, 0, 1, send, 0xabc000, 64); }},
+      {"upstream mc_ibgda_red_add", [&] { mc_ibgda_red_add(c.ibgda, 0, 3, 0, 1, 0, 0xabd000, 1); }},
+  };
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ops[i].post();
+    ASSERT_EQ(Doorbell(w), i + 1) << ops[i].name << " posted one WQE";
+    const uint8_t fm_ce_se = w.qps[3].sq[i * mlx5::kSendWqeBb + 11];
+    EXPECT_EQ(fm_ce_se, mlx5::kCtrlCqUpdate) << ops[i].name;
+    EXPECT_EQ(fm_ce_se & mlx5::kCtrlFence, 0) << ops[i].name << " is fenced";
+  }
 }
 
 // Upstream would write through a null queue pair; with no status to return,

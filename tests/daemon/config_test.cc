@@ -149,9 +149,14 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
                               "peer_tls_key_file = /n.key\npeer_insecure = true\n"
                               "peer_advertise = node1:7450\n"
                               "tenant_policy_file = /etc/mooncake/tenants.policy\n"
-                              "max_doorbell_handoffs_per_uid = 9\n",
+                              "max_doorbell_handoffs_per_uid = 9\n"
+                              "softnic_atomics = hca\nsoftnic_hca_atomic_window_us = 50\n"
+                              "softnic_hca_round_trip_us = 7\n",
                               "t", &c)
                   .ok());
+  EXPECT_EQ(c.softnic_atomics, "hca");
+  EXPECT_EQ(c.softnic_hca_atomic_window_us, 50u);
+  EXPECT_EQ(c.softnic_hca_round_trip_us, 7u);
   EXPECT_EQ(c.tenant_policy_file, "/etc/mooncake/tenants.policy");
   EXPECT_EQ(c.max_doorbell_handoffs_per_uid, 9u);
   EXPECT_EQ(c.etcd_endpoints, "http://a:2379,http://b:2379");
@@ -160,9 +165,11 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
   EXPECT_EQ(c.peer_tls_key_file, "/n.key");
   EXPECT_TRUE(c.peer_insecure);
   EXPECT_EQ(c.peer_advertise, "node1:7450");
-  for (const char* bad : {"etcd_prefix = mc\n", "etcd_prefix = /mc/\n", "etcd_lease_ttl_s = 1\n",
-                          "peer_insecure = yes\n", "tenant_policy_file = tenants.policy\n",
-                          "max_doorbell_handoffs_per_uid = 0\n"}) {
+  for (const char* bad :
+       {"etcd_prefix = mc\n", "etcd_prefix = /mc/\n", "etcd_lease_ttl_s = 1\n",
+        "peer_insecure = yes\n", "tenant_policy_file = tenants.policy\n",
+        "max_doorbell_handoffs_per_uid = 0\n", "softnic_atomics = nic\n",
+        "softnic_hca_atomic_window_us = 1000001\n", "softnic_hca_round_trip_us = -1\n"}) {
     DaemonConfig d;
     EXPECT_EQ(ParseConfigText(bad, "t", &d).code(), absl::StatusCode::kInvalidArgument) << bad;
   }

@@ -128,6 +128,8 @@ struct FakeNic {
   // A GID index a session open picks instead of the port's (as if the GID
   // table changed between a probe and the open); unset: the port's.
   std::optional<uint32_t> gid_at_open;
+  // What a context says of the NIC's atomics (DescribeAtomics), per device.
+  std::map<std::string, std::string> atomics;
   std::atomic<int> opens{0}, live{0};
   std::optional<uint32_t> last_override;
   // Connect of this QPN fails: half way (after RST2INIT) or before any
@@ -167,6 +169,10 @@ class FakeSession final : public NicSession {
     }
   }
   ~FakeSession() override { --nic_->live; }
+  std::string atomics() const override {
+    auto it = nic_->atomics.find(device_);
+    return it == nic_->atomics.end() ? "" : it->second;
+  }
   const std::string& device() const override { return device_; }
   const LocalEndpoint& endpoint() const override { return endpoint_; }
   const UarInfo& uar() const override { return uar_; }
@@ -453,6 +459,38 @@ TEST_F(Mlx5FakeTest, ALinkThatCannotBeQueriedIsAnErrorNamingTheNic) {
   ASSERT_EQ(link.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(absl::StrContains(link.status().message(), "querying the link of mlx5_9"))
       << link.status();
+}
+
+// mcctl nics shows what each NIC answers of atomics (issue 24 item 2): from
+// an open session's context when there is one, else from a probe (reused
+// for kLinkProbeReuse, like the link's), and why when the NIC refuses.
+TEST_F(Mlx5FakeTest, AtomicsOfANicComeFromItsContext) {
+  Make();
+  nic_.atomics["mlx5_0"] = "fetch-add,masked-fetch-add; sizes 4,8 B";
+  nic_.atomics["mlx5_1"] = "fetch-add; sizes 8 B";
+  probing_ = true;
+  EXPECT_EQ(rdma_->NicAtomics("mlx5_1"), "fetch-add; sizes 8 B");
+  EXPECT_EQ(nic_.opens.load(), 1);
+  EXPECT_EQ(nic_.live.load(), 0) << "the probe's context is not kept";
+  EXPECT_EQ(rdma_->NicAtomics("mlx5_1"), "fetch-add; sizes 8 B");
+  EXPECT_EQ(nic_.opens.load(), 1) << "a probe is reused for a moment";
+  EXPECT_EQ(rdma_->NicAtomics("mlx5_7"), "") << "not a NIC this provider serves";
+  probing_ = false;
+  SessionInfo a = Open(1000, 1);
+  Qps(a, 1);  // opens a's context on mlx5_0
+  const int opens = nic_.opens.load();
+  EXPECT_EQ(rdma_->NicAtomics("mlx5_0"), "fetch-add,masked-fetch-add; sizes 4,8 B");
+  EXPECT_EQ(nic_.opens.load(), opens) << "read from the open session";
+
+  std::vector<Mlx5SessionOptions> nics(1);
+  nics[0].device = "mlx5_9";
+  Mlx5ProviderOptions o;
+  o.open = [](const Mlx5SessionOptions&) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+    return absl::FailedPreconditionError("mlx5_9 lacks EXTENDED_FETCH_ADD");
+  };
+  RdmaResources refusing(&sessions_, RdmaLimits{},
+                         std::make_unique<Mlx5Provider>(std::move(nics), std::move(o)));
+  EXPECT_EQ(refusing.NicAtomics("mlx5_9"), "unknown: mlx5_9 lacks EXTENDED_FETCH_ADD");
 }
 
 TEST_F(Mlx5FakeTest, QpsListTheClientsRingCountersNotCompletions) {

@@ -375,6 +375,14 @@ TEST(Mlx5Access, LocalWriteIsAddedUnknownBitsRefused) {
   absl::Status bad = RegistrationAccess(0x10).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.message()), HasSubstr("access 0x10"));
+  // Relaxed ordering (IBV_ACCESS_RELAXED_ORDERING, 1 << 20) is never set:
+  // put -> signal order rests on strictly ordered regions (docs/rdma.md
+  // "Ordering without fences").
+  EXPECT_EQ(RegistrationAccess(kMrAccessAll | (1u << 20)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+#if MOONCAKE_HAVE_MLX5DV
+  EXPECT_EQ(uint32_t{IBV_ACCESS_RELAXED_ORDERING}, 1u << 20);
+#endif
 }
 
 TEST(Mlx5Dmabuf, RangeChecks) {

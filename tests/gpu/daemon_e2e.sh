@@ -157,12 +157,14 @@ elif grep -q "exports no dmabuf of GPU memory" "$tmp/r0"; then
 fi
 check "RDMA rings gpu on softnic: a setup error naming why (rc $r0/$r1)" \
   $([[ $r0 -eq 2 && $r1 -eq 2 ]] && grep -Eq 'softnic provider registers|exports no dmabuf' "$tmp/r0"; echo $?)
-# mixed routes: ranks 0 and 1 over RDMA, every other pair over P2P
+# mixed routes: ranks 0 and 1 over RDMA, every other pair over P2P; every
+# rank bumps every other's arrival counter, so atomics go through the NIC
+# on every rank (--atomics nic; docs/rdma.md "Atomics across routes")
 rcs=0
 for r in 0 1 2 3; do
-  extra=()
-  [[ $r -eq 0 ]] && extra=(--rdma-peers 1)
-  [[ $r -eq 1 ]] && extra=(--rdma-peers 0)
+  extra=(--atomics nic)
+  [[ $r -eq 0 ]] && extra+=(--rdma-peers 1)
+  [[ $r -eq 1 ]] && extra+=(--rdma-peers 0)
   "${ex[@]}" --group "mixed" --rank $r --world-size 4 --device "$(gpu_of $r)" --mode all2all --bytes 65539 "${extra[@]}" >"$tmp/a$r" 2>&1 &
   pids+=($!)
 done

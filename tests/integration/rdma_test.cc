@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -125,16 +126,48 @@ TEST(RdmaRoute, FourRanksAllToAllWithTwoQpsPerPeer) {
   }
 }
 
-TEST(RdmaRoute, ForcedRdmaPairInsideAP2pGroup) {
+// Ranks 0 and 1 talk over RDMA, every other pair over shared memory, and
+// every rank bumps every other rank's arrival counter (mc_red_add): rank 0's
+// counter takes a NIC atomic from rank 1 and SM atomics from ranks 2 and 3.
+// softnic runs NIC atomics as a ConnectX does ("hca": read, add, write,
+// with a window), so only the NIC atomics route keeps the counts.
+std::string HcaDaemonConfig(const std::string& dir) {
+  const std::string path = dir + "/mooncaked.conf";
+  std::ofstream(path) << "softnic_atomics = hca\nsoftnic_hca_atomic_window_us = 2000\n";
+  return path;
+}
+
+TEST(RdmaRoute, ForcedRdmaPairInsideAP2pGroupWithNicAtomics) {
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), {"--config", HcaDaemonConfig(dir.path())});
+  auto ranks = StartRanks(daemon.socket(), "mixed", 4,
+                          {{"--rdma-peers", "1", "--bytes", "4099", "--atomics", "nic"},
+                           {"--rdma-peers", "0", "--bytes", "4099", "--atomics", "nic"},
+                           {"--bytes", "4099", "--atomics", "nic"},
+                           {"--bytes", "4099", "--atomics", "nic"}});
+  ExpectAllPass(ranks, 60000);
+  for (auto& r : ranks) {
+    EXPECT_NE(r.output().find("received 3 messages of 4099 bytes, all correct"), std::string::npos)
+        << r.output();
+  }
+}
+
+// auto: ranks 0 and 1 (RDMA peers) choose NIC atomics, ranks 2 and 3 (P2P
+// only) do not. Every rank refuses the group, naming both sides and the fix.
+TEST(RdmaRoute, RanksThatDisagreeOnTheAtomicsRouteAreASetupError) {
   TempDir dir;
   DaemonProcess daemon(dir.path());
-  // Ranks 0 and 1 talk over RDMA, every other pair over shared memory.
-  auto ranks = StartRanks(daemon.socket(), "mixed", 4,
-                          {{"--rdma-peers", "1", "--bytes", "4099"},
-                           {"--rdma-peers", "0", "--bytes", "4099"},
-                           {"--bytes", "4099"},
-                           {"--bytes", "4099"}});
-  ExpectAllPass(ranks, 60000);
+  auto ranks = StartRanks(daemon.socket(), "mixed-auto", 4,
+                          {{"--rdma-peers", "1", "--timeout-ms", "10000"},
+                           {"--rdma-peers", "0", "--timeout-ms", "10000"},
+                           {"--timeout-ms", "10000"},
+                           {"--timeout-ms", "10000"}});
+  ExpectAllSetupErrors(ranks,
+                       "atomics route: ranks 0,1 send every mc_red_add through the target's NIC");
+  for (auto& r : ranks) {
+    EXPECT_NE(r.output().find("ranks 2,3 use SM/CPU atomics"), std::string::npos) << r.output();
+    EXPECT_NE(r.output().find("--atomics"), std::string::npos) << r.output();
+  }
 }
 
 // --nic (CommunicatorOptions::rdma_nics, upstream's factory filter) puts a
@@ -192,7 +225,13 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
   google::protobuf::ListValue nics = McctlJsonArray(daemon.socket(), "nics");
   bool softnic = false;
   for (const auto& n : nics.values()) {
-    softnic = softnic || n.struct_value().fields().at("provider").string_value() == "softnic";
+    const auto& f = n.struct_value().fields();
+    if (f.at("provider").string_value() != "softnic") continue;
+    softnic = true;
+    // How softnic models NIC atomics (issue 24 item 2).
+    ASSERT_EQ(f.count("atomics"), 1u);
+    EXPECT_TRUE(absl::StartsWith(f.at("atomics").string_value(), "device model: fetch-add 8 B"))
+        << f.at("atomics").string_value();
   }
   EXPECT_TRUE(softnic) << "mcctl nics --json lists no softnic provider";
 
@@ -205,7 +244,9 @@ TEST(RdmaRoute, McctlShowsSoftnicQpsAndMrsAndSigkillReleasesThem) {
   ASSERT_GT(fds_live, fds_before);
 
   google::protobuf::ListValue qps = McctlJsonArray(daemon.socket(), "qps");
-  ASSERT_EQ(qps.values_size(), 2);  // one QP per rank toward the other
+  // Per rank: one QP toward the other, and its loopback (RDMA peers make
+  // atomics_route auto choose NIC atomics).
+  ASSERT_EQ(qps.values_size(), 4);
   for (const auto& q : qps.values()) {
     const auto& f = q.struct_value().fields();
     EXPECT_GT(f.at("qpn").number_value(), 0);

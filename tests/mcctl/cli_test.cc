@@ -297,6 +297,13 @@ TEST_F(McctlTest, GpusAndNics) {
   ListValue nics = ParseArray(Mcctl({"--socket", socket_, "--json", "nics"}).out);
   ASSERT_EQ(nics.values_size(), 1);
   EXPECT_EQ(nics.values(0).struct_value().fields().at("name").string_value(), "mlx5_0");
+  // What the NIC answers of atomics: a line under the table, a key in JSON.
+  nic->set_atomics("fetch-add,masked-fetch-add; sizes 4,8 B");
+  EXPECT_TRUE(absl::StrContains(Mcctl({"--socket", socket_, "nics"}).out,
+                                "\natomics mlx5_0: fetch-add,masked-fetch-add; sizes 4,8 B\n"));
+  nics = ParseArray(Mcctl({"--socket", socket_, "--json", "nics"}).out);
+  EXPECT_EQ(nics.values(0).struct_value().fields().at("atomics").string_value(),
+            "fetch-add,masked-fetch-add; sizes 4,8 B");
 }
 
 TEST_F(McctlTest, Topo) {
@@ -547,7 +554,11 @@ TEST_F(McctlTest, UsageHelpAndVersion) {
                                        {"--socket"},
                                        {"--socket", ""},
                                        {"--timeout-ms", "0", "status"},
-                                       {"--timeout-ms", "soon", "status"}}) {
+                                       {"--timeout-ms", "soon", "status"},
+                                       {"selftest"},
+                                       {"selftest", "gpu"},
+                                       {"selftest", "rdma", "--nic", ""},
+                                       {"nics", "--nic", "mlx5_0"}}) {
     Result r = Mcctl(bad);
     EXPECT_EQ(r.rc, kExitUsage) << absl::StrJoin(bad, " ");
     EXPECT_TRUE(absl::StartsWith(r.err, "mcctl: ")) << r.err;

@@ -149,4 +149,42 @@ TEST_F(McctlDaemonTest, EveryCommandAnswers) {
   }
 }
 
+// `mcctl selftest rdma` through the daemon's softnic: every step passes,
+// each with what it measured, and nothing of the pair stays behind. A NIC
+// the daemon does not serve fails at setup, saying what to check.
+TEST_F(McctlDaemonTest, SelftestRdmaPassesEveryStepOnSoftnic) {
+  Output o = Capture(Mcctl("--json selftest rdma"));
+  ASSERT_EQ(o.rc, 0) << o.out;
+  Struct s;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(o.out, &s).ok()) << o.out;
+  const auto& f = s.fields();
+  EXPECT_TRUE(f.at("ok").bool_value());
+  EXPECT_EQ(f.at("provider").string_value(), "softnic");
+  EXPECT_EQ(f.at("nic").string_value(), "softnic0");
+  std::vector<std::string> names;
+  for (const Value& v : f.at("steps").list_value().values()) {
+    const auto& step = v.struct_value().fields();
+    names.push_back(step.at("name").string_value());
+    EXPECT_TRUE(step.at("pass").bool_value()) << o.out;
+    if (names.back() != "bad-rkey") {
+      EXPECT_GT(step.at("rate_per_s").number_value(), 0) << names.back();
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"write-inline", "write", "fetch-add-8", "masked-fa-4",
+                                             "ring-wrap", "loopback-atomic", "bad-rkey"}));
+
+  Output table = Capture(Mcctl("selftest rdma"));
+  EXPECT_EQ(table.rc, 0) << table.out;
+  EXPECT_NE(table.out.find("selftest rdma: all steps passed"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("remote access error"), std::string::npos) << table.out;
+
+  Output wrong = Capture(Mcctl("selftest rdma --nic mlx5_7"));
+  EXPECT_EQ(wrong.rc, 1) << wrong.out;
+  EXPECT_NE(wrong.out.find("FAIL at setup"), std::string::npos) << wrong.out;
+  EXPECT_NE(wrong.out.find("NIC \"mlx5_7\" is not served"), std::string::npos) << wrong.out;
+
+  Output qps = Capture(Mcctl("qps"));
+  EXPECT_EQ(qps.out, "no queue pairs\n");
+}
+
 }  // namespace

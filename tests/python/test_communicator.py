@@ -66,6 +66,23 @@ class RdmaOptionsTest(t.DaemonTestCase):
         )
         self.addCleanup(comm.close)
         self.assertIsNone(comm.rdma_ring_memory)
+        self.assertFalse(comm.nic_atomics)
+
+    def test_atomics_route(self):
+        with self.assertRaises(mc.InvalidArgumentError) as e:
+            mc.Communicator.create(
+                group="py-atomics-bad", rank=0, world_size=1, buffer_bytes=t.BUFFER_BYTES,
+                socket=self.daemon.socket, timeout=5, atomics_route="sideways",
+            )
+        self.assertIn("expected auto, device or nic", str(e.exception))
+        # NIC atomics on a rank alone: its loopback queue pair is its RDMA.
+        comm = mc.Communicator.create(
+            group="py-atomics-nic", rank=0, world_size=1, buffer_bytes=t.BUFFER_BYTES,
+            socket=self.daemon.socket, timeout=20, atomics_route="nic",
+        )
+        self.addCleanup(comm.close)
+        self.assertTrue(comm.nic_atomics)
+        self.assertEqual(comm.rdma_ring_memory, "host")
 
 
 class TwoRankTest(t.DaemonTestCase):

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -75,6 +76,13 @@ struct WorldOptions {
   int qps_per_rank = 1;
   uint32_t sq_wqe_cnt = 64;
   uint64_t timeout_ns = kLongNs;
+  // Ranks that also reach each other by load/store (P2P); the others are
+  // RDMA-only. Every rank has queue pairs toward every other either way.
+  std::vector<int> p2p_ranks;
+  // Every rank also gets a queue pair toward itself (connected to itself):
+  // the context then routes every atomic through the target's NIC
+  // (mc_nic_atomics, "Atomics across routes" in comm_device.h).
+  bool loopback = false;
 };
 
 class World {
@@ -120,7 +128,7 @@ class World {
 
       k.qps.reset(new IbgdaQpDevCtx[nqps]);
       for (int dst = 0; dst < n; ++dst) {
-        if (dst == r) continue;
+        if (dst == r && !o.loopback) continue;
         for (int ch = 0; ch < qpr; ++ch) {
           const uint64_t i = static_cast<uint64_t>(dst) * qpr + ch;
           const uint64_t base = scratch_bytes + i * per_qp;
@@ -156,7 +164,7 @@ class World {
     }
     for (int r = 0; r < n; ++r) {
       for (int dst = 0; dst < n; ++dst) {
-        if (dst == r) continue;
+        if (dst == r && !o.loopback) continue;
         for (int ch = 0; ch < qpr; ++ch) {
           EXPECT_TRUE(engine.Connect(Pd(r), qp(r, dst, ch)->qpn, qp(dst, r, ch)->qpn).ok());
         }
@@ -168,7 +176,14 @@ class World {
       rkeys_.push_back(ranks_[r].data_key);
       peer_ptrs_.push_back(buf(r));
     }
-    available_.assign(n, 0);  // nobody is a P2P peer: every route is RDMA
+    // Default: nobody is a P2P peer, every route is RDMA.
+    auto p2p = [&o](int r) {
+      return std::find(o.p2p_ranks.begin(), o.p2p_ranks.end(), r) != o.p2p_ranks.end();
+    };
+    available_.resize(n);
+    for (int r = 0; r < n; ++r) {
+      for (int dst = 0; dst < n; ++dst) available_[r].push_back(p2p(r) && p2p(dst) ? 1 : 0);
+    }
   }
   ~World() {
     for (int r = 0; r < o_.ranks; ++r) engine_.DestroyPd(Pd(r));
@@ -183,7 +198,7 @@ class World {
     CommCtx c;
     c.rank = r;
     c.num_ranks = o_.ranks;
-    c.p2p.available = available_.data();
+    c.p2p.available = available_[r].data();
     c.p2p.peer_ptrs = peer_ptrs_.data();
     c.p2p.local_base = buf(r);
     c.ibgda.qp_devctxs = ranks_[r].qps.get();
@@ -206,7 +221,7 @@ class World {
   std::vector<uint64_t> raddrs_;
   std::vector<uint32_t> rkeys_;
   std::vector<void*> peer_ptrs_;
-  std::vector<int32_t> available_;
+  std::vector<std::vector<int32_t>> available_;  // [rank][dst]
 };
 
 template <class T>
@@ -644,6 +659,138 @@ TEST_P(RouteTest, ErrorCompletionReachesQuietAndTheQp) {
 
 // Nobody serves the rings: the post that finds the ring full gives up after
 // timeout_ns, and the QP is marked stalled.
+// ---- atomics across routes (issue 24 item 2) -------------------------------------
+// Rank 0 owns a counter. Rank 1 reaches it by load/store (P2P), rank 2 only
+// over RDMA. softnic runs NIC atomics as a ConnectX does ("hca": read, add,
+// write), with a window between read and write long enough that the adds
+// of ranks 0 and 1 land inside it.
+struct MixedCounter {
+  uint64_t total = 0;
+  McStatus status[3] = {McStatus::kOk, McStatus::kOk, McStatus::kOk};
+};
+MixedCounter AddFromEveryRoute(Engine& engine, bool loopback) {
+  WorldOptions o;
+  o.ranks = 3;
+  o.p2p_ranks = {0, 1};
+  o.loopback = loopback;
+  World w(engine, o);
+  // Symmetric: each rank names the counter by its own buffer's address.
+  auto counter = [&w](int r) { return At<uint64_t>(w.buf(r), kCounter64Off); };
+  MixedCounter m;
+  m.status[2] = device::mc_red_add(w.ctx(2), 0, counter(2), uint64_t{100});
+  // The engine reads the word at once and writes it back a window later.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  m.status[1] = device::mc_red_add(w.ctx(1), 0, counter(1), uint64_t{10});
+  m.status[0] = device::mc_red_add(w.ctx(0), 0, counter(0), uint64_t{1});
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(device::mc_quiet(w.ctx(r)), McStatus::kOk) << r;
+  m.total = std::atomic_ref<uint64_t>(*counter(0)).load();
+  return m;
+}
+
+EngineOptions Hca(uint32_t window_us) {
+  EngineOptions o;
+  o.atomics = AtomicsModel::kHca;
+  o.hca_atomic_window_us = window_us;
+  return o;
+}
+
+TEST(AtomicsAcrossRoutes, SmAtomicsInsideANicAtomicsWindowAreLost) {
+  Engine engine(Hca(1'000'000));
+  engine.Start();
+  const MixedCounter m = AddFromEveryRoute(engine, /*loopback=*/false);
+  for (McStatus s : m.status) EXPECT_EQ(s, McStatus::kOk);
+  // The NIC's write-back of 0 + 100 overwrote the P2P and self adds: what
+  // a ConnectX does to such a counter, and why the rule exists.
+  EXPECT_EQ(m.total, 100u);
+}
+
+TEST(AtomicsAcrossRoutes, EveryAddThroughTheOwnersNicKeepsTheTotal) {
+  Engine engine(Hca(1'000'000));
+  engine.Start();
+  const MixedCounter m = AddFromEveryRoute(engine, /*loopback=*/true);
+  for (McStatus s : m.status) EXPECT_EQ(s, McStatus::kOk);
+  EXPECT_EQ(m.total, 111u);
+}
+
+TEST(AtomicsAcrossRoutes, ManyThreadsOnEveryRouteLoseNothingThroughTheNic) {
+  Engine engine(Hca(0));
+  engine.Start();
+  WorldOptions o;
+  o.ranks = 3;
+  o.p2p_ranks = {0, 1};
+  o.loopback = true;
+  o.sq_wqe_cnt = 16;
+  World w(engine, o);
+  constexpr int kAdds = 400;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&w, r] {
+        const CommCtx c = w.ctx(r);
+        uint32_t* counter = At<uint32_t>(w.buf(r), kCounter32Off);
+        const device::McPeer owner = device::mc_peer(c, 0);
+        EXPECT_EQ(owner.nic_atomics, r != 2) << "self and P2P peers: atomics via the NIC";
+        for (int i = 0; i < kAdds; ++i) {
+          ASSERT_EQ(device::mc_red_add(owner, counter, uint32_t{1}), McStatus::kOk);
+        }
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(device::mc_quiet(w.ctx(r)), McStatus::kOk);
+  EXPECT_EQ(std::atomic_ref<uint32_t>(*At<uint32_t>(w.buf(0), kCounter32Off)).load(),
+            3u * 2u * kAdds);
+}
+
+TEST(AtomicsAcrossRoutes, DeviceModelAndNoLoopbackKeepTheOldMeaning) {
+  Engine engine;  // AtomicsModel::kDevice: NIC atomics are real CPU atomics
+  engine.Start();
+  const MixedCounter m = AddFromEveryRoute(engine, /*loopback=*/false);
+  EXPECT_EQ(m.total, 111u);
+  WorldOptions o;
+  o.ranks = 3;
+  o.p2p_ranks = {0, 1};
+  World w(engine, o);
+  EXPECT_FALSE(device::mc_peer(w.ctx(1), 0).nic_atomics);
+  EXPECT_FALSE(device::mc_peer(w.ctx(0), 0).nic_atomics);
+}
+
+// A fence waits for the answers of the QP's earlier atomics (a round trip
+// on a NIC): softnic's "hca" model charges hca_round_trip_us for it, so the
+// cost of a fenced signal after an atomic shows in benchmarks. The Device
+// API sets no fence (RC ordering orders put -> signal), and pays nothing.
+TEST(HcaFence, AFencedWqeWaitsForTheAtomicBeforeItAndOthersDoNot) {
+  EngineOptions eo = Hca(0);
+  eo.hca_round_trip_us = 200'000;
+  Engine engine(eo);
+  engine.Start();
+  WorldOptions o;
+  o.ranks = 2;
+  World w(engine, o);
+  const CommCtx c = w.ctx(0);
+  IbgdaQpDevCtx* qp = w.qp(0, 1);
+  const uint64_t counter = c.ibgda.raddrs[1] + kCounter64Off;
+  const uint64_t sig = c.ibgda.raddrs[1] + kSigOff;
+  const uint64_t one = 1;
+  auto atomic_then_write = [&](uint8_t write_flags) {
+    mlx5::Wqe64 a, b;
+    mlx5::build_atomic_fa64(&a, 0, qp->qpn, mlx5::kCtrlCqUpdate, counter, c.ibgda.rkeys[1], 1,
+                            reinterpret_cast<uintptr_t>(qp->fetch_scratch), qp->scratch_lkey);
+    mlx5::build_rdma_write_inline(&b, 0, qp->qpn, write_flags, sig, c.ibgda.rkeys[1], &one, 8);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(device::mc_qp_post(qp, a), McStatus::kOk);
+    EXPECT_EQ(device::mc_qp_post(qp, b), McStatus::kOk);
+    EXPECT_EQ(device::mc_qp_quiet(qp), McStatus::kOk);
+    return std::chrono::steady_clock::now() - t0;
+  };
+  EXPECT_LT(atomic_then_write(mlx5::kCtrlCqUpdate), std::chrono::milliseconds(150));
+  EXPECT_EQ(engine.fence_waits(), 0u);
+  EXPECT_GE(atomic_then_write(mlx5::kCtrlCqUpdate | mlx5::kCtrlFence),
+            std::chrono::milliseconds(195));
+  EXPECT_EQ(engine.fence_waits(), 1u);
+  EXPECT_EQ(*At<uint64_t>(w.buf(1), kCounter64Off), 2u);
+}
+
 TEST(RouteStalled, PostOnAFullRingTimesOut) {
   Engine stopped;  // never started
   WorldOptions o;

@@ -12,7 +12,7 @@ _mcctl() {
     cword=$COMP_CWORD
   fi
 
-  local commands="status gpus nics topo sessions groups qps mrs peers watch doctor help"
+  local commands="status gpus nics topo sessions groups qps mrs peers watch doctor selftest help"
   local options="--socket --timeout-ms --json -j --version --help"
 
   case $prev in
@@ -24,13 +24,19 @@ _mcctl() {
       return ;;
     --timeout-ms | --count)
       return ;;
+    --nic)
+      # The NICs the daemon lists (quietly nothing when it is down).
+      local nics
+      nics=$(mcctl nics --json 2>/dev/null | sed -n 's/^    "name": "\(.*\)",$/\1/p')
+      COMPREPLY=($(compgen -W "$nics" -- "$cur"))
+      return ;;
   esac
 
   # The command given so far, if any.
   local i cmd=""
   for ((i = 1; i < cword; i++)); do
     case ${words[i]} in
-      --socket | --timeout-ms | --root | --count) ((i++)) ;;
+      --socket | --timeout-ms | --root | --count | --nic) ((i++)) ;;
       -*) ;;
       *) cmd=${words[i]}; break ;;
     esac
@@ -47,6 +53,12 @@ _mcctl() {
       COMPREPLY=($(compgen -W "--count --json -j" -- "$cur")) ;;
     doctor)
       COMPREPLY=($(compgen -W "--root --json -j" -- "$cur")) ;;
+    selftest)
+      if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "--nic --json -j" -- "$cur"))
+      else
+        COMPREPLY=($(compgen -W "rdma" -- "$cur"))
+      fi ;;
     groups)
       if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "--json -j" -- "$cur"))

@@ -13,14 +13,15 @@
 #include "mooncake/mcctl/admin_client.h"
 #include "mooncake/mcctl/format.h"
 #include "mooncake/mcctl/json_output.h"
+#include "mooncake/mcctl/selftest_rdma.h"
 #include "mooncake/mcctl/watch.h"
 
 namespace mooncake::mcctl {
 namespace {
 
-constexpr std::array<std::string_view, 12> kCommands = {"status",   "gpus",   "nics",   "topo",
-                                                        "sessions", "groups", "qps",    "mrs",
-                                                        "peers",    "watch",  "doctor", "help"};
+constexpr std::array<std::string_view, 13> kCommands = {
+    "status", "gpus",  "nics",  "topo",   "sessions", "groups", "qps",
+    "mrs",    "peers", "watch", "doctor", "selftest", "help"};
 constexpr int kMaxTimeoutMs = 3600 * 1000;
 
 // Signals that the daemon was not reached, as opposed to an answered error.
@@ -133,6 +134,9 @@ std::string UsageText() {
       "  mrs       registered memory regions: NIC, size, owner session, kind\n"
       "  watch     stream group events (joined, formed, ready, left, lost, ...) as they\n"
       "            happen, one line each (JSON lines with --json); until interrupted\n"
+      "  selftest rdma [--nic NIC]  run the RDMA route on this node through mooncaked: a\n"
+      "            pair of ranks, WRITEs, atomics, a ring wrap, a bad key; pass or fail per\n"
+      "            step with latency, rate and what to check; exit 0 when all pass, 1 when not\n"
       "  doctor    check this node for GPU-initiated transfers (driver, P2P, peermem,\n"
       "            dmabuf, regkey, ACS, IOMMU, limits, socket, NIC ports, daemon view);\n"
       "            exit 0 when ready, 1 when not\n"
@@ -148,6 +152,7 @@ std::string UsageText() {
       "  -j, --json        print JSON instead of tables (watch: one object per line)\n"
       "  --count N         watch: stop after N events\n"
       "  --root DIR        doctor: read sys/, proc/ and etc/ below DIR instead of /\n"
+      "  --nic NIC         selftest: put the queue pairs on NIC (default: the daemon's choice)\n"
       "  --version         print the version and exit\n"
       "\n"
       "exit status: 0 ok, 1 error reported by the daemon (doctor: node not ready),\n"
@@ -192,6 +197,7 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
                          value, "'"));
       }
       opt.timeout_ms = ms;
+      opt.timeout_given = true;
       continue;
     }
     matched = value_of("--count", &value);
@@ -201,6 +207,15 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
         return absl::InvalidArgumentError(
             absl::StrCat("--count wants a positive number of events, got '", value, "'"));
       }
+      continue;
+    }
+    matched = value_of("--nic", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (value.empty() || value.size() > 64) {
+        return absl::InvalidArgumentError("--nic needs a NIC name (at most 64 bytes)");
+      }
+      opt.nic = value;
       continue;
     }
     matched = value_of("--root", &value);
@@ -223,6 +238,12 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       continue;
     } else if (opt.command == "groups" && opt.group.empty()) {
       opt.group = a;
+    } else if (opt.command == "selftest" && opt.subject.empty()) {
+      if (a != "rdma") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown selftest '", a, "': the one there is is rdma"));
+      }
+      opt.subject = a;
     } else if (!opt.command.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("unexpected argument '", a, "' after command '", opt.command, "'"));
@@ -235,6 +256,12 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   }
   if (opt.command.empty() && !opt.help && !opt.version) {
     return absl::InvalidArgumentError("no command given");
+  }
+  if (opt.command == "selftest" && opt.subject.empty()) {
+    return absl::InvalidArgumentError("selftest needs what to test: selftest rdma");
+  }
+  if (!opt.nic.empty() && opt.command != "selftest") {
+    return absl::InvalidArgumentError("--nic is an option of selftest");
   }
   return opt;
 }
@@ -298,6 +325,26 @@ int RunDoctorCommand(const CliOptions& opt, const std::string& socket, const Mcc
   return report.ready() ? kExitOk : kExitError;
 }
 
+int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::ostream& out,
+                       std::ostream& err) {
+  // Unreachable is told apart from a failed step (exit 2, like every command).
+  AdminClient client(socket, opt.timeout_ms);
+  if (absl::StatusOr<v1::DaemonStatus> st = client.GetStatus(); !st.ok()) {
+    Failure failure = FailureFrom(client, "GetStatus", st.status());
+    err << failure.line << "\n";
+    return failure.exit_code;
+  }
+  SelftestOptions o;
+  o.socket = socket;
+  o.nic = opt.nic;
+  // Setup is a group rendezvous and QP creation: more than one call's worth.
+  o.timeout_ms = opt.timeout_given ? opt.timeout_ms : 30000;
+  const SelftestReport report = RunRdmaSelftest(o);
+  out << (opt.json ? PrettyJson(SelftestJson(report)) + "\n" : FormatSelftest(report));
+  out.flush();
+  return report.ok() ? kExitOk : kExitError;
+}
+
 }  // namespace
 
 int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -324,6 +371,7 @@ int RunMcctl(const std::vector<std::string>& args, std::ostream& out, std::ostre
     return kExitUsage;
   }
   if (opt.command == "doctor") return RunDoctorCommand(opt, socket, hooks, out);
+  if (opt.command == "selftest") return RunSelftestCommand(opt, socket, out, err);
   AdminClient client(socket, opt.timeout_ms);
   if (opt.command == "watch") return RunWatch(opt, client, out, err);
   Failure failure{kExitError, ""};

@@ -120,7 +120,12 @@ std::string FormatNics(const Topology& topology) {
                 OrDash(n.driver()), OrDash(n.fw_ver()), OrDash(n.node_guid())});
     }
   }
-  return t.Render();
+  // Atomics in words below the table (too long for a column).
+  std::string out = t.Render();
+  for (const auto& n : topology.nics()) {
+    if (!n.atomics().empty()) absl::StrAppend(&out, "atomics ", n.name(), ": ", n.atomics(), "\n");
+  }
+  return out;
 }
 
 std::string FormatQueuePairs(const v1::ListQueuePairsResponse& r) {

@@ -121,19 +121,45 @@ absl::StatusOr<SessionLink> Mlx5Provider::LinkOf(uint64_t session) {
   // for a moment.
   const Mlx5SessionOptions& o = NicOptionsOf(session);
   absl::MutexLock lock(&probe_mu_);
+  absl::StatusOr<ProbedLink> probed = ProbeLocked(o);
+  if (!probed.ok()) {
+    return absl::Status(probed.status().code(), absl::StrCat("querying the link of ", o.device,
+                                                             ": ", probed.status().message()));
+  }
+  return probed->link;
+}
+
+absl::StatusOr<Mlx5Provider::ProbedLink> Mlx5Provider::ProbeLocked(const Mlx5SessionOptions& o) {
   const absl::Time now = absl::Now();
   if (auto it = probed_.find(o.device);
       it != probed_.end() && now - it->second.at < kLinkProbeReuse) {
-    return it->second.link;
+    return it->second;
   }
   absl::StatusOr<std::unique_ptr<NicSession>> probe = open_(o);
-  if (!probe.ok()) {
-    return absl::Status(probe.status().code(), absl::StrCat("querying the link of ", o.device, ": ",
-                                                            probe.status().message()));
+  if (!probe.ok()) return probe.status();
+  ProbedLink p{LinkOfEndpoint((*probe)->endpoint()), (*probe)->atomics(), now};
+  probed_.insert_or_assign(o.device, p);
+  return p;
+}
+
+std::string Mlx5Provider::AtomicsOf(const std::string& nic) {
+  const Mlx5SessionOptions* o = nullptr;
+  for (const Mlx5SessionOptions& n : nics_) {
+    if (n.device == nic) o = &n;
   }
-  SessionLink link = LinkOfEndpoint((*probe)->endpoint());
-  probed_.insert_or_assign(o.device, ProbedLink{link, now});
-  return link;
+  if (o == nullptr) return "";
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s->mlx5 != nullptr && s->mlx5->device() == nic && !s->mlx5->atomics().empty()) {
+        return s->mlx5->atomics();
+      }
+    }
+  }
+  absl::MutexLock lock(&probe_mu_);
+  absl::StatusOr<ProbedLink> probed = ProbeLocked(*o);
+  if (!probed.ok()) return absl::StrCat("unknown: ", probed.status().message());
+  return probed->atomics;
 }
 
 Mlx5Provider::~Mlx5Provider() {

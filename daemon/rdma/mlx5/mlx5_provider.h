@@ -95,6 +95,9 @@ class Mlx5Provider final : public RdmaProvider {
   absl::Status BindSessionNic(uint64_t session, const std::string& nic) override;
   std::string SessionNic(uint64_t session) const override;
   absl::StatusOr<SessionLink> LinkOf(uint64_t session) override;
+  // An open session's answer on that NIC, else a probe (as LinkOf's, and
+  // reused with it); a NIC that refuses to open says why.
+  std::string AtomicsOf(const std::string& nic) override;
   const std::string& doorbell_mode() const override { return doorbell_mode_; }
   uint32_t max_cq_cqe_cnt() const override { return kMaxCqCqeCnt; }
   static constexpr uint32_t kMaxCqCqeCnt = 65536;
@@ -189,8 +192,13 @@ class Mlx5Provider final : public RdmaProvider {
   // device with when they were read. Never taken under mu_.
   struct ProbedLink {
     SessionLink link;
+    std::string atomics;
     absl::Time at;
   };
+  // A context opened and closed on `o`'s NIC (or the answer of one less
+  // than kLinkProbeReuse old).
+  absl::StatusOr<ProbedLink> ProbeLocked(const Mlx5SessionOptions& o)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_);
   absl::Mutex probe_mu_;
   absl::flat_hash_map<std::string, ProbedLink> probed_ ABSL_GUARDED_BY(probe_mu_);
   const std::string name_ = "mlx5";

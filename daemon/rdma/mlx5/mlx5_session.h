@@ -103,7 +103,7 @@ class Mlx5Session final : public NicSession {
   // port's GID table length as the kernel reports it (ibv_query_port).
   const HcaGeneralCaps& caps() const { return caps_; }
   // The atomics the NIC answers (CheckAtomics passed at open).
-  const std::string& atomics() const { return atomics_; }
+  std::string atomics() const override { return atomics_; }
   const UarInfo& uar() const override { return uar_info_; }
   // The UAR's doorbell register as mapped in this process (the daemon's
   // CPU-assisted doorbell writes it: rdma/mlx5/cpu_doorbell.h); null before

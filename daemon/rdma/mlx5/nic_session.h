@@ -54,6 +54,9 @@ class NicSession {
   virtual volatile void* doorbell_register() const = 0;
   // A duplicate of the context's command fd (the doorbell hand-off).
   virtual absl::StatusOr<UniqueFd> DupCommandFd() const = 0;
+  // The atomics the NIC answered at open (devx_commands.h DescribeAtomics);
+  // empty when unknown.
+  virtual std::string atomics() const { return ""; }
 
   // ---- memory regions ---------------------------------------------------------------------------
 

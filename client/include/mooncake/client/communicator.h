@@ -79,6 +79,25 @@ enum class Route { kAuto, kP2p, kRdma };
 // "auto" / "p2p" / "rdma" -> Route; InvalidArgument otherwise.
 MOONCAKE_API absl::StatusOr<Route> ParseRoute(const std::string& name);
 
+// Where mc_red_add runs (docs/rdma.md "Atomics across routes"). A NIC
+// atomic is atomic only against atomics through the same HCA, not against
+// SM/CPU/NVLink atomics on the word, so a counter that RDMA peers and P2P
+// peers (or its owner) both add to can lose updates unless one route does
+// them all.
+//   kNic     every mc_red_add to rank d's buffer is executed by d's NIC,
+//            from every rank: this rank gets queue pairs toward every rank,
+//            P2P peers and itself (a loopback) included; puts still go
+//            over P2P where they can.
+//   kDevice  adds to self and P2P peers are SM/CPU atomics, to RDMA peers
+//            NIC atomics: only for groups where no word takes adds from
+//            both kinds of route.
+//   kAuto    kNic when this rank has RDMA peers, else kDevice.
+// Every rank of a group must end up with the same choice: Create fails on
+// every rank, naming the ranks on each side, when they differ.
+enum class AtomicsRoute { kAuto, kDevice, kNic };
+// "auto" / "device" / "nic" -> AtomicsRoute; InvalidArgument otherwise.
+MOONCAKE_API absl::StatusOr<AtomicsRoute> ParseAtomicsRoute(const std::string& name);
+
 struct CommunicatorOptions {
   std::string socket_path;  // "" = $MOONCAKE_SOCKET or default
   std::string group;
@@ -94,8 +113,9 @@ struct CommunicatorOptions {
   HandleRoute handle_route = HandleRoute::kJoin;
   Route route = Route::kAuto;
   std::vector<uint32_t> rdma_peers;  // kAuto: these peers go over RDMA
-  uint32_t qps_per_peer = 1;         // RDMA channels per peer
-  uint32_t rdma_sq_depth = 256;      // WQEs per QP
+  AtomicsRoute atomics_route = AtomicsRoute::kAuto;
+  uint32_t qps_per_peer = 1;     // RDMA channels per peer
+  uint32_t rdma_sq_depth = 256;  // WQEs per QP
   // NICs this rank's QPs may go on (upstream's createIbgdaDeviceTransport
   // filter: "mlx5_0", "softnic0"); empty = any the daemon serves, the one
   // closest to the rank's GPU first. Overrides the daemon's choice for
@@ -128,6 +148,8 @@ class MOONCAKE_API Communicator {
   bool rdmaPeer(int r) const {
     return r >= 0 && static_cast<size_t>(r) < rdma_mask_.size() && rdma_mask_[r] != 0;
   }
+  // Whether every mc_red_add goes through the target's NIC (AtomicsRoute).
+  bool nicAtomics() const { return nic_atomics_; }
 
   // Leaves the group now (the destructor does it otherwise). Idempotent.
   absl::Status leave();
@@ -154,6 +176,11 @@ class MOONCAKE_API Communicator {
   absl::StatusOr<GroupView> JoinWithExport();
   absl::Status PrepareRdma();
   absl::Status ConnectRdma(const GroupView& view);
+  // After the join: every rank made the same atomics choice.
+  absl::Status CheckAtomicsRoute(const GroupView& view) const;
+  // Whether this rank has queue pairs toward rank r (RDMA peers, and with
+  // NIC atomics every rank).
+  bool qpPeer(uint32_t r) const { return r < qp_mask_.size() && qp_mask_[r] != 0; }
   absl::Status ReleasePeer(uint32_t r);
   absl::Status AdmitPeer(const SessionEvent& joined);
 
@@ -163,7 +190,9 @@ class MOONCAKE_API Communicator {
   std::unique_ptr<device::BrokeredP2pTransport> transport_;
   std::unique_ptr<DaemonRdmaTransport> rdma_;
   std::vector<int> rdma_mask_;  // [world_size]: 1 = RDMA peer
-  std::vector<int> active_;     // [world_size]: 1 = in the group now
+  std::vector<int> qp_mask_;    // [world_size]: 1 = this rank has QPs toward it
+  bool nic_atomics_ = false;
+  std::vector<int> active_;  // [world_size]: 1 = in the group now
   void* buffer_ = nullptr;
   GroupView view_;
   device::CommCtx ctx_{};

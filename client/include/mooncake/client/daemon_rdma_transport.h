@@ -120,12 +120,14 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // than [offset, offset + bytes) (CUDA maps imported allocations whole).
   absl::Status registerMemoryFd(void* ptr, size_t bytes, int fd, uint64_t offset,
                                 const std::string& kind = "memfd", uint64_t allocation_bytes = 0);
-  // QPs toward the peers whose mask entry is nonzero (self is skipped).
+  // QPs toward the ranks whose mask entry is nonzero; this rank's own entry
+  // set makes a loopback QP (NIC atomics, Communicator's atomics_route).
   absl::Status createQueuePairsFor(const std::vector<int>& peer_mask);
   // What this rank publishes with its group join.
   RdmaEndpointInfo endpoint() const;
   // Connects to each peer in the mask from its published endpoint and
-  // fills raddrs/rkeys. FailedPrecondition naming the peer when it published
+  // fills raddrs/rkeys (this rank in the mask: its loopback QP is connected
+  // to itself). FailedPrecondition naming the peer when it published
   // no QP toward this rank (both sides must choose the RDMA route).
   absl::Status connectEndpoints(int local_rank,
                                 const std::vector<std::optional<RdmaEndpointInfo>>& peers,

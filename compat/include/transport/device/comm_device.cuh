@@ -140,8 +140,17 @@ MC_DEVICE void mc_signal(const CommCtx& ctx, int dst_rank, int channel, int qps_
 // on every route: many senders may add to one counter and none is lost.
 // (Upstream made this mc_signal, whose P2P and self routes store: fine for
 // a zeroed slot with one writer, a lost update for a shared counter.)
+// A context with NIC atomics (mc_nic_atomics: the Communicator's
+// atomics_route) sends every add through the queue pair toward dst_rank,
+// self and P2P peers included, as the native mc_red_add does.
 MC_DEVICE void mc_red_add(const CommCtx& ctx, int dst_rank, int channel, int qps_per_rank,
                           int* sig_ptr, int32_t val) {
+  if (mc_rank_valid(ctx, dst_rank) && mc_nic_atomics(ctx.ibgda, ctx.rank)) {
+    const McPeer p =
+        mc_detail_upstream_rdma_peer(ctx, channel, dst_rank, qps_per_rank, "mc_red_add");
+    (void)rdma_detail::add_word(p, sig_ptr, static_cast<int>(val));
+    return;
+  }
   if (dst_rank == ctx.rank) {
     mc_red_add_release(sig_ptr, static_cast<int>(val));
     return;

@@ -64,9 +64,15 @@
 //   - Cooperative puts post once (lane 0 / thread 0 / thread 0 of each
 //     block); a posting failure (kRdmaError, kTimedOut) is returned by the
 //     posting thread only, and by mc_quiet to everyone.
-//   - Every signal and atomic carries the WQE fence bit, so it executes after
-//     the earlier WQEs of the same queue pair (channel): put then signal on
-//     one channel is ordered, as over NVLink. Across channels, mc_quiet first.
+//   - Put then signal on one channel (queue pair) is ordered, as over
+//     NVLink, by the RC transport itself: the responder executes a QP's
+//     requests in order and writes memory in order, because every region
+//     the daemon registers is strictly ordered (never relaxed ordering).
+//     No WQE carries the fence bit: a fence waits for the responses of
+//     earlier RDMA reads and atomics on the QP, a round trip each, and
+//     nothing here reads a fetched value back into a later WQE (upstream
+//     and NVSHMEM do not fence these either). Across channels, mc_quiet
+//     first.
 //   - mc_red_add is a NIC atomic (64-bit fetch-add, or 32-bit masked
 //     fetch-add), the same meaning as on the other routes.
 //   - mc_quiet polls every queue pair of the context until the WQEs rung so
@@ -174,6 +180,15 @@ struct McPeer {
   // Non-null: the route is RDMA through this queue pair, with the peer's rkey.
   IbgdaQpDevCtx* qp = nullptr;
   uint32_t rkey = 0;
+  // NIC atomics (see "Atomics across routes" at mc_red_add): set when the
+  // context routes every atomic through the target's NIC and the route
+  // above is load/store (self or P2P). atomic_qp is the queue pair toward
+  // the peer that mc_red_add uses then (null: none, kNoRoute), with the
+  // peer's rkey and the remote address delta.
+  bool nic_atomics = false;
+  IbgdaQpDevCtx* atomic_qp = nullptr;
+  uint32_t atomic_rkey = 0;
+  uintptr_t atomic_delta = 0;
 };
 
 // The queue pair for (dst, channel), or null when the context has none for
@@ -209,6 +224,24 @@ MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* loc
   return p;
 }
 
+// True when the context routes every atomic through the target rank's NIC:
+// its rank has a queue pair toward itself (a loopback, which the
+// Communicator creates only for that; docs/rdma.md "Atomics across routes").
+MC_DEVICE bool mc_nic_atomics(const IbgdaContext& ibgda, int rank) {
+  return ibgda.qp_devctxs != nullptr && mc_detail_qp_of(ibgda, rank, 0) != nullptr;
+}
+
+// The NIC-atomics half of mc_peer for a self or P2P route (out of line).
+MC_DEVICE_OUTLINE void mc_detail_nic_atomic_route(IbgdaContext ibgda, const void* local_base,
+                                                  int rank, int dst, int channel, McPeer* p) {
+  if (!mc_nic_atomics(ibgda, rank)) return;
+  const McPeer r = mc_detail_rdma_peer(ibgda, local_base, dst, channel);
+  p->nic_atomics = true;
+  p->atomic_qp = r.qp;
+  p->atomic_rkey = r.rkey;
+  p->atomic_delta = r.delta;
+}
+
 // Resolves dst once. `channel` picks among the peer's queue pairs (RDMA
 // only; spread independent streams over channels, ordering holds within one).
 MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
@@ -223,15 +256,17 @@ MC_DEVICE McPeer mc_peer(const CommCtx& ctx, int dst, int channel = 0) {
   }
   if (dst == ctx.rank) {
     p.status = McStatus::kOk;
-    return p;
-  }
-  if (mc_p2p_available(ctx, dst)) {
+  } else if (mc_p2p_available(ctx, dst)) {
     p.delta = reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) -
               reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
     p.status = McStatus::kOk;
-    return p;
+  } else {
+    return mc_detail_rdma_peer(ctx.ibgda, ctx.p2p.local_base, dst, channel);
   }
-  return mc_detail_rdma_peer(ctx.ibgda, ctx.p2p.local_base, dst, channel);
+  if (ctx.ibgda.qp_devctxs != nullptr) {
+    mc_detail_nic_atomic_route(ctx.ibgda, ctx.p2p.local_base, ctx.rank, dst, channel, &p);
+  }
+  return p;
 }
 
 // True when the resolved route is RDMA.
@@ -255,8 +290,10 @@ MC_DEVICE bool mc_detail_slow_route(const McPeer& peer) {
 // ---- the RDMA route: one WQE per call -----------------------------------------
 
 namespace rdma_detail {
+// fm_ce_se of every WQE posted here: a CQE, no fence (see the header
+// comment: RC ordering orders put -> signal; a fence would make a signal or
+// atomic wait a round trip behind any atomic before it).
 inline constexpr uint8_t kPutFlags = mlx5::kCtrlCqUpdate;
-inline constexpr uint8_t kOrderedFlags = mlx5::kCtrlCqUpdate | mlx5::kCtrlFence;
 // Largest byte count of one WRITE WQE we post (the field allows 2^31 - 1).
 inline constexpr uint64_t kMaxWriteBytes = 1ull << 30;
 
@@ -295,13 +332,14 @@ MC_DEVICE_OUTLINE McStatus put(McPeer peer, void* dst_sym, const void* src, size
   return McStatus::kOk;
 }
 
-// A strong write of one naturally aligned word (signals): inline, fenced.
+// A strong write of one naturally aligned word (signals): one inline WRITE,
+// ordered after the QP's earlier WQEs by RC ordering.
 template <class T>
 MC_DEVICE_OUTLINE McStatus store_word(McPeer peer, T* sig_sym, T value) {
   if (peer.status != McStatus::kOk) return peer.status;
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "signals are 4- or 8-byte integers");
   mlx5::Wqe64 w;
-  mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, kOrderedFlags,
+  mlx5::build_rdma_write_inline(&w, 0, peer.qp->qpn, kPutFlags,
                                 reinterpret_cast<uintptr_t>(sig_sym) + peer.delta, peer.rkey,
                                 &value, sizeof(T));
   return mc_qp_post(peer.qp, w);
@@ -316,13 +354,26 @@ MC_DEVICE_OUTLINE McStatus add_word(McPeer peer, T* ptr_sym, T value) {
   const uint64_t scratch = reinterpret_cast<uintptr_t>(qp->fetch_scratch);
   mlx5::Wqe64 w;
   if constexpr (sizeof(T) == 8) {
-    mlx5::build_atomic_fa64(&w, 0, qp->qpn, kOrderedFlags, raddr, peer.rkey,
+    mlx5::build_atomic_fa64(&w, 0, qp->qpn, kPutFlags, raddr, peer.rkey,
                             static_cast<uint64_t>(value), scratch, qp->scratch_lkey);
   } else {
-    mlx5::build_masked_fa32(&w, 0, qp->qpn, kOrderedFlags, raddr, peer.rkey,
+    mlx5::build_masked_fa32(&w, 0, qp->qpn, kPutFlags, raddr, peer.rkey,
                             static_cast<uint32_t>(value), scratch, qp->scratch_lkey);
   }
   return mc_qp_post(qp, w);
+}
+// A self or P2P peer's atomic through its NIC (mc_red_add, "Atomics across
+// routes").
+template <class T>
+MC_DEVICE_OUTLINE McStatus add_word_via_nic(McPeer peer, T* ptr_sym, T value) {
+  if (peer.atomic_qp == nullptr) return McStatus::kNoRoute;
+  McPeer nic;
+  nic.rank = peer.rank;
+  nic.status = McStatus::kOk;
+  nic.qp = peer.atomic_qp;
+  nic.rkey = peer.atomic_rkey;
+  nic.delta = peer.atomic_delta;
+  return add_word(nic, ptr_sym, value);
 }
 // One inline WRITE of a 16-byte LL slot (each half carries the flag, so a
 // NIC that writes it as two 8-byte pieces is still read correctly).
@@ -462,9 +513,23 @@ MC_DEVICE McStatus mc_signal_relaxed(const McPeer& peer, T* sig_sym, T value) {
 // Atomic add of `value` to `ptr_sym` at the peer, with release ordering. An
 // add on every path (upstream stored the value over P2P, losing concurrent
 // contributions; not so here).
+//
+// Atomics across routes. A NIC atomic is a read, an add and a write by the
+// responder's HCA: atomic against other atomics through that same HCA, not
+// against SM, CPU or NVLink atomics on the word (nor through another NIC).
+// So a counter that RDMA peers bump with NIC atomics while P2P peers or its
+// owner bump it with SM atomics can lose updates. The rule: in a group
+// with RDMA peers, every mc_red_add to a rank's word goes through the
+// queue pair toward that rank, i.e. is executed by the target's NIC, from
+// every rank, P2P peers and the owner itself included (a loopback queue
+// pair). A context says it follows the rule by giving its own rank a queue
+// pair (mc_nic_atomics); the Communicator sets it up (atomics_route).
+// Then a peer without a queue pair gives kNoRoute, never a device atomic.
 template <class T>
 MC_DEVICE McStatus mc_red_add(const McPeer& peer, T* ptr_sym, T value) {
   if (mc_detail_slow_route(peer)) return rdma_detail::add_word(peer, ptr_sym, value);
+  if (__builtin_expect(peer.nic_atomics, 0))
+    return rdma_detail::add_word_via_nic(peer, ptr_sym, value);
   mc_red_add_release(mc_peer_ptr(peer, ptr_sym), value);
   return McStatus::kOk;
 }
@@ -555,9 +620,9 @@ MC_DEVICE bool mc_wait_until_for(const T* ptr, McCmp cmp, T value, uint64_t time
 
 // Orders this thread's earlier puts before its later strong writes to any
 // rank at system scope: `put; mc_fence(); mc_signal_relaxed(...)` gives the
-// receiver the same guarantee as `put; mc_signal(...)`. Over RDMA every
-// strong write already carries the WQE fence bit (ordered after the earlier
-// WQEs of its queue pair), so nothing more is needed there.
+// receiver the same guarantee as `put; mc_signal(...)`. Over RDMA a strong
+// write is already ordered after the earlier WQEs of its queue pair (RC
+// ordering, strictly ordered regions), so nothing more is needed there.
 MC_DEVICE void mc_fence() { mc_fence_acq_rel_sys(); }
 
 // Completes this thread's outstanding puts: when it returns they are visible

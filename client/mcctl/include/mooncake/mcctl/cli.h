@@ -4,13 +4,16 @@
 //
 //   mcctl [--socket PATH] [--timeout-ms N] [--json|-j] COMMAND
 //   COMMAND: status | gpus | nics | topo | sessions | groups [NAME] | qps |
-//            mrs | peers | watch [--count N] | doctor [--root DIR] | help
+//            mrs | peers | watch [--count N] | doctor [--root DIR] |
+//            selftest rdma [--nic NIC] | help
 //   mcctl --version | --help
 //
 // `watch` streams group events until interrupted (or N events with
 // --count); exit 2 when the daemon goes away. `doctor` exits 0 when the
 // node is ready for GPU-initiated transfers and 1 when it is not
 // (mooncake/mcctl/doctor.h), whether or not the daemon answers.
+// `selftest rdma` exits 0 when every step passed, 1 when one failed
+// (mooncake/mcctl/selftest_rdma.h), 2 when the daemon is not reached.
 //
 // The socket is --socket, else $MOONCAKE_SOCKET, else
 // /run/mooncake/mooncaked.sock (mooncake::ResolveSocketPath).
@@ -56,6 +59,9 @@ struct CliOptions {
   std::string group;       // `groups NAME`: show that group only
   std::string root = "/";  // doctor --root: read sys/, proc/, etc/ below it
   int count = 0;           // watch --count: stop after N events (0: never)
+  bool timeout_given = false;
+  std::string subject;  // `selftest rdma`
+  std::string nic;      // selftest --nic
 };
 
 // What tests substitute for the node (mcctl itself passes none).

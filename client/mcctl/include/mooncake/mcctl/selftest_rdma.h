@@ -1,0 +1,63 @@
+// `mcctl selftest rdma`: the command a first user runs on a node to learn
+// whether the RDMA route works there, and if not, what to fix (issue 24
+// item 10). It runs a pair of ranks in this process, joined through the
+// local mooncaked like any application (a group of two, RDMA between them,
+// on the NIC --nic names or the daemon's choice), and drives the Device
+// API's RDMA route from a CPU thread (the host platform: the same
+// comm_device.h and mlx5/qp_ops.h code kernels run):
+//
+//   write-inline    8-byte WRITEs inline in the WQE, each waited for
+//   write           64 KiB WRITEs from the registered buffer
+//   fetch-add-8     8-byte fetch-adds; the counter and the fetched old value
+//                   (host order, as mlx5_core's atomic mode returns it)
+//   masked-fa-4     4-byte masked fetch-adds; counter and fetched value
+//                   (big-endian, extended atomics)
+//   ring-wrap       70 000 WQEs through a 256-deep ring: the owner bit and
+//                   the 16-bit WQE counter wrap
+//   loopback-atomic an add to this rank's own word through its loopback
+//                   queue pair (connected to itself), as NIC atomics do
+//   bad-rkey        a WRITE with a key the peer never gave: must fail with
+//                   the remote-access syndrome, named
+//
+// Each step says pass or fail, its latency and message rate, and on failure
+// what to check (docs/rdma.md, "First run"). Runs on softnic in CI and
+// unchanged on a real NIC. The steps from a GPU kernel are the GPU suite's
+// rdma step (tests/gpu) until mcctl carries its own kernels.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mooncake::mcctl {
+
+struct SelftestOptions {
+  std::string socket;  // resolved daemon socket
+  std::string nic;     // empty: the daemon's choice
+  int timeout_ms = 30000;
+};
+
+struct SelftestStep {
+  std::string name;
+  bool pass = false;
+  double latency_us = 0;  // median of one operation posted and completed; 0: not measured
+  double rate = 0;        // operations per second, posted back to back; 0: not measured
+  std::string detail;     // what was seen
+  std::string hint;       // on failure: what to check
+};
+
+struct SelftestReport {
+  std::string nic;            // where the QPs went
+  std::string provider;       // "softnic", "mlx5"
+  std::string doorbell_mode;  // "doorbell-record", "cpu-assisted", ...
+  std::string setup_error;    // non-empty: no step ran
+  std::string setup_hint;
+  std::vector<SelftestStep> steps;
+  bool ok() const;
+};
+
+SelftestReport RunRdmaSelftest(const SelftestOptions& options);
+
+std::string FormatSelftest(const SelftestReport& report);
+std::string SelftestJson(const SelftestReport& report);
+
+}  // namespace mooncake::mcctl

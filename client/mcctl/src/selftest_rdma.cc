@@ -1,0 +1,449 @@
+#include "mooncake/mcctl/selftest_rdma.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "mooncake/client/communicator.h"
+#include "mooncake/common/escape.h"
+#include "mooncake/device/comm_device.h"
+#include "mooncake/device/mlx5/prm.h"
+#include "mooncake/device/qp_error.h"
+#include "mooncake/mcctl/table.h"
+
+namespace mooncake::mcctl {
+namespace {
+
+using device::McPeer;
+using device::McStatus;
+using Clock = std::chrono::steady_clock;
+
+// Layout of each rank's 1 MiB buffer (symmetric).
+constexpr uint64_t kBufferBytes = 1 << 20;
+constexpr uint64_t kWordOff = 0;         // write-inline, ring-wrap
+constexpr uint64_t kCounter64Off = 64;   // fetch-add-8
+constexpr uint64_t kCounter32Off = 128;  // masked-fa-4
+constexpr uint64_t kLoopbackOff = 192;   // loopback-atomic
+constexpr uint64_t kBadKeyOff = 256;     // bad-rkey target
+constexpr uint64_t kSrcOff = 64 << 10;
+constexpr uint64_t kDstOff = 512 << 10;
+constexpr uint64_t kWriteBytes = 64 << 10;
+constexpr int kLatencyOps = 500;
+constexpr int kRateOps = 4000;
+constexpr uint64_t kWrapWqes = 70000;
+
+const char* kLinkHint =
+    "no completion, or an error completion, for a plain WRITE: check the port state and link "
+    "(mcctl nics), the GID index and MTU of the link, and on RoCE the PFC/ECN setup of the "
+    "priority (docs/rdma.md, \"First run\")";
+const char* kAtomicsHint =
+    "NIC atomics: mcctl nics shows what the NIC answers; the firmware must allow PCI atomics "
+    "(mlxconfig ... set PCI_ATOMIC_MODE=...; docs/rdma.md, \"First run\")";
+
+std::string StatusName(McStatus s) {
+  switch (s) {
+    case McStatus::kOk: return "ok";
+    case McStatus::kRdmaError: return "an error completion";
+    case McStatus::kTimedOut: return "no completion within the queue pair's timeout";
+    case McStatus::kNoRoute: return "no route";
+    case McStatus::kNotRegistered: return "source not registered";
+    default: return absl::StrCat("status ", static_cast<int>(s));
+  }
+}
+
+// The reason a queue pair failed, in words (qp_error.h), when it did.
+std::string QpFailure(McStatus s, const device::IbgdaQpDevCtx* qp) {
+  std::string out = StatusName(s);
+  if (qp != nullptr && qp->error != 0) {
+    absl::StrAppend(&out, " (", device::DescribeQpError(qp->error), ")");
+  }
+  return out;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// The two ranks, each set up by its own Communicator (Create blocks for the
+// rendezvous, so rank 1's runs on a thread).
+struct Pair {
+  std::unique_ptr<Communicator> rank[2];
+};
+
+absl::StatusOr<Pair> SetUp(const SelftestOptions& o) {
+  std::mt19937_64 rng(static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^
+                      static_cast<uint64_t>(::getpid()));
+  const std::string group =
+      absl::StrFormat("mcctl-selftest-%d-%08x", ::getpid(), static_cast<uint32_t>(rng()));
+  auto options = [&](uint32_t r) {
+    CommunicatorOptions c;
+    c.socket_path = o.socket;
+    c.group = group;
+    c.rank = r;
+    c.world_size = 2;
+    c.buffer_bytes = kBufferBytes;
+    c.platform = Platform::kHost;
+    c.route = Route::kRdma;
+    // NIC atomics: every rank also gets a loopback queue pair, which the
+    // loopback-atomic step tries.
+    c.atomics_route = AtomicsRoute::kNic;
+    c.rdma_sq_depth = 256;
+    c.timeout = absl::Milliseconds(o.timeout_ms);
+    c.client_name = "mcctl selftest rdma";
+    if (!o.nic.empty()) c.rdma_nics = {o.nic};
+    return c;
+  };
+  absl::StatusOr<std::unique_ptr<Communicator>> second = absl::UnknownError("not run");
+  std::thread t([&] { second = Communicator::Create(options(1)); });
+  absl::StatusOr<std::unique_ptr<Communicator>> first = Communicator::Create(options(0));
+  t.join();
+  if (!first.ok()) return first.status();
+  if (!second.ok()) return second.status();
+  Pair p;
+  p.rank[0] = *std::move(first);
+  p.rank[1] = *std::move(second);
+  return p;
+}
+
+template <class T>
+T* At(Communicator& c, uint64_t off) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(c.buffer()) + off);
+}
+
+template <class T>
+T Load(const T* p) {
+  return std::atomic_ref<T>(*const_cast<T*>(p)).load(std::memory_order_acquire);
+}
+
+// Times `op` (post + wait) kLatencyOps times, then posts it kRateOps times
+// back to back and waits once. `op(i, wait)` returns its status.
+struct Timing {
+  McStatus status = McStatus::kOk;
+  double latency_us = 0;
+  double rate = 0;
+};
+Timing Measure(const device::CommCtx& ctx, const std::function<McStatus(uint64_t)>& post,
+               uint64_t* next) {
+  Timing t;
+  std::vector<double> lat;
+  lat.reserve(kLatencyOps);
+  for (int i = 0; i < kLatencyOps && t.status == McStatus::kOk; ++i) {
+    const auto t0 = Clock::now();
+    t.status = post((*next)++);
+    if (t.status == McStatus::kOk) t.status = device::mc_quiet(ctx);
+    lat.push_back(Seconds(Clock::now() - t0) * 1e6);
+  }
+  if (t.status != McStatus::kOk) return t;
+  t.latency_us = Median(std::move(lat));
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kRateOps && t.status == McStatus::kOk; ++i) t.status = post((*next)++);
+  if (t.status == McStatus::kOk) t.status = device::mc_quiet(ctx);
+  t.rate = kRateOps / std::max(Seconds(Clock::now() - t0), 1e-9);
+  return t;
+}
+
+SelftestStep WriteInline(Pair& p) {
+  SelftestStep s{.name = "write-inline"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer peer = device::mc_peer(ctx, 1);
+  auto* word = At<uint64_t>(*p.rank[0], kWordOff);
+  uint64_t next = 1;
+  const Timing t = Measure(
+      ctx, [&](uint64_t v) { return device::mc_put_thread(peer, word, &v, sizeof(v)); }, &next);
+  const uint64_t seen = Load(At<uint64_t>(*p.rank[1], kWordOff));
+  s.latency_us = t.latency_us;
+  s.rate = t.rate;
+  if (t.status != McStatus::kOk) {
+    s.detail = QpFailure(t.status, peer.qp);
+    s.hint = kLinkHint;
+  } else if (seen != next - 1) {
+    s.detail = absl::StrCat("the peer's word holds ", seen, ", not the last value written (",
+                            next - 1, ")");
+    s.hint = "completions arrive but data does not land: report this with `mcctl qps`";
+  } else {
+    s.pass = true;
+    s.detail = absl::StrCat(next - 1, " inline WRITEs of 8 B, the last value landed");
+  }
+  return s;
+}
+
+SelftestStep Write(Pair& p) {
+  SelftestStep s{.name = "write"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer peer = device::mc_peer(ctx, 1);
+  uint8_t* src = At<uint8_t>(*p.rank[0], kSrcOff);
+  void* dst = At<uint8_t>(*p.rank[0], kDstOff);
+  uint64_t next = 1;
+  // The source changes only between waited-for writes; the rate pass
+  // rewrites the same bytes.
+  for (uint64_t i = 0; i < kWriteBytes; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
+  const Timing t = Measure(
+      ctx, [&](uint64_t) { return device::mc_put_thread(peer, dst, src, kWriteBytes); }, &next);
+  s.latency_us = t.latency_us;
+  s.rate = t.rate;
+  if (t.status != McStatus::kOk) {
+    s.detail = QpFailure(t.status, peer.qp);
+    s.hint = absl::StrCat(kLinkHint,
+                          "; a WRITE from memory (not inline) also needs the buffer's "
+                          "registration: host memory pinned, RLIMIT_MEMLOCK");
+    return s;
+  }
+  const uint8_t* got = At<uint8_t>(*p.rank[1], kDstOff);
+  size_t bad = 0;
+  for (uint64_t i = 0; i < kWriteBytes; ++i) bad += got[i] != static_cast<uint8_t>(i * 131 + 7);
+  if (bad != 0) {
+    s.detail = absl::StrCat(bad, " of ", kWriteBytes, " bytes wrong at the peer");
+    s.hint = "completions arrive but data does not land: report this with `mcctl mrs`";
+    return s;
+  }
+  s.pass = true;
+  s.detail = absl::StrCat(next - 1, " WRITEs of 64 KiB (",
+                          absl::StrFormat("%.2f", s.rate * kWriteBytes / 1e9),
+                          " GB/s back to back), every byte checked");
+  return s;
+}
+
+// fetch-add-8 and masked-fa-4: the counter's total, and the old value the
+// last add fetched (its byte order is the NIC's atomic mode).
+template <class T>
+SelftestStep FetchAdd(Pair& p) {
+  constexpr bool k64 = sizeof(T) == 8;
+  SelftestStep s{.name = k64 ? "fetch-add-8" : "masked-fa-4"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer peer = device::mc_peer(ctx, 1);
+  const uint64_t off = k64 ? kCounter64Off : kCounter32Off;
+  T* counter = At<T>(*p.rank[0], off);
+  uint64_t next = 0;
+  const Timing t = Measure(
+      ctx, [&](uint64_t) { return device::mc_red_add(peer, counter, T{1}); }, &next);
+  s.latency_us = t.latency_us;
+  s.rate = t.rate;
+  if (t.status != McStatus::kOk) {
+    s.detail = QpFailure(t.status, peer.qp);
+    s.hint = kAtomicsHint;
+    return s;
+  }
+  const uint64_t total = Load(At<T>(*p.rank[1], off));
+  uint64_t raw = 0;
+  std::memcpy(&raw, peer.qp->fetch_scratch, sizeof(raw));
+  // What the last add fetched: the counter before it, next - 1. The 8-byte
+  // standard atomic answers in host order (mlx5_core's atomic mode), the
+  // extended 4-byte one big-endian.
+  const uint64_t fetched = k64 ? raw : device::mlx5::be32(static_cast<uint32_t>(raw & 0xffffffffu));
+  if (total != next) {
+    s.detail = absl::StrCat("the counter holds ", total, " after ", next, " adds");
+    s.hint = kAtomicsHint;
+  } else if (fetched != next - 1) {
+    s.detail = absl::StrCat("the last add fetched ", fetched, ", expected ", next - 1);
+    s.hint = k64 ? "the 8-byte fetch-add's reply is not in host order: the NIC's atomic mode "
+                   "(set by mlx5_core at probe) is not what kernels assume; check the driver "
+                   "and firmware versions"
+                 : "the 4-byte masked fetch-add's reply is not big-endian: report this with "
+                   "`mcctl nics`";
+  } else {
+    s.pass = true;
+    s.detail = absl::StrCat(next, " adds, the total and the fetched old value right (",
+                            k64 ? "host order" : "big-endian", ")");
+  }
+  return s;
+}
+
+SelftestStep RingWrap(Pair& p) {
+  SelftestStep s{.name = "ring-wrap"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer peer = device::mc_peer(ctx, 1);
+  auto* word = At<uint64_t>(*p.rank[0], kWordOff);
+  const uint64_t before = peer.qp->resv_head;
+  const auto t0 = Clock::now();
+  McStatus st = McStatus::kOk;
+  for (uint64_t i = 1; i <= kWrapWqes && st == McStatus::kOk; ++i) {
+    st = device::mc_put_thread(peer, word, &i, sizeof(i));
+  }
+  if (st == McStatus::kOk) st = device::mc_quiet(ctx);
+  const double secs = Seconds(Clock::now() - t0);
+  s.rate = kWrapWqes / std::max(secs, 1e-9);
+  const uint64_t posted = peer.qp->resv_head - before;
+  const uint64_t seen = Load(At<uint64_t>(*p.rank[1], kWordOff));
+  if (st != McStatus::kOk) {
+    s.detail = absl::StrCat(QpFailure(st, peer.qp), " after ", posted, " WQEs");
+    s.hint =
+        "the ring failed while wrapping: owner bits or the 16-bit WQE counter disagree with "
+        "the NIC's; report this with `mcctl qps`";
+  } else if (seen != kWrapWqes) {
+    s.detail = absl::StrCat("the peer's word holds ", seen, " after ", kWrapWqes, " WRITEs");
+    s.hint = "WQEs completed but the last one did not land last: report this with `mcctl qps`";
+  } else {
+    s.pass = true;
+    s.detail = absl::StrCat(kWrapWqes, " WQEs through a ", peer.qp->sq_wqe_cnt,
+                            "-deep ring (the 16-bit counter wrapped), the last landed last");
+  }
+  return s;
+}
+
+SelftestStep LoopbackAtomic(Pair& p) {
+  SelftestStep s{.name = "loopback-atomic"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer self = device::mc_peer(ctx, 0);
+  auto* counter = At<uint64_t>(*p.rank[0], kLoopbackOff);
+  if (!self.nic_atomics || self.atomic_qp == nullptr) {
+    s.detail = "no loopback queue pair in the context";
+    s.hint = "report this: the Communicator was asked for NIC atomics";
+    return s;
+  }
+  uint64_t next = 0;
+  const Timing t = Measure(
+      ctx, [&](uint64_t) { return device::mc_red_add(self, counter, uint64_t{1}); }, &next);
+  s.latency_us = t.latency_us;
+  s.rate = t.rate;
+  const uint64_t total = Load(counter);
+  if (t.status != McStatus::kOk) {
+    s.detail = QpFailure(t.status, self.atomic_qp);
+    s.hint =
+        "a queue pair connected to itself failed: NIC atomics to a rank's own words need it "
+        "(docs/rdma.md \"Atomics across routes\"); set atomics_route device where no word "
+        "takes adds over both routes, and report this with `mcctl qps`";
+  } else if (total != next) {
+    s.detail = absl::StrCat("the counter holds ", total, " after ", next, " adds");
+    s.hint = kAtomicsHint;
+  } else {
+    s.pass = true;
+    s.detail = absl::StrCat(next, " adds to this rank's own word through its NIC");
+  }
+  return s;
+}
+
+SelftestStep BadRkey(Pair& p) {
+  SelftestStep s{.name = "bad-rkey"};
+  const device::CommCtx& ctx = p.rank[0]->ctx();
+  const McPeer peer = device::mc_peer(ctx, 1);
+  // A key the peer never gave: every bit of the low byte (the mkey's
+  // variant) and more flipped, so it names no region of any session.
+  McPeer forged = peer;
+  forged.rkey = peer.rkey ^ 0x00a5a5ffu;
+  const uint64_t v = 1;
+  McStatus st = device::mc_put_thread(forged, At<uint64_t>(*p.rank[0], kBadKeyOff), &v, sizeof(v));
+  if (st == McStatus::kOk) st = device::mc_qp_quiet(peer.qp);
+  const uint8_t syndrome = static_cast<uint8_t>(peer.qp->error & 0xffu);
+  if (st == McStatus::kRdmaError && (peer.qp->error & device::kQpErrCqe) != 0 &&
+      syndrome == device::mlx5::kSyndRemoteAccessErr) {
+    s.pass = true;
+    s.detail = absl::StrCat("refused: ", device::DescribeQpError(peer.qp->error));
+  } else if (st == McStatus::kOk) {
+    s.detail = "a WRITE with a forged key completed: the peer's memory is not protected by its key";
+    s.hint = "report this at once, with `mcctl mrs`";
+  } else {
+    s.detail = absl::StrCat("expected the remote access error, got ", QpFailure(st, peer.qp));
+    s.hint = kLinkHint;
+  }
+  return s;
+}
+
+std::string Number(double v, const char* unit) {
+  if (v <= 0) return "-";
+  if (v >= 1e6) return absl::StrFormat("%.2f M%s", v / 1e6, unit);
+  if (v >= 1e3) return absl::StrFormat("%.1f k%s", v / 1e3, unit);
+  return absl::StrFormat("%.0f %s", v, unit);
+}
+
+}  // namespace
+
+bool SelftestReport::ok() const {
+  if (!setup_error.empty() || steps.empty()) return false;
+  for (const SelftestStep& s : steps) {
+    if (!s.pass) return false;
+  }
+  return true;
+}
+
+SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
+  SelftestReport r;
+  absl::StatusOr<Pair> pair = SetUp(options);
+  if (!pair.ok()) {
+    r.setup_error = std::string(pair.status().message());
+    r.setup_hint =
+        "two ranks of this process could not form an RDMA pair through mooncaked: check that it "
+        "serves RDMA (`mcctl nics`: a provider mlx5 or softnic, rdma_provider not off) and that "
+        "--nic names a NIC it serves; `mcctl doctor` checks the node";
+    return r;
+  }
+  Pair& p = *pair;
+  if (DaemonRdmaTransport* t = p.rank[0]->rdmaTransport()) {
+    r.nic = t->nic();
+    r.provider = t->nodeInfo().provider;
+    r.doorbell_mode = t->doorbellMode();
+  }
+  r.steps.push_back(WriteInline(p));
+  r.steps.push_back(Write(p));
+  r.steps.push_back(FetchAdd<uint64_t>(p));
+  r.steps.push_back(FetchAdd<uint32_t>(p));
+  r.steps.push_back(RingWrap(p));
+  r.steps.push_back(LoopbackAtomic(p));
+  // Last: it leaves the queue pair toward rank 1 in error.
+  r.steps.push_back(BadRkey(p));
+  return r;
+}
+
+std::string FormatSelftest(const SelftestReport& r) {
+  if (!r.setup_error.empty()) {
+    return absl::StrCat("selftest rdma: FAIL at setup: ", EscapeForDisplay(r.setup_error, 1024),
+                        "\n  check: ", r.setup_hint, "\n");
+  }
+  std::string out = absl::StrCat("selftest rdma on ", EscapeForDisplay(r.nic, 64), " (",
+                                 EscapeForDisplay(r.provider, 32), ", doorbells ",
+                                 EscapeForDisplay(r.doorbell_mode, 32),
+                                 "), a pair of ranks in this process, from a CPU thread\n");
+  TextTable t({"STEP", "RESULT", "LATENCY", "RATE", "DETAIL"});
+  t.SetAlignment(2, TextTable::Align::kRight);
+  t.SetAlignment(3, TextTable::Align::kRight);
+  for (const SelftestStep& s : r.steps) {
+    t.AddRow({s.name, s.pass ? "pass" : "FAIL",
+              s.latency_us > 0 ? absl::StrFormat("%.1f us", s.latency_us) : "-",
+              Number(s.rate, "op/s"), s.detail});
+  }
+  absl::StrAppend(&out, t.Render());
+  for (const SelftestStep& s : r.steps) {
+    if (!s.pass) absl::StrAppend(&out, "  ", s.name, ": check: ", s.hint, "\n");
+  }
+  absl::StrAppend(&out, r.ok() ? "selftest rdma: all steps passed\n"
+                               : "selftest rdma: FAILED (docs/rdma.md, \"First run\")\n");
+  return out;
+}
+
+std::string SelftestJson(const SelftestReport& r) {
+  std::string out =
+      absl::StrCat("{\"ok\":", r.ok() ? "true" : "false", ",\"nic\":", EscapeForJson(r.nic),
+                   ",\"provider\":", EscapeForJson(r.provider),
+                   ",\"doorbell_mode\":", EscapeForJson(r.doorbell_mode));
+  if (!r.setup_error.empty()) {
+    absl::StrAppend(&out, ",\"setup_error\":", EscapeForJson(r.setup_error),
+                    ",\"hint\":", EscapeForJson(r.setup_hint));
+  }
+  absl::StrAppend(&out, ",\"steps\":[");
+  bool first = true;
+  for (const SelftestStep& s : r.steps) {
+    absl::StrAppend(
+        &out, first ? "" : ",", "{\"name\":", EscapeForJson(s.name),
+        ",\"pass\":", s.pass ? "true" : "false",
+        absl::StrFormat(",\"latency_us\":%.3f,\"rate_per_s\":%.0f", s.latency_us, s.rate),
+        ",\"detail\":", EscapeForJson(s.detail), ",\"hint\":", EscapeForJson(s.hint), "}");
+    first = false;
+  }
+  absl::StrAppend(&out, "]}");
+  return out;
+}
+
+}  // namespace mooncake::mcctl

@@ -286,6 +286,13 @@ if want rdma; then
       if timed "${cmd[@]}"; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi
       kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     done
+    # What a first user runs on a node (issue 24 item 10): the RDMA route
+    # through the daemon from a CPU thread, each step with latency and rate.
+    "$bin/mooncaked" --socket "$rtmp/d.sock" --node-id rdma-selftest --log-level warning 2>"$rtmp/daemon.log" &
+    dpid=$!
+    for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
+    if timed "$bin/mcctl" --socket "$rtmp/d.sock" selftest rdma; then ok 1; else bad 1 "mcctl selftest rdma"; cat "$rtmp/daemon.log"; fi
+    kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     rm -rf "$rtmp"
   fi
 fi

@@ -414,7 +414,12 @@ class CudaP2pTransport final : public internal::P2pTransportCore {
 // The device attribute only says the GPU could; without an IMEX channel
 // the create or the export fails (CUDA_ERROR_NOT_PERMITTED or
 // CUDA_ERROR_NOT_SUPPORTED). OK, or the failure naming the call.
-absl::Status ProbeFabric(CudaDriver& drv, int device, CuContext ctx, bool gdr_vmm) {
+absl::Status ProbeFabricNow(CudaDriver& drv, int device, CuContext ctx, bool gdr_vmm) {
+  if (!drv.imexChannelPresent()) {
+    // The driver call could only fail (and a sanitizer would count it).
+    return absl::FailedPreconditionError(
+        "no IMEX channel in this process (/dev/nvidia-caps-imex-channels has no channel<N>)");
+  }
   CuContext previous = nullptr;
   const bool switched = drv.ctxGetCurrent(&previous) == drivers::kCudaSuccess && previous != ctx &&
                         drv.ctxSetCurrent(ctx) == drivers::kCudaSuccess;
@@ -437,6 +442,13 @@ absl::Status ProbeFabric(CudaDriver& drv, int device, CuContext ctx, bool gdr_vm
   }();
   if (switched) drv.ctxSetCurrent(previous);
   return s;
+}
+
+// The probe once per driver and device (CachedFabricProbe): the answer
+// does not change while the process runs, and each probe is a driver
+// allocation.
+absl::Status ProbeFabric(CudaDriver& drv, int device, CuContext ctx, bool gdr_vmm) {
+  return drv.CachedFabricProbe(device, [&] { return ProbeFabricNow(drv, device, ctx, gdr_vmm); });
 }
 
 // Picks the handle kind for `requested` on `device` (see CudaHandleKind).

@@ -178,8 +178,24 @@ void FakeCudaDriver::setGranularity(size_t bytes) {
 }
 
 void FakeCudaDriver::setImexChannel(bool present) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    imex_channel_ = present;
+  }
+  ForgetFabricProbes();
+}
+
+void FakeCudaDriver::setImexDeviceFiles(bool present) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    imex_device_files_ = present;
+  }
+  ForgetFabricProbes();
+}
+
+bool FakeCudaDriver::imexChannelPresent() const {
   std::lock_guard<std::mutex> lock(mu_);
-  imex_channel_ = present;
+  return imex_device_files_;
 }
 
 void FakeCudaDriver::setDmabufExport(bool supported) {

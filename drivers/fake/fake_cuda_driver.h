@@ -127,6 +127,12 @@ class FakeCudaDriver : public CudaDriver {
   // Whether fabric handles export and import (an IMEX channel is present);
   // false at first.
   void setImexChannel(bool present);
+  // Whether the node has IMEX channel device files at all (true at first,
+  // so setImexChannel alone decides what the calls do); false: fabric
+  // probes stop before any driver call. Either setter drops the kept
+  // fabric probes (CachedFabricProbe): the node changed.
+  void setImexDeviceFiles(bool present);
+  bool imexChannelPresent() const override;
   // Whether memGetDmabufFd exports a dmabuf (false at first: the driver or
   // kernel cannot, CUDA_ERROR_NOT_SUPPORTED). When it does, the "dmabuf"
   // is a dup() of the memfd behind one mapped range of a reservation (the
@@ -262,6 +268,7 @@ class FakeCudaDriver : public CudaDriver {
   bool initialized_ = false;
   size_t granularity_ = size_t{2} << 20;
   bool imex_channel_ = false;
+  bool imex_device_files_ = true;
   bool dmabuf_export_ = false;
   std::set<CuStream> streams_;
   bool modules_loadable_ = false;

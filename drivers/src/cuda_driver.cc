@@ -1,5 +1,6 @@
 #include "mooncake/drivers/cuda_driver.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -16,6 +17,30 @@
 #include "mooncake/common/status.h"
 
 namespace mooncake::drivers {
+
+bool CudaDriver::imexChannelPresent() const {
+  DIR* d = ::opendir("/dev/nvidia-caps-imex-channels");
+  if (d == nullptr) return false;
+  bool found = false;
+  while (dirent* e = ::readdir(d)) {
+    if (absl::StartsWith(e->d_name, "channel")) found = true;
+  }
+  ::closedir(d);
+  return found;
+}
+
+absl::Status CudaDriver::CachedFabricProbe(int device, const std::function<absl::Status()>& probe) {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  auto it = fabric_probes_.find(device);
+  if (it == fabric_probes_.end()) it = fabric_probes_.emplace(device, probe()).first;
+  return it->second;
+}
+
+void CudaDriver::ForgetFabricProbes() {
+  std::lock_guard<std::mutex> lock(probe_mu_);
+  fabric_probes_.clear();
+}
+
 namespace {
 
 using internal::GetProcAddressFn;

@@ -272,6 +272,33 @@ TEST_F(CudaP2pFakeTest, AutoFallsBackWhenTheFabricAllocationFails) {
   EXPECT_THAT(log, AllOf(HasSubstr("CUDA_ERROR_NOT_PERMITTED"), HasSubstr("legacy IPC")));
 }
 
+// Issue 24 item 9: the probe is one driver allocation, made once per
+// driver (per process for the real one) and device; and a process without
+// IMEX channel device files makes none (the call could only fail, and
+// compute-sanitizer counted that failure as an error).
+TEST_F(CudaP2pFakeTest, TheFabricProbeRunsOnceAndNotWithoutAnImexChannel) {
+  cu_->setImexDeviceFiles(false);
+  std::string log;
+  auto none = MakeLogged(CudaHandleKind::kAuto, Exchange(), &log);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ((*none)->handleKind(), "cuda-vmm-fd");
+  EXPECT_EQ(cu_->calls("memCreate"), 0) << "no probe allocation without an IMEX channel";
+  EXPECT_THAT(log, AllOf(HasSubstr("no IMEX channel in this process"),
+                         HasSubstr("/dev/nvidia-caps-imex-channels")));
+
+  cu_->setImexDeviceFiles(true);
+  cu_->setImexChannel(true);
+  auto first = Make(CudaHandleKind::kAuto, Exchange());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->handleKind(), "cuda-fabric");
+  const int creates = cu_->calls("memCreate");
+  EXPECT_EQ(creates, 1) << "one probe allocation";
+  auto second = Make(CudaHandleKind::kAuto, Exchange());
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->handleKind(), "cuda-fabric");
+  EXPECT_EQ(cu_->calls("memCreate"), creates) << "the kept answer, no second probe";
+}
+
 TEST_F(CudaP2pFakeTest, AutoDoesNotTryFabricWhenTheGpuLacksIt) {
   cu_->setImexChannel(true);
   cu_->gpu(0).attributes[drivers::kCuDeviceAttrHandleTypeFabricSupported] = 0;

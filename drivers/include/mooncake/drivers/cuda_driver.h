@@ -45,7 +45,10 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -300,6 +303,26 @@ class CudaDriver {
   // Which library/entry points back it, for messages
   // ("libcuda.so.1 (driver 13000)", "fake").
   virtual std::string source() const = 0;
+
+  // Whether this process has an IMEX channel, which fabric handles need:
+  // the real driver looks for /dev/nvidia-caps-imex-channels/channel<N>
+  // (made by the nvidia-imex service on multi-node NVLink systems). Asked
+  // before a fabric probe, so a node without one never makes the driver
+  // call that must fail (sanitizers count such calls as errors).
+  virtual bool imexChannelPresent() const;
+
+  // The fabric-handle probe of `device`, run once per driver (the real
+  // driver is process-wide: once per process) and its answer kept: every
+  // transport created later on that device reuses it.
+  absl::Status CachedFabricProbe(int device, const std::function<absl::Status()>& probe);
+
+ protected:
+  // Drops the kept answers (a fake whose node changed).
+  void ForgetFabricProbes();
+
+ private:
+  std::mutex probe_mu_;
+  std::map<int, absl::Status> fabric_probes_;
 };
 
 // Resolves the real driver once per library path: dlopen(library) and every

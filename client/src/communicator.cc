@@ -229,6 +229,12 @@ absl::Status Communicator::PrepareRdma() {
 
 // A rank's atomics choice is visible in what it published: with NIC
 // atomics it has a queue pair toward itself.
+bool Communicator::PublishesLoopback(const GroupMember& m) {
+  if (!m.rdma || m.rdma->qps_per_peer == 0) return false;
+  const size_t self = static_cast<size_t>(m.rank) * m.rdma->qps_per_peer;
+  return self < m.rdma->qpns.size() && m.rdma->qpns[self] != 0;
+}
+
 absl::Status Communicator::CheckAtomicsRoute(const GroupView& view) const {
   // An RDMA peer that published no queue pair toward this rank chose the
   // other route for the pair: ConnectRdma names that, the more basic error.
@@ -241,13 +247,7 @@ absl::Status Communicator::CheckAtomicsRoute(const GroupView& view) const {
     }
   }
   std::vector<uint32_t> nic, device;
-  for (const GroupMember& m : view.members) {
-    const RdmaEndpointInfo* e = m.rdma ? &*m.rdma : nullptr;
-    const size_t self = static_cast<size_t>(m.rank) * (e ? e->qps_per_peer : 0);
-    const bool loopback =
-        e != nullptr && e->qps_per_peer > 0 && self < e->qpns.size() && e->qpns[self] != 0;
-    (loopback ? nic : device).push_back(m.rank);
-  }
+  for (const GroupMember& m : view.members) (PublishesLoopback(m) ? nic : device).push_back(m.rank);
   if (nic.empty() || device.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "atomics route: rank", nic.size() > 1 ? "s " : " ", absl::StrJoin(nic, ","),
@@ -389,14 +389,16 @@ absl::Status Communicator::ReleasePeer(uint32_t r) {
                                  absl::StrCat("releasing rank ", r, ": ", what, ": ", s.message()));
   };
   active_[r] = 0;
-  if (transport_->availableSnapshot()[r] != 0) {
-    MC_RETURN_IF_ERROR(step("P2P tables", transport_->markPeerUnavailable(static_cast<int>(r))));
-  }
+  // Queue pairs first: with NIC atomics a P2P peer has them too, and once
+  // out of the P2P tables it would resolve to its (dead) queue pairs.
   std::optional<RdmaEndpointInfo> endpoint;
   if (rdma_ && qpPeer(r)) {
     MC_RETURN_IF_ERROR(
         step("replacing the queue pairs", rdma_->replaceQueuePairsToward(static_cast<int>(r))));
     endpoint = rdma_->endpoint();
+  }
+  if (transport_->availableSnapshot()[r] != 0) {
+    MC_RETURN_IF_ERROR(step("P2P tables", transport_->markPeerUnavailable(static_cast<int>(r))));
   }
   return step("ReleaseRank", client_->releaseRank(options_.group, options_.rank, r, endpoint));
 }
@@ -412,6 +414,13 @@ absl::Status Communicator::AdmitPeer(const SessionEvent& ev) {
   }
   const GroupMember& m = *ev.member;
   absl::Status s = [&]() -> absl::Status {
+    if (PublishesLoopback(m) != nic_atomics_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the replacement ", nic_atomics_ ? "does not send" : "sends",
+          " every mc_red_add through the target's NIC and this rank ",
+          nic_atomics_ ? "does" : "does not",
+          ": a counter both update could lose updates; give it the same atomics_route"));
+    }
     if (rdmaPeer(static_cast<int>(r))) {
       if (!m.rdma) {
         return absl::FailedPreconditionError(

@@ -620,6 +620,21 @@ absl::Status DaemonRdmaTransport::connectEndpoints(
     MC_RETURN_IF_ERROR(
         client_->connectQueuePairs(pairs, any_remote ? nodes : std::vector<std::string>{}));
   }
+  // This rank's own QPs, now connected to themselves: NIC atomics'
+  // loopbacks (mc_nic_atomics). Not live yet, so their contexts may be
+  // copied to the device whole.
+  const size_t self = static_cast<size_t>(local_rank);
+  if (self < peer_mask.size() && peer_mask[self] && self < static_cast<size_t>(num_ranks_)) {
+    std::vector<size_t> loops;
+    {
+      std::lock_guard<std::mutex> lock(loss_mu_);
+      for (size_t c = 0; c < q; ++c) {
+        qps_[self * q + c].loopback = 1;
+        loops.push_back(self * q + c);
+      }
+    }
+    MC_RETURN_IF_ERROR(PublishQps(loops));
+  }
   return PublishTables();
 }
 

@@ -101,7 +101,10 @@ namespace mooncake::softnic {
 //            that mixes routes loses updates here as on a NIC. A WQE with
 //            the fence bit also waits, in the ring, until the responses of
 //            its QP's earlier atomics are back (hca_round_trip_us after
-//            each ran), as a NIC's fence does.
+//            each ran), as a NIC's fence does. The window is slept on the
+//            engine thread with the engine's lock held, so it stalls every
+//            QP of the engine (a NIC would go on with the others): a knob
+//            for tests that must land an SM atomic inside it, 0 otherwise.
 enum class AtomicsModel { kDevice, kHca };
 
 struct EngineOptions {

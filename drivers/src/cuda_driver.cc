@@ -31,9 +31,13 @@ bool CudaDriver::imexChannelPresent() const {
 
 absl::Status CudaDriver::CachedFabricProbe(int device, const std::function<absl::Status()>& probe) {
   std::lock_guard<std::mutex> lock(probe_mu_);
-  auto it = fabric_probes_.find(device);
-  if (it == fabric_probes_.end()) it = fabric_probes_.emplace(device, probe()).first;
-  return it->second;
+  if (auto it = fabric_probes_.find(device); it != fabric_probes_.end()) return it->second;
+  absl::Status s = probe();
+  // Kept: a yes, or a no the node gives (not permitted, not supported, no
+  // IMEX channel: FailedPrecondition). A transient failure (out of memory,
+  // a context switch that failed) is asked again next time.
+  if (s.ok() || absl::IsFailedPrecondition(s)) fabric_probes_.emplace(device, s);
+  return s;
 }
 
 void CudaDriver::ForgetFabricProbes() {

@@ -158,7 +158,10 @@ class Communicator:
 
     @property
     def rdma_ring_memory(self) -> Optional[str]:
-        """Where the RDMA queue pairs' rings are ("host" or "gpu"); None without RDMA peers."""
+        """Where the RDMA queue pairs' rings are ("host" or "gpu").
+
+        None without queue pairs: no RDMA peers and no NIC atomics.
+        """
         return self._native.rdma_ring_memory
 
     @property

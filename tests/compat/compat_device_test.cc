@@ -312,6 +312,37 @@ TEST(CompatRdma, EveryPostedWqeAsksForACqeAndNoneIsFenced) {
   }
 }
 
+// NIC atomics (docs/rdma.md "Atomics across routes") are on only where the
+// own rank's queue pair is a marked loopback: upstream's createQueuePairs
+// also makes a queue pair toward the own rank, never connected, and such a
+// context keeps SM atomics toward P2P peers.
+TEST(CompatRdma, RedAddTakesTheNicOnlyWithAMarkedLoopback) {
+  World w;
+  CommCtx c = w.ctx(0);
+  w.devctx[0].sq = w.qps[0].sq.data();  // a queue pair toward rank 0 itself
+  w.devctx[1].sq = w.qps[1].sq.data();  // and toward P2P peer 1
+  mc_red_add(c, 1, 0, 1, w.at<int>(0, 200), 5);
+  EXPECT_EQ(*w.at<int>(1, 200), 5) << "an SM atomic: the self queue pair is no loopback";
+  EXPECT_EQ(mlx5::be32(w.qps[1].dbrec[mlx5::kSndDbr]), 0u);
+  EXPECT_FALSE(mc_peer(c, 1).nic_atomics);
+
+  w.devctx[0].loopback = 1;
+  mc_red_add(c, 1, 0, 1, w.at<int>(0, 200), 5);
+  EXPECT_EQ(*w.at<int>(1, 200), 5) << "posted, not executed (nobody serves these rings)";
+  ASSERT_EQ(mlx5::be32(w.qps[1].dbrec[mlx5::kSndDbr]), 1u) << "through the queue pair to rank 1";
+  EXPECT_EQ(w.qps[1].sq[3], mlx5::kOpAtomicMaskedFa);
+  const McPeer p = mc_peer(c, 1);
+  EXPECT_TRUE(p.nic_atomics);
+  EXPECT_EQ(p.atomic_qp, &w.devctx[1]);
+  EXPECT_EQ(mc_red_add(p, w.at<uint64_t>(0, 208), uint64_t{1}), McStatus::kOk);
+  EXPECT_EQ(mlx5::be32(w.qps[1].dbrec[mlx5::kSndDbr]), 2u);
+  // The own word too, through the loopback.
+  EXPECT_EQ(mc_red_add(mc_peer(c, 0), w.at<uint64_t>(0, 216), uint64_t{1}), McStatus::kOk);
+  EXPECT_EQ(mlx5::be32(w.qps[0].dbrec[mlx5::kSndDbr]), 1u);
+  EXPECT_EQ(*w.at<uint64_t>(0, 216), 0u);
+  w.devctx[0].loopback = 0;
+}
+
 // Upstream would write through a null queue pair; with no status to return,
 // the call stops the kernel with a message instead of dropping the data.
 TEST(CompatRdmaDeathTest, PostWithoutAQueuePairTraps) {

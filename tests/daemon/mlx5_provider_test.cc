@@ -485,12 +485,16 @@ TEST_F(Mlx5FakeTest, AtomicsOfANicComeFromItsContext) {
   std::vector<Mlx5SessionOptions> nics(1);
   nics[0].device = "mlx5_9";
   Mlx5ProviderOptions o;
-  o.open = [](const Mlx5SessionOptions&) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+  auto refusals = std::make_shared<int>(0);
+  o.open = [refusals](const Mlx5SessionOptions&) -> absl::StatusOr<std::unique_ptr<NicSession>> {
+    ++*refusals;
     return absl::FailedPreconditionError("mlx5_9 lacks EXTENDED_FETCH_ADD");
   };
   RdmaResources refusing(&sessions_, RdmaLimits{},
                          std::make_unique<Mlx5Provider>(std::move(nics), std::move(o)));
   EXPECT_EQ(refusing.NicAtomics("mlx5_9"), "unknown: mlx5_9 lacks EXTENDED_FETCH_ADD");
+  EXPECT_EQ(refusing.NicAtomics("mlx5_9"), "unknown: mlx5_9 lacks EXTENDED_FETCH_ADD");
+  EXPECT_EQ(*refusals, 1) << "a refusal is kept as long as an answer: no reopen per call";
 }
 
 TEST_F(Mlx5FakeTest, QpsListTheClientsRingCountersNotCompletions) {

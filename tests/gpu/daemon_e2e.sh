@@ -184,12 +184,14 @@ mcctl qps
 mcctl mrs
 nq=$(mcctl qps --json | grep -o '"qpn"' | wc -l)
 ncuda=$(mcctl mrs --json | grep -o '"cuda-vmm"' | wc -l)
-check "mcctl qps lists the live RDMA group's 2 QPs (found $nq)" $([[ $nq -eq 2 ]]; echo $?)
+# per rank: its QP toward the other and its loopback (RDMA peers make
+# atomics_route auto choose NIC atomics; docs/rdma.md)
+check "mcctl qps lists the live RDMA group's 4 QPs (found $nq)" $([[ $nq -eq 4 ]]; echo $?)
 check "mcctl mrs lists both GPU buffers as cuda-vmm regions (found $ncuda)" $([[ $ncuda -eq 2 ]]; echo $?)
 kill -KILL $w1
 sleep 1
 nq=$(mcctl qps --json | grep -o '"qpn"' | wc -l)
-check "1 s after SIGKILL only the survivor's QP is left (found $nq)" $([[ $nq -le 1 ]]; echo $?)
+check "1 s after SIGKILL only the survivor's QPs are left (found $nq)" $([[ $nq -le 2 ]]; echo $?)
 wait_bounded $w0 30; rw0=$?
 cat "$tmp/w0"
 check "RDMA watch: SIGKILLed rank reported lost" $([[ $rw0 -eq 0 ]] && grep -q 'EVENT lost rank 1' "$tmp/w0"; echo $?)

@@ -155,6 +155,7 @@ class World {
           q.local_size = kBufBytes;
           q.timeout_ns = o.timeout_ns;
           q.qpn = *qpn;
+          q.loopback = dst == r ? 1 : 0;
           q.sq_wqe_cnt = sq;
           q.cq_cqe_cnt = cq;
           q.lkey = k.data_key;
@@ -657,8 +658,6 @@ TEST_P(RouteTest, ErrorCompletionReachesQuietAndTheQp) {
   EXPECT_EQ(NonZero(w.buf(1) + kBufBytes, kGuardBytes), 0u);
 }
 
-// Nobody serves the rings: the post that finds the ring full gives up after
-// timeout_ns, and the QP is marked stalled.
 // ---- atomics across routes (issue 24 item 2) -------------------------------------
 // Rank 0 owns a counter. Rank 1 reaches it by load/store (P2P), rank 2 only
 // over RDMA. softnic runs NIC atomics as a ConnectX does ("hca": read, add,
@@ -791,6 +790,8 @@ TEST(HcaFence, AFencedWqeWaitsForTheAtomicBeforeItAndOthersDoNot) {
   EXPECT_EQ(*At<uint64_t>(w.buf(1), kCounter64Off), 2u);
 }
 
+// Nobody serves the rings: the post that finds the ring full gives up after
+// timeout_ns, and the QP is marked stalled.
 TEST(RouteStalled, PostOnAFullRingTimesOut) {
   Engine stopped;  // never started
   WorldOptions o;

@@ -133,13 +133,15 @@ absl::StatusOr<Mlx5Provider::ProbedLink> Mlx5Provider::ProbeLocked(const Mlx5Ses
   const absl::Time now = absl::Now();
   if (auto it = probed_.find(o.device);
       it != probed_.end() && now - it->second.at < kLinkProbeReuse) {
-    return it->second;
+    return it->second.answer;
   }
   absl::StatusOr<std::unique_ptr<NicSession>> probe = open_(o);
-  if (!probe.ok()) return probe.status();
-  ProbedLink p{LinkOfEndpoint((*probe)->endpoint()), (*probe)->atomics(), now};
-  probed_.insert_or_assign(o.device, p);
-  return p;
+  absl::StatusOr<ProbedLink> answer =
+      probe.ok() ? absl::StatusOr<ProbedLink>(
+                       ProbedLink{LinkOfEndpoint((*probe)->endpoint()), (*probe)->atomics()})
+                 : absl::StatusOr<ProbedLink>(probe.status());
+  probed_.insert_or_assign(o.device, Probe{answer, now});
+  return answer;
 }
 
 std::string Mlx5Provider::AtomicsOf(const std::string& nic) {

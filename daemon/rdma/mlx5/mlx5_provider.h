@@ -193,14 +193,18 @@ class Mlx5Provider final : public RdmaProvider {
   struct ProbedLink {
     SessionLink link;
     std::string atomics;
+  };
+  struct Probe {
+    absl::StatusOr<ProbedLink> answer;
     absl::Time at;
   };
-  // A context opened and closed on `o`'s NIC (or the answer of one less
-  // than kLinkProbeReuse old).
+  // A context opened and closed on `o`'s NIC, or the answer of one less
+  // than kLinkProbeReuse old: a refusal is kept as long, so a NIC that
+  // refuses to open is not reopened by every GetTopology or GetRdmaInfo.
   absl::StatusOr<ProbedLink> ProbeLocked(const Mlx5SessionOptions& o)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_);
   absl::Mutex probe_mu_;
-  absl::flat_hash_map<std::string, ProbedLink> probed_ ABSL_GUARDED_BY(probe_mu_);
+  absl::flat_hash_map<std::string, Probe> probed_ ABSL_GUARDED_BY(probe_mu_);
   const std::string name_ = "mlx5";
   const std::string doorbell_mode_ = "cpu-assisted";
   mutable absl::Mutex mu_;

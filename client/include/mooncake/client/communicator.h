@@ -178,6 +178,8 @@ class MOONCAKE_API Communicator {
   absl::Status ConnectRdma(const GroupView& view);
   // After the join: every rank made the same atomics choice.
   absl::Status CheckAtomicsRoute(const GroupView& view) const;
+  // Whether `m` published a queue pair toward itself (NIC atomics).
+  static bool PublishesLoopback(const GroupMember& m);
   // Whether this rank has queue pairs toward rank r (RDMA peers, and with
   // NIC atomics every rank).
   bool qpPeer(uint32_t r) const { return r < qp_mask_.size() && qp_mask_[r] != 0; }

@@ -145,7 +145,13 @@ MC_DEVICE void mc_signal(const CommCtx& ctx, int dst_rank, int channel, int qps_
 // self and P2P peers included, as the native mc_red_add does.
 MC_DEVICE void mc_red_add(const CommCtx& ctx, int dst_rank, int channel, int qps_per_rank,
                           int* sig_ptr, int32_t val) {
-  if (mc_rank_valid(ctx, dst_rank) && mc_nic_atomics(ctx.ibgda, ctx.rank)) {
+  // The caller's qps_per_rank finds the loopback, so a context built field
+  // by field (no qps_per_rank in it) is still seen as NIC atomics.
+  const IbgdaQpDevCtx* self =
+      ctx.ibgda.qp_devctxs != nullptr && qps_per_rank > 0 && ctx.rank >= 0
+          ? &ctx.ibgda.qp_devctxs[static_cast<size_t>(ctx.rank) * qps_per_rank]
+          : nullptr;
+  if (self != nullptr && self->sq != nullptr && self->loopback != 0) {
     const McPeer p =
         mc_detail_upstream_rdma_peer(ctx, channel, dst_rank, qps_per_rank, "mc_red_add");
     (void)rdma_detail::add_word(p, sig_ptr, static_cast<int>(val));

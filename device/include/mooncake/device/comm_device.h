@@ -225,10 +225,13 @@ MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* loc
 }
 
 // True when the context routes every atomic through the target rank's NIC:
-// its rank has a queue pair toward itself (a loopback, which the
-// Communicator creates only for that; docs/rdma.md "Atomics across routes").
+// its rank's queue pair toward itself is connected to itself (the loopback
+// the Communicator makes only for that, marked IbgdaQpDevCtx::loopback;
+// docs/rdma.md "Atomics across routes").
 MC_DEVICE bool mc_nic_atomics(const IbgdaContext& ibgda, int rank) {
-  return ibgda.qp_devctxs != nullptr && mc_detail_qp_of(ibgda, rank, 0) != nullptr;
+  if (ibgda.qp_devctxs == nullptr) return false;
+  const IbgdaQpDevCtx* self = mc_detail_qp_of(ibgda, rank, 0);
+  return self != nullptr && self->loopback != 0;
 }
 
 // The NIC-atomics half of mc_peer for a self or P2P route (out of line).

@@ -45,6 +45,11 @@ struct alignas(64) IbgdaQpDevCtx {
   uint32_t cq_cqe_cnt = 0;    // power of two, >= sq_wqe_cnt
   uint32_t lkey = 0;          // lkey of the data buffer
   uint32_t scratch_lkey = 0;  // lkey of fetch_scratch
+  // 1: this QP is connected to itself, the loopback of NIC atomics (set by
+  // the transport once connected; a QP merely created toward its own rank,
+  // as upstream's createQueuePairs makes, is not one). comm_device.h
+  // mc_nic_atomics reads it.
+  uint32_t loopback = 0;
 
   // ---- posting state (device-mutable) --------------------------------------
   alignas(64) uint64_t resv_head = 0;

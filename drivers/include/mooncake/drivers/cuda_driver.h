@@ -312,8 +312,9 @@ class CudaDriver {
   virtual bool imexChannelPresent() const;
 
   // The fabric-handle probe of `device`, run once per driver (the real
-  // driver is process-wide: once per process) and its answer kept: every
-  // transport created later on that device reuses it.
+  // driver is process-wide: once per process) and its answer kept when it
+  // is OK or FailedPrecondition (what the node allows); every transport
+  // created later on that device reuses it.
   absl::Status CachedFabricProbe(int device, const std::function<absl::Status()>& probe);
 
  protected:

@@ -107,7 +107,6 @@ absl::Status Communicator::Setup() {
   MC_RETURN_IF_ERROR(PrepareRdma());
   MC_ASSIGN_OR_RETURN(view_,
                       o.handle_route == HandleRoute::kJoin ? JoinWithFds() : JoinWithExport());
-  MC_RETURN_IF_ERROR(CheckAtomicsRoute(view_));
   MC_RETURN_IF_ERROR(ConnectRdma(view_));
   bool all_ok = transport_->verifyPeerAccess();
   std::vector<int32_t> avail = transport_->availableSnapshot();
@@ -307,6 +306,9 @@ absl::StatusOr<GroupView> Communicator::JoinWithFds() {
                        mine->handle.size() * sizeof(int32_t));
   for (const UniqueFd& fd : mine->fds) j.fds.push_back(fd.get());
   MC_ASSIGN_OR_RETURN(GroupView view, client_->joinGroup(j));
+  // Before anything of the peers is fetched: a rank that fails this exits,
+  // and its fd tickets with it, so a later check could meet that instead.
+  MC_RETURN_IF_ERROR(CheckAtomicsRoute(view));
   joined_ = true;
 
   const std::vector<int> active = ActiveMask(view);
@@ -351,6 +353,9 @@ absl::StatusOr<GroupView> Communicator::JoinWithExport() {
   j.handle_data.assign(reinterpret_cast<const char*>(handle.data()),
                        handle.size() * sizeof(int32_t));
   MC_ASSIGN_OR_RETURN(GroupView view, client_->joinGroup(j));
+  // Before anything of the peers is fetched: a rank that fails this exits,
+  // and its fd tickets with it, so a later check could meet that instead.
+  MC_RETURN_IF_ERROR(CheckAtomicsRoute(view));
   joined_ = true;
   std::vector<std::vector<int32_t>> handles(o.world_size);
   for (const GroupMember& m : view.members) {

@@ -283,9 +283,9 @@ TEST(CudaP2pTransport, AutoPicksVmmWithAnExchangeAndLegacyWithout) {
 // one process share through the 64-byte fabric handle alone (no exchange),
 // verified and driven. Elsewhere (single-node machines: the GPU reports
 // fabric support, but there is no IMEX channel, or the export fails):
-// kFabric is refused naming the missing channel or the CUDA error, and kAuto falls back to VMM fds with one log
-// line saying the same. The outcome is printed, so the log records what
-// this machine's driver answered.
+// kFabric is refused naming the missing channel or the CUDA error, and kAuto falls back to VMM fds
+// with one log line saying the same. The outcome is printed, so the log records what this machine's
+// driver answered.
 TEST(CudaP2pTransport, FabricHandlesOrTheLoggedFallback) {
   const int gpus = GpuCount();
   if (gpus == 0) GTEST_SKIP() << "no CUDA GPU visible";

@@ -288,7 +288,8 @@ __device__ __forceinline__ bool recvMsg(Side& s, uint64_t seq, unsigned lane,
 template <int M>
 __global__ void pingPong(Side s, bool initiator, int warmup, int iters) {
   const unsigned lane = threadIdx.x % 32;
-  s.pre_flag = mc_route_put(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag));
+  s.pre_flag = static_cast<uint64_t*>(
+      mc_route_put(s.ctx, s.peer, reinterpret_cast<uint64_t*>(s.local + Layout::kFlag)));
   s.mc_peer = mc_peer(s.ctx, s.peer);
   unsigned long long errors = 0;
   bool ok = true;

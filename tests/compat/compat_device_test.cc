@@ -15,6 +15,8 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mooncake/device/host_coop.h"
@@ -145,6 +147,13 @@ TEST(CompatContext, MakeCommCtxFillsWhatTheProjectNeeds) {
   EXPECT_EQ(several.ibgda.qp_devctxs, nullptr);
 }
 
+// Upstream's exact shape (issue 25): void* in, void* out, so EP's
+// static_cast of the result to a counter of another type compiles.
+static_assert(
+    std::is_same_v<decltype(mc_route_put(std::declval<const CommCtx&>(), 0, std::declval<void*>())),
+                   void*>);
+static_assert(std::is_same_v<decltype(&mc_route_put), void* (*)(const CommCtx&, int, void*)>);
+
 // EP's mark_phase_ack_kernel: self -> own slot, P2P -> routed pointer,
 // nullptr -> "use RDMA".
 TEST(CompatRouting, RoutePutAsUpstream) {
@@ -152,6 +161,9 @@ TEST(CompatRouting, RoutePutAsUpstream) {
   const CommCtx c = w.ctx(0);
   int* ack = w.at<int>(0, 256);
   EXPECT_EQ(mc_route_put(c, 0, ack), ack);
+  // As EP writes it: a 64-bit slot's route taken as a 32-bit counter.
+  EXPECT_EQ(static_cast<uint32_t*>(mc_route_put(c, 2, w.at<uint64_t>(0, 256))),
+            reinterpret_cast<uint32_t*>(w.buf[2] + 256));
   EXPECT_EQ(mc_route_put(c, 2, static_cast<void*>(ack)), w.buf[2] + 256);
   EXPECT_EQ(mc_route_put(c, 3, ack), nullptr);
   EXPECT_TRUE(mc_comm_p2p_available(c, 1));

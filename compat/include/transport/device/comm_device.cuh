@@ -60,9 +60,9 @@ MC_HOST_DEVICE CommCtx make_comm_ctx(void* gdr_buffer, const int32_t* nvlink_ava
 }
 
 // ---- routing -------------------------------------------------------------------
-// mc_route_put(ctx, dst_rank, ptr) is the native template: `ptr` itself for
-// self, the peer-mapped address over P2P, nullptr for "use mc_rdma_put". It
-// returns the argument's pointer type (void* for void*).
+// mc_route_put(ctx, dst_rank, ptr) is the native one, with upstream's
+// signature (void* in, void* out): `ptr` itself for self, the peer-mapped
+// address over P2P, nullptr for "use mc_rdma_put".
 
 // True when dst_rank is reachable by load/store (self included).
 MC_DEVICE bool mc_comm_p2p_available(const CommCtx& ctx, int dst_rank) {

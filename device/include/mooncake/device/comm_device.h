@@ -155,13 +155,14 @@ MC_DEVICE bool mc_p2p_available(const CommCtx& ctx, int dst) {
 // Where a store to symmetric pointer `ptr` meant for `dst` has to go from
 // this thread: `ptr` itself for self, the peer-mapped address over P2P, or
 // nullptr when `dst` is reachable only over RDMA (or out of range).
-template <class T>
-MC_DEVICE T* mc_route_put(const CommCtx& ctx, int dst, T* ptr) {
+// Upstream's signature: void* in, void* out, so upstream code that
+// static_casts the result to a counter of another type compiles (issue 25).
+MC_DEVICE void* mc_route_put(const CommCtx& ctx, int dst, void* ptr) {
   if (dst == ctx.rank) return ptr;
   if (!mc_p2p_available(ctx, dst)) return nullptr;
   const uintptr_t offset =
       reinterpret_cast<uintptr_t>(ptr) - reinterpret_cast<uintptr_t>(ctx.p2p.local_base);
-  return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) + offset);
+  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(ctx.p2p.peer_ptrs[dst]) + offset);
 }
 
 // ---- resolved peers ---------------------------------------------------------

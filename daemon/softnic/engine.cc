@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -664,16 +665,20 @@ bool Engine::HcaAtomic(const ByteSpan& word, const ResponderOp& op, uint64_t* ol
     v = next(v);
     return word.cuda->Copy(word, host).ok();
   }
+  // Host memory: a load and a store, not one atomic, so CPU atomics of the
+  // client's threads on the word can fall between them as on a NIC.
+  const auto read_add_write = [&](auto* p) {
+    using T = std::remove_pointer_t<decltype(p)>;
+    auto w = Ref(p);
+    *old = w.load(std::memory_order_acquire);
+    window();
+    w.store(static_cast<T>(next(*old)), std::memory_order_release);
+  };
+  const auto at = static_cast<uintptr_t>(word.addr);
   if (width == 8) {
-    auto w = Ref(reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(word.addr)));
-    *old = w.load(std::memory_order_acquire);
-    window();
-    w.store(next(*old), std::memory_order_release);
+    read_add_write(reinterpret_cast<uint64_t*>(at));
   } else {
-    auto w = Ref(reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(word.addr)));
-    *old = w.load(std::memory_order_acquire);
-    window();
-    w.store(static_cast<uint32_t>(next(*old)), std::memory_order_release);
+    read_add_write(reinterpret_cast<uint32_t*>(at));
   }
   return true;
 }

@@ -55,6 +55,7 @@ struct Reg {
 
 class WqeTest : public ::testing::Test {
  protected:
+  explicit WqeTest(EngineOptions options = {}) : engine_(options) {}
   void SetUp() override {
     auto m = SharedMapping::Anonymous(1 << 20);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -164,6 +165,10 @@ class WqeTest : public ::testing::Test {
     EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
     EXPECT_EQ(std::memcmp(Host(healthy_dst_) + dst_off, Host(src_) + src_off, 64), 0);
   }
+
+  // 12000 WQEs in QPs of 16, a quarter hostile (random words, keys,
+  // addresses, lengths), the rest valid; `fences`: the fence bit at random.
+  void RandomWqes(uint64_t seed, bool fences);
 
   // A WQE that must succeed: in range, right keys, aligned atomics.
   void BuildValidWqe(std::mt19937_64& rng, const RawQp& qp, uint16_t idx, Wqe64* w) {
@@ -725,8 +730,30 @@ TEST_F(WqeTest, CqBackPressureAlsoHoldsErrors) {
 
 // ---- random WQEs ------------------------------------------------------------------
 
-TEST_F(WqeTest, RandomWqesNeverEscapeTheirRegions) {
-  std::mt19937_64 rng(20261201);
+TEST_F(WqeTest, RandomWqesNeverEscapeTheirRegions) { RandomWqes(20261201, /*fences=*/false); }
+
+// The same hostile rings against the "hca" model (atomics as read, add,
+// write; a fenced WQE held in the ring for a round trip after an atomic),
+// with the fence bit set at random: every WQE still ends in exactly one
+// CQE, nothing outside the regions changes, and the other QPs are served.
+class WqeHcaTest : public WqeTest {
+ protected:
+  WqeHcaTest() : WqeTest(HcaOptions()) {}
+  static EngineOptions HcaOptions() {
+    EngineOptions o;
+    o.atomics = AtomicsModel::kHca;
+    o.hca_round_trip_us = 50;
+    return o;
+  }
+};
+
+TEST_F(WqeHcaTest, RandomWqesAndFencesNeverEscapeTheirRegions) {
+  RandomWqes(20261204, /*fences=*/true);
+  EXPECT_GT(engine_.fence_waits(), 0u) << "no fence was ever held: the model went untested";
+}
+
+void WqeTest::RandomWqes(uint64_t seed, bool fences) {
+  std::mt19937_64 rng(seed);
   auto pick = [&rng](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
   const Reg locals[] = {src_, src_ro_, fetch_, b_local_, cuda_src_, dst_};
   const Reg remotes[] = {dst_, dst_nowrite_, dst_noatomic_, a_remote_, cuda_dst_, healthy_dst_};
@@ -758,6 +785,7 @@ TEST_F(WqeTest, RandomWqesNeverEscapeTheirRegions) {
       Wqe64 w;
       if (pick(4) != 0) {
         BuildValidWqe(rng, *qp, idx, &w);
+        if (fences && pick(3) == 0) w.word[2] |= uint32_t{mlx5::kCtrlFence} << 24;
         qp->Write(w);
         continue;
       }
@@ -808,6 +836,7 @@ TEST_F(WqeTest, RandomWqesNeverEscapeTheirRegions) {
       }
       // Every WQE asks for a CQE, so each must get exactly one.
       w.word[2] |= uint32_t{kUpd} << 24;
+      if (fences && pick(3) == 0) w.word[2] |= uint32_t{mlx5::kCtrlFence} << 24;
       qp->Write(w);
     }
     qp->Ring();

@@ -129,8 +129,9 @@ T Load(const T* p) {
   return std::atomic_ref<T>(*const_cast<T*>(p)).load(std::memory_order_acquire);
 }
 
-// Times `op` (post + wait) kLatencyOps times, then posts it kRateOps times
-// back to back and waits once. `op(i, wait)` returns its status.
+// Times `post` (one operation, then mc_quiet) kLatencyOps times, then posts
+// kRateOps back to back and waits once. `post(v)` posts with value v
+// (*next, counted up per call) and returns its status.
 struct Timing {
   McStatus status = McStatus::kOk;
   double latency_us = 0;
@@ -188,8 +189,8 @@ SelftestStep Write(Pair& p) {
   uint8_t* src = At<uint8_t>(*p.rank[0], kSrcOff);
   void* dst = At<uint8_t>(*p.rank[0], kDstOff);
   uint64_t next = 1;
-  // The source changes only between waited-for writes; the rate pass
-  // rewrites the same bytes.
+  // Filled once: every WRITE sends the same bytes, so the source never
+  // changes under a WRITE in flight.
   for (uint64_t i = 0; i < kWriteBytes; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
   const Timing t = Measure(
       ctx, [&](uint64_t) { return device::mc_put_thread(peer, dst, src, kWriteBytes); }, &next);

@@ -151,7 +151,7 @@ MC_DEVICE void mc_red_add(const CommCtx& ctx, int dst_rank, int channel, int qps
       ctx.ibgda.qp_devctxs != nullptr && qps_per_rank > 0 && ctx.rank >= 0
           ? &ctx.ibgda.qp_devctxs[static_cast<size_t>(ctx.rank) * qps_per_rank]
           : nullptr;
-  if (self != nullptr && self->sq != nullptr && self->loopback != 0) {
+  if (mc_detail_is_loopback(self)) {
     const McPeer p =
         mc_detail_upstream_rdma_peer(ctx, channel, dst_rank, qps_per_rank, "mc_red_add");
     (void)rdma_detail::add_word(p, sig_ptr, static_cast<int>(val));

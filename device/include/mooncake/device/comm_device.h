@@ -229,10 +229,11 @@ MC_DEVICE_OUTLINE McPeer mc_detail_rdma_peer(IbgdaContext ibgda, const void* loc
 // its rank's queue pair toward itself is connected to itself (the loopback
 // the Communicator makes only for that, marked IbgdaQpDevCtx::loopback;
 // docs/rdma.md "Atomics across routes").
+MC_DEVICE bool mc_detail_is_loopback(const IbgdaQpDevCtx* qp) {
+  return qp != nullptr && qp->sq != nullptr && qp->loopback != 0;
+}
 MC_DEVICE bool mc_nic_atomics(const IbgdaContext& ibgda, int rank) {
-  if (ibgda.qp_devctxs == nullptr) return false;
-  const IbgdaQpDevCtx* self = mc_detail_qp_of(ibgda, rank, 0);
-  return self != nullptr && self->loopback != 0;
+  return ibgda.qp_devctxs != nullptr && mc_detail_is_loopback(mc_detail_qp_of(ibgda, rank, 0));
 }
 
 // The NIC-atomics half of mc_peer for a self or P2P route (out of line).

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -34,6 +35,10 @@ absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> DaemonRdmaTransport::Create
   if (options.sq_depth == 0 || (options.sq_depth & (options.sq_depth - 1)) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("sq_depth ", options.sq_depth, " is not a power of two"));
+  }
+  if (options.cqe_every == 0 || (options.cqe_every & (options.cqe_every - 1)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cqe_every ", options.cqe_every, " is not a power of two"));
   }
   MC_ASSIGN_OR_RETURN(RdmaNodeInfo info, client->rdmaInfo());
   if (info.max_sq_wqes != 0 && options.sq_depth > info.max_sq_wqes) {
@@ -519,6 +524,8 @@ absl::Status DaemonRdmaTransport::createQueuePairsFor(const std::vector<int>& pe
     q.qpn = qpns[i];
     q.sq_wqe_cnt = l.sq_wqe_cnt;
     q.cq_cqe_cnt = l.cq_cqe_cnt;
+    q.cqe_every = std::min(options_.cqe_every, std::max(l.sq_wqe_cnt / 2, 1u));
+    q.rings_on_gpu = gpu_control_ != nullptr ? 1 : 0;
     q.lkey = buffer_keys_.lkey;
     q.scratch_lkey = control_keys_.lkey;
     qpns_[slots[i]] = qpns[i];

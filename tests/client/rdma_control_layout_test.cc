@@ -130,7 +130,9 @@ TEST(FailQueuePairRings, OutstandingWqesEndInAFlushErrorAtOnce) {
               static_cast<uint32_t>(start + 1) & mlx5::kCqCiMask);
     // The QP stays failed: nothing more is posted.
     EXPECT_EQ(q.Post(), McStatus::kRdmaError);
-    EXPECT_EQ(q.qp.resv_head, start + 3);
+    EXPECT_EQ(q.qp.ready_head, q.qp.resv_head) << "the refused post's slot is handed on";
+    EXPECT_EQ(mlx5::be32(q.qp.sq_dbrec[mlx5::kSndDbr]), static_cast<uint32_t>(start + 3) & 0xffffu)
+        << "nothing rung past the flush";
     EXPECT_TRUE(std::equal(slot0.begin(), slot0.end(), q.control.begin())) << "slot 0 written";
   }
 }

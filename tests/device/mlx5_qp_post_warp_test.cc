@@ -72,6 +72,22 @@ mlx5::Wqe64 InlineWrite(const IbgdaQpDevCtx& qp, uint64_t payload) {
 
 uint32_t DbrecIndex(const PlainQp& p) { return mlx5::be32(p.dbrec[mlx5::kSndDbr]); }
 
+// The 8 bytes a doorbell for producer index `pi` of QP `qpn` writes to the
+// register, as they lie in memory.
+uint64_t RingWord(uint32_t pi, uint32_t qpn) {
+  const uint8_t bytes[8] = {0,
+                            static_cast<uint8_t>(pi >> 8),
+                            static_cast<uint8_t>(pi),
+                            0,
+                            static_cast<uint8_t>(qpn >> 16),
+                            static_cast<uint8_t>(qpn >> 8),
+                            static_cast<uint8_t>(qpn),
+                            0};
+  uint64_t v = 0;
+  std::memcpy(&v, bytes, sizeof(v));
+  return v;
+}
+
 TEST(QpPostWarp, OneReservationAndOneDoorbellPerWarp) {
   PlainQp p(64);
   // Lanes 1, 4 and 6 have nothing to post; the others post lane + 100.
@@ -91,8 +107,9 @@ TEST(QpPostWarp, OneReservationAndOneDoorbellPerWarp) {
     payloads.insert(p.payload_of(i));
   }
   EXPECT_EQ(payloads, (std::set<uint64_t>{100, 102, 103, 105, 107}));
-  // The doorbell register got the control word of the batch's last WQE.
-  EXPECT_EQ(p.bf, p.ctrl_of(4));
+  // The doorbell register got (producer index, QPN), as NVSHMEM rings:
+  // be32(5 << 8), then be32(qpn << 8); no WQE read back.
+  EXPECT_EQ(p.bf, RingWord(5, p.qp.qpn));
   EXPECT_EQ(p.index_of(5), 0u) << "nothing past the batch";
 }
 
@@ -176,14 +193,21 @@ TEST(QpPostWarp, WarpWiderThanTheRingPostsLaneByLane) {
   EXPECT_EQ(timed_out.load(), 2);
 }
 
-// An error already on the QP: nothing is reserved, every lane hears it.
+// An error already on the QP: every lane hears it and nothing is written
+// or rung. (The reservation, made in the same round trip as the read of the
+// error word, is handed on, so later posters do not wait for it.)
 TEST(QpPostWarp, FailedQpPostsNothing) {
   PlainQp p(16);
   p.qp.error = kQpErrCqe | 0x13;
+  const std::vector<uint8_t> ring = p.sq;
   host::runWarp(4, [&](unsigned lane) {
     EXPECT_EQ(mc_qp_post_warp(&p.qp, InlineWrite(p.qp, lane), lane != 2), McStatus::kRdmaError);
   });
-  EXPECT_EQ(p.qp.resv_head, 0u);
+  EXPECT_EQ(mc_qp_post(&p.qp, InlineWrite(p.qp, 9)), McStatus::kRdmaError);
+  EXPECT_EQ(p.qp.ready_head, p.qp.resv_head) << "the reservations were handed on";
+  EXPECT_EQ(DbrecIndex(p), 0u);
+  EXPECT_EQ(p.bf, 0u);
+  EXPECT_EQ(p.sq, ring) << "a slot was written";
 }
 
 }  // namespace

@@ -254,7 +254,8 @@ if want cluster; then
 fi
 
 # The RDMA route's benchmarks (one GPU): post rate against a softnic in sink
-# mode, then WRITE bandwidth and mc_signal latency against a normal one.
+# mode, the stores' own bound, the CPU-assisted doorbell's latency, then
+# WRITE bandwidth and mc_signal latency against a normal softnic.
 if want rdma; then
   section "rdma_bench"
   if [[ ! -x "$bin/rdma_bench" ]]; then
@@ -267,7 +268,7 @@ if want rdma; then
     # sweep capped alike. racecheck reports shared-memory hazards: the
     # posting paths use none today (warp shuffles, global atomics), so the
     # pass keeps it that way for the warp and block posters.
-    modes="check post bw lat"
+    modes="check post bound doorbell bw lat"
     if [[ -z "$sandbox" ]] && command -v compute-sanitizer >/dev/null; then
       modes="$modes memcheck racecheck"
     elif want sanitizer; then

@@ -116,6 +116,7 @@ struct CommunicatorOptions {
   AtomicsRoute atomics_route = AtomicsRoute::kAuto;
   uint32_t qps_per_peer = 1;     // RDMA channels per peer
   uint32_t rdma_sq_depth = 256;  // WQEs per QP
+  uint32_t rdma_cqe_every = 16;  // a completion per this many WQEs (DaemonRdmaOptions)
   // NICs this rank's QPs may go on (upstream's createIbgdaDeviceTransport
   // filter: "mlx5_0", "softnic0"); empty = any the daemon serves, the one
   // closest to the rank's GPU first. Overrides the daemon's choice for

@@ -77,6 +77,11 @@ struct DaemonRdmaOptions {
   // The host platform always uses host memory (kGpu: InvalidArgument).
   enum class RingMemory { kAuto, kHost, kGpu };
   RingMemory ring_memory = RingMemory::kAuto;
+  // A WQE asks for a completion every cqe_every WQEs (a power of two;
+  // more than sq_depth / 2 counts as sq_depth / 2; 1: every WQE). Fewer
+  // CQEs for the NIC to write across PCIe and for kernels to poll;
+  // mc_quiet asks for one more when it needs it (mlx5/qp_ops.h).
+  uint32_t cqe_every = 16;
 };
 
 struct GpuControlMemory;  // client/src/gpu_rings.h

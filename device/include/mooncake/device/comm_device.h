@@ -295,9 +295,10 @@ MC_DEVICE bool mc_detail_slow_route(const McPeer& peer) {
 // ---- the RDMA route: one WQE per call -----------------------------------------
 
 namespace rdma_detail {
-// fm_ce_se of every WQE posted here: a CQE, no fence (see the header
-// comment: RC ordering orders put -> signal; a fence would make a signal or
-// atomic wait a round trip behind any atomic before it).
+// fm_ce_se of every WQE posted here: no fence (see the header comment: RC
+// ordering orders put -> signal; a fence would make a signal or atomic wait
+// a round trip behind any atomic before it). The CQE request is the queue
+// pair's to decide (every cqe_every WQEs, mlx5/qp_ops.h).
 inline constexpr uint8_t kPutFlags = mlx5::kCtrlCqUpdate;
 // Largest byte count of one WRITE WQE we post (the field allows 2^31 - 1).
 inline constexpr uint64_t kMaxWriteBytes = 1ull << 30;

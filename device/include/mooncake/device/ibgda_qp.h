@@ -8,6 +8,9 @@
 //   resv_head   next WQE index a poster may reserve
 //   ready_head  WQEs [0, ready_head) are written and the doorbell says so
 //   cons_tail   WQEs [0, cons_tail) have completions the poller has seen
+//   signaled_head  end of the last rung batch whose last WQE asks for a CQE
+//               (completions are asked for every cqe_every WQEs; mc_qp_quiet
+//               posts a NOP that asks for one when signaled_head < ready_head)
 // A slot i % sq_wqe_cnt is written only once i - cons_tail < sq_wqe_cnt:
 // a WQE is never overwritten before its completion is seen (upstream
 // overwrote live WQEs past 16384 outstanding).
@@ -50,12 +53,22 @@ struct alignas(64) IbgdaQpDevCtx {
   // as upstream's createQueuePairs makes, is not one). comm_device.h
   // mc_nic_atomics reads it.
   uint32_t loopback = 0;
+  // WQE i asks for a CQE (kCtrlCqUpdate) when (i + 1) % cqe_every == 0:
+  // fewer CQEs for the NIC to write and the poller to read. A power of two,
+  // at most sq_wqe_cnt / 2 (so the WQEs without a CQE never fill the ring);
+  // 0 or 1: every WQE.
+  uint32_t cqe_every = 0;
+  // 1: sq, sq_dbrec and cq are GPU memory (the NIC reads them through the
+  // GPU's BAR, which the GPU's L2 serves): the doorbell needs GPU-scope
+  // ordering only. 0: host memory, system scope.
+  uint32_t rings_on_gpu = 0;
 
   // ---- posting state (device-mutable) --------------------------------------
   alignas(64) uint64_t resv_head = 0;
   uint64_t ready_head = 0;
   uint64_t cons_tail = 0;
   uint64_t cq_ci = 0;
+  uint64_t signaled_head = 0;
   uint32_t poll_lock = 0;
   uint32_t error = 0;
 };

@@ -105,6 +105,23 @@ MC_DEVICE void mc_st_release_gpu(T* p, T v) {
   }
 }
 
+// A GPU-scope relaxed load: several of these (and atomics) issue back to
+// back and wait once, where each acquire load waits on its own. For
+// posting state whose order the caller's later release store provides.
+template <class T>
+MC_DEVICE T mc_ld_relaxed_gpu(const T* p) {
+  static_assert(cuda_detail::kIsWord<T>, "Device API atomics take 4- or 8-byte integers");
+  if constexpr (sizeof(T) == 4) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  } else {
+    uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return static_cast<T>(v);
+  }
+}
+
 // A strong store that orders nothing: the cheapest flag (same SASS class as
 // a volatile store, STG.STRONG.SYS).
 template <class T>
@@ -184,6 +201,27 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
 
 // Compare-and-swap of a 32-bit word with acquire ordering; returns the value
 // found (== expected when it swapped). Used for the RDMA CQ poller's lock.
+// GPU-scope relaxed add, for counters only this GPU's threads touch (a
+// queue pair's reservation head).
+MC_DEVICE uint64_t mc_atomic_add_relaxed_gpu(uint64_t* p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;"
+               : "=l"(old)
+               : "l"(p), "l"(v)
+               : "memory");
+  return old;
+}
+
+// GPU-scope acquiring CAS (a lock only this GPU's threads take).
+MC_DEVICE uint32_t mc_atomic_cas_acquire_gpu(uint32_t* p, uint32_t expected, uint32_t desired) {
+  uint32_t old;
+  asm volatile("atom.acquire.gpu.global.cas.b32 %0, [%1], %2, %3;"
+               : "=r"(old)
+               : "l"(p), "r"(expected), "r"(desired)
+               : "memory");
+  return old;
+}
+
 MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_t desired) {
   uint32_t old;
   asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;"
@@ -197,6 +235,14 @@ MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_
 // GPU maps as I/O memory): volatile, after a system fence, never combined.
 MC_DEVICE void mc_st_mmio64(uint64_t* p, uint64_t v) {
   asm volatile("fence.sc.sys;" ::: "memory");
+  *reinterpret_cast<volatile uint64_t*>(p) = v;
+}
+
+// The same store without the fence, for a caller whose release store just
+// before it (the doorbell record) already ordered every earlier write: a
+// release is a fence.acq_rel, which orders earlier writes before every later
+// one, this store included. Saves a second system fence per doorbell.
+MC_DEVICE void mc_st_mmio64_after_release(uint64_t* p, uint64_t v) {
   *reinterpret_cast<volatile uint64_t*>(p) = v;
 }
 
@@ -316,11 +362,44 @@ MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
   return static_cast<unsigned>(__popc(mask & lt));
 }
 
+// ---- lane groups: the lanes running a call together --------------------------
+// The lanes of this warp that execute the call at the same time (converged,
+// whatever the caller's branches) and pass the same `key`: a queue pair's
+// posts from them go out as one batch. Unlike the warp collectives above, no
+// lane has to be present: a lone lane is a group of one.
+struct McLaneGroup {
+  unsigned mask;    // the group's lanes
+  unsigned leader;  // its lowest lane
+  unsigned rank;    // this lane's index in the group, in lane order
+  unsigned size;
+};
+MC_DEVICE McLaneGroup mc_lanes_with_key(uint64_t key) {
+  const unsigned active = __activemask();
+  const unsigned mask = __match_any_sync(active, static_cast<unsigned long long>(key));
+  unsigned lt;
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(lt));
+  return McLaneGroup{mask, static_cast<unsigned>(__ffs(mask) - 1),
+                     static_cast<unsigned>(__popc(mask & lt)), static_cast<unsigned>(__popc(mask))};
+}
+MC_DEVICE bool mc_group_leader(const McLaneGroup& g) { return g.rank == 0; }
+MC_DEVICE uint64_t mc_group_bcast_u64(const McLaneGroup& g, uint64_t v) {
+  return __shfl_sync(g.mask, v, static_cast<int>(g.leader));
+}
+// Orders the group's earlier writes before its later ones (as __syncwarp).
+MC_DEVICE void mc_group_sync(const McLaneGroup& g) { __syncwarp(g.mask); }
+
 // ---- spinning, time, abort ------------------------------------------------
 
-// GPU polling gains nothing from backing off at these latencies (about a
-// microsecond one way); the counter is kept for the host platform's sake.
-MC_DEVICE void mc_spin_backoff(uint32_t* spins) { ++*spins; }
+// A polite spin for pollers and waiters: the first 32 rounds at full speed
+// (a completion is usually a microsecond away), then __nanosleep of 64 ns,
+// doubling to 1 us, so many warps waiting on one queue pair leave its words
+// and the SMs' issue slots to the threads doing the work.
+MC_DEVICE void mc_spin_backoff(uint32_t* spins) {
+  const uint32_t s = ++*spins;
+  if (s <= 32u) return;
+  const uint32_t shift = (s - 32u) / 32u;
+  __nanosleep(shift >= 4u ? 1024u : 64u << shift);
+}
 
 MC_DEVICE uint64_t mc_time_ns() {
   uint64_t t;

@@ -114,6 +114,14 @@ template <class T>
 MC_DEVICE T mc_ld_acquire_gpu(const T* p) {
   return mc_ld_acquire(p);
 }
+// An acquire load here: on CUDA the caller's later release store (a
+// fence.acq_rel) completes the acquire of a relaxed load; a C++ release
+// store does not, so the host keeps the pattern with the load itself (a
+// plain load on x86).
+template <class T>
+MC_DEVICE T mc_ld_relaxed_gpu(const T* p) {
+  return mc_ld_acquire(p);
+}
 
 template <class T>
 MC_DEVICE void mc_st_release(T* p, T v) {
@@ -149,6 +157,15 @@ MC_DEVICE void mc_red_add_release(T* p, T v) {
 
 // Compare-and-swap of a 32-bit word with acquire ordering; returns the value
 // found (== expected when it swapped).
+MC_DEVICE uint64_t mc_atomic_add_relaxed_gpu(uint64_t* p, uint64_t v) {
+  return host_detail::Ref(p).fetch_add(v, std::memory_order_relaxed);
+}
+MC_DEVICE uint32_t mc_atomic_cas_acquire_gpu(uint32_t* p, uint32_t expected, uint32_t desired) {
+  host_detail::Ref(p).compare_exchange_strong(expected, desired, std::memory_order_acquire,
+                                              std::memory_order_acquire);
+  return expected;
+}
+
 MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_t desired) {
   host_detail::Ref(p).compare_exchange_strong(expected, desired, std::memory_order_acquire,
                                               std::memory_order_acquire);
@@ -158,6 +175,10 @@ MC_DEVICE uint32_t mc_atomic_cas_acquire(uint32_t* p, uint32_t expected, uint32_
 // An 8-byte store to a device register (a NIC doorbell): after a full fence.
 MC_DEVICE void mc_st_mmio64(uint64_t* p, uint64_t v) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  host_detail::Ref(p).store(v, std::memory_order_relaxed);
+}
+// Ordered by the caller's release store just before (ops_cuda.cuh).
+MC_DEVICE void mc_st_mmio64_after_release(uint64_t* p, uint64_t v) {
   host_detail::Ref(p).store(v, std::memory_order_relaxed);
 }
 
@@ -288,6 +309,23 @@ MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
   host_detail::CollectiveDone(slot);
   return mine;
 }
+
+// ---- lane groups (ops_cuda.cuh): a host thread is a group of one ------------
+// Emulated warps run their lanes as threads that never execute in lockstep,
+// so no two lanes are ever "converged" on a call.
+struct McLaneGroup {
+  unsigned mask;
+  unsigned leader;
+  unsigned rank;
+  unsigned size;
+};
+MC_DEVICE McLaneGroup mc_lanes_with_key(uint64_t) {
+  const unsigned lane = host_detail::tls_coop.lane;
+  return McLaneGroup{1u << (lane & 31u), lane, 0u, 1u};
+}
+MC_DEVICE bool mc_group_leader(const McLaneGroup& g) { return g.rank == 0; }
+MC_DEVICE uint64_t mc_group_bcast_u64(const McLaneGroup&, uint64_t v) { return v; }
+MC_DEVICE void mc_group_sync(const McLaneGroup&) { mc_compiler_barrier(); }
 
 // ---- spinning, time, abort ------------------------------------------------
 

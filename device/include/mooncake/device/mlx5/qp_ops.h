@@ -5,7 +5,10 @@
 //   mc_qp_post(qp, wqe)   reserve a slot (waiting, and polling, while the ring
 //                         is full), store the WQE, then ring the doorbell in
 //                         index order: doorbell record, then the UAR register.
-//                         Safe from any number of threads at once.
+//                         Safe from any number of threads at once. On CUDA
+//                         the lanes of a warp that post to the same QP in the
+//                         same call go out as one batch: one reservation,
+//                         one doorbell (mc_lanes_with_key).
 //   mc_qp_poll(qp)        consume the valid CQEs (one poller at a time; others
 //                         return at once), advance cons_tail, record the first
 //                         error CQE in qp->error.
@@ -14,9 +17,20 @@
 //   mc_qp_quiet(qp)       wait until everything rung before the call completed,
 //                         or the QP failed (kRdmaError / kTimedOut at once).
 //
-// Every WQE asks for a CQE (kCtrlCqUpdate) and the CQ has at least as many
-// entries as the send queue, so the CQ cannot overrun: at most sq_wqe_cnt WQEs
-// are outstanding, hence at most that many unconsumed CQEs.
+// Completions: WQE i asks for a CQE (kCtrlCqUpdate) when (i + 1) % cqe_every
+// == 0, whatever the caller's WQE said; a NIC reports an error on any WQE
+// all the same. A CQE for WQE i completes every WQE up to i (the queue pair
+// executes in order), so cons_tail jumps to i + 1. mc_qp_quiet posts a NOP
+// asking for a CQE when the last rung WQE did not ask for one. The CQ has at
+// least as many entries as the send queue, so it cannot overrun.
+//
+// What a post costs (bench/results/2026-12-04-h200-post-path.md): on CUDA,
+// one round trip to L2 (the error word, cons_tail, ready_head and the
+// reservation, issued together), the WQE stores, and per doorbell one
+// release store to the doorbell record (system scope for host rings, GPU
+// scope for rings in GPU memory) and one GPU-scope release of ready_head.
+// The release to host memory is the floor: it waits until the WQEs' posted
+// writes have crossed PCIe.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +57,10 @@ MC_DEVICE void set_error_once(IbgdaQpDevCtx* qp, uint32_t err) {
 }  // namespace qp_detail
 
 MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
-  if (mc_atomic_cas_acquire(&qp->poll_lock, 0u, 1u) != 0u) return;
+  // A plain look first: pollers finding the lock held leave without the
+  // atomic, so many waiting warps do not queue on the lock's word.
+  if (mc_ld_relaxed_gpu(&qp->poll_lock) != 0u) return;
+  if (mc_atomic_cas_acquire_gpu(&qp->poll_lock, 0u, 1u) != 0u) return;
   const uint32_t n = qp->cq_cqe_cnt;
   uint64_t ci = mc_ld_relaxed(&qp->cq_ci);
   uint64_t tail = mc_ld_relaxed(&qp->cons_tail);
@@ -62,6 +79,7 @@ MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
       // Little-endian word of bytes 52..55: byte 54 = vendor, byte 55 = syndrome.
       qp_detail::set_error_once(qp, kQpErrCqe | (((synd >> 16) & 0xffu) << 8) | (synd >> 24));
     }
+    // The CQE's WQE and every one before it are done (in-order execution).
     const uint16_t counter = mlx5::be16(static_cast<uint16_t>(word & 0xffffu));
     tail += static_cast<uint16_t>(counter + 1u - static_cast<uint16_t>(tail));
     ++ci;
@@ -69,14 +87,29 @@ MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
   }
   if (progressed) {
     mc_st_relaxed(&qp->cq_ci, ci);
-    mc_st_release(&qp->cq_dbrec[mlx5::kCqSetCi],
-                  mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask));
+    const uint32_t ci_be = mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask);
+    if (qp->rings_on_gpu != 0u) {
+      mc_st_release_gpu(&qp->cq_dbrec[mlx5::kCqSetCi], ci_be);
+    } else {
+      mc_st_release(&qp->cq_dbrec[mlx5::kCqSetCi], ci_be);
+    }
     mc_st_release_gpu(&qp->cons_tail, tail);
   }
   mc_st_release_gpu(&qp->poll_lock, 0u);
 }
 
 namespace qp_detail {
+// The CQE interval in force: cqe_every, bounded by half the ring (the WQEs
+// after the last CQE must never fill it).
+MC_DEVICE uint32_t cqe_interval(const IbgdaQpDevCtx* qp) {
+  const uint32_t every = qp->cqe_every, half = qp->sq_wqe_cnt / 2u;
+  return every < half ? every : (half > 0u ? half : 1u);
+}
+MC_DEVICE bool wants_cqe(const IbgdaQpDevCtx* qp, uint64_t idx) {
+  const uint32_t every = cqe_interval(qp);
+  return every <= 1u || ((idx + 1u) & (every - 1u)) == 0u;
+}
+
 // Waits, polling, until slot `idx` may be written. False when the QP stalled.
 MC_DEVICE bool wait_for_slot(IbgdaQpDevCtx* qp, uint64_t idx) {
   uint32_t spins = 0;
@@ -100,103 +133,204 @@ MC_DEVICE bool wait_for_slot(IbgdaQpDevCtx* qp, uint64_t idx) {
   return true;
 }
 
-// Reserves slots [*base, *base + n) (1 <= n <= sq_wqe_cnt) and waits until
-// all of them may be written.
-MC_DEVICE McStatus reserve(IbgdaQpDevCtx* qp, uint32_t n, uint64_t* base) {
-  if (mc_ld_relaxed(&qp->error) != 0) return McStatus::kRdmaError;
-  *base = mc_atomic_add_relaxed(&qp->resv_head, uint64_t{n});
-  return wait_for_slot(qp, *base + n - 1) ? McStatus::kOk : McStatus::kTimedOut;
+// A reservation: slots [base, base + n), and ready_head as seen when it was
+// made (ring() skips its wait when that was already base).
+struct Reservation {
+  uint64_t base = 0;
+  uint64_t ready_seen = ~uint64_t{0};
+  McStatus status = McStatus::kOk;
+};
+
+// Reserves n slots (1 <= n <= sq_wqe_cnt / 2) and waits until all of them
+// may be written. The error word, cons_tail and ready_head are read with
+// relaxed loads issued together with the reservation's atomic: one round
+// trip where acquire loads would take one each. (The slot writes that
+// follow depend on the comparison with cons_tail; the doorbell's release
+// store is the fence that orders everything after ready_head.)
+//   kOk         write the slots, then ring()
+//   kRdmaError  the QP had failed: the slots are reserved all the same and
+//               must be handed on with pass()
+//   kTimedOut   no ring space within timeout_ns (kQpErrStalled set: later
+//               posters stop waiting for these slots)
+MC_DEVICE Reservation reserve(IbgdaQpDevCtx* qp, uint32_t n) {
+  Reservation r;
+  const uint32_t error = mc_ld_relaxed(&qp->error);
+  const uint64_t tail = mc_ld_relaxed_gpu(&qp->cons_tail);
+  r.ready_seen = mc_ld_relaxed_gpu(&qp->ready_head);
+  r.base = mc_atomic_add_relaxed_gpu(&qp->resv_head, uint64_t{n});
+  if (error != 0) {
+    r.status = McStatus::kRdmaError;
+  } else if (r.base + n - 1 - tail >= qp->sq_wqe_cnt && !wait_for_slot(qp, r.base + n - 1)) {
+    r.status = McStatus::kTimedOut;
+  }
+  return r;
 }
 
-// Stores `wqe` in slot `idx`, with its index bits set. Returns the first 8
-// bytes of its control segment as the doorbell register takes them.
-MC_DEVICE uint64_t write_slot(IbgdaQpDevCtx* qp, uint64_t idx, mlx5::Wqe64 wqe) {
+// Stores `wqe` in slot `idx` with its index bits set and its CQE request
+// set by the interval (or forced).
+MC_DEVICE void write_slot(IbgdaQpDevCtx* qp, uint64_t idx, mlx5::Wqe64 wqe, bool force_cqe) {
   const uint32_t w0 = mlx5::be32(wqe.word[0]);
   wqe.word[0] = mlx5::be32((w0 & 0xff0000ffu) | ((static_cast<uint32_t>(idx) & 0xffffu) << 8));
+  // fm_ce_se is byte 11: bits 31..24 of the little-endian word 2.
+  constexpr uint32_t kCqBit = static_cast<uint32_t>(mlx5::kCtrlCqUpdate) << 24;
+  wqe.word[2] = force_cqe || wants_cqe(qp, idx) ? wqe.word[2] | kCqBit : wqe.word[2] & ~kCqBit;
   uint8_t* slot = qp->sq + (idx & (qp->sq_wqe_cnt - 1)) * mlx5::kSendWqeBb;
   for (int i = 0; i < 4; ++i) {
     McVec16 v{wqe.word[4 * i], wqe.word[4 * i + 1], wqe.word[4 * i + 2], wqe.word[4 * i + 3]};
     mc_st_v4(slot + 16 * i, v);
   }
-  return (static_cast<uint64_t>(wqe.word[1]) << 32) | wqe.word[0];
 }
 
-// The first 8 bytes of slot `idx` as written (by any thread ordered before).
-MC_DEVICE uint64_t slot_ctrl(const IbgdaQpDevCtx* qp, uint64_t idx) {
-  const McVec16 v = mc_ld_v4(qp->sq + (idx & (qp->sq_wqe_cnt - 1)) * mlx5::kSendWqeBb);
-  return (static_cast<uint64_t>(v.y) << 32) | v.x;
-}
-
-// Rings the doorbell for slots [base, base + n), all written, once every
-// earlier reservation has rung: doorbells go out in index order.
-// `last_ctrl`: the first 8 bytes of slot base + n - 1 (for the UAR write).
-MC_DEVICE McStatus ring(IbgdaQpDevCtx* qp, uint64_t base, uint32_t n, uint64_t last_ctrl) {
+// Waits until every earlier reservation has rung (or passed): doorbells go
+// out in index order. False when the QP stalled meanwhile.
+MC_DEVICE bool wait_turn(IbgdaQpDevCtx* qp, const Reservation& r) {
+  if (r.ready_seen == r.base) return true;
   uint32_t spins = 0;
-  while (mc_ld_acquire_gpu(&qp->ready_head) != base) {
-    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return McStatus::kTimedOut;
+  while (mc_ld_acquire_gpu(&qp->ready_head) != r.base) {
+    if ((mc_ld_acquire(&qp->error) & kQpErrStalled) != 0) return false;
     mc_spin_backoff(&spins);
   }
-  // A system-scope release: these WQEs (and, through the acquire of
-  // ready_head above, every earlier one) are visible before the doorbell
-  // record says so. No separate fence: it cost a PCIe round trip per post.
-  mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr],
-                mlx5::be32(static_cast<uint32_t>(base + n) & 0xffffu));
-  if (qp->bf_reg != nullptr) mc_st_mmio64(qp->bf_reg, last_ctrl);
+  return true;
+}
+
+// Rings the doorbell for slots [base, base + n), all written.
+// `cqe_last`: the last of them asks for a CQE.
+MC_DEVICE McStatus ring(IbgdaQpDevCtx* qp, const Reservation& r, uint32_t n, bool cqe_last) {
+  if (!wait_turn(qp, r)) return McStatus::kTimedOut;
+  const uint64_t end = r.base + n;
+  // The release orders this batch's WQEs (and, with the load of ready_head
+  // that let this poster through, every earlier one) before the record says
+  // so. Rings in GPU memory are read by the NIC through the GPU's L2: a
+  // GPU-scope release suffices there, and costs half as much.
+  const uint32_t record = mlx5::be32(static_cast<uint32_t>(end) & 0xffffu);
+  if (qp->rings_on_gpu != 0u) {
+    mc_st_release_gpu(&qp->sq_dbrec[mlx5::kSndDbr], record);
+  } else {
+    mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr], record);
+  }
+  if (qp->bf_reg != nullptr) {
+    // From (producer index, QPN) alone, as NVSHMEM's IBGDA rings: no read
+    // back of a WQE the NIC may already have consumed.
+    const uint64_t doorbell =
+        (static_cast<uint64_t>(mlx5::be32((qp->qpn & 0xffffffu) << 8)) << 32) |
+        mlx5::be32((static_cast<uint32_t>(end) & 0xffffu) << 8);
+    mc_st_mmio64_after_release(qp->bf_reg, doorbell);
+  }
+  if (cqe_last) mc_st_relaxed(&qp->signaled_head, end);
   // Only this GPU's posters read ready_head: a GPU-scope release suffices.
-  mc_st_release_gpu(&qp->ready_head, base + n);
+  mc_st_release_gpu(&qp->ready_head, end);
   return McStatus::kOk;
+}
+
+// Hands reserved slots on without ringing them, on a QP that had already
+// failed (everything it is given from now on is flushed, not executed).
+MC_DEVICE void pass(IbgdaQpDevCtx* qp, const Reservation& r, uint32_t n) {
+  if (wait_turn(qp, r)) mc_st_release_gpu(&qp->ready_head, r.base + n);
+}
+
+// The calling lanes that post `wqe` to `qp` together: one reservation and one
+// doorbell for the group. `force_cqe`: every WQE asks for a CQE (quiet's
+// NOP); else the interval decides. `*end` (optional): the batch's end.
+MC_DEVICE McStatus post_alone(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool force_cqe,
+                              uint64_t* end) {
+  const Reservation r = reserve(qp, 1);
+  if (r.status == McStatus::kRdmaError) pass(qp, r, 1);
+  if (r.status != McStatus::kOk) return r.status;
+  if (end != nullptr) *end = r.base + 1;
+  write_slot(qp, r.base, wqe, force_cqe);
+  return ring(qp, r, 1, force_cqe || wants_cqe(qp, r.base));
+}
+
+MC_DEVICE McStatus post_group(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool force_cqe,
+                              uint64_t* end = nullptr) {
+#if defined(MC_QP_NO_LANE_GROUPS)
+  // Every lane posts alone: the comparison build of
+  // bench/results/2026-12-04-h200-post-path.md ("lane groups").
+  if (true) return post_alone(qp, wqe, force_cqe, end);
+#endif
+  const McLaneGroup g = mc_lanes_with_key(reinterpret_cast<uintptr_t>(qp));
+  // A lane alone on its queue pair posts without the group's shuffles:
+  // lanes of one warp that each post to their own QP run as one converged
+  // path here, where group collectives with 32 different masks would split
+  // the warp into 32 (measured: 13 -> 8 M WQE/s for 32 lanes on 32 QPs).
+  if (g.size == 1) return post_alone(qp, wqe, force_cqe, end);
+  const bool leader = mc_group_leader(g);
+  Reservation r;
+  if (leader) r = reserve(qp, g.size);
+  // Status in the top byte, base below it (indices stay far below 2^56).
+  const uint64_t packed = mc_group_bcast_u64(
+      g, (static_cast<uint64_t>(static_cast<uint32_t>(r.status)) << 56) | r.base);
+  const auto st = static_cast<McStatus>(static_cast<int>(packed >> 56));
+  const uint64_t base = packed & ((uint64_t{1} << 56) - 1);
+  if (st == McStatus::kRdmaError && leader) pass(qp, r, g.size);
+  if (st != McStatus::kOk) return st;
+  if (end != nullptr) *end = base + g.size;
+  write_slot(qp, base + g.rank, wqe, force_cqe);
+  // Orders every lane's slot writes before the leader's doorbell release.
+  mc_group_sync(g);
+  McStatus rung = McStatus::kOk;
+  if (leader) rung = ring(qp, r, g.size, force_cqe || wants_cqe(qp, base + g.size - 1));
+  return static_cast<McStatus>(
+      static_cast<int>(mc_group_bcast_u64(g, static_cast<uint64_t>(static_cast<uint32_t>(rung)))));
 }
 }  // namespace qp_detail
 
-// Posts `wqe` (built with any wqe_idx; its index bits are set here).
-// Returns kRdmaError when the QP already failed (nothing posted) or stalled.
-MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, mlx5::Wqe64 wqe) {
-  uint64_t idx = 0;
-  const McStatus st = qp_detail::reserve(qp, 1, &idx);
-  if (st != McStatus::kOk) return st;
-  return qp_detail::ring(qp, idx, 1, qp_detail::write_slot(qp, idx, wqe));
+// Posts `wqe` (built with any wqe_idx and CQE request: the index bits and the
+// CQE request are set here). Returns kRdmaError when the QP already failed
+// (nothing posted), kTimedOut when it stalled.
+MC_DEVICE McStatus mc_qp_post(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe) {
+  return qp_detail::post_group(qp, wqe, false);
 }
 
 // Warp-cooperative post: every lane of the warp calls it (converged, as for
 // mc_put_warp); the lanes with `have` post their `wqe`. One reservation and
 // one doorbell for the whole warp, so a warp posts up to 32 WQEs for the
-// cost of one (the doorbell record's system-scope release is what a post
-// costs). The status is the same on every lane. A warp wider than the ring
-// (host stress tests only) posts lane by lane instead, each lane getting its
-// own status.
+// cost of one. The status is the same on every lane. A batch over half the
+// ring (host stress tests only) posts lane by lane instead, each lane
+// getting its own status.
 MC_DEVICE McStatus mc_qp_post_warp(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool have) {
   unsigned total = 0;
   const unsigned pos = mc_warp_rank(have, &total);
   if (total == 0) return McStatus::kOk;
-  if (total > qp->sq_wqe_cnt) return have ? mc_qp_post(qp, wqe) : McStatus::kOk;
+  if (total > qp->sq_wqe_cnt / 2u) return have ? mc_qp_post(qp, wqe) : McStatus::kOk;
   const bool leader = mc_lane_id() == 0;
-  uint64_t base = 0;
-  McStatus st = McStatus::kOk;
-  if (leader) st = qp_detail::reserve(qp, total, &base);
-  // Status in the top byte, base below it (indices stay far below 2^56).
+  qp_detail::Reservation r;
+  if (leader) r = qp_detail::reserve(qp, total);
   const uint64_t packed =
-      mc_warp_bcast_u64((static_cast<uint64_t>(static_cast<uint32_t>(st)) << 56) | base, 0);
-  st = static_cast<McStatus>(static_cast<int>(packed >> 56));
-  base = packed & ((uint64_t{1} << 56) - 1);
+      mc_warp_bcast_u64((static_cast<uint64_t>(static_cast<uint32_t>(r.status)) << 56) | r.base, 0);
+  McStatus st = static_cast<McStatus>(static_cast<int>(packed >> 56));
+  const uint64_t base = packed & ((uint64_t{1} << 56) - 1);
+  if (st == McStatus::kRdmaError && leader) qp_detail::pass(qp, r, total);
   if (st != McStatus::kOk) return st;
-  if (have) qp_detail::write_slot(qp, base + pos, wqe);
+  if (have) qp_detail::write_slot(qp, base + pos, wqe, false);
   // Orders every lane's slot writes before the leader's doorbell release.
   mc_syncwarp();
-  if (leader) {
-    const uint64_t last = qp->bf_reg != nullptr ? qp_detail::slot_ctrl(qp, base + total - 1) : 0;
-    st = qp_detail::ring(qp, base, total, last);
-  }
+  if (leader) st = qp_detail::ring(qp, r, total, qp_detail::wants_cqe(qp, base + total - 1));
   return static_cast<McStatus>(
       static_cast<int>(mc_warp_bcast_u64(static_cast<uint64_t>(static_cast<uint32_t>(st)), 0)));
 }
 
-// Waits until every WQE rung on `qp` before the call has completed. Once
-// the QP has failed it stops waiting: after an error CQE a NIC only flushes
-// what is left (nothing of it executes), and a QP whose provider is gone
-// (failed by the client with one WR_FLUSH_ERR CQE when the daemon went
-// away) completes nothing more at all.
+// Waits until every WQE rung on `qp` before the call has completed. When the
+// last of them asked for no CQE it first posts a NOP that does. Once the QP
+// has failed it stops waiting: after an error CQE a NIC only flushes what is
+// left (nothing of it executes), and a QP whose provider is gone (failed by
+// the client with one WR_FLUSH_ERR CQE when the daemon went away) completes
+// nothing more at all.
 MC_DEVICE McStatus mc_qp_quiet(IbgdaQpDevCtx* qp) {
-  const uint64_t target = mc_ld_acquire_gpu(&qp->ready_head);
+  uint64_t target = mc_ld_acquire_gpu(&qp->ready_head);
+  if (mc_ld_acquire_gpu(&qp->cons_tail) >= target) {
+    return mc_ld_acquire(&qp->error) != 0 ? McStatus::kRdmaError : McStatus::kOk;
+  }
+  const uint32_t failed = mc_ld_acquire(&qp->error);
+  if ((failed & kQpErrStalled) != 0) return McStatus::kTimedOut;
+  if (failed != 0) return McStatus::kRdmaError;
+  if (mc_ld_relaxed_gpu(&qp->signaled_head) < target) {
+    // Waits for its own NOP too: a quiet leaves nothing of its own behind.
+    mlx5::Wqe64 nop;
+    mlx5::build_nop(&nop, 0, qp->qpn, mlx5::kCtrlCqUpdate);
+    const McStatus st = qp_detail::post_group(qp, nop, true, &target);
+    if (st != McStatus::kOk) return st;
+  }
   uint32_t spins = 0;
   uint64_t start = 0;
   while (mc_ld_acquire_gpu(&qp->cons_tail) < target) {

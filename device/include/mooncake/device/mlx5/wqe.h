@@ -7,8 +7,9 @@
 // Common arguments
 //   wqe_idx  the WQE's index in the send queue (only its low 16 bits are sent)
 //   qpn      this QP's number
-//   flags    fm_ce_se: kCtrlCqUpdate (we set it on every WQE: the poller
-//            learns completion per WQE). The Device API never sets kCtrlFence
+//   flags    fm_ce_se: kCtrlCqUpdate and kCtrlFence (mc_qp_post replaces
+//            the CQE request with the queue pair's interval, every
+//            cqe_every WQEs). The Device API never sets kCtrlFence
 //            (comm_device.h says why); the builders take it for callers that
 //            read a fetched value back into a later WQE.
 #pragma once

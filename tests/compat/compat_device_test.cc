@@ -6,11 +6,14 @@
 // read straight from the ring.
 //
 // Built twice: with MOONCAKE_DEVICE_CHECKS=1 (compat_device_test: a context
-// without num_ranks traps) and =0 (compat_device_release_test: it routes by
-// the tables and native calls return kIncompleteContext).
+// without num_ranks traps) and with nothing defined, NDEBUG included
+// (compat_device_default_test: the default, as a debug build of upstream's
+// code gets it: it routes by the tables and native calls return
+// kIncompleteContext).
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -145,6 +148,43 @@ TEST(CompatContext, MakeCommCtxFillsWhatTheProjectNeeds) {
                                         nullptr, nullptr, 0, kRanks, 8 * kRanks);
   EXPECT_EQ(several.ibgda.qps_per_rank, 8);
   EXPECT_EQ(several.ibgda.qp_devctxs, nullptr);
+}
+
+// Upstream's field order (issue 25): code that fills the contexts by
+// position, as upstream's does, fills the same fields here. Ours come after
+// upstream's.
+static_assert(offsetof(IbgdaContext, qp_devctxs) == 0);
+static_assert(offsetof(IbgdaContext, raddrs) == sizeof(void*));
+static_assert(offsetof(IbgdaContext, rkeys) == 2 * sizeof(void*));
+static_assert(offsetof(IbgdaContext, local_atomic_base) == 3 * sizeof(void*));
+static_assert(offsetof(IbgdaContext, remote_atomic_base) == 4 * sizeof(void*));
+static_assert(offsetof(IbgdaContext, qps_per_rank) == 5 * sizeof(void*));
+static_assert(offsetof(CommCtx, p2p) == 0);
+static_assert(offsetof(CommCtx, ibgda) == sizeof(P2PContext));
+static_assert(offsetof(CommCtx, rank) == sizeof(P2PContext) + sizeof(IbgdaContext));
+static_assert(offsetof(P2PContext, available) == 0);
+static_assert(offsetof(P2PContext, peer_ptrs) == sizeof(void*));
+static_assert(offsetof(P2PContext, local_base) == 2 * sizeof(void*));
+// MAX_QP_COUNT reaches EP through comm_device.cuh (upstream's mlx5gda.h).
+static_assert(MAX_QP_COUNT == 256);
+static_assert(std::is_same_v<mlx5gda_qp_devctx, IbgdaQpDevCtx>);
+
+TEST(CompatContexts, PositionalInitialisationFillsUpstreamsFields) {
+  World w;
+  const int32_t scratch = 0, signals = 0;
+  // Upstream's five fields, by position, as upstream code writes them.
+  const IbgdaContext ib{w.devctx, w.raddrs, w.rkeys, &scratch, &signals};
+  EXPECT_EQ(ib.qp_devctxs, w.devctx);
+  EXPECT_EQ(ib.raddrs, w.raddrs);
+  EXPECT_EQ(ib.rkeys, w.rkeys);
+  EXPECT_EQ(ib.local_atomic_base, &scratch);
+  EXPECT_EQ(ib.remote_atomic_base, &signals);
+  EXPECT_EQ(ib.qps_per_rank, 0);
+  const CommCtx c{P2PContext{w.available, w.ptrs, w.buf[1]}, ib, 1};
+  EXPECT_EQ(c.p2p.local_base, w.buf[1]);
+  EXPECT_EQ(c.ibgda.remote_atomic_base, &signals);
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.num_ranks, 0);
 }
 
 // Upstream's exact shape (issue 25): void* in, void* out, so EP's

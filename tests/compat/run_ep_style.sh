@@ -23,16 +23,24 @@ cleanup() {
 trap cleanup EXIT
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
-for h in device_transport.h comm_device.cuh device_ops.cuh p2p_device.cuh ibgda_device.cuh cuda/cuda_ops.cuh; do
+for h in device_transport.h comm_device.cuh device_ops.cuh p2p_device.cuh ibgda_device.cuh cuda/cuda_ops.cuh ibgda/mlx5gda.h; do
   [[ -f "$prefix/include/transport/device/$h" ]] || { echo "not installed: include/transport/device/$h"; exit 1; }
 done
+for h in transfer_engine.h cuda_alike.h; do
+  [[ -f "$prefix/include/$h" ]] || { echo "not installed: include/$h"; exit 1; }
+done
 
-# 2. Standard library only, C++17: list every header the TU opens.
+# 2. Standard library only, C++17: list every header the TU opens (the host
+# API and the engine path).
 echo '#include <transport/device/device_transport.h>
-int main() { return mooncake::device::createP2pDeviceTransport != nullptr ? 0 : 1; }' >"$work/std_only.cc"
+#include <transfer_engine.h>
+int main() {
+  mooncake::TransferEngine engine;
+  return mooncake::device::createP2pDeviceTransport != nullptr ? 0 : 1;
+}' >"$work/std_only.cc"
 "$cxx" -std=c++17 -fsyntax-only -H -I "$prefix/include" "$work/std_only.cc" 2>"$work/std_only.headers"
 if grep -E 'absl/|cuda|grpc' "$work/std_only.headers"; then
-  echo "transport/device/device_transport.h includes more than the standard library (above)"
+  echo "transport/device/device_transport.h or transfer_engine.h includes more than the standard library (above)"
   exit 1
 fi
 

@@ -15,11 +15,11 @@
 //                    store over P2P, which loses concurrent contributions).
 //
 // A CommCtx built field by field (upstream style, as EP's elastic kernels
-// do) has num_ranks 0. It never routes peers to RDMA silently: with
-// MOONCAKE_DEVICE_CHECKS (default in builds without NDEBUG) the first
-// routing call traps with a message; otherwise mc_route_put decides by the
-// P2P tables as upstream does, the calls here use the qps_per_rank they are
-// given, and the native calls return McStatus::kIncompleteContext.
+// do) has num_ranks 0. It never routes peers to RDMA silently: by default
+// mc_route_put decides by the P2P tables as upstream does, the calls here
+// use the qps_per_rank they are given, and the native calls return
+// McStatus::kIncompleteContext; with MOONCAKE_DEVICE_CHECKS=1 (opt in) the
+// first routing call traps with a message instead.
 // Every difference from upstream is listed in docs/compat.md.
 #pragma once
 

@@ -4,10 +4,12 @@
 // threads, executed by a ConnectX NIC or by softnic in mooncaked.
 //
 //   IbgdaContext       the native struct (contexts_device.h): upstream's
-//                      fields (qp_devctxs, raddrs, rkeys, local_atomic_base,
-//                      remote_atomic_base) plus qps_per_rank, which
-//                      make_comm_ctx fills; the calls below take
-//                      qps_per_rank as an argument, as upstream's do.
+//                      fields in upstream's order (qp_devctxs, raddrs, rkeys,
+//                      local_atomic_base, remote_atomic_base), then ours,
+//                      qps_per_rank, which make_comm_ctx fills; the calls
+//                      below take qps_per_rank as an argument, as upstream's
+//                      do.
+//   MAX_QP_COUNT       256, as upstream's ibgda/mlx5gda.h.
 //   mlx5gda_qp_devctx  upstream's QP context type name: this project's
 //                      IbgdaQpDevCtx (a different layout; kernels only pass
 //                      pointers to it around).
@@ -30,9 +32,7 @@
 #include "mooncake/device/contexts_device.h"
 #include "mooncake/device/ibgda_qp.h"
 #include "transport/device/device_ops.cuh"
-
-// Upstream declares its QP context at global scope (ibgda/mlx5gda.h).
-using mlx5gda_qp_devctx = mooncake::device::IbgdaQpDevCtx;
+#include "transport/device/ibgda/mlx5gda.h"
 
 namespace mooncake {
 namespace device {

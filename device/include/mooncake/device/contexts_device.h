@@ -42,11 +42,15 @@ struct IbgdaContext {
   const uint64_t* raddrs = nullptr;
   // u32[num_ranks]: rkey of rank r's buffer.
   const uint32_t* rkeys = nullptr;
-  int qps_per_rank = 0;
   // Local scratch that receives the fetched values of remote atomics.
   const void* local_atomic_base = nullptr;
   // Symmetric base of the signal area the remote atomics target.
   const void* remote_atomic_base = nullptr;
+  // Ours, after upstream's five fields (their order is upstream's, so code
+  // that fills the struct by position, as upstream's does, fills the same
+  // fields): queue pairs per rank, 0 when unknown (upstream-style calls
+  // take it as an argument).
+  int qps_per_rank = 0;
 };
 
 // Everything a communicating kernel needs, by value.

@@ -48,8 +48,8 @@ enum class McStatus : int {
   // The CommCtx has no rank count (num_ranks <= 0): it was built field by
   // field, as upstream code builds its contexts, and so cannot bound-check
   // a rank or find its queue pairs. Build it with make_comm_ctx
-  // (<transport/device/comm_device.cuh>) or set num_ranks. Debug builds
-  // trap instead (MOONCAKE_DEVICE_CHECKS, comm_device.h).
+  // (<transport/device/comm_device.cuh>) or set num_ranks. Builds with
+  // MOONCAKE_DEVICE_CHECKS=1 trap instead (comm_device.h).
   kIncompleteContext = 6,
 };
 

@@ -293,6 +293,9 @@ if want rdma; then
     dpid=$!
     for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
     if timed "$bin/mcctl" --socket "$rtmp/d.sock" selftest rdma; then ok 1; else bad 1 "mcctl selftest rdma"; cat "$rtmp/daemon.log"; fi
+    # The same steps from CUDA kernels, per ring placement (softnic refuses
+    # GPU rings: reported as not supported, no failure).
+    if timed "$bin/mcctl" --socket "$rtmp/d.sock" selftest rdma --gpu 0; then ok 1; else bad 1 "mcctl selftest rdma --gpu 0"; cat "$rtmp/daemon.log"; fi
     kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     rm -rf "$rtmp"
   fi

@@ -30,11 +30,11 @@ function(require dir)
   endforeach()
 endfunction()
 
-set(runtime_bin "^bin/(mooncaked|mcctl|device_transport_example)$")
+set(runtime_bin "^bin/(mooncaked|mcctl|mcctl-selftest-gpu|device_transport_example)$")
 set(runtime_lib "^${LIBDIR}/libmooncake_client\\.so\\.[0-9.]+$")
 # mcctl's bash completion goes with mcctl.
 set(runtime_share "^share/bash-completion/completions/mcctl$")
-set(dev_files "^(include/mooncake/(client|device)/.*|include/transport/device/.*|include/mooncake/common/(unique_fd|export)\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
+set(dev_files "^(include/mooncake/(client|device)/.*|include/transport/device/.*|include/(cuda_alike|transfer_engine)\\.h|include/mooncake/common/(unique_fd|export)\\.h|${LIBDIR}/libmooncake_client\\.so|${LIBDIR}/cmake/Mooncake/.*|${LIBDIR}/pkgconfig/mooncake\\.pc)$")
 
 # 1. The whole install, as `cmake --install build` does it.
 install_tree(${prefix} all)

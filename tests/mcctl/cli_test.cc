@@ -558,6 +558,9 @@ TEST_F(McctlTest, UsageHelpAndVersion) {
                                        {"selftest"},
                                        {"selftest", "gpu"},
                                        {"selftest", "rdma", "--nic", ""},
+                                       {"selftest", "rdma", "--gpu", "first"},
+                                       {"selftest", "rdma", "--gpu", "-1"},
+                                       {"status", "--gpu", "0"},
                                        {"nics", "--nic", "mlx5_0"}}) {
     Result r = Mcctl(bad);
     EXPECT_EQ(r.rc, kExitUsage) << absl::StrJoin(bad, " ");

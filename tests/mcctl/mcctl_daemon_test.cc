@@ -187,4 +187,25 @@ TEST_F(McctlDaemonTest, SelftestRdmaPassesEveryStepOnSoftnic) {
   EXPECT_EQ(qps.out, "no queue pairs\n");
 }
 
+// `selftest rdma --gpu G` runs mcctl-selftest-gpu from mcctl's folder, its
+// output and exit code passed through; a build without it says so.
+TEST_F(McctlDaemonTest, SelftestRdmaOnAGpuRunsTheHelperNextToMcctl) {
+  const std::string helper = bin_ + "/mcctl-selftest-gpu";
+  Output o = Capture(Mcctl("selftest rdma --gpu 0"));
+  if (::access(helper.c_str(), X_OK) != 0) {
+    EXPECT_EQ(o.rc, 1) << o.out;
+    EXPECT_NE(o.out.find("mcctl-selftest-gpu is not there"), std::string::npos) << o.out;
+    return;
+  }
+  if (o.out.find("this process sees 0 GPU(s)") != std::string::npos) {
+    EXPECT_EQ(o.rc, 2) << o.out;  // this machine has no GPU: the helper's own answer
+    return;
+  }
+  // A GPU: both placements reported (GPU rings may be unsupported here).
+  EXPECT_NE(o.out.find("from CUDA kernels on GPU 0, rings in host memory"), std::string::npos)
+      << o.out;
+  EXPECT_NE(o.out.find("rings in GPU memory"), std::string::npos) << o.out;
+  EXPECT_EQ(o.rc, 0) << o.out;
+}
+
 }  // namespace

@@ -55,7 +55,7 @@ _mcctl() {
       COMPREPLY=($(compgen -W "--root --json -j" -- "$cur")) ;;
     selftest)
       if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--nic --json -j" -- "$cur"))
+        COMPREPLY=($(compgen -W "--nic --gpu --json -j" -- "$cur"))
       else
         COMPREPLY=($(compgen -W "rdma" -- "$cur"))
       fi ;;

@@ -1,6 +1,13 @@
 #include "mooncake/mcctl/cli.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <string_view>
 
 #include "absl/strings/match.h"
@@ -134,9 +141,10 @@ std::string UsageText() {
       "  mrs       registered memory regions: NIC, size, owner session, kind\n"
       "  watch     stream group events (joined, formed, ready, left, lost, ...) as they\n"
       "            happen, one line each (JSON lines with --json); until interrupted\n"
-      "  selftest rdma [--nic NIC]  run the RDMA route on this node through mooncaked: a\n"
-      "            pair of ranks, WRITEs, atomics, a ring wrap, a bad key; pass or fail per\n"
-      "            step with latency, rate and what to check; exit 0 when all pass, 1 when not\n"
+      "  selftest rdma [--nic NIC] [--gpu G]  run the RDMA route on this node through\n"
+      "            mooncaked: a pair of ranks, WRITEs, atomics, a ring wrap, a bad key; pass\n"
+      "            or fail per step with latency, rate and what to check; exit 0 when all\n"
+      "            pass, 1 when not\n"
       "  doctor    check this node for GPU-initiated transfers (driver, P2P, peermem,\n"
       "            dmabuf, regkey, ACS, IOMMU, limits, socket, NIC ports, daemon view);\n"
       "            exit 0 when ready, 1 when not\n"
@@ -153,6 +161,8 @@ std::string UsageText() {
       "  --count N         watch: stop after N events\n"
       "  --root DIR        doctor: read sys/, proc/ and etc/ below DIR instead of /\n"
       "  --nic NIC         selftest: put the queue pairs on NIC (default: the daemon's choice)\n"
+      "  --gpu G           selftest: run the steps from CUDA kernels on GPU G, once per ring\n"
+      "                    placement the node supports (host memory, GPU memory)\n"
       "  --version         print the version and exit\n"
       "\n"
       "exit status: 0 ok, 1 error reported by the daemon (doctor: node not ready),\n"
@@ -218,6 +228,15 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       opt.nic = value;
       continue;
     }
+    matched = value_of("--gpu", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (!absl::SimpleAtoi(value, &opt.gpu) || opt.gpu < 0 || opt.gpu > 1023) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--gpu wants a GPU index (0, 1, ...), got '", value, "'"));
+      }
+      continue;
+    }
     matched = value_of("--root", &value);
     if (!matched.ok()) return matched.status();
     if (*matched) {
@@ -262,6 +281,9 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   }
   if (!opt.nic.empty() && opt.command != "selftest") {
     return absl::InvalidArgumentError("--nic is an option of selftest");
+  }
+  if (opt.gpu >= 0 && opt.command != "selftest") {
+    return absl::InvalidArgumentError("--gpu is an option of selftest");
   }
   return opt;
 }
@@ -325,6 +347,60 @@ int RunDoctorCommand(const CliOptions& opt, const std::string& socket, const Mcc
   return report.ready() ? kExitOk : kExitError;
 }
 
+// `selftest rdma --gpu G`: mcctl carries no CUDA code; the steps from
+// kernels are mcctl-selftest-gpu's, installed next to mcctl in CUDA builds.
+// Its output is passed through, its exit code returned.
+int RunGpuSelftest(const CliOptions& opt, const std::string& socket, std::ostream& out,
+                   std::ostream& err) {
+  std::string self(4096, '\0');
+  const ssize_t n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  self.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  const std::string helper = self.substr(0, self.rfind('/') + 1) + "mcctl-selftest-gpu";
+  if (self.empty() || ::access(helper.c_str(), X_OK) != 0) {
+    err << "selftest rdma --gpu: " << helper
+        << " is not there: this mcctl was built without CUDA, or the package with the GPU "
+           "selftest is not installed\n";
+    return kExitError;
+  }
+  std::vector<std::string> args = {helper, "--socket", socket, "--gpu", std::to_string(opt.gpu)};
+  if (!opt.nic.empty()) args.insert(args.end(), {"--nic", opt.nic});
+  if (opt.json) args.push_back("--json");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    err << "selftest rdma --gpu: pipe: " << std::strerror(errno) << "\n";
+    return kExitError;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv.data(), ::environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    err << "selftest rdma --gpu: starting " << helper << ": " << std::strerror(rc) << "\n";
+    return kExitError;
+  }
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fds[0], buf, sizeof(buf))) != 0;) {
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) break;
+    out.write(buf, got);
+  }
+  ::close(fds[0]);
+  out.flush();
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  err << "selftest rdma --gpu: " << helper << " ended by signal " << WTERMSIG(status) << "\n";
+  return kExitError;
+}
+
 int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::ostream& out,
                        std::ostream& err) {
   // Unreachable is told apart from a failed step (exit 2, like every command).
@@ -334,6 +410,7 @@ int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::os
     err << failure.line << "\n";
     return failure.exit_code;
   }
+  if (opt.gpu >= 0) return RunGpuSelftest(opt, socket, out, err);
   SelftestOptions o;
   o.socket = socket;
   o.nic = opt.nic;

@@ -28,19 +28,7 @@ using device::McPeer;
 using device::McStatus;
 using Clock = std::chrono::steady_clock;
 
-// Layout of each rank's 1 MiB buffer (symmetric).
-constexpr uint64_t kBufferBytes = 1 << 20;
-constexpr uint64_t kWordOff = 0;         // write-inline, ring-wrap
-constexpr uint64_t kCounter64Off = 64;   // fetch-add-8
-constexpr uint64_t kCounter32Off = 128;  // masked-fa-4
-constexpr uint64_t kLoopbackOff = 192;   // loopback-atomic
-constexpr uint64_t kBadKeyOff = 256;     // bad-rkey target
-constexpr uint64_t kSrcOff = 64 << 10;
-constexpr uint64_t kDstOff = 512 << 10;
-constexpr uint64_t kWriteBytes = 64 << 10;
-constexpr int kLatencyOps = 500;
-constexpr int kRateOps = 4000;
-constexpr uint64_t kWrapWqes = 70000;
+using namespace selftest;  // the buffer layout and step sizes (selftest_rdma.h)
 
 const char* kLinkHint =
     "no completion, or an error completion, for a plain WRITE: check the port state and link "
@@ -425,8 +413,7 @@ std::string FormatSelftest(const SelftestReport& r) {
   }
   std::string out = absl::StrCat("selftest rdma on ", EscapeForDisplay(r.nic, 64), " (",
                                  EscapeForDisplay(r.provider, 32), ", doorbells ",
-                                 EscapeForDisplay(r.doorbell_mode, 32),
-                                 "), a pair of ranks in this process, from a CPU thread\n");
+                                 EscapeForDisplay(r.doorbell_mode, 32), "), ", r.where, "\n");
   TextTable t({"STEP", "RESULT", "LATENCY", "RATE", "DETAIL"});
   t.SetAlignment(2, TextTable::Align::kRight);
   t.SetAlignment(3, TextTable::Align::kRight);

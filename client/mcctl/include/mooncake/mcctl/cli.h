@@ -62,6 +62,7 @@ struct CliOptions {
   bool timeout_given = false;
   std::string subject;  // `selftest rdma`
   std::string nic;      // selftest --nic
+  int gpu = -1;         // selftest --gpu: from CUDA kernels on this GPU (-1: a CPU thread)
 };
 
 // What tests substitute for the node (mcctl itself passes none).

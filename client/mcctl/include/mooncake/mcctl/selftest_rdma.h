@@ -21,14 +21,33 @@
 //
 // Each step says pass or fail, its latency and message rate, and on failure
 // what to check (docs/rdma.md, "First run"). Runs on softnic in CI and
-// unchanged on a real NIC. The steps from a GPU kernel are the GPU suite's
-// rdma step (tests/gpu) until mcctl carries its own kernels.
+// unchanged on a real NIC. `--gpu G` runs the same steps from CUDA kernels
+// on GPU G, once per ring placement (mcctl-selftest-gpu, next to mcctl in
+// CUDA builds: client/mcctl/gpu/).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace mooncake::mcctl {
+
+// The pair's buffer layout (symmetric) and the steps' sizes, shared by the
+// CPU steps and mcctl-selftest-gpu's kernels.
+namespace selftest {
+inline constexpr uint64_t kBufferBytes = 1 << 20;
+inline constexpr uint64_t kWordOff = 0;         // write-inline, ring-wrap
+inline constexpr uint64_t kCounter64Off = 64;   // fetch-add-8
+inline constexpr uint64_t kCounter32Off = 128;  // masked-fa-4
+inline constexpr uint64_t kLoopbackOff = 192;   // loopback-atomic
+inline constexpr uint64_t kBadKeyOff = 256;     // bad-rkey target
+inline constexpr uint64_t kSrcOff = 64 << 10;
+inline constexpr uint64_t kDstOff = 512 << 10;
+inline constexpr uint64_t kWriteBytes = 64 << 10;
+inline constexpr int kLatencyOps = 500;       // each posted and waited for
+inline constexpr int kRateOps = 4000;         // posted back to back
+inline constexpr uint64_t kWrapWqes = 70000;  // through a 256-deep ring
+}  // namespace selftest
 
 struct SelftestOptions {
   std::string socket;  // resolved daemon socket
@@ -46,6 +65,8 @@ struct SelftestStep {
 };
 
 struct SelftestReport {
+  // Who ran the steps (the table's title).
+  std::string where = "a pair of ranks in this process, from a CPU thread";
   std::string nic;            // where the QPs went
   std::string provider;       // "softnic", "mlx5"
   std::string doorbell_mode;  // "doorbell-record", "cpu-assisted", ...

@@ -240,7 +240,14 @@ int DaemonRdmaTransport::initialize(const std::string& device_name, int num_rank
   info_.gid_index = now->gid_index;
   num_ranks_ = num_ranks;
   qps_per_peer_ = num_qps / num_ranks;
-  if (qps_per_peer_ > 64) return Fail(absl::InvalidArgumentError("at most 64 QPs per peer"));
+  // Upstream's EP asks for MAX_QP_COUNT / n * n queue pairs in all: 128 per
+  // peer on two ranks, 256 on one. The daemon's budgets bound what one
+  // session and one user hold (max_qps_per_session, max_qps_per_uid).
+  if (qps_per_peer_ < 1 || qps_per_peer_ > kMaxQpsPerPeer) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "initialize(num_ranks ", num_ranks, ", num_qps ", num_qps, "): ", qps_per_peer_,
+        " queue pairs per peer; 1 to ", kMaxQpsPerPeer, " (upstream's MAX_QP_COUNT) are allowed")));
+  }
   std::lock_guard<std::mutex> lock(loss_mu_);
   qpns_.assign(static_cast<size_t>(num_qps), 0);
   raddrs_.assign(static_cast<size_t>(num_ranks), 0);
@@ -436,15 +443,38 @@ int DaemonRdmaTransport::createQueuePairs(void*) {
   return s.ok() ? 0 : Fail(std::move(s));
 }
 
+// Upstream's contract: the queue pairs are made again, on the same control
+// memory, and qpDevCtxsPtr(), raddrsPtr() and rkeysPtr() keep their
+// addresses and the tables their contents (a kernel or CUDA graph that
+// captured them stays valid). The peers are those that had queue pairs;
+// after a createQueuePairs that made none, every rank, as upstream remakes
+// all num_qps.
 int DaemonRdmaTransport::recreateQueuePairs(void* stream) {
-  std::vector<int> mask(static_cast<size_t>(num_ranks_), 0);
-  for (size_t i = 0; i < qpns_.size(); ++i) {
-    if (qpns_[i] != 0) mask[i / static_cast<size_t>(qps_per_peer_)] = 1;
-  }
-  ReleaseQueues();
-  if (allocateControlBuffer() != 0) return 1;
-  absl::Status s = createQueuePairsFor(mask);
   (void)stream;
+  if (control_ == nullptr && gpu_control_ == nullptr) {
+    return Fail(absl::FailedPreconditionError("recreateQueuePairs before allocateControlBuffer"));
+  }
+  std::vector<int> mask(static_cast<size_t>(num_ranks_), 0);
+  std::vector<uint32_t> live;
+  for (size_t i = 0; i < qpns_.size(); ++i) {
+    if (qpns_[i] == 0) continue;
+    mask[i / static_cast<size_t>(qps_per_peer_)] = 1;
+    live.push_back(qpns_[i]);
+  }
+  if (live.empty()) mask.assign(mask.size(), 1);
+  if (!live.empty()) {
+    if (absl::Status s = client_->destroyQueuePairs(live); !s.ok()) return Fail(std::move(s));
+  }
+  {
+    std::lock_guard<std::mutex> lock(loss_mu_);
+    for (size_t i = 0; i < qpns_.size(); ++i) {
+      if (qpns_[i] == 0) continue;
+      qpns_[i] = 0;
+      if (qps_ != nullptr) qps_[i] = device::IbgdaQpDevCtx();
+    }
+    parked_.clear();
+  }
+  absl::Status s = createQueuePairsFor(mask);
   return s.ok() ? 0 : Fail(std::move(s));
 }
 

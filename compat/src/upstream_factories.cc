@@ -134,7 +134,7 @@ class DaemonIbgdaTransport final : public RdmaTransport {
       : client_(std::move(client)), inner_(std::move(inner)), platform_(platform) {}
 
   int initialize(const std::string& device_name, int num_ranks, int num_qps) override {
-    return inner_->initialize(device_name, num_ranks, num_qps);
+    return Said("initialize", inner_->initialize(device_name, num_ranks, num_qps));
   }
   int registerMemory(void* ptr, size_t bytes) override {
     absl::Status s = RegisterFromRegistry(ptr, bytes);
@@ -145,17 +145,24 @@ class DaemonIbgdaTransport final : public RdmaTransport {
     }
     return 0;
   }
-  int allocateControlBuffer() override { return inner_->allocateControlBuffer(); }
-  int createQueuePairs(void* stream) override { return inner_->createQueuePairs(stream); }
-  int recreateQueuePairs(void* stream) override { return inner_->recreateQueuePairs(stream); }
+  int allocateControlBuffer() override {
+    return Said("allocateControlBuffer", inner_->allocateControlBuffer());
+  }
+  int createQueuePairs(void* stream) override {
+    return Said("createQueuePairs", inner_->createQueuePairs(stream));
+  }
+  int recreateQueuePairs(void* stream) override {
+    return Said("recreateQueuePairs", inner_->recreateQueuePairs(stream));
+  }
   int connectPeers(int local_rank, bool is_roce, const std::vector<int64_t>& remote_addrs,
                    const std::vector<int32_t>& remote_keys, const std::vector<int32_t>& remote_qpns,
                    const std::vector<int32_t>& remote_lids,
                    const std::vector<int64_t>& subnet_prefixes,
                    const std::vector<int64_t>& interface_ids,
                    const std::vector<int>& active_ranks_mask) override {
-    return inner_->connectPeers(local_rank, is_roce, remote_addrs, remote_keys, remote_qpns,
-                                remote_lids, subnet_prefixes, interface_ids, active_ranks_mask);
+    return Said("connectPeers", inner_->connectPeers(local_rank, is_roce, remote_addrs, remote_keys,
+                                                     remote_qpns, remote_lids, subnet_prefixes,
+                                                     interface_ids, active_ranks_mask));
   }
   RdmaLocalMetadata localMetadata() const override { return inner_->localMetadata(); }
   void* raddrsPtr() override { return inner_->raddrsPtr(); }
@@ -165,6 +172,13 @@ class DaemonIbgdaTransport final : public RdmaTransport {
   int gidIndex() const override { return inner_->gidIndex(); }
 
  private:
+  // Upstream's callers see only a return code (EP then logs "IBGDA
+  // unavailable"): the reason goes to the log, once per failed call.
+  int Said(const char* call, int rc) {
+    if (rc != 0) MC_LOG(kError, "RdmaTransport::", call, ": ", inner_->lastError().ToString());
+    return rc;
+  }
+
   absl::Status RegisterFromRegistry(void* ptr, size_t bytes) {
     BrokeredP2pTransport* owner = nullptr;
     uintptr_t base = 0;

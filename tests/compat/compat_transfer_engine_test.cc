@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "daemon_process.h"
 #include "transfer_engine.h"
+#include "transport/device/ibgda/mlx5gda.h"
 
 namespace mooncake {
 namespace {
@@ -57,6 +60,80 @@ TEST_F(CompatTransferEngine, EachTransportIsMadeOnceAndOwnedByTheEngine) {
   EXPECT_EQ(rdma->registerMemory(buf, kBytes), 0);
   EXPECT_EQ(rdma->allocateControlBuffer(), 0);
   p2p->freeBuffer(buf);
+}
+
+// EP asks for MAX_QP_COUNT / n * n queue pairs: 128 per peer on two ranks,
+// 256 on one; more than that per peer, or none, is refused by name.
+TEST_F(CompatTransferEngine, EpsQueuePairCountsAreAccepted) {
+  testing::DaemonProcess daemon(dir_.path());
+  ::setenv("MOONCAKE_SOCKET", daemon.socket().c_str(), 1);
+  for (int ranks : {1, 2, 3}) {
+    TransferEngine engine;
+    device::RdmaTransport* rdma = engine.getOrCreateRdmaTransport();
+    ASSERT_NE(rdma, nullptr);
+    EXPECT_EQ(rdma->initialize("", ranks, MAX_QP_COUNT / ranks * ranks), 0) << ranks << " ranks";
+    if (ranks != 2) continue;
+    // Two ranks, as EP's test on one GPU: 128 queue pairs toward the peer.
+    device::P2pTransport* p2p = engine.getOrCreateP2pTransport(ranks);
+    ASSERT_NE(p2p, nullptr);
+    void* buf = p2p->allocateBuffer(1 << 20);
+    ASSERT_NE(buf, nullptr);
+    EXPECT_EQ(rdma->registerMemory(buf, 1 << 20), 0);
+    EXPECT_EQ(rdma->allocateControlBuffer(), 0);
+    EXPECT_EQ(rdma->createQueuePairs(nullptr), 0);
+    EXPECT_NE(rdma->qpDevCtxsPtr(), nullptr);
+  }
+  TransferEngine engine;
+  device::RdmaTransport* rdma = engine.getOrCreateRdmaTransport();
+  ASSERT_NE(rdma, nullptr);
+  // Upstream's callers see a return code only: the reason is logged.
+  ::testing::internal::CaptureStderr();
+  EXPECT_NE(rdma->initialize("", 1, MAX_QP_COUNT + 1), 0);
+  EXPECT_NE(rdma->initialize("", 4, 3), 0);
+  EXPECT_NE(rdma->createQueuePairs(nullptr), 0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("RdmaTransport::initialize: INVALID_ARGUMENT: initialize(num_ranks 1, "
+                     "num_qps 257): 257 queue pairs per peer"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("RdmaTransport::createQueuePairs: "), std::string::npos) << log;
+}
+
+// Upstream's recreateQueuePairs makes the queue pairs again and keeps the
+// device tables where they are: a kernel or CUDA graph that captured
+// qpDevCtxsPtr(), raddrsPtr() or rkeysPtr() stays valid.
+TEST_F(CompatTransferEngine, RecreateQueuePairsKeepsTheTablesWhereTheyAre) {
+  testing::DaemonProcess daemon(dir_.path());
+  ::setenv("MOONCAKE_SOCKET", daemon.socket().c_str(), 1);
+  TransferEngine engine;
+  device::P2pTransport* p2p = engine.getOrCreateP2pTransport(2);
+  device::RdmaTransport* rdma = engine.getOrCreateRdmaTransport();
+  ASSERT_NE(p2p, nullptr);
+  ASSERT_NE(rdma, nullptr);
+  void* buf = p2p->allocateBuffer(1 << 20);
+  ASSERT_NE(buf, nullptr);
+  ASSERT_EQ(rdma->initialize("", 2, 8), 0);
+  ASSERT_EQ(rdma->registerMemory(buf, 1 << 20), 0);
+  EXPECT_NE(rdma->recreateQueuePairs(nullptr), 0) << "before allocateControlBuffer";
+  ASSERT_EQ(rdma->allocateControlBuffer(), 0);
+  ASSERT_EQ(rdma->createQueuePairs(nullptr), 0);
+  void* const qps = rdma->qpDevCtxsPtr();
+  void* const raddrs = rdma->raddrsPtr();
+  void* const rkeys = rdma->rkeysPtr();
+  const std::vector<int32_t> before = rdma->localMetadata().qpns;
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(rdma->recreateQueuePairs(nullptr), 0) << round;
+    EXPECT_EQ(rdma->qpDevCtxsPtr(), qps);
+    EXPECT_EQ(rdma->raddrsPtr(), raddrs);
+    EXPECT_EQ(rdma->rkeysPtr(), rkeys);
+  }
+  const std::vector<int32_t> after = rdma->localMetadata().qpns;
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_NE(after[i], 0) << "slot " << i;
+    EXPECT_EQ(std::count(before.begin(), before.end(), after[i]), 0)
+        << "slot " << i << " kept an old queue pair";
+  }
 }
 
 TEST_F(CompatTransferEngine, TwoEnginesHoldTheirOwnTransports) {

@@ -95,7 +95,9 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   ~DaemonRdmaTransport() override;
 
   // ---- upstream interface ----
-  // num_qps is the total: num_ranks * qps_per_peer.
+  // num_qps is the total: num_ranks * qps_per_peer, with 1 to
+  // kMaxQpsPerPeer per peer (upstream's EP asks for MAX_QP_COUNT / n * n).
+  static constexpr int kMaxQpsPerPeer = 256;
   int initialize(const std::string& device_name, int num_ranks, int num_qps) override;
   // Host platform memory has no address-to-fd mapping: use registerMemoryFd.
   int registerMemory(void* ptr, size_t bytes) override;

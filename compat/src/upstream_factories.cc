@@ -17,6 +17,7 @@
 #include "mooncake/common/log.h"
 #include "mooncake/device/device_transport.h"
 #include "transport/device/device_transport.h"
+#include "upstream_handle_kind.h"
 
 namespace mooncake {
 namespace device {
@@ -52,6 +53,16 @@ absl::Status RequestedPlatform(std::string* out) {
   return absl::InvalidArgumentError(
       absl::StrCat("MOONCAKE_DEVICE_PLATFORM=", *out, " is neither \"cuda\" nor \"host\""));
 }
+
+}  // namespace
+
+CudaHandleKind UpstreamCudaHandleKind(const char* mc_use_nvlink_ipc) {
+  return mc_use_nvlink_ipc != nullptr && std::string(mc_use_nvlink_ipc) == "0"
+             ? CudaHandleKind::kFabric
+             : CudaHandleKind::kSameNode;
+}
+
+namespace {
 
 std::unique_ptr<Client> ConnectToDaemon(const char* factory) {
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect();
@@ -243,8 +254,15 @@ std::unique_ptr<P2pTransport> createP2pDeviceTransport(int num_ranks) {
   std::unique_ptr<BrokeredP2pTransport> inner;
   Platform platform = Platform::kHost;
   if (want != "host") {
+    const CudaHandleKind kind = UpstreamCudaHandleKind(std::getenv("MC_USE_NVLINK_IPC"));
     absl::StatusOr<std::unique_ptr<BrokeredP2pTransport>> cuda =
-        createCudaP2pTransport(num_ranks, exchange);
+        createCudaP2pTransport(num_ranks, exchange, kind);
+    if (!cuda.ok() && kind == CudaHandleKind::kFabric) {
+      // Upstream's opt-in does not fall back either.
+      MC_LOG(kError, kName,
+             ": MC_USE_NVLINK_IPC=0 asks for fabric handles: ", cuda.status().ToString());
+      return nullptr;
+    }
     if (cuda.ok()) {
       inner = std::move(*cuda);
       platform = Platform::kCuda;

@@ -496,13 +496,14 @@ absl::StatusOr<HandleKind> ChooseKind(CudaDriver& drv, int device, CuContext ctx
       }
       return HandleKind::kCudaFabric;
     }
-    case CudaHandleKind::kAuto: break;
+    case CudaHandleKind::kAuto:
+    case CudaHandleKind::kSameNode: break;
   }
   // kAuto: fabric where it works (it needs no exchange: the handle carries
   // it), then VMM fds, then legacy IPC. One log line says why fabric was
   // not taken when the GPU claims it, and what is used instead.
   std::string fabric_note;
-  if (fabric_ok) {
+  if (fabric_ok && requested == CudaHandleKind::kAuto) {
     absl::Status probe = ProbeFabric(drv, device, ctx, *gdr_vmm);
     if (probe.ok()) return HandleKind::kCudaFabric;
     fabric_note =

@@ -106,6 +106,12 @@ void P2pTransportCore::freeBuffer(void* ptr) {
   auto on = EnterPlatform();
   for (auto it = buffers_.begin(); it != buffers_.end(); ++it) {
     if ((*it)->base == ptr) {
+      // The peers were imported for this buffer: its tables would point a
+      // kernel at freed memory (local_base) and at mappings nobody uses.
+      if (ptr == local_base_) {
+        UnmapPeers();
+        (void)PublishTables();
+      }
       ReleaseMemory(**it);
       buffers_.erase(it);
       return;

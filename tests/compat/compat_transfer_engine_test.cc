@@ -14,6 +14,7 @@
 #include "daemon_process.h"
 #include "transfer_engine.h"
 #include "transport/device/ibgda/mlx5gda.h"
+#include "upstream_handle_kind.h"
 
 namespace mooncake {
 namespace {
@@ -145,6 +146,16 @@ TEST_F(CompatTransferEngine, TwoEnginesHoldTheirOwnTransports) {
   ASSERT_NE(pa, nullptr);
   ASSERT_NE(pb, nullptr);
   EXPECT_NE(pa, pb);
+}
+
+// Upstream's switch: only "0" asks for fabric handles (and then strictly).
+TEST(CompatNvlinkIpc, OnlyZeroAsksForFabricHandles) {
+  using device::CudaHandleKind;
+  EXPECT_EQ(device::UpstreamCudaHandleKind(nullptr), CudaHandleKind::kSameNode);
+  EXPECT_EQ(device::UpstreamCudaHandleKind("1"), CudaHandleKind::kSameNode);
+  EXPECT_EQ(device::UpstreamCudaHandleKind(""), CudaHandleKind::kSameNode);
+  EXPECT_EQ(device::UpstreamCudaHandleKind("00"), CudaHandleKind::kSameNode);
+  EXPECT_EQ(device::UpstreamCudaHandleKind("0"), CudaHandleKind::kFabric);
 }
 
 }  // namespace

@@ -219,6 +219,76 @@ TEST_F(CudaP2pFakeTest, FabricMapsRanksOfOtherNodes) {
   EXPECT_EQ((*v)->peerPtrsTablePtr()[1], nullptr);
 }
 
+// Upstream's default (MC_USE_NVLINK_IPC unset): same-node sharing, and no
+// fabric probe at all, though the GPU and an IMEX channel offer it.
+TEST_F(CudaP2pFakeTest, SameNodeKindNeverTriesFabric) {
+  cu_->setImexChannel(true);
+  auto t = Make(CudaHandleKind::kSameNode, Exchange());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->handleKind(), "cuda-vmm-fd");
+  EXPECT_EQ(cu_->calls("memCreate"), 0) << "no fabric probe";
+}
+
+// MNNVL tables: a fabric rank of another node is available with its
+// pointer; a VMM-fd rank of that node is not (the RDMA route's), and that
+// is no error.
+TEST_F(CudaP2pFakeTest, FabricCrossNodePeersAreInTheAvailableTable) {
+  cu_->setImexChannel(true);
+  auto a = Make(CudaHandleKind::kFabric, Exchange("node-a"), 3);
+  auto b = Make(CudaHandleKind::kFabric, Exchange("node-b"), 3);
+  auto c = Make(CudaHandleKind::kVmmPosixFd, Exchange("node-b"), 3);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  void* pa = (*a)->allocateBuffer(kBytes);
+  void* pb = (*b)->allocateBuffer(kBytes);
+  void* pc = (*c)->allocateBuffer(kBytes);
+  const std::vector<std::vector<int32_t>> handles = {
+      (*a)->exportIpcHandle(pa), (*b)->exportIpcHandle(pb), (*c)->exportIpcHandle(pc)};
+  (*a)->importPeerHandles(pa, 0, 3, handles, {});
+  EXPECT_TRUE((*a)->lastError().ok()) << (*a)->lastError();
+  EXPECT_EQ((*a)->availableSnapshot(), (std::vector<int32_t>{1, 1, 0}));
+  const auto* available = static_cast<const int32_t*>((*a)->availableTablePtr());
+  EXPECT_EQ(available[1], 1);
+  EXPECT_EQ(available[2], 0);
+  EXPECT_EQ((*a)->peerPtrsTablePtr()[2], nullptr);
+  EXPECT_FALSE((*a)->allPeersAccessible());
+  ExpectShared(pb, (*a)->peerPtrsTablePtr()[1], 11);
+}
+
+// A second import replaces the first: dropped ranks leave the tables,
+// mappings do not pile up, and the tables stay where they are.
+TEST_F(CudaP2pFakeTest, ReimportReplacesTheTablesAndMappings) {
+  for (CudaHandleKind kind : {CudaHandleKind::kFabric, CudaHandleKind::kVmmPosixFd}) {
+    SCOPED_TRACE(kind == CudaHandleKind::kFabric ? "fabric" : "vmm-fd");
+    cu_->setImexChannel(true);
+    auto a = Make(kind, Exchange("node-a"));
+    auto b = Make(kind, Exchange("node-a"));
+    ASSERT_TRUE(a.ok() && b.ok());
+    void* pa = (*a)->allocateBuffer(kBytes);
+    void* pb = (*b)->allocateBuffer(kBytes);
+    const std::vector<std::vector<int32_t>> handles = {(*a)->exportIpcHandle(pa),
+                                                       (*b)->exportIpcHandle(pb)};
+    (*a)->importPeerHandles(pa, 0, 2, handles, {});
+    ASSERT_TRUE((*a)->allPeersAccessible()) << (*a)->lastError();
+    const size_t mapped = cu_->liveMappings();
+    void* const table = (*a)->peerPtrsTablePtr();
+    (*a)->importPeerHandles(pa, 0, 2, handles, {1, 0});
+    EXPECT_EQ(static_cast<const int32_t*>((*a)->availableTablePtr())[1], 0);
+    EXPECT_EQ((*a)->peerPtrsTablePtr()[1], nullptr);
+    EXPECT_LT(cu_->liveMappings(), mapped);
+    for (int round = 0; round < 3; ++round) {
+      (*a)->importPeerHandles(pa, 0, 2, handles, {});
+      EXPECT_EQ(cu_->liveMappings(), mapped) << "round " << round;
+      EXPECT_EQ((*a)->peerPtrsTablePtr(), table);
+    }
+    ExpectShared(pb, (*a)->peerPtrsTablePtr()[1], 13);
+    // Freeing the imported-for buffer drops its peers too.
+    (*a)->freeBuffer(pa);
+    EXPECT_EQ((*a)->availableSnapshot(), (std::vector<int32_t>{0, 0}));
+    EXPECT_EQ((*a)->peerPtrsTablePtr()[1], nullptr);
+    EXPECT_EQ((*a)->p2pContext().local_base, nullptr);
+  }
+}
+
 // Another node's fabric handle that does not import here (another NVLink
 // domain): the rank is left to the RDMA route as it was before fabric
 // handles, and the transport stays healthy.

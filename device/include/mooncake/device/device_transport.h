@@ -128,17 +128,23 @@ struct PeerBuffer {
 //                    reserved for verifyPeerAccess; the caller owns
 //                    [ptr, ptr + bytes).
 //   freeBuffer       peers that mapped the buffer keep their mapping (the
-//                    memory lives until they unmap); unknown pointers are
-//                    ignored (lastError).
+//                    memory lives until they unmap); freeing the buffer
+//                    peers were imported for unmaps them and clears the
+//                    tables; unknown pointers are ignored (lastError).
 //   exportIpcHandle  128 bytes (32 int32) for every kind: {magic, version,
 //                    kind, size, buffer id, node key, payload}; the payload
 //                    names the fds published through the HandleExchange, or
-//                    holds the 64-byte legacy IPC handle (cuIpcGetMemHandle).
+//                    holds the 64-byte legacy IPC handle (cuIpcGetMemHandle)
+//                    or the 64-byte fabric handle.
 //   importPeerHandles  `rank` is this rank's real rank. Inactive ranks, and
 //                    ranks whose handle names another node (they need the
-//                    RDMA route), get available 0 and a null pointer without
-//                    being reported as failures. Earlier mappings are
-//                    unmapped: stop kernels that use the old tables first.
+//                    RDMA route) unless both sides use fabric handles
+//                    (multi-node NVLink: mapped, available 1), get
+//                    available 0 and a null pointer without being reported
+//                    as failures. A second import replaces the first:
+//                    earlier mappings are unmapped and the tables, at the
+//                    same addresses, rewritten: stop kernels that use the
+//                    old tables first.
 //   verifyPeerAccess the probe word lives in the reserved bytes at a slot
 //                    indexed by this rank's real rank (concurrent
 //                    verifications never collide), and the mapping must show
@@ -158,7 +164,7 @@ struct PeerBuffer {
 class MOONCAKE_API BrokeredP2pTransport : public P2pTransport {
  public:
   // (not upstream) Which handle kind this transport uses: "memfd",
-  // "cuda-vmm-fd" or "cuda-ipc".
+  // "cuda-vmm-fd", "cuda-fabric" or "cuda-ipc".
   virtual std::string handleKind() const = 0;
 
   // (not upstream) Why the last failing call failed; OK if none failed. Also
@@ -234,6 +240,12 @@ enum class CudaHandleKind {
   // FailedPrecondition at creation, naming the reason, when the GPU lacks
   // fabric handles or the test export fails.
   kFabric,
+  // kAuto without fabric handles: VMM fds where the GPU has them and an
+  // exchange is given, else legacy IPC; same-node peers only. Upstream's
+  // default (fabric only with MC_USE_NVLINK_IPC=0): a fabric handle maps
+  // the buffer for any process of the IMEX domain that learns its 64
+  // bytes, with no uid check, so it is opt-in.
+  kSameNode,
 };
 
 // CUDA: buffers on the device current at creation (cudaGetDevice()); later

@@ -253,7 +253,10 @@ MC_DEVICE McStatus post_group(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool fo
   // lanes of one warp that each post to their own QP run as one converged
   // path here, where group collectives with 32 different masks would split
   // the warp into 32 (measured: 13 -> 8 M WQE/s for 32 lanes on 32 QPs).
-  if (g.size == 1) return post_alone(qp, wqe, force_cqe, end);
+  // So does every lane of a group wider than half the ring (rings of a few
+  // dozen WQEs): a batch that large could wait for space only the CQE
+  // interval's unsignaled tail holds (the bound in reserve()).
+  if (g.size == 1 || g.size > qp->sq_wqe_cnt / 2u) return post_alone(qp, wqe, force_cqe, end);
   const bool leader = mc_group_leader(g);
   Reservation r;
   if (leader) r = reserve(qp, g.size);

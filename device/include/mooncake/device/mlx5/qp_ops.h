@@ -45,6 +45,16 @@ namespace mooncake {
 namespace device {
 
 namespace qp_detail {
+// A store to a doorbell record (send or CQ) with release: GPU scope where
+// the rings are GPU memory (the NIC reads them through the GPU's L2),
+// system scope where they are host memory.
+MC_DEVICE void release_record(const IbgdaQpDevCtx* qp, uint32_t* record, uint32_t value_be) {
+  if (qp->rings_on_gpu != 0u) {
+    mc_st_release_gpu(record, value_be);
+  } else {
+    mc_st_release(record, value_be);
+  }
+}
 // Bytes 60..63 of a CQE as one little-endian word: wqe_counter (be16),
 // signature, op_own (bits 31..24).
 MC_DEVICE uint32_t cqe_tail_word(const mlx5::Cqe64* cqe) {
@@ -87,12 +97,8 @@ MC_DEVICE void mc_qp_poll(IbgdaQpDevCtx* qp) {
   }
   if (progressed) {
     mc_st_relaxed(&qp->cq_ci, ci);
-    const uint32_t ci_be = mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask);
-    if (qp->rings_on_gpu != 0u) {
-      mc_st_release_gpu(&qp->cq_dbrec[mlx5::kCqSetCi], ci_be);
-    } else {
-      mc_st_release(&qp->cq_dbrec[mlx5::kCqSetCi], ci_be);
-    }
+    qp_detail::release_record(qp, &qp->cq_dbrec[mlx5::kCqSetCi],
+                              mlx5::be32(static_cast<uint32_t>(ci) & mlx5::kCqCiMask));
     mc_st_release_gpu(&qp->cons_tail, tail);
   }
   mc_st_release_gpu(&qp->poll_lock, 0u);
@@ -200,14 +206,9 @@ MC_DEVICE McStatus ring(IbgdaQpDevCtx* qp, const Reservation& r, uint32_t n, boo
   const uint64_t end = r.base + n;
   // The release orders this batch's WQEs (and, with the load of ready_head
   // that let this poster through, every earlier one) before the record says
-  // so. Rings in GPU memory are read by the NIC through the GPU's L2: a
-  // GPU-scope release suffices there, and costs half as much.
-  const uint32_t record = mlx5::be32(static_cast<uint32_t>(end) & 0xffffu);
-  if (qp->rings_on_gpu != 0u) {
-    mc_st_release_gpu(&qp->sq_dbrec[mlx5::kSndDbr], record);
-  } else {
-    mc_st_release(&qp->sq_dbrec[mlx5::kSndDbr], record);
-  }
+  // so; at GPU scope for rings in GPU memory, which costs half as much.
+  release_record(qp, &qp->sq_dbrec[mlx5::kSndDbr],
+                 mlx5::be32(static_cast<uint32_t>(end) & 0xffffu));
   if (qp->bf_reg != nullptr) {
     // From (producer index, QPN) alone, as NVSHMEM's IBGDA rings: no read
     // back of a WQE the NIC may already have consumed.
@@ -228,8 +229,7 @@ MC_DEVICE void pass(IbgdaQpDevCtx* qp, const Reservation& r, uint32_t n) {
   if (wait_turn(qp, r)) mc_st_release_gpu(&qp->ready_head, r.base + n);
 }
 
-// The calling lanes that post `wqe` to `qp` together: one reservation and one
-// doorbell for the group. `force_cqe`: every WQE asks for a CQE (quiet's
+// One lane posts `wqe` on its own. `force_cqe`: it asks for a CQE (quiet's
 // NOP); else the interval decides. `*end` (optional): the batch's end.
 MC_DEVICE McStatus post_alone(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool force_cqe,
                               uint64_t* end) {
@@ -241,6 +241,8 @@ MC_DEVICE McStatus post_alone(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool fo
   return ring(qp, r, 1, force_cqe || wants_cqe(qp, r.base));
 }
 
+// The calling lanes that post `wqe` to `qp` together: one reservation and one
+// doorbell for the group (arguments as post_alone's).
 MC_DEVICE McStatus post_group(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool force_cqe,
                               uint64_t* end = nullptr) {
 #if defined(MC_QP_NO_LANE_GROUPS)
@@ -321,10 +323,9 @@ MC_DEVICE McStatus mc_qp_post_warp(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bo
 // nothing more at all.
 MC_DEVICE McStatus mc_qp_quiet(IbgdaQpDevCtx* qp) {
   uint64_t target = mc_ld_acquire_gpu(&qp->ready_head);
-  if (mc_ld_acquire_gpu(&qp->cons_tail) >= target) {
-    return mc_ld_acquire(&qp->error) != 0 ? McStatus::kRdmaError : McStatus::kOk;
-  }
+  const bool done = mc_ld_acquire_gpu(&qp->cons_tail) >= target;
   const uint32_t failed = mc_ld_acquire(&qp->error);
+  if (done) return failed != 0 ? McStatus::kRdmaError : McStatus::kOk;
   if ((failed & kQpErrStalled) != 0) return McStatus::kTimedOut;
   if (failed != 0) return McStatus::kRdmaError;
   if (mc_ld_relaxed_gpu(&qp->signaled_head) < target) {

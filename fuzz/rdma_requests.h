@@ -325,6 +325,20 @@ inline void HandleRdma(DaemonCore& core, const daemon::SessionInfo& a,
     absl::Status s = svc.HandleGetDoorbellAccess(a, &resp);
     FUZZ_CHECK(s.code() == StatusCode::kFailedPrecondition, "softnic handed out a doorbell: ", s);
     FUZZ_CHECK(resp.fd_ticket().empty(), "a ticket with a refusal");
+  } else if (const auto* r = dynamic_cast<const v1::AttachCopyAgentRequest*>(&msg)) {
+    v1::AttachCopyAgentRequest req = *r;
+    req.set_fd_ticket(ticket(req.fd_ticket()));
+    absl::Status s = svc.HandleAttachCopyAgent(a, req);
+    // The prepared memfds are sparse (not every page written) or unsealed:
+    // the daemon maps neither. Sizes outside the bounds, unknown tickets,
+    // a second agent are refused; nothing else of the session changes.
+    FUZZ_CHECK(Allowed(s, {StatusCode::kInvalidArgument, StatusCode::kNotFound,
+                           StatusCode::kResourceExhausted, StatusCode::kFailedPrecondition,
+                           StatusCode::kAlreadyExists}),
+               s);
+    const RdmaSnapshot after = Snapshot(core);
+    FUZZ_CHECK(after.qps.size() == before.qps.size() && after.mrs.size() == before.mrs.size(),
+               "AttachCopyAgent changed the session's objects");
   } else if (const auto* r = dynamic_cast<const v1::DestroyQueuePairsRequest*>(&msg)) {
     v1::DestroyQueuePairsRequest req;
     for (uint32_t q : r->qpns()) req.add_qpns(Named(q, c.qpns));

@@ -78,10 +78,13 @@ enum Message {
   kGetDoorbellAccess,
   kWatchEvents,
   kSoftnicExecute,
+  kAttachCopyAgent,  // after the others: seeds keep their meaning
   kMessages
 };
 
-bool IsRdma(Message m) { return m >= kGetRdmaInfo && m <= kGetDoorbellAccess; }
+bool IsRdma(Message m) {
+  return (m >= kGetRdmaInfo && m <= kGetDoorbellAccess) || m == kAttachCopyAgent;
+}
 
 std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
   switch (m) {
@@ -110,6 +113,7 @@ std::unique_ptr<google::protobuf::Message> NewMessage(Message m) {
     case kGetDoorbellAccess: return std::make_unique<v1::GetDoorbellAccessRequest>();
     case kWatchEvents: return std::make_unique<v1::WatchEventsRequest>();
     case kSoftnicExecute: return std::make_unique<v1::SoftnicBatch>();
+    case kAttachCopyAgent: return std::make_unique<v1::AttachCopyAgentRequest>();
     case kMessages: break;
   }
   return nullptr;
@@ -318,7 +322,8 @@ void Handle(DaemonCore& core, Caller& c, Message m, const google::protobuf::Mess
     case kConnectQueuePairs:
     case kDestroyQueuePairs:
     case kSelectNic:
-    case kGetDoorbellAccess: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
+    case kGetDoorbellAccess:
+    case kAttachCopyAgent: HandleRdma(core, a, c.ticket, c.rdma, msg); break;
     case kWatchEvents: HandleWatchEvents(core, a, c.watch); break;
     case kSoftnicExecute:
       HandleSoftnicExecute(core, c.rdma, c.peer, static_cast<const v1::SoftnicBatch&>(msg));

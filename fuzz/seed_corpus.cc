@@ -68,6 +68,7 @@ enum Selector : char {
   kGetDoorbellAccess,
   kWatchEvents,
   kSoftnicExecute,
+  kAttachCopyAgent,
 };
 
 std::string Req(Selector s, const google::protobuf::Message& m) {
@@ -166,6 +167,15 @@ void RdmaSeeds() {
   destroy.add_qpns(2);
   destroy.add_qpns(3);
   Write(t, "destroy_with_another_sessions", Req(kDestroyQueuePairs, destroy));
+
+  v1::AttachCopyAgentRequest agent;
+  agent.set_fd_ticket("@memfd");  // sealed but sparse: refused
+  agent.set_staging_bytes(64 << 10);
+  Write(t, "copy_agent_sparse_memfd", Req(kAttachCopyAgent, agent));
+  agent.set_fd_ticket("@ticket");  // not sealed
+  Write(t, "copy_agent_unsealed", Req(kAttachCopyAgent, agent));
+  agent.set_staging_bytes(4097);
+  Write(t, "copy_agent_odd_staging", Req(kAttachCopyAgent, agent));
 }
 
 // Admin.WatchEvents (fuzz/watch_requests.h): [how][n][script] before the

@@ -17,7 +17,10 @@
 //   rdma_bench --socket S bw     softnic WRITE bandwidth GPU->GPU, 4 KiB to
 //                                256 MiB, beside cudaMemcpyAsync of the same
 //                                sizes (device to device)
-//   rdma_bench --socket S lat    one-way latency of mc_signal over RDMA
+//   rdma_bench --socket S lat    WRITE + mc_quiet into the peer's GPU memory,
+//                                one at a time, with softnic's copies run by
+//                                the copy agents and by mooncaked's context;
+//                                then one-way latency of mc_signal over RDMA
 //                                (ping-pong / 2), beside mc_signal over P2P
 //   rdma_bench --socket S check  GPU checks of the RDMA route (ok/FAIL lines):
 //                                256 posters through a 64-WQE ring (one post
@@ -120,7 +123,7 @@ struct Rank {
 
 // Creates ranks 0 and 1 of `group` concurrently (the rendezvous needs both).
 bool MakePair(const std::string& socket, const std::string& group, mooncake::Route route,
-              size_t bytes, Rank ranks[2], uint32_t cqe_every = 16) {
+              size_t bytes, Rank ranks[2], uint32_t cqe_every = 16, bool copy_agent = true) {
   std::thread t[2];
   for (int r = 0; r < 2; ++r) {
     t[r] = std::thread([&, r] {
@@ -140,6 +143,7 @@ bool MakePair(const std::string& socket, const std::string& group, mooncake::Rou
       o.qps_per_peer = kQps;
       o.rdma_sq_depth = kDepth;
       o.rdma_cqe_every = cqe_every;
+      o.rdma_copy_agent = copy_agent;
       auto c = mooncake::Communicator::Create(o);
       if (c.ok()) {
         ranks[r].comm = *std::move(c);
@@ -571,10 +575,54 @@ double PingPongUs(Rank ranks[2], int iters, int* status) {
   return total / 1e3 / iters / 2;
 }
 
+// One WRITE + mc_quiet at a time from GPU memory into the peer's GPU
+// memory (issue 24 item 11), the posting kernel spinning on its CQ all the
+// while, with softnic's copies run by the processes' copy agents (the
+// default) or by mooncaked's own CUDA context (waiting for time slices).
+int WriteQuietLatency(const std::string& socket, int* status) {
+  std::printf(
+      "\nWRITE + mc_quiet, GPU -> peer GPU through softnic, one at a time (a spinning "
+      "kernel on the same GPU)\n");
+  std::printf("%-28s %10s %14s\n", "copies run by", "size", "us/op (median)");
+  for (const bool agent : {true, false}) {
+    Rank ranks[2];
+    if (!MakePair(socket, agent ? "rdma-bench-wq-agent" : "rdma-bench-wq-daemon",
+                  mooncake::Route::kRdma, 1 << 20, ranks, 16, agent)) {
+      return 2;
+    }
+    const CommCtx ctx = ranks[0].comm->ctx();
+    auto* buf = static_cast<uint8_t*>(ranks[0].comm->buffer());
+    for (const size_t n : {size_t{8}, size_t{4096}, size_t{65536}}) {
+      const int iters = agent ? 200 : 10;
+      std::vector<double> us;
+      for (int rep = 0; rep < 5; ++rep) {
+        cudaEvent_t a, b;
+        BENCH_CUDA(cudaEventCreate(&a));
+        BENCH_CUDA(cudaEventCreate(&b));
+        float t = 0;
+        BENCH_CUDA(cudaEventRecord(a));
+        PutQuietKernel<<<1, 1>>>(ctx, buf + (1 << 19), buf, n, iters, status);
+        BENCH_CUDA(cudaEventRecord(b));
+        BENCH_CUDA(cudaEventSynchronize(b));
+        BENCH_CUDA(cudaEventElapsedTime(&t, a, b));
+        us.push_back(t * 1e3 / iters);
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+      }
+      if (CheckStatus(status, "write+quiet") != 0) return 1;
+      std::printf("%-28s %10s %14.1f\n",
+                  agent ? "the processes' copy agents" : "mooncaked's CUDA context",
+                  mcbench::sizeName(n).c_str(), mcbench::median(us));
+    }
+  }
+  return 0;
+}
+
 int Latency(const std::string& socket) {
   int* status = nullptr;
   BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
   BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+  if (int rc = WriteQuietLatency(socket, status); rc != 0) return rc;
   std::printf("\nmc_signal one-way latency (ping-pong / 2), two ranks on GPU 0\n");
   std::printf("%-34s %12s\n", "route", "us (median)");
   const struct {

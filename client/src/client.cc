@@ -845,4 +845,18 @@ absl::Status Client::releaseDoorbellAccess() {
   return absl::OkStatus();
 }
 
+absl::Status Client::attachCopyAgent(int channel_fd, uint64_t staging_bytes) {
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<Connection> c, impl_->Live());
+  MC_ASSIGN_OR_RETURN(std::string ticket, sendFds({channel_fd}));
+  grpc::ClientContext ctx;
+  impl_->SetDeadline(&ctx, impl_->call_timeout());
+  v1::AttachCopyAgentRequest req;
+  req.set_fd_ticket(ticket);
+  req.set_staging_bytes(staging_bytes);
+  v1::AttachCopyAgentResponse resp;
+  grpc::Status s = c->rdma->AttachCopyAgent(&ctx, req, &resp);
+  if (!s.ok()) return impl_->CallError(s, "AttachCopyAgent", c.get());
+  return absl::OkStatus();
+}
+
 }  // namespace mooncake

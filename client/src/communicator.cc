@@ -196,6 +196,7 @@ absl::Status Communicator::PrepareRdma() {
   DaemonRdmaOptions ro;
   ro.sq_depth = o.rdma_sq_depth;
   ro.cqe_every = o.rdma_cqe_every;
+  ro.copy_agent = o.rdma_copy_agent;
   ro.cuda = o.platform == Platform::kCuda;
   ro.nics = o.rdma_nics;
   ro.ring_memory = o.rdma_ring_memory;

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "copy_agent.h"
 #include "gpu_doorbell.h"
 #include "gpu_rings.h"
 #include "mooncake/common/log.h"
@@ -68,6 +70,7 @@ DaemonRdmaTransport::DaemonRdmaTransport(Client* client, DaemonRdmaOptions optio
 DaemonRdmaTransport::~DaemonRdmaTransport() {
   // First: a loss handler running now returns before what it reads goes.
   client_->removeDaemonLossHandler(loss_handler_);
+  copy_agent_.reset();  // closed: the daemon stops asking it
   ReleaseQueues();
   ReleaseGpuDoorbells();
 }
@@ -264,6 +267,7 @@ absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int 
                                                    const std::string& kind,
                                                    uint64_t allocation_bytes) {
   if (num_ranks_ == 0) return absl::FailedPreconditionError("registerMemoryFd before initialize");
+  if (cuda_ && kind == "cuda-vmm-fd" && info_.provider == "softnic") StartCopyAgent();
   // A NIC registers GPU memory from a dma-buf (ibv_reg_dmabuf_mr); softnic
   // maps the VMM fd itself. Without dma-buf export in the driver the VMM fd
   // goes anyway and the daemon says what its provider can do with it.
@@ -296,6 +300,31 @@ absl::Status DaemonRdmaTransport::registerMemoryFd(void* ptr, size_t bytes, int 
   buffer_bytes_ = bytes;
   buffer_registered_ = true;
   return absl::OkStatus();
+}
+
+void DaemonRdmaTransport::StartCopyAgent() {
+  bool wanted = options_.copy_agent;
+  if (const char* e = std::getenv("MOONCAKE_COPY_AGENT"); e != nullptr && *e != '\0') {
+    wanted = std::string(e) == "1";
+  }
+  if (!wanted || copy_agent_tried_) return;
+  copy_agent_tried_ = true;  // once per session: the daemon takes one agent
+  auto driver = std::static_pointer_cast<drivers::CudaDriver>(cuda_);
+  drivers::CuContext ctx = nullptr;
+  absl::Status s = drivers::CuStatus(*driver, driver->ctxGetCurrent(&ctx), "cuCtxGetCurrent");
+  if (s.ok() && ctx == nullptr) s = absl::FailedPreconditionError("no CUDA context is current");
+  absl::StatusOr<std::unique_ptr<CopyAgent>> agent =
+      s.ok() ? CopyAgent::Create(driver, ctx, copy_agent::kDefaultStagingBytes)
+             : absl::StatusOr<std::unique_ptr<CopyAgent>>(s);
+  if (agent.ok()) s = client_->attachCopyAgent((*agent)->fd(), (*agent)->staging_bytes());
+  if (!agent.ok() || !s.ok()) {
+    MC_LOG(kWarning, "softnic copy agent not started (",
+           (agent.ok() ? s : agent.status()).message(),
+           "): mooncaked copies this process's GPU memory in its own CUDA context, which waits "
+           "for a GPU time slice while a kernel spins (milliseconds per WQE)");
+    return;
+  }
+  copy_agent_ = *std::move(agent);
 }
 
 int DaemonRdmaTransport::allocateControlBuffer() {

@@ -17,6 +17,7 @@
 #include "mooncake/common/log.h"
 #include "mooncake/device/device_transport.h"
 #include "transport/device/device_transport.h"
+#include "unavailable_transports.h"
 #include "upstream_handle_kind.h"
 
 namespace mooncake {
@@ -236,7 +237,10 @@ class DaemonIbgdaTransport final : public RdmaTransport {
 
 }  // namespace
 
-std::unique_ptr<P2pTransport> createP2pDeviceTransport(int num_ranks) {
+namespace {
+
+// The factories' work; nullptr with the reason logged.
+std::unique_ptr<P2pTransport> TryCreateP2p(int num_ranks) {
   constexpr const char* kName = "createP2pDeviceTransport";
   if (num_ranks < 1) {
     MC_LOG(kError, kName, ": num_ranks ", num_ranks, " (must be >= 1)");
@@ -296,8 +300,7 @@ std::unique_ptr<P2pTransport> createP2pDeviceTransport(int num_ranks) {
                                               std::move(inner));
 }
 
-std::unique_ptr<RdmaTransport> createIbgdaDeviceTransport(
-    const std::vector<std::string>& device_filter) {
+std::unique_ptr<RdmaTransport> TryCreateIbgda(const std::vector<std::string>& device_filter) {
   constexpr const char* kName = "createIbgdaDeviceTransport";
   std::string want;
   if (absl::Status s = RequestedPlatform(&want); !s.ok()) {
@@ -324,6 +327,20 @@ std::unique_ptr<RdmaTransport> createIbgdaDeviceTransport(
     return nullptr;
   }
   return std::make_unique<DaemonIbgdaTransport>(std::move(client), std::move(*t), platform);
+}
+
+}  // namespace
+
+// Never nullptr, as upstream's (unavailable_transports.h).
+std::unique_ptr<P2pTransport> createP2pDeviceTransport(int num_ranks) {
+  if (std::unique_ptr<P2pTransport> t = TryCreateP2p(num_ranks)) return t;
+  return std::make_unique<UnavailableP2pTransport>("createP2pDeviceTransport failed, as logged");
+}
+
+std::unique_ptr<RdmaTransport> createIbgdaDeviceTransport(
+    const std::vector<std::string>& device_filter) {
+  if (std::unique_ptr<RdmaTransport> t = TryCreateIbgda(device_filter)) return t;
+  return std::make_unique<UnavailableRdmaTransport>("createIbgdaDeviceTransport failed, as logged");
 }
 
 }  // namespace device

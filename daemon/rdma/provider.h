@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/unique_fd.h"
+#include "softnic/copy_agent_link.h"
 #include "softnic/shared_mapping.h"
 #include "softnic/types.h"
 
@@ -279,6 +280,17 @@ class RdmaProvider {
   virtual absl::Status ReleaseDoorbellAccess(uint64_t session) {
     (void)session;
     return absl::OkStatus();
+  }
+
+  // A client process's copy agent (softnic/copy_agent_link.h): softnic
+  // moves the bytes of `session`'s GPU regions through it. One per session
+  // (AlreadyExists). A NIC moves GPU bytes itself (FailedPrecondition, the
+  // default).
+  virtual absl::Status AttachCopyAgent(uint64_t session,
+                                       std::shared_ptr<softnic::CopyAgentLink> agent) {
+    (void)session, (void)agent;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the ", name(), " provider moves GPU memory in the NIC: it needs no copy agent"));
   }
 
   virtual std::vector<softnic::QpInfo> ListQps() const = 0;

@@ -501,6 +501,45 @@ absl::Status RdmaResources::DestroyQueuePairs(const SessionInfo& session,
   return absl::OkStatus();
 }
 
+absl::Status RdmaResources::AttachCopyAgent(const SessionInfo& session, FdBundlePtr fds,
+                                            uint64_t staging_bytes) {
+  if (!fds || fds->fds.size() != 1) {
+    return absl::InvalidArgumentError("AttachCopyAgent needs exactly one fd on its ticket");
+  }
+  if (staging_bytes < copy_agent::kMinStagingBytes ||
+      staging_bytes > copy_agent::kMaxStagingBytes ||
+      staging_bytes % softnic::SharedMapping::PageSize() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "staging_bytes ", staging_bytes, ": a multiple of ", softnic::SharedMapping::PageSize(),
+        " from ", copy_agent::kMinStagingBytes, " to ", copy_agent::kMaxStagingBytes));
+  }
+  const uint64_t bytes = copy_agent::kHeaderBytes + staging_bytes;
+  const RdmaUsage cost{0, 0, bytes};
+  const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);
+  absl::MutexLock serial(gate.get());
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+  }
+  // Populated: the daemon writes the header and the staging area, and
+  // must not fault in pages on its own account (shared_mapping.h).
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<softnic::SharedMapping> mapping,
+                      softnic::SharedMapping::FromPopulatedMemfd(fds->fds[0].get(), 0, bytes));
+  MC_ASSIGN_OR_RETURN(std::shared_ptr<softnic::CopyAgentLink> link,
+                      softnic::CopyAgentLink::Create(
+                          std::move(mapping), staging_bytes, session.cred.pid,
+                          softnic::CopyAgentLinkOptions{.timeout = copy_agent_timeout_}));
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
+  }
+  if (absl::Status s = provider_->AttachCopyAgent(session.id, std::move(link)); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  budget_.Charge(session, cost);
+  provider_sessions_.insert(session.id);
+  return absl::OkStatus();
+}
+
 void RdmaResources::SessionEnded(uint64_t session) {
   // After the session's calls in flight: none starts once it is closed in
   // the registry (CheckOpen), which happens before this is called.

@@ -132,6 +132,16 @@ class RdmaResources {
                                                          uint64_t control_bytes,
                                                          const std::vector<QpLayout>& layouts,
                                                          const std::string& control_kind = "memfd");
+  // The session's copy agent (mooncake/common/copy_agent_channel.h): the
+  // one fd in `fds` is the channel memfd (sealed, populated) of
+  // kHeaderBytes + `staging_bytes`; it is mapped, charged to the session's
+  // mapped bytes, and handed to the provider (softnic; a NIC refuses with
+  // FailedPrecondition). InvalidArgument for a size or header that does not
+  // fit; AlreadyExists for a second agent of the session.
+  absl::Status AttachCopyAgent(const SessionInfo& session, FdBundlePtr fds, uint64_t staging_bytes);
+  // How long softnic waits for one answer of a copy agent.
+  void set_copy_agent_timeout(absl::Duration timeout) { copy_agent_timeout_ = timeout; }
+
   // InvalidArgument unless `kind` is a control memory kind: "memfd" (or
   // empty) or "dmabuf".
   static absl::Status ValidateControlKind(const std::string& kind);
@@ -248,8 +258,9 @@ class RdmaResources {
   // Before provider_: regions (destroyed with the provider) hold buffers of it.
   const std::shared_ptr<softnic::CudaMemory> cuda_;
   const std::unique_ptr<RdmaProvider> provider_;
-  v1::Topology topology_;                      // set before serving, read-only then
-  std::shared_ptr<RemoteConnections> remote_;  // likewise
+  v1::Topology topology_;                                 // set before serving, read-only then
+  std::shared_ptr<RemoteConnections> remote_;             // likewise
+  absl::Duration copy_agent_timeout_ = absl::Seconds(2);  // likewise
 
   mutable absl::Mutex mu_;
   struct QpEntry {

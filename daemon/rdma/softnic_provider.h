@@ -50,6 +50,10 @@ class SoftnicProvider final : public RdmaProvider {
                        uint32_t remote_qpn) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
   void SessionEnded(uint64_t session) override;
+  absl::Status AttachCopyAgent(uint64_t session,
+                               std::shared_ptr<softnic::CopyAgentLink> agent) override {
+    return engine_.AttachCopyAgent(session, std::move(agent));
+  }
   std::vector<softnic::QpInfo> ListQps() const override { return engine_.ListQps(); }
   std::vector<softnic::RegionInfo> ListRegions() const override { return engine_.ListRegions(); }
   bool counts_wqes() const override { return true; }

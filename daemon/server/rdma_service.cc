@@ -94,7 +94,25 @@ grpc::ServerUnaryReactor* RdmaService::ReleaseDoorbellAccess(
   return Done(ctx, rdma_->ReleaseDoorbellAccess(*session));
 }
 
+grpc::ServerUnaryReactor* RdmaService::AttachCopyAgent(grpc::CallbackServerContext* ctx,
+                                                       const v1::AttachCopyAgentRequest* req,
+                                                       v1::AttachCopyAgentResponse*) {
+  absl::StatusOr<SessionInfo> session = CallerSession(ctx);
+  if (!session.ok()) return Done(ctx, session.status());
+  return Done(ctx, HandleAttachCopyAgent(*session, *req));
+}
+
 // ---- the RPCs for a session ------------------------------------------------------
+
+absl::Status RdmaService::HandleAttachCopyAgent(const SessionInfo& caller,
+                                                const v1::AttachCopyAgentRequest& req) {
+  if (req.fd_ticket().empty()) {
+    return absl::InvalidArgumentError("fd_ticket is empty: send the channel memfd first");
+  }
+  absl::StatusOr<FdBundlePtr> fds = fds_->TakeIncoming(caller.id, req.fd_ticket());
+  if (!fds.ok()) return fds.status();
+  return rdma_->AttachCopyAgent(caller, *std::move(fds), req.staging_bytes());
+}
 
 absl::Status RdmaService::HandleGetRdmaInfo(const SessionInfo* caller, v1::RdmaInfo* resp) {
   SessionLink link;

@@ -49,6 +49,9 @@ class RdmaService final : public v1::Rdma::CallbackService {
   grpc::ServerUnaryReactor* GetDoorbellAccess(grpc::CallbackServerContext* ctx,
                                               const v1::GetDoorbellAccessRequest* req,
                                               v1::DoorbellAccess* resp) override;
+  grpc::ServerUnaryReactor* AttachCopyAgent(grpc::CallbackServerContext* ctx,
+                                            const v1::AttachCopyAgentRequest* req,
+                                            v1::AttachCopyAgentResponse* resp) override;
   grpc::ServerUnaryReactor* ReleaseDoorbellAccess(grpc::CallbackServerContext* ctx,
                                                   const v1::ReleaseDoorbellAccessRequest* req,
                                                   v1::ReleaseDoorbellAccessResponse* resp) override;
@@ -74,6 +77,8 @@ class RdmaService final : public v1::Rdma::CallbackService {
   // The command fd goes out on an fd-channel ticket only this session can
   // redeem.
   absl::Status HandleGetDoorbellAccess(const SessionInfo& caller, v1::DoorbellAccess* resp);
+  absl::Status HandleAttachCopyAgent(const SessionInfo& caller,
+                                     const v1::AttachCopyAgentRequest& req);
 
   // Most QPs one CreateQueuePairs call may ask for, and most entries of
   // one ConnectQueuePairs or DestroyQueuePairs call.

@@ -38,6 +38,10 @@
 // implementation (tests pass a host one for the fake driver, whose device
 // pointers are host addresses).
 //
+// Copies for a process that runs a copy agent do not come here while the
+// agent answers (copy_agent_link.h): this is the fallback, and the path of
+// atomics in kDevice mode.
+//
 // Cost: the daemon's GPU work shares the GPU with the clients' kernels by
 // time slicing (separate processes, no MPS). Measured on an H200 (driver
 // 580, one GPU): an 8-byte copy into GPU memory takes about 7 us and an

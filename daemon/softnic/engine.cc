@@ -9,11 +9,13 @@
 #include <random>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
 #include "mooncake/device/mlx5/prm.h"
+#include "softnic/copy_agent_link.h"
 #include "softnic/cuda_atomics_kernel.h"
 #include "softnic/cuda_memory.h"
 
@@ -79,28 +81,13 @@ uint64_t Be64At(const uint8_t* p) {
   return mlx5::be64(v);
 }
 
-// Every byte softnic moves goes through here. A NIC writes a payload in
-// order, each aligned 8-byte piece at once; readers poll signals and both
-// halves of an LL slot with atomic loads, and a signal carries release
-// meaning (the payloads of earlier WQEs are visible once it is). So small
-// word-aligned payloads are stored as release atomics, and bulk data is a
-// plain copy that a later signal's release store publishes. GPU memory on
-// either side goes through CudaMemory::Copy, which returns only once the
-// bytes are in place: the same ordering, by completing each copy in turn.
-// Returns false when it cannot reach one side or the copy failed.
-bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
-  if (dst.length != src.length) return false;
-  if (dst.kind != MemoryKind::kHost || src.kind != MemoryKind::kHost) {
-    if ((dst.kind == MemoryKind::kCuda && dst.cuda == nullptr) ||
-        (src.kind == MemoryKind::kCuda && src.cuda == nullptr)) {
-      return false;
-    }
-    CudaMemory* cuda = dst.kind == MemoryKind::kCuda ? dst.cuda : src.cuda;
-    return cuda->Copy(dst, src).ok();
-  }
-  auto* d = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(dst.addr));
-  const auto* s = reinterpret_cast<const uint8_t*>(static_cast<uintptr_t>(src.addr));
-  const uint64_t n = dst.length;
+// Host to host. A NIC writes a payload in order, each aligned 8-byte piece
+// at once; readers poll signals and both halves of an LL slot with atomic
+// loads, and a signal carries release meaning (the payloads of earlier WQEs
+// are visible once it is). So small word-aligned payloads are stored as
+// release atomics, and bulk data is a plain copy that a later signal's
+// release store publishes.
+void CopyHostBytes(uint8_t* d, const uint8_t* s, uint64_t n) {
   const auto d_addr = reinterpret_cast<uintptr_t>(d);
   if (n <= mlx5::kSendWqeBb && n % 8 == 0 && d_addr % 8 == 0) {
     for (uint64_t i = 0; i < n; i += 8) {
@@ -116,6 +103,79 @@ bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
     // memmove: a hostile WQE may name overlapping source and destination.
     std::memmove(d, s, static_cast<size_t>(n));
   }
+}
+
+uint8_t* HostPtr(uint64_t addr) { return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(addr)); }
+
+// GPU memory through the copy agents of the processes that own it
+// (copy_agent_link.h): true when they moved the bytes, false when the
+// engine must copy itself (no usable agent on a GPU side, an agent on only
+// one of two GPU sides, or an agent that failed the copy; the engine's own
+// copy then redoes it whole). GPU to GPU goes out through the source's
+// staging area and in through the destination's (one area when both are
+// one session's), piece by piece, never device to device (WithinDevice
+// says why).
+bool CopyThroughAgents(const ByteSpan& dst, const ByteSpan& src) {
+  const auto usable = [](const ByteSpan& b) {
+    return b.kind == MemoryKind::kCuda && b.agent != nullptr && b.agent->usable();
+  };
+  const uint64_t n = dst.length;
+  if (src.kind == MemoryKind::kHost) {
+    return usable(dst) && dst.agent->ToDevice(dst.agent_addr, HostPtr(src.addr), n).ok();
+  }
+  if (!usable(src)) return false;
+  if (dst.kind == MemoryKind::kHost) {
+    return src.agent
+        ->FromDevice(src.agent_addr, n,
+                     [&](const uint8_t* piece, uint64_t off, uint64_t len) {
+                       CopyHostBytes(HostPtr(dst.addr) + off, piece, len);
+                       return true;
+                     })
+        .ok();
+  }
+  if (!usable(dst)) return false;
+  if (dst.agent == src.agent)
+    return dst.agent->WithinDevice(dst.agent_addr, src.agent_addr, n).ok();
+  return src.agent
+      ->FromDevice(src.agent_addr, n,
+                   [&](const uint8_t* piece, uint64_t off, uint64_t len) {
+                     return dst.agent->ToDevice(dst.agent_addr + off, piece, len).ok();
+                   })
+      .ok();
+}
+
+// Every byte softnic moves goes through here. GPU memory on either side
+// goes through the owning processes' copy agents or through
+// CudaMemory::Copy; both return only once the bytes are in place, so the
+// ordering of the host path holds by completing each copy in turn.
+// Returns false when it cannot reach one side or the copy failed.
+bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
+  if (dst.length != src.length) return false;
+  if (dst.kind != MemoryKind::kHost || src.kind != MemoryKind::kHost) {
+    if (CopyThroughAgents(dst, src)) return true;
+    if ((dst.kind == MemoryKind::kCuda && dst.cuda == nullptr) ||
+        (src.kind == MemoryKind::kCuda && src.cuda == nullptr)) {
+      return false;
+    }
+    if (dst.kind == MemoryKind::kCuda && dst.agent != nullptr &&
+        dst.agent->LateCopyOverlaps(dst.agent_addr, dst.length)) {
+      // A copy the owner's agent never answered may still land here: it
+      // must carry these bytes, so they go to its staging area first.
+      std::vector<uint8_t> bytes(dst.length);
+      const ByteSpan host{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes.data()), dst.length,
+                          nullptr};
+      if (src.kind == MemoryKind::kHost) {
+        std::memcpy(bytes.data(), HostPtr(src.addr), dst.length);
+      } else if (!src.cuda->Copy(host, src).ok()) {
+        return false;
+      }
+      dst.agent->MirrorIntoLateCopy(dst.agent_addr, bytes.data(), dst.length);
+      return dst.cuda->Copy(dst, host).ok();
+    }
+    CudaMemory* cuda = dst.kind == MemoryKind::kCuda ? dst.cuda : src.cuda;
+    return cuda->Copy(dst, src).ok();
+  }
+  CopyHostBytes(HostPtr(dst.addr), HostPtr(src.addr), dst.length);
   return true;
 }
 
@@ -130,6 +190,8 @@ struct Engine::Region {
   MemoryKind kind = MemoryKind::kHost;
   std::shared_ptr<SharedMapping> mapping;  // kHost: keeps the bytes mapped
   std::shared_ptr<CudaBuffer> cuda;        // kCuda: keeps the bytes mapped; null: unreachable
+  // kCuda: the copy agent of the process that owns the memory (its PD's).
+  std::shared_ptr<CopyAgentLink> agent;
   uint64_t base = 0;  // where byte 0 is for the daemon: host pointer or CUdeviceptr
 
   // Whether the engine can touch the bytes at all.
@@ -143,7 +205,12 @@ struct Engine::Region {
   }
   // [addr, addr + len) as the daemon reaches it; only after Resolve().
   ByteSpan Span(uint64_t addr, uint64_t len) const {
-    return ByteSpan{kind, base + (addr - iova), len, cuda != nullptr ? cuda->memory() : nullptr};
+    ByteSpan span{kind, base + (addr - iova), len, cuda != nullptr ? cuda->memory() : nullptr};
+    if (kind == MemoryKind::kCuda && agent != nullptr) {
+      span.agent = agent.get();
+      span.agent_addr = addr;  // the owner's own address: the region's iova space
+    }
+    return span;
   }
 };
 
@@ -312,8 +379,31 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
   region->mapping = std::move(spec.mapping);
   region->cuda = std::move(spec.cuda);
   region->base = base;
+  if (region->kind == MemoryKind::kCuda) {
+    if (auto a = agents_.find(region->pd); a != agents_.end()) region->agent = a->second;
+  }
   regions_[key] = std::move(region);
   return key;
+}
+
+absl::Status Engine::AttachCopyAgent(PdId pd, std::shared_ptr<CopyAgentLink> agent) {
+  if (agent == nullptr) return absl::InvalidArgumentError("no copy agent");
+  absl::MutexLock lock(&mu_);
+  if (agents_.contains(pd)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("pd ", pd, " already has a copy agent (one per session)"));
+  }
+  for (auto& [key, region] : regions_) {
+    if (region->pd == pd && region->kind == MemoryKind::kCuda) region->agent = agent;
+  }
+  agents_[pd] = std::move(agent);
+  return absl::OkStatus();
+}
+
+bool Engine::HasCopyAgent(PdId pd) const {
+  absl::MutexLock lock(&mu_);
+  auto it = agents_.find(pd);
+  return it != agents_.end() && it->second->usable();
 }
 
 absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
@@ -494,6 +584,7 @@ absl::Status Engine::DestroyQp(PdId pd, uint32_t qpn) {
 
 void Engine::DestroyPd(PdId pd) {
   absl::MutexLock lock(&mu_);
+  agents_.erase(pd);
   for (auto it = qps_.begin(); it != qps_.end();) {
     if (it->second->pd == pd) {
       qps_.erase(it++);
@@ -659,11 +750,11 @@ bool Engine::HcaAtomic(const ByteSpan& word, const ResponderOp& op, uint64_t* ol
     // Two PCIe transactions, as a NIC's: a read of the word, a write back.
     uint64_t v = 0;
     const ByteSpan host{MemoryKind::kHost, reinterpret_cast<uintptr_t>(&v), width, nullptr};
-    if (word.cuda == nullptr || !word.cuda->Copy(host, word).ok()) return false;
+    if (!CopyBytes(host, word)) return false;
     *old = v;
     window();
     v = next(v);
-    return word.cuda->Copy(word, host).ok();
+    return CopyBytes(word, host);
   }
   // Host memory: a load and a store, not one atomic, so CPU atomics of the
   // client's threads on the word can fall between them as on a NIC.

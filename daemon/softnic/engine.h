@@ -50,7 +50,9 @@
 // the WQE into an error CQE (REMOTE_ACCESS_ERR for the responder's memory,
 // LOCAL_PROT_ERR when only the requester's GPU source failed); a kCuda
 // region registered without a buffer is unreachable and fails the same
-// way. See cuda_memory.h.
+// way. See cuda_memory.h. When the process that owns the GPU memory runs a
+// copy agent (AttachCopyAgent), the copies run there instead, on its own
+// stream (copy_agent_link.h), with the same completion order.
 //
 // Use (the daemon; tests do the same with SharedMapping::Anonymous):
 //
@@ -88,6 +90,8 @@
 #include "softnic/types.h"
 
 namespace mooncake::softnic {
+
+class CopyAgentLink;  // softnic/copy_agent_link.h
 
 // How softnic runs NIC atomics (fetch-add, masked fetch-add).
 //   kDevice  as real atomics of the memory they target (CPU atomics on host
@@ -189,6 +193,13 @@ class Engine {
   // secret is not kSecretBytes.
   absl::Status AcceptConnectionSecret(const std::string& node, uint32_t peer_qpn, uint32_t qpn,
                                       std::string secret);
+  // The copy agent of `pd`'s process (copy_agent_link.h): from now on the
+  // GPU regions of `pd`, those registered already and later ones, move
+  // their bytes through it while it is usable. One per PD (AlreadyExists);
+  // it goes with DestroyPd.
+  absl::Status AttachCopyAgent(PdId pd, std::shared_ptr<CopyAgentLink> agent);
+  // Whether `pd` has a copy agent that is still used.
+  bool HasCopyAgent(PdId pd) const;
   // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
@@ -278,6 +289,7 @@ class Engine {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PdId, std::shared_ptr<CopyAgentLink>> agents_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RemoteLink> link_ ABSL_GUARDED_BY(mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;

@@ -11,7 +11,8 @@
 
 namespace mooncake::softnic {
 
-class CudaMemory;  // softnic/cuda_memory.h
+class CudaMemory;     // softnic/cuda_memory.h
+class CopyAgentLink;  // softnic/copy_agent_link.h
 
 // Bytes as the daemon reaches them: a host pointer, or a GPU address in the
 // daemon's CUDA context.
@@ -22,6 +23,12 @@ struct ByteSpan {
   // kCuda: what mapped `addr` and moves its bytes (CudaMemory::Copy); valid
   // while the region it came from is registered. Null: unreachable.
   CudaMemory* cuda = nullptr;
+  // kCuda, when the process that owns the memory runs a copy agent: the
+  // agent, and the same bytes as that process addresses them (the region's
+  // iova space). Copies go through the agent while it is usable, else
+  // through `cuda`.
+  CopyAgentLink* agent = nullptr;
+  uint64_t agent_addr = 0;
 };
 
 struct ResponderOp {

@@ -73,7 +73,7 @@ if [[ $status -ne 0 ]]; then
 fi
 [[ $(cat "$work"/rank*.log | grep -c ": ok$") -eq $n ]] || { echo "not every rank said ok"; exit 1; }
 
-# Without a daemon the factory says why and returns nullptr.
+# Without a daemon the factory says why, and what it returns fails every call.
 if MOONCAKE_SOCKET=$work/none.sock "$work/build/ep_style" "$work/run-none" 0 1 >"$work/none.log" 2>&1; then
   echo "ep_style succeeded without a daemon"; exit 1
 fi

@@ -20,8 +20,8 @@
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
-#                     env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,latency,put,
-#                     nvshmem,nccl_lsa,nvlink
+#                     env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,upstream_ep,
+#                     latency,put,nvshmem,nccl_lsa,nvlink
 #   MC_PUT_BENCH_ARGS extra arguments for p2p_put_bench (e.g. --quick)
 #   MC_GTEST_FILTER   gtest filter for the test executables (default: all)
 #   MC_STEP_TIMEOUT   seconds one step may run (default 900)
@@ -42,7 +42,7 @@ else
 fi
 bin="$prefix/bin"
 share="$prefix/share/mooncake/gpu"
-steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,latency,put,nvshmem,nccl_lsa,nvlink},"
+steps=",${MC_GPU_STEPS:-env,tests,sanitizer,daemon,elastic,cluster,rdma,compat,upstream_ep,latency,put,nvshmem,nccl_lsa,nvlink},"
 want() { [[ "$steps" == *",$1,"* ]]; }
 
 # NVLink multicast stays off (shared/gpu.md: KINDS.md says why).
@@ -418,6 +418,18 @@ if want nccl_lsa; then
       bad 1 "nccl_lsa_bench build"
     fi
     rm -rf "$work"
+  fi
+fi
+
+# Upstream Mooncake's own EP, unchanged, through mooncaked (issue 25 item
+# 5): tests/gpu/upstream_ep/run.sh, from what tests/gpu/upstream_ep/
+# prepare.sh left in .gpu/upstream-ep on the build machine.
+if want upstream_ep; then
+  up="$(cd "$here/../.." && pwd)/.gpu/upstream-ep"
+  if [[ ! -d "$up/src" || ! -f "$up/lib/libmooncake_ep_device.so" ]]; then
+    skip 1 "upstream_ep: no $up (run tests/gpu/upstream_ep/prepare.sh on the build machine and carry .gpu)"
+  else
+    run_step "upstream_ep" "$here/upstream_ep/run.sh" "$prefix" "$up"
   fi
 fi
 

@@ -2,13 +2,18 @@
 // cuMem allocation is imported through softnic's CudaMemory (here backed by
 // the fake CUDA driver), listed as "cuda-vmm", counted against the session's
 // limits and released with the session; errors name what is missing.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <memory>
 
 #include "fake_gpu.h"
 #include "gmock/gmock.h"
+#include "mooncake/common/copy_agent_channel.h"
+#include "mooncake/common/populate.h"
 #include "rdma/rdma_resources.h"
 
 namespace mooncake::daemon {
@@ -110,6 +115,57 @@ TEST_F(RdmaCudaRegistrationTest, GpuBytesCountAgainstTheSessionLimits) {
       rdma_.RegisterMemory(s, Dup(alloc.fd()), "cuda-vmm-fd", alloc.va(), kGran, 0, 0);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   EXPECT_EQ(cu_->liveMappings(), 2u) << "the refused import is unmapped again";
+}
+
+// A copy agent's channel as the client library makes it: sealed, every
+// page written, the header filled in.
+UniqueFd AgentChannel(uint64_t staging, bool populate = true) {
+  const uint64_t bytes = copy_agent::kHeaderBytes + staging;
+  UniqueFd fd(::memfd_create("agent-channel", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  EXPECT_EQ(::ftruncate(fd.get(), static_cast<off_t>(bytes)), 0);
+  EXPECT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  EXPECT_NE(p, MAP_FAILED);
+  auto* c = static_cast<copy_agent::Channel*>(p);
+  c->magic = copy_agent::kMagic;
+  c->version = copy_agent::kVersion;
+  c->state = static_cast<uint32_t>(copy_agent::State::kServing);
+  if (populate) EXPECT_EQ(PopulateForWrite(p, bytes), 0);
+  ::munmap(p, bytes);
+  return fd;
+}
+
+TEST_F(RdmaCudaRegistrationTest, ACopyAgentPerSessionChargedAndGoneWithIt) {
+  SessionInfo s = Open(1000, 10);
+  const uint64_t staging = copy_agent::kMinStagingBytes;
+  // Sizes the channel does not have, or out of bounds.
+  UniqueFd ch = AgentChannel(staging);
+  EXPECT_EQ(rdma_.AttachCopyAgent(s, Dup(ch.get()), 2 * staging).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rdma_.AttachCopyAgent(s, Dup(ch.get()), staging + 1).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rdma_.AttachCopyAgent(s, std::make_shared<FdBundle>(), staging).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Pages the client never wrote would be faulted in on the daemon's account.
+  UniqueFd sparse = AgentChannel(staging, /*populate=*/false);
+  absl::Status st = rdma_.AttachCopyAgent(s, Dup(sparse.get()), staging);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+
+  ASSERT_TRUE(rdma_.AttachCopyAgent(s, Dup(ch.get()), staging).ok());
+  EXPECT_EQ(rdma_.UsageOfSession(s.id).bytes, copy_agent::kHeaderBytes + staging);
+  UniqueFd again = AgentChannel(staging);
+  EXPECT_EQ(rdma_.AttachCopyAgent(s, Dup(again.get()), staging).code(),
+            absl::StatusCode::kAlreadyExists);
+  // Another session of the same process gets its own.
+  SessionInfo t = Open(1000, 11);
+  EXPECT_TRUE(rdma_.AttachCopyAgent(t, Dup(again.get()), staging).ok());
+
+  rdma_.SessionEnded(s.id);
+  EXPECT_TRUE(rdma_.UsageOfSession(s.id).empty());
+  sessions_.Close(s.id);
+  EXPECT_EQ(rdma_.AttachCopyAgent(s, Dup(ch.get()), staging).code(),
+            absl::StatusCode::kFailedPrecondition)
+      << "an ended session attaches nothing";
 }
 
 }  // namespace

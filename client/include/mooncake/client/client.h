@@ -284,6 +284,10 @@ class MOONCAKE_API Client {
   // the daemon (CPU-assisted); unmap the page first.
   absl::StatusOr<DoorbellAccess> doorbellAccess();
   absl::Status releaseDoorbellAccess();
+  // softnic: this process's copy agent (rdma.proto AttachCopyAgent): the
+  // channel memfd (borrowed) of copy_agent::kHeaderBytes + staging_bytes.
+  // Made and run by DaemonRdmaTransport (client/src/copy_agent.h).
+  absl::Status attachCopyAgent(int channel_fd, uint64_t staging_bytes);
 
   // Next membership event (LEFT/LOST/READY/...), or nullopt on timeout.
   std::optional<SessionEvent> nextEvent(absl::Duration timeout);

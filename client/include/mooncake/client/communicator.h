@@ -117,6 +117,10 @@ struct CommunicatorOptions {
   uint32_t qps_per_peer = 1;     // RDMA channels per peer
   uint32_t rdma_sq_depth = 256;  // WQEs per QP
   uint32_t rdma_cqe_every = 16;  // a completion per this many WQEs (DaemonRdmaOptions)
+  // softnic: this process's copy agent moves the bytes of its GPU buffer
+  // (DaemonRdmaOptions::copy_agent, off by default); off: the daemon's
+  // context does.
+  bool rdma_copy_agent = false;
   // NICs this rank's QPs may go on (upstream's createIbgdaDeviceTransport
   // filter: "mlx5_0", "softnic0"); empty = any the daemon serves, the one
   // closest to the rank's GPU first. Overrides the daemon's choice for

@@ -82,9 +82,22 @@ struct DaemonRdmaOptions {
   // CQEs for the NIC to write across PCIe and for kernels to poll;
   // mc_quiet asks for one more when it needs it (mlx5/qp_ops.h).
   uint32_t cqe_every = 16;
+  // CUDA on softnic: run a copy agent in this process (client/src/
+  // copy_agent.h), so that softnic's copies into and out of this process's
+  // GPU memory run on a stream of its own context, beside its kernels,
+  // instead of in the daemon's context, where each waits for a GPU time
+  // slice while a kernel spins (milliseconds). One thread of this process,
+  // asleep when idle, and a pinned staging area of 4 MiB. Off: the daemon
+  // copies. A NIC moves the bytes itself: no agent whatever this says.
+  // Off by default for now (docs/rdma.md, "the copy agent": a process that
+  // synchronizes its context while its kernel waits on softnic blocks the
+  // agent, and rdma_bench check still loses a word then); the environment
+  // variable MOONCAKE_COPY_AGENT=1 (or 0) overrides this field.
+  bool copy_agent = false;
 };
 
 struct GpuControlMemory;  // client/src/gpu_rings.h
+class CopyAgent;          // client/src/copy_agent.h
 
 class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
  public:
@@ -157,6 +170,10 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // "gpu-uar" once the kernels ring a UAR page the GPU mapped (CUDA on a
   // mlx5 provider whose GPU accepts the mapping; see gpu_doorbell.h).
   const std::string& doorbellMode() const { return doorbell_mode_; }
+  // Whether softnic's copies for this process's GPU memory run on its own
+  // copy agent (DaemonRdmaOptions::copy_agent), once a GPU buffer is
+  // registered.
+  bool copyAgentRunning() const { return copy_agent_ != nullptr; }
   // Where the rings are once allocateControlBuffer ran: "gpu" or "host".
   const char* ringMemory() const { return gpu_control_ ? "gpu" : "host"; }
   int qpsPerPeer() const { return qps_per_peer_; }
@@ -177,6 +194,9 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   // CUDA over mlx5: the doorbell hand-off; on refusal, logs once why and
   // leaves the daemon ringing (CPU-assisted).
   void SetUpGpuDoorbells();
+  // CUDA on softnic: starts the copy agent and attaches it to the session;
+  // on refusal, logs once why and leaves the copies to the daemon.
+  void StartCopyAgent();
   void ReleaseGpuDoorbells();
   // The control memory: in GPU memory when the options and the doorbell
   // mode allow (AllocateGpuControl), else the host memfd
@@ -232,6 +252,8 @@ class MOONCAKE_API DaemonRdmaTransport final : public device::RdmaTransport {
   std::string doorbell_mode_;
   std::string nic_, nic_reason_;
   bool doorbell_tried_ = false;
+  bool copy_agent_tried_ = false;
+  std::unique_ptr<CopyAgent> copy_agent_;
   void* uar_page_ = nullptr;
   size_t uar_page_bytes_ = 0;
   uint64_t uar_register_dev_ = 0;

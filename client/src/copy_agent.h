@@ -1,0 +1,78 @@
+// CopyAgent: this process's side of softnic's copy agent (issue 24 item 11;
+// the channel is described in mooncake/common/copy_agent_channel.h). A
+// thread of this process runs, on its own non-blocking stream in the
+// caller's CUDA context, the copies softnic asks for into and out of this
+// process's GPU memory. They run beside this process's kernels, where a
+// copy in mooncaked's context would wait for a GPU time slice while a
+// kernel spins (2.4 ms per copy on an H200, against about 10 us here).
+//
+//   auto agent = CopyAgent::Create(driver, ctx, copy_agent::kDefaultStagingBytes);
+//   client->attachCopyAgent(agent->fd(), agent->staging_bytes());
+//
+// DaemonRdmaTransport does this on the CUDA platform when the daemon's
+// provider is softnic, before the first GPU region is registered.
+//
+// The thread spins for a while after each request (copies come in bursts:
+// a kernel's WQEs), then sleeps on a futex the daemon wakes. The staging
+// area is pinned for the context (cuMemHostRegister) so copies go by DMA;
+// where the driver refuses, copies still work, from pageable memory.
+//
+// Destruction marks the channel closed (the daemon then copies itself),
+// stops the thread and frees everything. Not copyable; thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "mooncake/common/copy_agent_channel.h"
+#include "mooncake/common/unique_fd.h"
+#include "mooncake/drivers/cuda_driver.h"
+
+namespace mooncake {
+
+class CopyAgent {
+ public:
+  // Makes the channel (a sealed, populated memfd of kHeaderBytes +
+  // staging_bytes) and starts the thread in `ctx`. `driver` must outlive
+  // the agent. InvalidArgument for a staging size the daemon would refuse;
+  // the errno or CUDA error of a setup step, named.
+  static absl::StatusOr<std::unique_ptr<CopyAgent>> Create(
+      std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes);
+  ~CopyAgent();
+  CopyAgent(const CopyAgent&) = delete;
+  CopyAgent& operator=(const CopyAgent&) = delete;
+
+  int fd() const { return fd_.get(); }  // the channel memfd, to send
+  uint64_t staging_bytes() const { return staging_bytes_; }
+  // Requests answered so far.
+  uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
+
+ private:
+  CopyAgent(std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, UniqueFd fd,
+            uint8_t* base, uint64_t staging_bytes);
+  void Run();
+  // One copy of each kind on the stream, waited for (see the .cc).
+  absl::Status WarmUp();
+  // Runs one request; returns its CUDA result (0: done).
+  int32_t Execute(const copy_agent::Request& r);
+  copy_agent::Channel* channel() const { return reinterpret_cast<copy_agent::Channel*>(base_); }
+  uint8_t* staging() const { return base_ + copy_agent::kHeaderBytes; }
+
+  const std::shared_ptr<drivers::CudaDriver> driver_;
+  const drivers::CuContext ctx_;
+  UniqueFd fd_;
+  uint8_t* const base_;
+  const uint64_t staging_bytes_;
+  bool pinned_ = false;
+  uint32_t first_seq_ = 0;  // request_seq when the thread starts
+  drivers::CuStream stream_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> copies_{0};
+  uint64_t busy_ns_ = 0;  // the thread's time in Execute (read after join)
+  std::thread thread_;
+};
+
+}  // namespace mooncake

@@ -1,0 +1,98 @@
+// The copy-agent channel: shared memory between mooncaked's softnic and a
+// client process's copy agent, which moves bytes into and out of that
+// process's own GPU memory on its own CUDA stream (issue 24 item 11).
+//
+// Why: a copy the daemon runs in its own CUDA context waits for a time
+// slice while the application's kernel spins on the GPU (about 2.4 ms on an
+// H200; softnic/cuda_memory.h). The application's own context runs a copy
+// on another stream beside its kernel at once. So softnic asks the agent of
+// the process that owns the GPU memory to do the copy, through a staging
+// area in this memory, and waits a bounded time for the answer.
+//
+// The client creates the channel: a memfd of kHeaderBytes + staging bytes,
+// sealed against shrinking, every page written (the daemon touches only
+// resident pages), and sends it with Rdma.AttachCopyAgent. Layout: the
+// header (this struct) in the first page, the staging area after it.
+//
+// One request at a time (softnic executes one WQE at a time):
+//   daemon  writes `request`, then request_seq = seq (release); if
+//           agent_sleeping, FUTEX_WAKE on request_seq.
+//   agent   sees request_seq change (acquire), runs the copy on its stream,
+//           waits for it, writes `result`, then done_seq = seq (release).
+//   daemon  waits for done_seq == seq (acquire), bounded.
+// A sleeping agent sets agent_sleeping, re-checks request_seq, then
+// FUTEX_WAITs on it (a shared futex: both processes map the page).
+//
+// Trust: the daemon reads only done_seq, result and state from this memory,
+// and never a pointer, a length or an offset: requests are its own, bounded
+// by the staging size it was told in the RPC and checked against its own
+// mapping. An agent can only hurt its own process: it copies between its
+// own memory and the staging area.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace mooncake::copy_agent {
+
+inline constexpr uint32_t kMagic = 0x4143434d;  // "MCCA", little-endian
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint64_t kHeaderBytes = 4096;  // the staging area starts here
+inline constexpr uint64_t kMinStagingBytes = uint64_t{64} << 10;
+inline constexpr uint64_t kMaxStagingBytes = uint64_t{16} << 20;
+inline constexpr uint64_t kDefaultStagingBytes = uint64_t{4} << 20;
+
+// What the agent does for a request. Addresses are the agent process's own
+// (CUDA unified addressing); staging offsets are from the staging area.
+enum class Op : uint32_t {
+  kNone = 0,
+  kToDevice = 1,    // staging[staging_offset, +bytes) -> dst
+  kFromDevice = 2,  // src -> staging[staging_offset, +bytes)
+};
+
+// The agent's state, which it writes.
+enum class State : uint32_t {
+  kStarting = 0,
+  kServing = 1,  // answering requests
+  kClosed = 2,   // gone for good: the daemon copies itself from now on
+};
+
+struct alignas(64) Request {
+  uint32_t op = 0;  // Op
+  uint32_t reserved = 0;
+  uint64_t dst = 0;
+  uint64_t src = 0;
+  uint64_t bytes = 0;
+  uint64_t staging_offset = 0;
+};
+
+struct Channel {
+  // Written by the client before attaching; never read back by the daemon
+  // for anything but a sanity check of magic and version.
+  alignas(64) uint32_t magic;
+  uint32_t version;
+  uint64_t staging_bytes;
+  // Daemon -> agent.
+  alignas(64) Request request;
+  alignas(64) uint32_t request_seq;  // the futex word
+  uint32_t agent_sleeping;           // 1 while the agent waits on the futex
+  // Agent -> daemon.
+  alignas(64) uint32_t done_seq;
+  int32_t result;  // 0: done; else the CUDA error of the copy
+  uint32_t state;  // State
+  uint32_t reserved;
+  // CLOCK_MONOTONIC ns when the agent entered the CUDA calls of the
+  // current request; 0 between requests. A CUDA call blocks while another
+  // thread of the process synchronizes the context (cudaDeviceSynchronize),
+  // which waits for a kernel that waits for this very copy: the daemon
+  // stops waiting once this is old (CopyAgentLinkOptions::stall).
+  uint64_t busy_since_ns;
+  // Counters for listings and tests (agent-written, informational only).
+  uint64_t copies;
+  uint64_t bytes_copied;
+};
+static_assert(sizeof(Channel) <= kHeaderBytes);
+static_assert(offsetof(Channel, request_seq) % 64 == 0);
+static_assert(offsetof(Channel, done_seq) % 64 == 0);
+
+}  // namespace mooncake::copy_agent

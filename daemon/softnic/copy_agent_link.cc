@@ -1,0 +1,279 @@
+#include "softnic/copy_agent_link.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/common/log.h"
+
+namespace mooncake::softnic {
+namespace {
+
+using copy_agent::Channel;
+using copy_agent::Op;
+using copy_agent::State;
+
+template <class T>
+std::atomic_ref<T> Ref(T& v) {
+  return std::atomic_ref<T>(v);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<CopyAgentLink>> CopyAgentLink::Create(
+    std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
+    CopyAgentLinkOptions options) {
+  if (mapping == nullptr) return absl::InvalidArgumentError("no channel memory");
+  if (staging_bytes < copy_agent::kMinStagingBytes ||
+      staging_bytes > copy_agent::kMaxStagingBytes ||
+      staging_bytes % SharedMapping::PageSize() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy agent staging of ", staging_bytes, " bytes: give a multiple of ",
+                     SharedMapping::PageSize(), " from ", copy_agent::kMinStagingBytes, " to ",
+                     copy_agent::kMaxStagingBytes));
+  }
+  if (mapping->size() != copy_agent::kHeaderBytes + staging_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy agent channel of ", mapping->size(), " bytes mapped; the header (",
+                     copy_agent::kHeaderBytes, ") and the staging area (", staging_bytes, ") make ",
+                     copy_agent::kHeaderBytes + staging_bytes));
+  }
+  auto* c = reinterpret_cast<Channel*>(mapping->data());
+  const uint32_t magic = Ref(c->magic).load(std::memory_order_relaxed);
+  const uint32_t version = Ref(c->version).load(std::memory_order_relaxed);
+  if (magic != copy_agent::kMagic || version != copy_agent::kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "copy agent channel header: magic 0x", absl::Hex(magic), " version ", version,
+        "; this daemon speaks version ", copy_agent::kVersion, " (client and daemon differ?)"));
+  }
+  if (Ref(c->state).load(std::memory_order_acquire) == static_cast<uint32_t>(State::kClosed)) {
+    return absl::FailedPreconditionError("the copy agent has already closed its channel");
+  }
+  // The daemon's sequence continues from whatever the memory holds, so a
+  // stale done_seq can never answer a request of this link.
+  std::shared_ptr<CopyAgentLink> link(
+      new CopyAgentLink(std::move(mapping), staging_bytes, pid, options));
+  {
+    absl::MutexLock lock(&link->mu_);
+    link->seq_ = Ref(c->request_seq).load(std::memory_order_relaxed);
+  }
+  return link;
+}
+
+CopyAgentLink::CopyAgentLink(std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes,
+                             int32_t pid, CopyAgentLinkOptions options)
+    : mapping_(std::move(mapping)), staging_bytes_(staging_bytes), pid_(pid), options_(options) {}
+
+Channel* CopyAgentLink::channel() const { return reinterpret_cast<Channel*>(mapping_->data()); }
+uint8_t* CopyAgentLink::staging() const { return mapping_->data() + copy_agent::kHeaderBytes; }
+
+bool CopyAgentLink::usable() const {
+  absl::MutexLock lock(&mu_);
+  if (paused_) SettleLateLocked();
+  return !ended_ && (!paused_ || !late_) &&
+         Ref(channel()->state).load(std::memory_order_relaxed) !=
+             static_cast<uint32_t>(State::kClosed);
+}
+
+uint64_t CopyAgentLink::requests_done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+absl::Status CopyAgentLink::EndLocked(absl::Status why) {
+  if (!ended_) {
+    ended_ = true;
+    MC_LOG(kWarning, "softnic: the copy agent of pid ", pid_, " is no longer used (", why.message(),
+           "): GPU copies for its memory run in mooncaked's own CUDA context");
+  }
+  return why;
+}
+
+absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_t bytes,
+                                      const uint8_t* stage_in) {
+  if (ended_) return absl::FailedPreconditionError("the copy agent link has ended");
+  if (paused_) {
+    SettleLateLocked();
+    if (late_) return absl::UnavailableError("the copy agent is paused on a blocked copy");
+    paused_ = false;  // the blocked copy completed: the agent serves again
+  }
+  Channel* c = channel();
+  // The daemon writes the header and the staging area: pages the client
+  // punched out since would be faulted in on the daemon's account. Only
+  // what this request touches is checked (a mincore of 1000 pages costs
+  // microseconds on every WQE).
+  const uint64_t touched = copy_agent::kHeaderBytes + bytes;
+  if (!mapping_->resident(mapping_->data(), touched)) {
+    return EndLocked(
+        absl::FailedPreconditionError("a page of the copy agent's channel is no longer in memory"));
+  }
+  if (Ref(c->state).load(std::memory_order_acquire) == static_cast<uint32_t>(State::kClosed)) {
+    return EndLocked(absl::UnavailableError("the agent closed its channel"));
+  }
+  // Only now, past the checks: while a late copy may still read the
+  // staging area (paused), nothing but MirrorIntoLateCopy writes it.
+  if (stage_in != nullptr) std::memcpy(staging(), stage_in, bytes);
+  Ref(c->request.op).store(static_cast<uint32_t>(op), std::memory_order_relaxed);
+  Ref(c->request.dst).store(dst, std::memory_order_relaxed);
+  Ref(c->request.src).store(src, std::memory_order_relaxed);
+  Ref(c->request.bytes).store(bytes, std::memory_order_relaxed);
+  Ref(c->request.staging_offset).store(0, std::memory_order_relaxed);
+  const uint32_t seq = ++seq_;
+  Ref(c->request_seq).store(seq, std::memory_order_release);
+  // The agent sets agent_sleeping, then re-reads request_seq before it
+  // sleeps; this side stores request_seq, then reads agent_sleeping. With a
+  // full fence on both sides one of them sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (Ref(c->agent_sleeping).load(std::memory_order_relaxed) != 0) {
+    ::syscall(SYS_futex, &c->request_seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto spin = absl::ToChronoNanoseconds(options_.spin);
+  const auto deadline = start + absl::ToChronoNanoseconds(options_.timeout);
+  const uint64_t stall_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.stall));
+  // An unanswered copy into GPU memory may still land later (see
+  // MirrorIntoLateCopy); other kinds write only the staging area.
+  const auto unanswered = [&](absl::Status why) {
+    late_ = LateCopy{seq, op, dst, bytes};
+    return EndLocked(std::move(why));
+  };
+  // A CUDA call that blocks: the agent is alive, so the link only pauses
+  // until that call returns and the request is answered (RunLocked).
+  const auto stalled = [&](absl::Status why) {
+    late_ = LateCopy{seq, op, dst, bytes};
+    if (!paused_) {
+      paused_ = true;
+      ++pauses_;
+      // The first, then at powers of two: a process that synchronizes
+      // while its kernels wait does so every iteration.
+      if ((pauses_ & (pauses_ - 1)) == 0) {
+        MC_LOG(kWarning, "softnic: the copy agent of pid ", pid_, " is paused (", why.message(),
+               "); mooncaked copies in its own CUDA context until the blocked copy completes (",
+               pauses_, " pauses so far)");
+      }
+    }
+    return why;
+  };
+  long sleep_ns = 1000;
+  while (Ref(c->done_seq).load(std::memory_order_acquire) != seq) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return unanswered(absl::DeadlineExceededError(absl::StrCat(
+          "a ", bytes, "-byte copy got no answer in ", absl::FormatDuration(options_.timeout))));
+    }
+    const uint64_t busy_since = Ref(c->busy_since_ns).load(std::memory_order_relaxed);
+    if (busy_since != 0) {
+      timespec mono{};
+      ::clock_gettime(CLOCK_MONOTONIC, &mono);
+      const uint64_t mono_ns = uint64_t(mono.tv_sec) * 1'000'000'000ull + uint64_t(mono.tv_nsec);
+      if (mono_ns > busy_since && mono_ns - busy_since > stall_ns) {
+        return stalled(absl::DeadlineExceededError(absl::StrCat(
+            "the agent has been inside a CUDA call for ", (mono_ns - busy_since) / 1'000'000,
+            " ms on a ", bytes,
+            "-byte copy: another thread of its process is probably synchronizing the context "
+            "(cudaDeviceSynchronize, a synchronous cudaMemcpy) while a kernel waits for this "
+            "copy")));
+      }
+    }
+    if (Ref(c->state).load(std::memory_order_relaxed) == static_cast<uint32_t>(State::kClosed)) {
+      return unanswered(absl::UnavailableError("the agent closed its channel mid-request"));
+    }
+    if (now - start < spin) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    // Beyond the spin: a copy that long is a big one; look every few
+    // microseconds up to 100 us.
+    const timespec ts{0, sleep_ns};
+    ::nanosleep(&ts, nullptr);
+    sleep_ns = std::min(sleep_ns * 2, 100'000L);
+  }
+  const int32_t result = Ref(c->result).load(std::memory_order_relaxed);
+  if (result != 0) {
+    return absl::InternalError(absl::StrCat("the copy agent of pid ", pid_, " failed a ", bytes,
+                                            "-byte copy with CUDA error ", result));
+  }
+  ++done_;
+  round_trip_ns_ += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  return absl::OkStatus();
+}
+
+CopyAgentLink::~CopyAgentLink() {
+  if (done_ > 0) {
+    MC_LOG(kInfo, "softnic: the copy agent of pid ", pid_, " answered ", done_, " requests, ",
+           round_trip_ns_ / done_ / 1000.0,
+           " us each on average from request to "
+           "answer");
+  }
+}
+
+void CopyAgentLink::SettleLateLocked() const {
+  if (late_ && Ref(channel()->done_seq).load(std::memory_order_acquire) == late_->seq) {
+    late_.reset();  // it landed: nothing later can be overwritten by it
+  }
+}
+
+bool CopyAgentLink::LateCopyOverlaps(uint64_t dst, uint64_t n) const {
+  absl::MutexLock lock(&mu_);
+  SettleLateLocked();
+  return late_ && late_->op == Op::kToDevice && dst < late_->dst + late_->bytes &&
+         late_->dst < dst + n;
+}
+
+void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  SettleLateLocked();
+  if (!late_ || late_->op != Op::kToDevice) return;
+  const uint64_t lo = std::max(dst, late_->dst);
+  const uint64_t hi = std::min(dst + n, late_->dst + late_->bytes);
+  if (lo >= hi) return;
+  // The late copy reads staging[0, bytes) (its request's offset is 0).
+  uint8_t* at = staging() + (lo - late_->dst);
+  if (!mapping_->resident(at, hi - lo)) return;
+  std::memcpy(at, bytes + (lo - dst), hi - lo);
+}
+
+absl::Status CopyAgentLink::ToDevice(uint64_t dst, const uint8_t* host, uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t len = std::min(n - off, staging_bytes_);
+    if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, host + off); !s.ok()) return s;
+    off += len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyAgentLink::FromDevice(uint64_t src, uint64_t n, const Sink& sink) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t len = std::min(n - off, staging_bytes_);
+    if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
+    if (!sink(staging(), off, len)) return absl::AbortedError("the copy's destination refused");
+    off += len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyAgentLink::WithinDevice(uint64_t dst, uint64_t src, uint64_t n) {
+  absl::MutexLock lock(&mu_);
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t len = std::min(n - off, staging_bytes_);
+    // Out to the staging area, then in from it: the bytes stay there.
+    if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
+    if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, nullptr); !s.ok()) return s;
+    off += len;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mooncake::softnic

@@ -1,0 +1,148 @@
+// CopyAgentLink: softnic's end of one client process's copy agent (the
+// channel is described in mooncake/common/copy_agent_channel.h). The engine
+// asks it to move bytes into and out of that process's GPU memory; the
+// agent runs each copy on its own stream in its own CUDA context, beside
+// the process's spinning kernels, where a copy in the daemon's context
+// would wait for a GPU time slice (softnic/cuda_memory.h).
+//
+//   auto link = CopyAgentLink::Create(mapping, staging_bytes, pid, {});
+//   engine.AttachCopyAgent(session, *link);  // the session's GPU regions use it
+//
+// Every call is bounded. A request the agent does not take within
+// `timeout`, a channel it marks closed, or a page of it no longer in
+// memory, ends the link for good (usable() false, logged once): the engine
+// copies through its own CUDA context from then on (slow, but correct). An
+// agent that took a request but sits in a CUDA call longer than `stall`
+// is blocked, in practice by another thread of its process synchronizing
+// the context while a kernel waits for this copy: the link pauses (the
+// engine copies that request and the next ones itself) until the blocked
+// copy completes, then serves again. A request the agent answers with a
+// CUDA error fails only that copy (the engine then tries its own context).
+//
+// A copy into GPU memory that was not answered may still land later, from
+// the staging area: MirrorIntoLateCopy keeps what it would write equal to
+// what the engine wrote there since, so it cannot undo a later write.
+//
+// Thread-safety: calls are serialized by an internal mutex (the engine
+// calls with its own lock held).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "mooncake/common/copy_agent_channel.h"
+#include "softnic/shared_mapping.h"
+
+namespace mooncake::softnic {
+
+struct CopyAgentLinkOptions {
+  // How long one request may take, the copy included (a staging chunk is at
+  // most 16 MiB: milliseconds at PCIe speed).
+  absl::Duration timeout = absl::Seconds(2);
+  // How long the daemon spins on the answer before it sleeps between looks.
+  absl::Duration spin = absl::Microseconds(200);
+  // How long the agent may sit inside the CUDA calls of one request (it
+  // says since when: Channel::busy_since_ns). Longer means a CUDA call of
+  // the agent is blocked, in practice by another thread of its process
+  // synchronizing the context (cudaDeviceSynchronize, a synchronous
+  // cudaMemcpy) while a kernel waits for this copy: it would wait forever.
+  // A staged piece of 16 MiB takes about a millisecond; a GPU shared by
+  // several processes adds a time slice (2.4 ms) or two.
+  absl::Duration stall = absl::Milliseconds(20);
+};
+
+class CopyAgentLink {
+ public:
+  // Over `mapping` (the whole channel memfd, header and staging; mapped by
+  // the daemon from a populated, sealed memfd). `staging_bytes` is what the
+  // client said in the RPC: mapping->size() must be kHeaderBytes plus it,
+  // within [kMinStagingBytes, kMaxStagingBytes]. `pid`: the agent's process
+  // (SO_PEERCRED of its session), for the log. InvalidArgument for a size or header that does not
+  // fit; FailedPrecondition when the agent has already closed.
+  static absl::StatusOr<std::shared_ptr<CopyAgentLink>> Create(
+      std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
+      CopyAgentLinkOptions options);
+
+  // Whether requests still go to the agent.
+  bool usable() const;
+  int32_t pid() const { return pid_; }
+  uint64_t staging_bytes() const { return staging_bytes_; }
+
+  // host[0, n) -> the agent's device address `dst`, through the staging
+  // area in pieces of at most staging_bytes().
+  absl::Status ToDevice(uint64_t dst, const uint8_t* host, uint64_t n);
+  // The agent's device address `src`, n bytes, handed to `sink` piece by
+  // piece (each piece's bytes, its offset from src, its length) from the
+  // staging area. A sink that returns false stops the copy (Aborted).
+  using Sink = std::function<bool(const uint8_t* piece, uint64_t offset, uint64_t length)>;
+  absl::Status FromDevice(uint64_t src, uint64_t n, const Sink& sink);
+  // src -> dst, both addresses of the agent's process, through the staging
+  // area: two requests per piece. Never one device-to-device copy: a copy
+  // the agent is blocked on lands late (see the header comment), and one
+  // that read its source then could write bytes the engine cannot keep
+  // current; one from the staging area carries what MirrorIntoLateCopy
+  // put there.
+  absl::Status WithinDevice(uint64_t dst, uint64_t src, uint64_t n);
+
+  // After the link ended on a request into GPU memory (ToDevice) that the
+  // agent did not answer, that copy may still land later, from the staging
+  // area, once its CUDA call unblocks. The engine then writes the same
+  // process's memory itself; before each such write it calls this with the
+  // bytes it is about to write at `dst`: where they overlap the late copy's
+  // range, they go into the staging area too, so the late copy carries the
+  // newest bytes instead of old ones. Nothing once the late copy has been
+  // answered, or when there is none.
+  void MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n);
+  // Whether [dst, dst + n) overlaps a late copy still pending (above).
+  bool LateCopyOverlaps(uint64_t dst, uint64_t n) const;
+
+  // Requests the agent completed (tests, listings).
+  uint64_t requests_done() const;
+  ~CopyAgentLink();  // logs how many requests it sent and their mean round trip
+
+ private:
+  CopyAgentLink(std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
+                CopyAgentLinkOptions options);
+  // Sends one request and waits for its answer; `stage_in` (kToDevice):
+  // the bytes to put in the staging area first, or null when they are
+  // there already.
+  absl::Status RunLocked(copy_agent::Op op, uint64_t dst, uint64_t src, uint64_t bytes,
+                         const uint8_t* stage_in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends the link for good, logging why once.
+  absl::Status EndLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  copy_agent::Channel* channel() const;
+  uint8_t* staging() const;
+
+  const std::shared_ptr<SharedMapping> mapping_;
+  const uint64_t staging_bytes_;
+  const int32_t pid_;
+  const CopyAgentLinkOptions options_;
+  mutable absl::Mutex mu_;
+  uint32_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t round_trip_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  // A ToDevice request that ended the link unanswered (MirrorIntoLateCopy).
+  struct LateCopy {
+    uint32_t seq = 0;
+    copy_agent::Op op = copy_agent::Op::kNone;
+    uint64_t dst = 0;
+    uint64_t bytes = 0;
+  };
+  // Paused on a blocked CUDA call of the agent (stall): late_ is that
+  // request; the link serves again once it is answered.
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t pauses_ ABSL_GUARDED_BY(mu_) = 0;
+  mutable std::optional<LateCopy> late_ ABSL_GUARDED_BY(mu_);
+  // Drops late_ once the agent answered it.
+  void SettleLateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+};
+
+}  // namespace mooncake::softnic

@@ -1,0 +1,599 @@
+// softnic's copy agents (issue 24 item 11), without a GPU: the client's
+// CopyAgent (client/src/copy_agent.h) on a FakeCudaDriver, whose "device
+// memory" is host memory, and softnic's CopyAgentLink over the same memfd
+// the daemon would map. Then the engine: WRITEs into and out of GPU regions
+// whose process runs an agent move through it (the daemon's own CUDA
+// context copies nothing), between two processes through both staging
+// areas, and back through the daemon's context once an agent is gone,
+// silent or failing. Last, an agent in a forked process, asleep on its
+// futex between requests.
+#include "copy_agent.h"
+
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "fake_cuda_driver.h"
+#include "fake_gpu.h"
+#include "mooncake/common/fd_passing.h"
+#include "mooncake/device/mlx5/prm.h"
+#include "mooncake/device/mlx5/wqe.h"
+#include "raw_qp.h"
+#include "softnic/copy_agent_link.h"
+#include "softnic/cuda_memory.h"
+#include "softnic/engine.h"
+#include "softnic/shared_mapping.h"
+
+namespace mooncake::softnic {
+namespace {
+
+using drivers::FakeCudaDriver;
+using drivers::FakeGpu;
+using test_util::ClientAllocation;
+using test_util::CqeOpcode;
+using test_util::CqeSyndrome;
+using test_util::FakeOptions;
+using test_util::FakeWithGpus;
+using test_util::kGran;
+using test_util::RawQp;
+namespace mlx5 = test_util::mlx5;
+using mlx5::Cqe64;
+using mlx5::Wqe64;
+
+constexpr PdId kPdA = 11;  // requesters
+constexpr PdId kPdB = 22;  // the responder
+constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
+constexpr uint64_t kStaging = copy_agent::kMinStagingBytes;  // 64 KiB: big copies go in pieces
+
+uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 8)); }
+
+std::shared_ptr<FakeCudaDriver> ClientDriver() {
+  auto cu = std::make_shared<FakeCudaDriver>();
+  cu->addGpu(FakeGpu::Hopper(0));
+  cu->setGranularity(kGran);
+  EXPECT_EQ(cu->init(0), drivers::kCudaSuccess);
+  return cu;
+}
+
+drivers::CuContext PrimaryContext(FakeCudaDriver& cu) {
+  drivers::CuDevice dev = 0;
+  drivers::CuContext ctx = nullptr;
+  EXPECT_EQ(cu.deviceGet(&dev, 0), drivers::kCudaSuccess);
+  EXPECT_EQ(cu.devicePrimaryCtxRetain(&ctx, dev), drivers::kCudaSuccess);
+  return ctx;
+}
+
+// The daemon's side of `fd`, as RdmaResources::AttachCopyAgent maps it.
+absl::StatusOr<std::shared_ptr<CopyAgentLink>> LinkTo(int fd, uint64_t staging, int32_t pid,
+                                                      absl::Duration timeout = absl::Seconds(2)) {
+  auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, copy_agent::kHeaderBytes + staging);
+  if (!mapping.ok()) return mapping.status();
+  return CopyAgentLink::Create(*mapping, staging, pid, CopyAgentLinkOptions{.timeout = timeout});
+}
+
+// ---- the agent and the link --------------------------------------------------------
+
+class CopyAgentLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cu_ = ClientDriver();
+    ctx_ = PrimaryContext(*cu_);
+    auto agent = CopyAgent::Create(cu_, ctx_, kStaging);
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agent_ = *std::move(agent);
+    auto link = LinkTo(agent_->fd(), kStaging, ::getpid());
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_ = *link;
+  }
+  std::shared_ptr<FakeCudaDriver> cu_;
+  drivers::CuContext ctx_ = nullptr;
+  std::unique_ptr<CopyAgent> agent_;
+  std::shared_ptr<CopyAgentLink> link_;
+};
+
+TEST_F(CopyAgentLinkTest, MovesBytesBothWaysAndWithinInPieces) {
+  ClientAllocation gpu(*cu_, 4 * kGran);
+  const int warm = cu_->calls("memcpyHtoD");  // the agent's warm-up copies
+  const uint64_t n = 3 * kStaging + 17;       // four pieces, the last a short one
+  std::vector<uint8_t> host(n);
+  for (uint64_t i = 0; i < n; ++i) host[i] = PatternByte(i);
+  ASSERT_TRUE(link_->ToDevice(gpu.va() + 5, host.data(), n).ok());
+  EXPECT_EQ(std::memcmp(gpu.data() + 5, host.data(), n), 0);
+  EXPECT_EQ(link_->requests_done(), 4u);
+
+  std::vector<uint8_t> back(n, 0);
+  uint64_t pieces = 0;
+  ASSERT_TRUE(link_
+                  ->FromDevice(gpu.va() + 5, n,
+                               [&](const uint8_t* p, uint64_t off, uint64_t len) {
+                                 std::memcpy(back.data() + off, p, len);
+                                 ++pieces;
+                                 return true;
+                               })
+                  .ok());
+  EXPECT_EQ(back, host);
+  EXPECT_EQ(pieces, 4u);
+
+  // Within: out to the staging area and in again, two requests.
+  ASSERT_TRUE(link_->WithinDevice(gpu.va() + 2 * kGran, gpu.va() + 5, 1000).ok());
+  EXPECT_EQ(std::memcmp(gpu.data() + 2 * kGran, host.data(), 1000), 0);
+  EXPECT_EQ(agent_->copies(), 10u);
+  EXPECT_EQ(cu_->calls("memcpyHtoD") - warm, 5) << "on the agent's stream";
+  EXPECT_TRUE(link_->usable());
+}
+
+// Before the channel goes out, one copy of each kind has run on the
+// agent's stream (the first of a kind can wait for running kernels).
+TEST(CopyAgentWarmUpTest, EachKindOfCopyRunsOnceAtCreation) {
+  auto cu = ClientDriver();
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  EXPECT_EQ(cu->calls("memcpyHtoD"), 1);
+  EXPECT_EQ(cu->calls("memcpyDtoH"), 1);
+  EXPECT_EQ(cu->calls("memFree"), 1);
+  cu->failNext("memcpyHtoD", drivers::kCudaErrorUnknown);
+  auto refused = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  EXPECT_FALSE(refused.ok()) << "a driver that cannot copy runs no agent";
+  EXPECT_NE(refused.status().message().find("warm-up"), absl::string_view::npos)
+      << refused.status();
+}
+
+TEST_F(CopyAgentLinkTest, ACudaErrorFailsOnlyThatCopy) {
+  std::vector<uint8_t> host(64, 1);
+  // No allocation there: the agent's driver refuses the copy.
+  absl::Status s = link_->ToDevice(0x10, host.data(), host.size());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("CUDA error"), absl::string_view::npos) << s;
+  EXPECT_TRUE(link_->usable());
+  ClientAllocation gpu(*cu_, kGran);
+  EXPECT_TRUE(link_->ToDevice(gpu.va(), host.data(), host.size()).ok());
+}
+
+TEST_F(CopyAgentLinkTest, AClosedAgentEndsTheLinkAtOnce) {
+  agent_.reset();  // marks the channel closed
+  EXPECT_FALSE(link_->usable());
+  std::vector<uint8_t> host(8, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(link_->ToDevice(0x1000, host.data(), 8).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500))
+      << "a closed agent is not waited for";
+}
+
+TEST(CopyAgentLinkCreateTest, RefusesSizesAndHeadersThatDoNotFit) {
+  auto cu = ClientDriver();
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  // The staging size the RPC names must match what the memfd holds.
+  auto mapping =
+      SharedMapping::FromPopulatedMemfd((*agent)->fd(), 0, copy_agent::kHeaderBytes + kStaging);
+  ASSERT_TRUE(mapping.ok());
+  EXPECT_EQ(CopyAgentLink::Create(*mapping, 2 * kStaging, 1, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CopyAgentLink::Create(*mapping, 1000, 1, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CopyAgent::Create(cu, PrimaryContext(*cu), 4096).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A header that is not a channel's.
+  auto blank = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
+  ASSERT_TRUE(blank.ok());
+  absl::Status s = CopyAgentLink::Create(*blank, kStaging, 1, {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("magic"), absl::string_view::npos) << s;
+}
+
+// A channel whose agent never answers (its process is stopped, or hostile):
+// the request times out, the link ends, and no later call waits again.
+TEST(CopyAgentLinkSilentTest, ASilentAgentTimesOutOnceAndIsNotAskedAgain) {
+  auto blank = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
+  ASSERT_TRUE(blank.ok());
+  auto* c = reinterpret_cast<copy_agent::Channel*>((*blank)->data());
+  c->magic = copy_agent::kMagic;
+  c->version = copy_agent::kVersion;
+  c->state = static_cast<uint32_t>(copy_agent::State::kServing);
+  auto link = CopyAgentLink::Create(*blank, kStaging, 1,
+                                    CopyAgentLinkOptions{.timeout = absl::Milliseconds(50)});
+  ASSERT_TRUE(link.ok()) << link.status();
+  std::vector<uint8_t> host(8, 1);
+  absl::Status s = (*link)->ToDevice(0x1000, host.data(), 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_FALSE((*link)->usable());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE((*link)->ToDevice(0x1000, host.data(), 8).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(40));
+  // A stale answer (done_seq of the request that timed out) is not taken
+  // for the next one either: the link has ended.
+  c->done_seq = c->request_seq;
+  EXPECT_FALSE((*link)->usable());
+}
+
+// An agent whose CUDA call is blocked (another thread of its process
+// synchronizes the context while a kernel waits for this copy): it took
+// the request and says since when it is busy, and never answers.
+class BlockedAgent {
+ public:
+  BlockedAgent() {
+    auto m = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
+    EXPECT_TRUE(m.ok());
+    mapping_ = *m;
+    c_ = reinterpret_cast<copy_agent::Channel*>(mapping_->data());
+    c_->magic = copy_agent::kMagic;
+    c_->version = copy_agent::kVersion;
+    c_->state = static_cast<uint32_t>(copy_agent::State::kServing);
+    thread_ = std::thread([this] {
+      uint32_t seen = 0;
+      while (!stop_.load()) {
+        const uint32_t seq = std::atomic_ref<uint32_t>(c_->request_seq).load();
+        if (seq != seen) {
+          seen = seq;
+          last_seq_.store(seq);
+          timespec now{};
+          ::clock_gettime(CLOCK_MONOTONIC, &now);
+          std::atomic_ref<uint64_t>(c_->busy_since_ns)
+              .store(uint64_t(now.tv_sec) * 1'000'000'000ull + uint64_t(now.tv_nsec));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+  }
+  ~BlockedAgent() {
+    stop_.store(true);
+    thread_.join();
+  }
+  std::shared_ptr<CopyAgentLink> Link(int32_t pid) {
+    auto link = CopyAgentLink::Create(mapping_, kStaging, pid,
+                                      CopyAgentLinkOptions{.timeout = absl::Seconds(5)});
+    EXPECT_TRUE(link.ok()) << link.status();
+    return link.ok() ? *link : nullptr;
+  }
+  uint8_t* staging() const { return mapping_->data() + copy_agent::kHeaderBytes; }
+  // The blocked call returns at last: the copy is answered.
+  void Answer() { std::atomic_ref<uint32_t>(c_->done_seq).store(last_seq_.load()); }
+
+ private:
+  std::shared_ptr<SharedMapping> mapping_;
+  copy_agent::Channel* c_ = nullptr;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint32_t> last_seq_{0};
+  std::thread thread_;
+};
+
+TEST(CopyAgentStallTest, ABlockedCudaCallPausesTheLinkInMillisecondsAndItsLateCopyIsMirrored) {
+  BlockedAgent agent;
+  auto link = agent.Link(1);
+  ASSERT_NE(link, nullptr);
+  const uint64_t dst = 0x7000;
+  const uint8_t old_bytes[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = link->ToDevice(dst, old_bytes, 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("inside a CUDA call"), absl::string_view::npos) << s;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
+      << "the stall (20 ms), not the timeout (5 s)";
+  EXPECT_FALSE(link->usable()) << "paused";
+  const uint8_t other[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+  EXPECT_EQ(link->ToDevice(dst + 64, other, 8).code(), absl::StatusCode::kUnavailable)
+      << "not asked again while its copy is blocked";
+  EXPECT_EQ(std::memcmp(agent.staging(), old_bytes, 8), 0)
+      << "the blocked copy's bytes are not overwritten by a refused request";
+  // The late copy would land old_bytes at [dst, dst + 8): later bytes the
+  // daemon writes there go into its staging area too.
+  EXPECT_TRUE(link->LateCopyOverlaps(dst + 6, 4));
+  EXPECT_FALSE(link->LateCopyOverlaps(dst + 8, 4));
+  const uint8_t newer[4] = {9, 9, 9, 9};
+  link->MirrorIntoLateCopy(dst + 6, newer, 4);  // overlaps [6, 8) only
+  const uint8_t want[8] = {1, 1, 1, 1, 1, 1, 9, 9};
+  EXPECT_EQ(std::memcmp(agent.staging(), want, 8), 0);
+  // Once the late copy is answered nothing is mirrored any more.
+  agent.Answer();
+  EXPECT_TRUE(link->usable()) << "the blocked copy completed: the agent serves again";
+  EXPECT_FALSE(link->LateCopyOverlaps(dst, 8));
+  link->MirrorIntoLateCopy(dst, newer, 4);
+  EXPECT_EQ(std::memcmp(agent.staging(), want, 8), 0);
+}
+
+// ---- the engine through agents ---------------------------------------------------
+
+class AgentEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    client_cu_ = ClientDriver();
+    ctx_ = PrimaryContext(*client_cu_);
+    cu_ = FakeWithGpus(1);
+    cuda_ = CudaMemory::Create(FakeOptions(cu_));
+    auto host = SharedMapping::Anonymous(64 << 10);
+    ASSERT_TRUE(host.ok()) << host.status();
+    host_ = *host;
+    responder_ = RawQp::Create(engine_, kPdB, 1, 1);
+    ASSERT_NE(responder_, nullptr);
+    engine_.Start();
+  }
+  void TearDown() override { engine_.Stop(); }
+
+  // An agent for `pd`, as if its session's process were `pid`.
+  std::unique_ptr<CopyAgent> Attach(PdId pd, int32_t pid) {
+    auto agent = CopyAgent::Create(client_cu_, ctx_, kStaging);
+    EXPECT_TRUE(agent.ok()) << agent.status();
+    if (!agent.ok()) return nullptr;
+    auto link = LinkTo((*agent)->fd(), kStaging, pid, absl::Milliseconds(200));
+    EXPECT_TRUE(link.ok()) << link.status();
+    if (!link.ok()) return nullptr;
+    EXPECT_TRUE(engine_.AttachCopyAgent(pd, *link).ok());
+    return *std::move(agent);
+  }
+  std::unique_ptr<RawQp> NewQp() {
+    auto qp = RawQp::Create(engine_, kPdA, 16, 16);
+    if (qp == nullptr) return nullptr;
+    EXPECT_TRUE(engine_.Connect(kPdA, qp->qpn(), responder_->qpn()).ok());
+    return qp;
+  }
+  uint32_t GpuRegion(PdId pd, const ClientAllocation& alloc, uint32_t access) {
+    auto buffer = cuda_->Import(alloc.fd(), alloc.size());
+    EXPECT_TRUE(buffer.ok()) << buffer.status();
+    if (!buffer.ok()) return 0;
+    RegionSpec spec;
+    spec.pd = pd;
+    spec.iova = alloc.va();
+    spec.length = alloc.size();
+    spec.access = access;
+    spec.kind = MemoryKind::kCuda;
+    spec.cuda = *buffer;
+    auto key = engine_.RegisterRegion(spec);
+    EXPECT_TRUE(key.ok()) << key.status();
+    return key.ok() ? *key : 0;
+  }
+  uint32_t HostRegion(PdId pd, uint64_t offset, uint64_t len, uint32_t access) {
+    RegionSpec spec;
+    spec.pd = pd;
+    spec.iova = HostIova(offset);
+    spec.length = len;
+    spec.access = access;
+    spec.mapping = host_;
+    spec.offset = offset;
+    auto key = engine_.RegisterRegion(spec);
+    EXPECT_TRUE(key.ok()) << key.status();
+    return key.ok() ? *key : 0;
+  }
+  uint64_t HostIova(uint64_t offset) const {
+    return reinterpret_cast<uintptr_t>(host_->data()) + offset;
+  }
+  Cqe64 RunOne(RawQp& qp, const Wqe64& w) {
+    qp.Write(w);
+    qp.Ring();
+    Cqe64 c{};
+    EXPECT_TRUE(qp.Next(&c)) << "no CQE";
+    return c;
+  }
+  // Copies the daemon's own CUDA context ran.
+  int DaemonCopies() const {
+    return cu_->calls("memcpyHtoD") + cu_->calls("memcpyDtoH") + cu_->calls("memcpyDtoD") +
+           cu_->calls("memcpy");
+  }
+
+  std::shared_ptr<FakeCudaDriver> client_cu_;
+  drivers::CuContext ctx_ = nullptr;
+  std::shared_ptr<FakeCudaDriver> cu_;  // the daemon's
+  std::shared_ptr<CudaMemory> cuda_;
+  std::shared_ptr<SharedMapping> host_;
+  Engine engine_;
+  std::unique_ptr<RawQp> responder_;
+};
+
+TEST_F(AgentEngineTest, HostToGpuAndInlineSignalsGoThroughTheOwnersAgent) {
+  ClientAllocation dst(*client_cu_, kGran);
+  // Registered before the agent attaches: it still takes the region.
+  const uint32_t dst_key = GpuRegion(kPdB, dst, kRemoteWrite);
+  auto agent = Attach(kPdB, 1000);
+  ASSERT_NE(agent, nullptr);
+  const uint32_t src_key = HostRegion(kPdA, 0, 8192, 0);
+  for (uint64_t i = 0; i < 8192; ++i) host_->data()[i] = PatternByte(i);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, qp->qpn(), kUpd, dst.va() + 100, dst_key, HostIova(0), src_key,
+                         8000);
+  Cqe64 c = RunOne(*qp, w);
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  EXPECT_EQ(std::memcmp(dst.data() + 100, host_->data(), 8000), 0);
+  const uint64_t signal = 0x1122334455667788ull;
+  mlx5::build_rdma_write_inline(&w, 1, qp->qpn(), kUpd, dst.va() + 64, dst_key, &signal, 8);
+  c = RunOne(*qp, w);
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  uint64_t seen;
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, signal);
+  EXPECT_EQ(agent->copies(), 2u);
+  EXPECT_EQ(DaemonCopies(), 0) << "the daemon's context copied nothing";
+  EXPECT_EQ(cu_->calls("ctxSynchronize"), 0);
+}
+
+TEST_F(AgentEngineTest, GpuToGpuInOneProcessIsOneCopyAndAcrossProcessesGoesThroughBoth) {
+  ClientAllocation a(*client_cu_, 2 * kGran), b(*client_cu_, 2 * kGran);
+  auto agent_a = Attach(kPdA, 1000);
+  ASSERT_NE(agent_a, nullptr);
+  const uint32_t a_key = GpuRegion(kPdA, a, 0);
+  const uint32_t host_key = HostRegion(kPdB, 4096, 4096, kRemoteWrite);
+  for (uint64_t i = 0; i < a.size(); ++i) a.data()[i] = PatternByte(i);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  // GPU -> host: out through A's staging area.
+  Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, qp->qpn(), kUpd, HostIova(4096), host_key, a.va() + 3, a_key, 4096);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  EXPECT_EQ(std::memcmp(host_->data() + 4096, a.data() + 3, 4096), 0);
+  EXPECT_EQ(agent_a->copies(), 1u);
+
+  // B is another process's: A's agent copies out, B's copies in, in pieces
+  // of the staging size.
+  auto agent_b = Attach(kPdB, 2000);
+  ASSERT_NE(agent_b, nullptr);
+  const uint32_t b_key = GpuRegion(kPdB, b, kRemoteWrite);
+  const uint64_t n = kStaging + 1000;
+  mlx5::build_rdma_write(&w, 1, qp->qpn(), kUpd, b.va() + 8, b_key, a.va() + 11, a_key,
+                         static_cast<uint32_t>(n));
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  EXPECT_EQ(std::memcmp(b.data() + 8, a.data() + 11, n), 0);
+  EXPECT_EQ(agent_a->copies(), 3u);
+  EXPECT_EQ(agent_b->copies(), 2u);
+  EXPECT_EQ(DaemonCopies(), 0);
+}
+
+// Two sessions of one process: out through one agent's staging area, in
+// through the other's; never device to device (CopyAgentLink::WithinDevice).
+TEST_F(AgentEngineTest, TwoSessionsOfOneProcessGoThroughTheirStagingAreas) {
+  ClientAllocation a(*client_cu_, kGran), b(*client_cu_, kGran);
+  auto agent_a = Attach(kPdA, 1000), agent_b = Attach(kPdB, 1000);
+  const uint32_t a_key = GpuRegion(kPdA, a, 0);
+  const uint32_t b_key = GpuRegion(kPdB, b, kRemoteWrite);
+  for (uint64_t i = 0; i < a.size(); ++i) a.data()[i] = PatternByte(i);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, qp->qpn(), kUpd, b.va(), b_key, a.va() + 1, a_key, 5000);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  EXPECT_EQ(std::memcmp(b.data(), a.data() + 1, 5000), 0);
+  EXPECT_EQ(agent_a->copies(), 1u);
+  EXPECT_EQ(agent_b->copies(), 1u);
+  EXPECT_EQ(client_cu_->calls("memcpy"), 0) << "no device-to-device copy";
+  EXPECT_EQ(DaemonCopies(), 0);
+}
+
+TEST_F(AgentEngineTest, TheDaemonCopiesOnceTheAgentIsGoneOrFails) {
+  ClientAllocation dst(*client_cu_, kGran);
+  auto agent = Attach(kPdB, 1000);
+  const uint32_t dst_key = GpuRegion(kPdB, dst, kRemoteWrite);
+  const uint32_t src_key = HostRegion(kPdA, 0, 4096, 0);
+  std::memset(host_->data(), 0x5a, 4096);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  // The agent's driver fails the copy: the daemon's context redoes it.
+  client_cu_->failNext("memcpyHtoD", drivers::kCudaErrorUnknown);
+  Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, qp->qpn(), kUpd, dst.va(), dst_key, HostIova(0), src_key, 4096);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  EXPECT_EQ(dst.data()[4095], 0x5a);
+  EXPECT_EQ(cu_->calls("memcpyHtoD"), 1);
+  EXPECT_TRUE(engine_.HasCopyAgent(kPdB)) << "one failed copy does not end the agent";
+  // The process's agent goes away (its transport was destroyed).
+  agent.reset();
+  std::memset(host_->data(), 0x6b, 4096);
+  mlx5::build_rdma_write(&w, 1, qp->qpn(), kUpd, dst.va(), dst_key, HostIova(0), src_key, 4096);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  EXPECT_EQ(dst.data()[0], 0x6b);
+  EXPECT_EQ(cu_->calls("memcpyHtoD"), 2);
+  EXPECT_FALSE(engine_.HasCopyAgent(kPdB));
+}
+
+// The agent of the target's process blocks (its process synchronizes the
+// context while the kernel waits): the daemon copies itself within
+// milliseconds, and when the blocked copy lands at last it carries the
+// newest bytes, not the ones it was asked for.
+TEST_F(AgentEngineTest, ABlockedAgentsLateCopyCannotUndoALaterWrite) {
+  ClientAllocation dst(*client_cu_, kGran);
+  BlockedAgent agent;
+  auto link = agent.Link(1000);
+  ASSERT_NE(link, nullptr);
+  ASSERT_TRUE(engine_.AttachCopyAgent(kPdB, link).ok());
+  const uint32_t dst_key = GpuRegion(kPdB, dst, kRemoteWrite);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  Wqe64 w;
+  const uint64_t first = 0x1111111111111111ull, second = 0x2222222222222222ull;
+  mlx5::build_rdma_write_inline(&w, 0, qp->qpn(), kUpd, dst.va() + 64, dst_key, &first, 8);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  uint64_t seen = 0;
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, first) << "the daemon's own copy, after the stall";
+  mlx5::build_rdma_write_inline(&w, 1, qp->qpn(), kUpd, dst.va() + 64, dst_key, &second, 8);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, second);
+  // The blocked copy lands now: staging[0, 8) -> the first write's place.
+  std::memcpy(dst.data() + 64, agent.staging(), 8);
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, second) << "the late copy carried the newest bytes";
+}
+
+TEST_F(AgentEngineTest, OneAgentPerPdAndItGoesWithThePd) {
+  auto agent = Attach(kPdB, 1000);
+  ASSERT_NE(agent, nullptr);
+  auto second = CopyAgent::Create(client_cu_, ctx_, kStaging);
+  ASSERT_TRUE(second.ok());
+  auto link = LinkTo((*second)->fd(), kStaging, 1000);
+  ASSERT_TRUE(link.ok());
+  EXPECT_EQ(engine_.AttachCopyAgent(kPdB, *link).code(), absl::StatusCode::kAlreadyExists);
+  engine_.DestroyPd(kPdB);
+  EXPECT_FALSE(engine_.HasCopyAgent(kPdB));
+  EXPECT_TRUE(engine_.AttachCopyAgent(kPdB, *link).ok());
+}
+
+// ---- an agent in another process --------------------------------------------------
+
+// The child runs an agent over its own fake GPU memory and sends the
+// channel's fd and the address of its allocation; the parent, as the
+// daemon, writes and reads that memory through it. The gaps between
+// requests outlast the agent's spin, so each request wakes it on its futex.
+TEST(CopyAgentProcessTest, AnAgentInAnotherProcessWakesForEachRequest) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(sv[0]);
+    auto cu = std::make_shared<FakeCudaDriver>();
+    cu->addGpu(FakeGpu::Hopper(0));
+    cu->setGranularity(kGran);
+    if (cu->init(0) != drivers::kCudaSuccess) ::_exit(2);
+    drivers::CuDevice dev = 0;
+    drivers::CuContext ctx = nullptr;
+    cu->deviceGet(&dev, 0);
+    cu->devicePrimaryCtxRetain(&ctx, dev);
+    drivers::CuDevicePtr mem = 0;
+    if (cu->memAlloc(&mem, 1 << 20) != drivers::kCudaSuccess) ::_exit(3);
+    auto agent = CopyAgent::Create(cu, ctx, kStaging);
+    if (!agent.ok()) ::_exit(4);
+    const std::string addr = std::to_string(mem);
+    if (!SendFrame(sv[1], addr, {(*agent)->fd()}).ok()) ::_exit(5);
+    char done = 0;
+    (void)::read(sv[1], &done, 1);  // until the parent is finished
+    ::_exit(0);
+  }
+  ::close(sv[1]);
+  auto frame = RecvFrame(sv[0], absl::Seconds(10));
+  ASSERT_TRUE(frame.ok()) << frame.status();
+  ASSERT_EQ(frame->fds.size(), 1u);
+  const uint64_t mem = std::stoull(frame->payload);
+  auto link = LinkTo(frame->fds[0].get(), kStaging, child);
+  ASSERT_TRUE(link.ok()) << link.status();
+  for (int round = 0; round < 5; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the agent sleeps
+    std::vector<uint8_t> out(3000), in(3000, 0);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = PatternByte(i + round);
+    ASSERT_TRUE((*link)->ToDevice(mem + 64 * round, out.data(), out.size()).ok());
+    ASSERT_TRUE((*link)
+                    ->FromDevice(mem + 64 * round, in.size(),
+                                 [&](const uint8_t* p, uint64_t off, uint64_t len) {
+                                   std::memcpy(in.data() + off, p, len);
+                                   return true;
+                                 })
+                    .ok());
+    EXPECT_EQ(in, out) << "round " << round;
+  }
+  EXPECT_EQ((*link)->requests_done(), 10u);
+  ::close(sv[0]);  // the child's read returns: it exits
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace mooncake::softnic

@@ -10,7 +10,9 @@
 //   client->attachCopyAgent(agent->fd(), agent->staging_bytes());
 //
 // DaemonRdmaTransport does this on the CUDA platform when the daemon's
-// provider is softnic, before the first GPU region is registered.
+// provider is softnic and the agent is asked for (DaemonRdmaOptions::
+// copy_agent, MOONCAKE_COPY_AGENT=1), before the first GPU region is
+// registered.
 //
 // The thread spins for a while after each request (copies come in bursts:
 // a kernel's WQEs), then sleeps on a futex the daemon wakes. The staging

@@ -368,7 +368,7 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
   // nothing of the others. Live regions are far fewer than 2^32, so a
   // repeat is rare and drawn again.
   uint32_t key = 0;
-  while (key == 0 || regions_.contains(key)) key = RandomKey();
+  while (key == 0 || regions_.contains(key) || retired_.contains(key)) key = RandomKey();
   auto region = std::make_unique<Region>();
   region->key = key;
   region->pd = spec.pd;
@@ -413,8 +413,21 @@ absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
     return absl::NotFoundError(
         absl::StrCat("no region with key 0x", absl::Hex(key), " in pd ", pd));
   }
+  RetireKeyLocked(key);
   regions_.erase(it);
   return absl::OkStatus();
+}
+
+void Engine::RetireKeyLocked(uint32_t key) {
+  // A peer may still hold the rkey of a region just deregistered: the next
+  // regions must not answer to it (a NIC's key variant byte does the same
+  // for 256 generations).
+  if (retired_order_.size() == kRetiredKeys) {
+    retired_.erase(retired_order_.front());
+    retired_order_.pop_front();
+  }
+  retired_order_.push_back(key);
+  retired_.insert(key);
 }
 
 const Engine::Region* Engine::Resolve(PdId pd, uint32_t key, uint64_t addr, uint64_t len,
@@ -594,6 +607,7 @@ void Engine::DestroyPd(PdId pd) {
   }
   for (auto it = regions_.begin(); it != regions_.end();) {
     if (it->second->pd == pd) {
+      RetireKeyLocked(it->first);
       regions_.erase(it++);
     } else {
       ++it;

@@ -75,12 +75,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -137,8 +139,11 @@ class Engine {
   void Stop();
 
   // Regions. The key is both lkey and rkey, 32 random bits from the
-  // kernel's CSPRNG (getrandom), nonzero and unique among live regions: a
-  // key cannot be guessed from another one.
+  // kernel's CSPRNG (getrandom), nonzero, unique among live regions and
+  // not one of the last kRetiredKeys keys deregistered (an rkey a peer
+  // still holds reaches no later region): a key cannot be guessed from
+  // another one.
+  static constexpr size_t kRetiredKeys = 16384;
   // InvalidArgument: length 0, iova + length past 2^64, a kHost region
   // without a mapping or not inside it, a kCuda region not inside its
   // buffer. The engine keeps the mapping (or buffer) alive until the region
@@ -290,6 +295,10 @@ class Engine {
   absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PdId, std::shared_ptr<CopyAgentLink>> agents_ ABSL_GUARDED_BY(mu_);
+  // The last kRetiredKeys keys deregistered, oldest first (RegisterRegion).
+  std::deque<uint32_t> retired_order_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint32_t> retired_ ABSL_GUARDED_BY(mu_);
+  void RetireKeyLocked(uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RemoteLink> link_ ABSL_GUARDED_BY(mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;

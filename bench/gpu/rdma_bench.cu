@@ -199,6 +199,25 @@ __global__ void SameQpThreadsKernel(CommCtx ctx, uint64_t* dst_sym, int rounds, 
   }
 }
 
+// One block on one QP: each round every thread puts one inline 8-byte
+// WRITE; kBlockBatched: all together (mc_put_lanes_block, a doorbell per
+// block), else warp by warp (mc_put_lanes, a doorbell per warp).
+template <bool kBlockBatched>
+__global__ void BlockOneQpKernel(CommCtx ctx, uint64_t* dst_sym, int rounds, int* status) {
+  McPeer peer = mooncake::device::mc_peer(ctx, 1, 0);
+  uint64_t v = threadIdx.x;
+  for (int i = 0; i < rounds; ++i) {
+    McStatus st =
+        kBlockBatched
+            ? mooncake::device::mc_put_lanes_block(peer, dst_sym + threadIdx.x, &v, sizeof(v))
+            : mooncake::device::mc_put_lanes(peer, dst_sym + threadIdx.x, &v, sizeof(v));
+    if (st != McStatus::kOk) {
+      atomicExch(status, static_cast<int>(st));
+      return;
+    }
+  }
+}
+
 __global__ void QpErrorsKernel(CommCtx ctx, int qps, unsigned* errors) {
   for (int c = 0; c < qps; ++c) {
     const auto* qp = mooncake::device::mc_rdma_qp(ctx, 1, c);
@@ -234,6 +253,19 @@ std::vector<PostShape> PostShapes(int sms) {
                    SameQpThreadsKernel<<<1, 32>>>(c, d, rounds, st);
                  },
                  double(rounds) * 32});
+  }
+  for (bool block_batched : {false, true}) {
+    const int rounds = static_cast<int>(kDepth) / 256 - 1;
+    v.push_back({block_batched ? "block 256, 1 QP, mc_put_lanes_block (a doorbell per block)"
+                               : "block 256, 1 QP, mc_put_lanes (a doorbell per warp)",
+                 [=](const CommCtx& c, uint64_t* d, int* st) {
+                   if (block_batched) {
+                     BlockOneQpKernel<true><<<1, 256>>>(c, d, rounds, st);
+                   } else {
+                     BlockOneQpKernel<false><<<1, 256>>>(c, d, rounds, st);
+                   }
+                 },
+                 double(rounds) * 256});
   }
   struct Old {
     const char* name;
@@ -328,9 +360,9 @@ int Post(const std::string& socket) {
       "\nWQEs posted per second from CUDA threads (inline 8-byte WRITEs, %d QPs of %u WQEs, "
       "host-pinned rings, softnic sink: every WQE validated, 0 QPs failed)\n",
       kQps, kDepth);
-  std::printf("%-40s %12s %16s %16s\n", "shape", "WQEs/run", "M/s, CQE each", "M/s, CQE per 16");
+  std::printf("%-58s %12s %16s %16s\n", "shape", "WQEs/run", "M/s, CQE each", "M/s, CQE per 16");
   for (size_t i = 0; i < shapes.size(); ++i) {
-    std::printf("%-40s %12.0f %16.1f %16.1f\n", shapes[i].name, shapes[i].wqes, every1[i],
+    std::printf("%-58s %12.0f %16.1f %16.1f\n", shapes[i].name, shapes[i].wqes, every1[i],
                 every16[i]);
   }
   return 0;
@@ -648,16 +680,22 @@ int Latency(const std::string& socket) {
 
 // Every thread writes its own 8-byte word at the peer, `rounds` times,
 // through one QP with a small ring: posters wait for ring space (back-
-// pressure) while softnic drains it. kLanes: the warp posts its 32 words as
-// one batch (mc_put_lanes).
-template <bool kLanes>
+// pressure) while softnic drains it. kThread: each thread on its own
+// (mc_put_thread; converged lanes still batch); kLanes: the warp posts its
+// 32 words as one batch (mc_put_lanes); kBlock: the block, in batches of
+// half the ring (mc_put_lanes_block).
+enum class Posters { kThread, kLanes, kBlock };
+template <Posters kHow>
 __global__ void ManyPostersKernel(CommCtx ctx, uint64_t* words_sym, int rounds, int* status) {
   const unsigned tid = blockIdx.x * blockDim.x + threadIdx.x;
   McPeer peer = mooncake::device::mc_peer(ctx, 1);
   for (int r = 1; r <= rounds; ++r) {
     uint64_t v = (uint64_t(tid) << 16) | uint64_t(r);
-    McStatus st = kLanes ? mooncake::device::mc_put_lanes(peer, words_sym + tid, &v, sizeof(v))
-                         : mooncake::device::mc_put_thread(peer, words_sym + tid, &v, sizeof(v));
+    McStatus st = kHow == Posters::kLanes
+                      ? mooncake::device::mc_put_lanes(peer, words_sym + tid, &v, sizeof(v))
+                  : kHow == Posters::kBlock
+                      ? mooncake::device::mc_put_lanes_block(peer, words_sym + tid, &v, sizeof(v))
+                      : mooncake::device::mc_put_thread(peer, words_sym + tid, &v, sizeof(v));
     if (st != McStatus::kOk) {
       atomicExch(status, static_cast<int>(st));
       return;
@@ -813,27 +851,51 @@ int Checks(const std::string& socket) {
     const unsigned n = 256;
     const int rounds = 4;
     int st = 0;
-    for (bool lanes : {false, true}) {
-      BENCH_CUDA(cudaMemset(ranks[1].comm->buffer(), 0, n * sizeof(uint64_t)));
-      BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
-      if (lanes) {
-        ManyPostersKernel<true><<<1, n>>>(ctx, words, rounds, status);
-      } else {
-        ManyPostersKernel<false><<<1, n>>>(ctx, words, rounds, status);
+    // MC_RDMA_BACKPRESSURE_REPEAT=N runs the three cases N times (a rare loss
+    // needs many runs to show).
+    const char* repeat_env = std::getenv("MC_RDMA_BACKPRESSURE_REPEAT");
+    const int repeats = repeat_env != nullptr ? std::max(1, std::atoi(repeat_env)) : 1;
+    for (int rep = 0; rep < repeats; ++rep)
+      for (Posters how : {Posters::kThread, Posters::kLanes, Posters::kBlock}) {
+        BENCH_CUDA(cudaMemset(ranks[1].comm->buffer(), 0, n * sizeof(uint64_t)));
+        BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
+        if (how == Posters::kLanes) {
+          ManyPostersKernel<Posters::kLanes><<<1, n>>>(ctx, words, rounds, status);
+        } else if (how == Posters::kBlock) {
+          ManyPostersKernel<Posters::kBlock><<<1, n>>>(ctx, words, rounds, status);
+        } else {
+          ManyPostersKernel<Posters::kThread><<<1, n>>>(ctx, words, rounds, status);
+        }
+        QuietKernel<<<1, 1>>>(ctx, status);
+        BENCH_CUDA(cudaDeviceSynchronize());
+        BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
+        BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
+        CountWordsKernel<<<1, 256>>>(static_cast<const uint64_t*>(ranks[1].comm->buffer()), n,
+                                     rounds, bad);
+        unsigned long long nbad = 0;
+        BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
+        if (nbad != 0) {
+          // Which words and which round they hold: a lost put shows an
+          // earlier round, a put that landed late after a later one the same.
+          std::vector<uint64_t> got(n);
+          BENCH_CUDA(cudaMemcpy(got.data(), ranks[1].comm->buffer(), n * sizeof(uint64_t),
+                                cudaMemcpyDeviceToHost));
+          for (unsigned i = 0, shown = 0; i < n && shown < 8; ++i) {
+            const uint64_t want = (uint64_t(i) << 16) | uint64_t(rounds);
+            if (got[i] == want) continue;
+            ++shown;
+            std::fprintf(stderr, "  word %u: thread %llu round %llu (want thread %u round %d)\n", i,
+                         (unsigned long long)(got[i] >> 16), (unsigned long long)(got[i] & 0xffff),
+                         i, rounds);
+          }
+        }
+        report(st == 0 && nbad == 0,
+               std::string("256 threads x 4 puts through one 64-WQE ring (back-pressure), ") +
+                   (how == Posters::kLanes   ? "warp batches (mc_put_lanes)"
+                    : how == Posters::kBlock ? "block batches (mc_put_lanes_block, 32 per doorbell)"
+                                             : "one post per thread") +
+                   ": status " + std::to_string(st) + ", wrong words " + std::to_string(nbad));
       }
-      QuietKernel<<<1, 1>>>(ctx, status);
-      BENCH_CUDA(cudaDeviceSynchronize());
-      BENCH_CUDA(cudaMemcpy(&st, status, sizeof(int), cudaMemcpyDeviceToHost));
-      BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));
-      CountWordsKernel<<<1, 256>>>(static_cast<const uint64_t*>(ranks[1].comm->buffer()), n, rounds,
-                                   bad);
-      unsigned long long nbad = 0;
-      BENCH_CUDA(cudaMemcpy(&nbad, bad, sizeof(nbad), cudaMemcpyDeviceToHost));
-      report(st == 0 && nbad == 0,
-             std::string("256 threads x 4 puts through one 64-WQE ring (back-pressure), ") +
-                 (lanes ? "warp batches (mc_put_lanes)" : "one post per thread") + ": status " +
-                 std::to_string(st) + ", wrong words " + std::to_string(nbad));
-    }
 
     // A posting kernel captured in a CUDA graph and replayed 100 times.
     auto* counter = reinterpret_cast<unsigned long long*>(words + 1024);

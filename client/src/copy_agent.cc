@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "mooncake/common/log.h"
 #include "mooncake/common/populate.h"
 #include "mooncake/common/status.h"
@@ -21,13 +22,10 @@ namespace {
 
 using copy_agent::Channel;
 using copy_agent::Op;
+using copy_agent::Phase;
+using copy_agent::Ref;
 using copy_agent::Request;
 using copy_agent::State;
-
-template <class T>
-std::atomic_ref<T> Ref(T& v) {
-  return std::atomic_ref<T>(v);
-}
 
 // How long the thread keeps spinning after a request before it sleeps: a
 // kernel's WQEs come in bursts, and a futex wake costs the daemon a system
@@ -35,6 +33,9 @@ std::atomic_ref<T> Ref(T& v) {
 constexpr auto kSpin = std::chrono::microseconds(500);
 // How long one sleep lasts at most (the destructor's stop is seen then).
 constexpr timespec kSleep{0, 100'000'000};
+// A copy that takes longer is logged: a staged piece of 16 MiB takes about
+// a millisecond at PCIe speed.
+constexpr std::chrono::milliseconds kSlowCopy{5};
 
 }  // namespace
 
@@ -105,7 +106,9 @@ CopyAgent::~CopyAgent() {
   if (thread_.joinable()) thread_.join();
   if (const uint64_t n = copies_.load(std::memory_order_relaxed); n > 0) {
     MC_LOG(kInfo, "copy agent: ", n, " copies for softnic, ", busy_ns_ / n / 1000.0,
-           " us each on average from the request to the bytes in place");
+           " us each on average from the request to the bytes in place; ", slow_copies_, " over ",
+           absl::FormatDuration(absl::FromChrono(kSlowCopy)), "; ", refreshes_,
+           " queued again with newer bytes");
   }
   drivers::CudaDriver& cu = *driver_;
   if (stream_ != nullptr || pinned_) cu.ctxSetCurrent(ctx_);
@@ -143,19 +146,59 @@ int32_t CopyAgent::Execute(const Request& r) {
   if (r.staging_offset > staging_bytes_ || r.bytes > staging_bytes_ - r.staging_offset) {
     return drivers::kCudaErrorInvalidValue;
   }
+  Channel* c = channel();
   uint8_t* const s = staging() + r.staging_offset;
+  const auto t0 = std::chrono::steady_clock::now();
+  Ref(c->phase).store(static_cast<uint32_t>(Phase::kSubmitting), std::memory_order_relaxed);
+  const bool to_device = static_cast<Op>(r.op) == Op::kToDevice;
+  uint32_t mirrored = Ref(c->mirror_seq).load(std::memory_order_acquire);
   drivers::CuResult res = drivers::kCudaErrorInvalidValue;
   switch (static_cast<Op>(r.op)) {
     case Op::kToDevice: res = cu.memcpyHtoDAsync(r.dst, s, r.bytes, stream_); break;
     case Op::kFromDevice: res = cu.memcpyDtoHAsync(s, r.src, r.bytes, stream_); break;
-    default: return drivers::kCudaErrorInvalidValue;
+    default: break;
   }
-  if (res != drivers::kCudaSuccess) return static_cast<int32_t>(res);
-  // Done only once the bytes are in place: the daemon writes the CQE next.
-  while ((res = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
-    __builtin_ia32_pause();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (res == drivers::kCudaSuccess) {
+    // Done only once the bytes are in place: the daemon writes the CQE next.
+    Ref(c->phase).store(static_cast<uint32_t>(Phase::kWaiting), std::memory_order_relaxed);
+    while ((res = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
+      // The daemon gave up on this copy and wrote newer bytes for its range
+      // into the staging area: queue the copy again behind the first, so
+      // that the copy landing last carries them (copy_agent_channel.h,
+      // mirror_seq).
+      const uint32_t m = Ref(c->mirror_seq).load(std::memory_order_acquire);
+      if (to_device && m != mirrored) {
+        mirrored = m;
+        ++refreshes_;
+        if ((res = cu.memcpyHtoDAsync(r.dst, s, r.bytes, stream_)) != drivers::kCudaSuccess) break;
+        continue;
+      }
+      __builtin_ia32_pause();
+    }
   }
+  Ref(c->phase).store(static_cast<uint32_t>(Phase::kIdle), std::memory_order_relaxed);
+  NoteTiming(r, t1 - t0, std::chrono::steady_clock::now() - t1);
   return static_cast<int32_t>(res);
+}
+
+void CopyAgent::NoteTiming(const Request& r, std::chrono::nanoseconds submit,
+                           std::chrono::nanoseconds wait) {
+  const auto total = submit + wait;
+  busy_ns_ += static_cast<uint64_t>(total.count());
+  if (total < kSlowCopy) return;
+  // A copy this slow waited for something of the GPU's or the driver's:
+  // which of the two calls it sat in tells which (docs/rdma.md, the copy
+  // agent).
+  ++slow_copies_;
+  if ((slow_copies_ & (slow_copies_ - 1)) == 0) {
+    MC_LOG(kWarning, "copy agent: a ", r.bytes, "-byte copy ",
+           r.op == static_cast<uint32_t>(Op::kToDevice) ? "to" : "from", " the GPU took ",
+           absl::FormatDuration(absl::FromChrono(total)), ": ",
+           absl::FormatDuration(absl::FromChrono(submit)), " submitting it, ",
+           absl::FormatDuration(absl::FromChrono(wait)), " until it ran (", slow_copies_,
+           " copies over ", absl::FormatDuration(absl::FromChrono(kSlowCopy)), " so far)");
+  }
 }
 
 void CopyAgent::Run() {
@@ -180,7 +223,6 @@ void CopyAgent::Run() {
       r.src = Ref(c->request.src).load(std::memory_order_relaxed);
       r.bytes = Ref(c->request.bytes).load(std::memory_order_relaxed);
       r.staging_offset = Ref(c->request.staging_offset).load(std::memory_order_relaxed);
-      const auto t0 = std::chrono::steady_clock::now();
       timespec mono{};
       ::clock_gettime(CLOCK_MONOTONIC, &mono);
       Ref(c->busy_since_ns)
@@ -188,12 +230,7 @@ void CopyAgent::Run() {
                  std::memory_order_relaxed);
       const int32_t result = Execute(r);
       Ref(c->busy_since_ns).store(0, std::memory_order_relaxed);
-      busy_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            std::chrono::steady_clock::now() - t0)
-                                            .count());
       Ref(c->result).store(result, std::memory_order_relaxed);
-      Ref(c->copies).fetch_add(1, std::memory_order_relaxed);
-      if (result == 0) Ref(c->bytes_copied).fetch_add(r.bytes, std::memory_order_relaxed);
       Ref(c->done_seq).store(seq, std::memory_order_release);
       copies_.fetch_add(1, std::memory_order_relaxed);
       last = std::chrono::steady_clock::now();

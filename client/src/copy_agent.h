@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -60,6 +61,9 @@ class CopyAgent {
   absl::Status WarmUp();
   // Runs one request; returns its CUDA result (0: done).
   int32_t Execute(const copy_agent::Request& r);
+  // Adds one copy's time; logs a slow one, saying which call it sat in.
+  void NoteTiming(const copy_agent::Request& r, std::chrono::nanoseconds submit,
+                  std::chrono::nanoseconds wait);
   copy_agent::Channel* channel() const { return reinterpret_cast<copy_agent::Channel*>(base_); }
   uint8_t* staging() const { return base_ + copy_agent::kHeaderBytes; }
 
@@ -73,7 +77,10 @@ class CopyAgent {
   drivers::CuStream stream_ = nullptr;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> copies_{0};
-  uint64_t busy_ns_ = 0;  // the thread's time in Execute (read after join)
+  // The thread's (read after join): time in Execute, copies over kSlowCopy.
+  uint64_t busy_ns_ = 0;
+  uint64_t slow_copies_ = 0;
+  uint64_t refreshes_ = 0;  // copies queued again with newer bytes (mirror_seq)
   std::thread thread_;
 };
 

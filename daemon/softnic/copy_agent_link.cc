@@ -19,12 +19,9 @@ namespace {
 
 using copy_agent::Channel;
 using copy_agent::Op;
+using copy_agent::Phase;
+using copy_agent::Ref;
 using copy_agent::State;
-
-template <class T>
-std::atomic_ref<T> Ref(T& v) {
-  return std::atomic_ref<T>(v);
-}
 
 }  // namespace
 
@@ -141,14 +138,15 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   const uint64_t stall_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.stall));
   // An unanswered copy into GPU memory may still land later (see
   // MirrorIntoLateCopy); other kinds write only the staging area.
+  const absl::Time sent = absl::Now();
   const auto unanswered = [&](absl::Status why) {
-    late_ = LateCopy{seq, op, dst, bytes};
+    late_ = LateCopy{seq, op, dst, bytes, sent};
     return EndLocked(std::move(why));
   };
   // A CUDA call that blocks: the agent is alive, so the link only pauses
   // until that call returns and the request is answered (RunLocked).
   const auto stalled = [&](absl::Status why) {
-    late_ = LateCopy{seq, op, dst, bytes};
+    late_ = LateCopy{seq, op, dst, bytes, sent};
     if (!paused_) {
       paused_ = true;
       ++pauses_;
@@ -175,12 +173,19 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
       ::clock_gettime(CLOCK_MONOTONIC, &mono);
       const uint64_t mono_ns = uint64_t(mono.tv_sec) * 1'000'000'000ull + uint64_t(mono.tv_nsec);
       if (mono_ns > busy_since && mono_ns - busy_since > stall_ns) {
+        const bool submitting = Ref(c->phase).load(std::memory_order_relaxed) ==
+                                static_cast<uint32_t>(Phase::kSubmitting);
         return stalled(absl::DeadlineExceededError(absl::StrCat(
-            "the agent has been inside a CUDA call for ", (mono_ns - busy_since) / 1'000'000,
-            " ms on a ", bytes,
-            "-byte copy: another thread of its process is probably synchronizing the context "
-            "(cudaDeviceSynchronize, a synchronous cudaMemcpy) while a kernel waits for this "
-            "copy")));
+            "a ", bytes, "-byte copy has been ",
+            submitting ? "inside the agent's cuMemcpy*Async call"
+                       : "queued on the agent's stream without running",
+            " for ", (mono_ns - busy_since) / 1'000'000, " ms",
+            submitting ? ": another thread of the process is probably in a synchronous "
+                         "CUDA call that waits for the kernel (cudaMemcpy into pageable "
+                         "memory, for one)"
+                       : ": the context probably holds new work until its kernels end "
+                         "(another thread loading a kernel for the first time under "
+                         "CUDA's lazy loading; CUDA_MODULE_LOADING=EAGER avoids it)")));
       }
     }
     if (Ref(c->state).load(std::memory_order_relaxed) == static_cast<uint32_t>(State::kClosed)) {
@@ -219,7 +224,14 @@ CopyAgentLink::~CopyAgentLink() {
 
 void CopyAgentLink::SettleLateLocked() const {
   if (late_ && Ref(channel()->done_seq).load(std::memory_order_acquire) == late_->seq) {
-    late_.reset();  // it landed: nothing later can be overwritten by it
+    // It landed: nothing later can be overwritten by it. Logged as the
+    // pauses are (the first, then at powers of two).
+    if ((pauses_ & (pauses_ - 1)) == 0) {
+      MC_LOG(kInfo, "softnic: the copy agent of pid ", pid_, " completed a ", late_->bytes,
+             "-byte copy ", absl::FormatDuration(absl::Now() - late_->sent),
+             " after it was asked (it had been given up on)");
+    }
+    late_.reset();
   }
 }
 
@@ -241,6 +253,9 @@ void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint6
   uint8_t* at = staging() + (lo - late_->dst);
   if (!mapping_->resident(at, hi - lo)) return;
   std::memcpy(at, bytes + (lo - dst), hi - lo);
+  // The agent queues the copy again, now carrying these bytes (the
+  // channel header).
+  Ref(channel()->mirror_seq).fetch_add(1, std::memory_order_release);
 }
 
 absl::Status CopyAgentLink::ToDevice(uint64_t dst, const uint8_t* host, uint64_t n) {

@@ -135,6 +135,7 @@ class CopyAgentLink {
     copy_agent::Op op = copy_agent::Op::kNone;
     uint64_t dst = 0;
     uint64_t bytes = 0;
+    absl::Time sent;  // when the request went out (the log says how late it was)
   };
   // Paused on a blocked CUDA call of the agent (stall): late_ is that
   // request; the link serves again once it is answered.

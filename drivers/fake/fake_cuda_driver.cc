@@ -900,7 +900,23 @@ CuResult FakeCudaDriver::streamDestroy(CuStream stream) {
 CuResult FakeCudaDriver::streamQuery(CuStream stream) {
   MC_FAKE_ENTER("streamQuery");
   if (!initialized_) return kCudaErrorNotInitialized;
+  if (hold_streams_) return kCudaErrorNotReady;  // mu_ is held (MC_FAKE_ENTER)
   return stream == nullptr || streams_.count(stream) ? kCudaSuccess : kCudaErrorInvalidHandle;
+}
+
+std::vector<uint8_t> FakeCudaDriver::lastHeldCopy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_copies_.empty() ? std::vector<uint8_t>{} : held_copies_.back().second;
+}
+
+void FakeCudaDriver::holdStreams(bool hold) {
+  std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> land;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    hold_streams_ = hold;
+    if (!hold) land.swap(held_copies_);
+  }
+  for (const auto& [dst, bytes] : land) memcpyHtoD(dst, bytes.data(), bytes.size());
 }
 
 int FakeCudaDriver::liveStreams() const {
@@ -913,6 +929,11 @@ CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+    if (hold_streams_ && src != nullptr) {
+      const auto* p = static_cast<const uint8_t*>(src);
+      held_copies_.emplace_back(dst, std::vector<uint8_t>(p, p + bytes));
+      return kCudaSuccess;
+    }
   }
   return memcpyHtoD(dst, src, bytes);
 }

@@ -67,6 +67,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mooncake/drivers/cuda_driver.h"
@@ -209,6 +210,14 @@ class FakeCudaDriver : public CudaDriver {
                          CuStream stream) override;
   // Streams created and not yet destroyed (tests check nothing leaks).
   int liveStreams() const;
+  // A context that holds new work back, as the H200 does while another
+  // thread loads a kernel for the first time (lazy loading) and a kernel
+  // runs: while held, an async host-to-device copy takes its bytes at
+  // submission and lands only when the hold ends, in submission order, and
+  // streamQuery answers not ready.
+  void holdStreams(bool hold);
+  // The bytes of the copy held last (empty: none held).
+  std::vector<uint8_t> lastHeldCopy() const;
   CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
   CuResult memcpyDtoD(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override;
   CuResult memHostRegister(void* p, size_t bytes, unsigned flags) override;
@@ -261,6 +270,8 @@ class FakeCudaDriver : public CudaDriver {
   bool deviceVisible(CuDevicePtr ptr, size_t bytes);
 
   mutable std::mutex mu_;
+  bool hold_streams_ = false;  // guarded by mu_ (holdStreams)
+  std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> held_copies_;  // guarded by mu_
   std::vector<FakeGpu> gpus_;
   std::map<std::array<int, 3>, int> p2p_;  // (src, dst, attrib) -> value
   int driver_version_ = 13000;

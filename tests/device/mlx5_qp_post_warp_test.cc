@@ -1,4 +1,4 @@
-// mc_qp_post_warp (mlx5/qp_ops.h) on the host platform, against a queue pair
+// mc_qp_post_warp and mc_qp_post_block (mlx5/qp_ops.h) on the host platform, against a queue pair
 // in plain memory that nobody serves: what a warp's batch leaves in the
 // ring, the doorbell record and the doorbell register is checked directly.
 // (The softnic route tests run the same code against a live engine.)
@@ -208,6 +208,111 @@ TEST(QpPostWarp, FailedQpPostsNothing) {
   EXPECT_EQ(DbrecIndex(p), 0u);
   EXPECT_EQ(p.bf, 0u);
   EXPECT_EQ(p.sq, ring) << "a slot was written";
+}
+
+// ---- mc_qp_post_block --------------------------------------------------------
+
+// Every doorbell record value `p` shows while `post` runs (an observer
+// thread reads it as fast as it can): a batch rung once shows no value
+// between its start and its end.
+template <class F>
+std::set<uint32_t> DbrecValuesDuring(PlainQp& p, F&& post) {
+  std::set<uint32_t> seen;
+  std::atomic<bool> done{false};
+  std::thread observer([&] {
+    while (!done.load(std::memory_order_relaxed)) {
+      seen.insert(mlx5::be32(std::atomic_ref<uint32_t>(p.dbrec[mlx5::kSndDbr]).load()));
+    }
+  });
+  post();
+  done.store(true);
+  observer.join();
+  seen.insert(DbrecIndex(p));
+  return seen;
+}
+
+// 40 threads (a full warp and a partial one), 7 of them with nothing: the
+// 33 WQEs go out with one reservation and one doorbell.
+TEST(QpPostBlock, OneReservationAndOneDoorbellPerBlock) {
+  PlainQp p(128);
+  auto posts = [](unsigned t) { return t % 6 != 1; };
+  unsigned want = 0;
+  for (unsigned t = 0; t < 40; ++t) want += posts(t);
+  std::atomic<int> bad{0};
+  const std::set<uint32_t> seen = DbrecValuesDuring(p, [&] {
+    host::runBlock(40, [&](unsigned t) {
+      if (mc_qp_post_block(&p.qp, InlineWrite(p.qp, t + 100), posts(t)) != McStatus::kOk) bad++;
+    });
+  });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(p.qp.resv_head, want);
+  EXPECT_EQ(p.qp.ready_head, want);
+  EXPECT_EQ(seen, (std::set<uint32_t>{0, want})) << "rung more than once";
+  EXPECT_EQ(p.bf, RingWord(want, p.qp.qpn));
+  std::set<uint64_t> payloads;
+  for (uint64_t i = 0; i < want; ++i) {
+    EXPECT_EQ(p.index_of(i), i);
+    payloads.insert(p.payload_of(i));
+  }
+  std::set<uint64_t> expected;
+  for (unsigned t = 0; t < 40; ++t) {
+    if (posts(t)) expected.insert(t + 100);
+  }
+  EXPECT_EQ(payloads, expected);
+}
+
+// A block batch over half the ring goes out in chunks of half the ring,
+// each rung once.
+TEST(QpPostBlock, ABatchOverHalfTheRingRingsOncePerChunk) {
+  PlainQp p(32);
+  std::atomic<int> bad{0};
+  const std::set<uint32_t> seen = DbrecValuesDuring(p, [&] {
+    host::runBlock(30, [&](unsigned t) {
+      if (mc_qp_post_block(&p.qp, InlineWrite(p.qp, t), true) != McStatus::kOk) bad++;
+    });
+  });
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(DbrecIndex(p), 30u);
+  for (uint32_t v : seen) EXPECT_TRUE(v == 0 || v == 16 || v == 30) << "doorbell at " << v;
+  std::set<uint64_t> payloads;
+  for (uint64_t i = 0; i < 30; ++i) payloads.insert(p.payload_of(i));
+  EXPECT_EQ(payloads.size(), 30u);
+}
+
+TEST(QpPostBlock, NobodyPostingTouchesNothing) {
+  PlainQp p(16);
+  host::runBlock(40,
+                 [&](unsigned) { EXPECT_EQ(mc_qp_post_block(&p.qp, {}, false), McStatus::kOk); });
+  EXPECT_EQ(p.qp.resv_head, 0u);
+  EXPECT_EQ(p.bf, 0u);
+}
+
+// An error already on the QP: every thread hears it, nothing is written or
+// rung, the reservation is handed on; a full ring nobody drains times out
+// on every thread.
+TEST(QpPostBlock, FailedOrFullQpGivesEveryThreadTheSameStatus) {
+  PlainQp failed(16);
+  failed.qp.error = kQpErrCqe | 0x13;
+  const std::vector<uint8_t> ring = failed.sq;
+  host::runBlock(20, [&](unsigned t) {
+    EXPECT_EQ(mc_qp_post_block(&failed.qp, InlineWrite(failed.qp, t), t != 2),
+              McStatus::kRdmaError);
+  });
+  EXPECT_EQ(failed.qp.ready_head, failed.qp.resv_head);
+  EXPECT_EQ(failed.bf, 0u);
+  EXPECT_EQ(failed.sq, ring);
+
+  PlainQp full(8);
+  full.qp.timeout_ns = 20'000'000;
+  std::atomic<int> timed_out{0};
+  host::runBlock(12, [&](unsigned t) {
+    if (mc_qp_post_block(&full.qp, InlineWrite(full.qp, t), true) == McStatus::kTimedOut) {
+      timed_out++;
+    }
+  });
+  EXPECT_EQ(timed_out.load(), 12);
+  EXPECT_EQ(full.qp.error, kQpErrStalled);
+  EXPECT_EQ(DbrecIndex(full), 8u) << "the two chunks that fit were rung, nothing after";
 }
 
 }  // namespace

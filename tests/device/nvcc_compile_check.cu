@@ -68,6 +68,8 @@ __global__ void commKernel(CommCtx ctx, unsigned char* sym, const unsigned char*
   int st = static_cast<int>(mc_put_thread(ctx, 1, sym, src, n));
   st += static_cast<int>(mc_put_warp(ctx, 1, sym, src, n, lane));
   st += static_cast<int>(mc_put_lanes(ctx, 1, sym + 64 * lane, src + 64 * lane, n));
+  st += static_cast<int>(
+      mc_put_lanes_block(ctx, 1, sym + 64 * threadIdx.x, src + 64 * threadIdx.x, n));
   st += static_cast<int>(mc_put_block(ctx, 1, sym, src, n));
   uint32_t r32 = 0;
   uint64_t r64 = 0;

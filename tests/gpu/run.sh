@@ -268,7 +268,10 @@ if want rdma; then
     # sweep capped alike. racecheck reports shared-memory hazards: the
     # posting paths use none today (warp shuffles, global atomics), so the
     # pass keeps it that way for the warp and block posters.
-    modes="check post bound doorbell bw lat"
+    # check-agent: the same checks with softnic's copy agents on, the
+    # back-pressure cases 20 times (a copy held back by the first launch of
+    # a kernel must not land stale: docs/rdma.md, the copy agent).
+    modes="check check-agent post bound doorbell bw lat"
     if [[ -z "$sandbox" ]] && command -v compute-sanitizer >/dev/null; then
       modes="$modes memcheck racecheck"
     elif want sanitizer; then
@@ -282,6 +285,7 @@ if want rdma; then
       dpid=$!
       for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
       cmd=("$bin/rdma_bench" --socket "$rtmp/d.sock" $mode)
+      [[ $mode == check-agent ]] && cmd=(env MOONCAKE_COPY_AGENT=1 MC_RDMA_BACKPRESSURE_REPEAT=20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       [[ $mode == memcheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       [[ $mode == racecheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       if timed "${cmd[@]}"; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi

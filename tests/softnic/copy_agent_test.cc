@@ -25,6 +25,7 @@
 
 #include "fake_cuda_driver.h"
 #include "fake_gpu.h"
+#include "gpu_engine_fixture.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/device/mlx5/wqe.h"
@@ -238,6 +239,8 @@ class BlockedAgent {
           last_seq_.store(seq);
           timespec now{};
           ::clock_gettime(CLOCK_MONOTONIC, &now);
+          std::atomic_ref<uint32_t>(c_->phase).store(
+              static_cast<uint32_t>(copy_agent::Phase::kSubmitting));
           std::atomic_ref<uint64_t>(c_->busy_since_ns)
               .store(uint64_t(now.tv_sec) * 1'000'000'000ull + uint64_t(now.tv_nsec));
         }
@@ -276,7 +279,8 @@ TEST(CopyAgentStallTest, ABlockedCudaCallPausesTheLinkInMillisecondsAndItsLateCo
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = link->ToDevice(dst, old_bytes, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("inside a CUDA call"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("inside the agent's cuMemcpy*Async call"), absl::string_view::npos)
+      << s;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
       << "the stall (20 ms), not the timeout (5 s)";
   EXPECT_FALSE(link->usable()) << "paused";
@@ -301,23 +305,60 @@ TEST(CopyAgentStallTest, ABlockedCudaCallPausesTheLinkInMillisecondsAndItsLateCo
   EXPECT_EQ(std::memcmp(agent.staging(), want, 8), 0);
 }
 
+// A copy queued behind work the context holds back (on the H200: another
+// thread loading a kernel for the first time while a kernel runs) carries
+// the bytes it was submitted with and lands only once the kernels end,
+// after the daemon gave up on it and wrote the range itself. The agent
+// queues it again each time the daemon writes newer bytes there, so the
+// copy landing last carries the newest.
+TEST(CopyAgentHeldTest, ACopyHeldBackLandsLastWithTheNewestBytes) {
+  auto cu = ClientDriver();
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto link = LinkTo((*agent)->fd(), kStaging, ::getpid());
+  ASSERT_TRUE(link.ok()) << link.status();
+  ClientAllocation gpu(*cu, kGran);
+  cu->holdStreams(true);
+  const std::vector<uint8_t> old_bytes(8, 1), newer(8, 2), newest(8, 3);
+  const absl::Status s = (*link)->ToDevice(gpu.va(), old_bytes.data(), 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("queued on the agent's stream"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("CUDA_MODULE_LOADING=EAGER"), absl::string_view::npos) << s;
+  // What the engine does next, twice: the bytes into the late copy's
+  // staging range, then into GPU memory through its own context.
+  for (const std::vector<uint8_t>* b : {&newer, &newest}) {
+    ASSERT_TRUE((*link)->LateCopyOverlaps(gpu.va(), 8));
+    (*link)->MirrorIntoLateCopy(gpu.va(), b->data(), 8);
+    std::memcpy(gpu.data(), b->data(), 8);
+  }
+  // The agent queued the copy again with the newest bytes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cu->lastHeldCopy() != newest && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(cu->lastHeldCopy(), newest);
+  EXPECT_EQ(std::memcmp(gpu.data(), newest.data(), 8), 0);
+  // The kernels end: every held copy lands, the first with the old bytes.
+  cu->holdStreams(false);
+  EXPECT_EQ(std::memcmp(gpu.data(), newest.data(), 8), 0) << "the old bytes landed last";
+  while (!(*link)->usable() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE((*link)->usable()) << "the held copy completed: the agent serves again";
+  EXPECT_FALSE((*link)->LateCopyOverlaps(gpu.va(), 8));
+}
+
 // ---- the engine through agents ---------------------------------------------------
 
-class AgentEngineTest : public ::testing::Test {
+class AgentEngineTest : public test_util::GpuEngineFixture {
  protected:
   void SetUp() override {
     client_cu_ = ClientDriver();
     ctx_ = PrimaryContext(*client_cu_);
     cu_ = FakeWithGpus(1);
     cuda_ = CudaMemory::Create(FakeOptions(cu_));
-    auto host = SharedMapping::Anonymous(64 << 10);
-    ASSERT_TRUE(host.ok()) << host.status();
-    host_ = *host;
-    responder_ = RawQp::Create(engine_, kPdB, 1, 1);
-    ASSERT_NE(responder_, nullptr);
-    engine_.Start();
+    StartEngine();
   }
-  void TearDown() override { engine_.Stop(); }
 
   // An agent for `pd`, as if its session's process were `pid`.
   std::unique_ptr<CopyAgent> Attach(PdId pd, int32_t pid) {
@@ -329,42 +370,6 @@ class AgentEngineTest : public ::testing::Test {
     if (!link.ok()) return nullptr;
     EXPECT_TRUE(engine_.AttachCopyAgent(pd, *link).ok());
     return *std::move(agent);
-  }
-  std::unique_ptr<RawQp> NewQp() {
-    auto qp = RawQp::Create(engine_, kPdA, 16, 16);
-    if (qp == nullptr) return nullptr;
-    EXPECT_TRUE(engine_.Connect(kPdA, qp->qpn(), responder_->qpn()).ok());
-    return qp;
-  }
-  uint32_t GpuRegion(PdId pd, const ClientAllocation& alloc, uint32_t access) {
-    auto buffer = cuda_->Import(alloc.fd(), alloc.size());
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
-    if (!buffer.ok()) return 0;
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = alloc.va();
-    spec.length = alloc.size();
-    spec.access = access;
-    spec.kind = MemoryKind::kCuda;
-    spec.cuda = *buffer;
-    auto key = engine_.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.ok() ? *key : 0;
-  }
-  uint32_t HostRegion(PdId pd, uint64_t offset, uint64_t len, uint32_t access) {
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = HostIova(offset);
-    spec.length = len;
-    spec.access = access;
-    spec.mapping = host_;
-    spec.offset = offset;
-    auto key = engine_.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.ok() ? *key : 0;
-  }
-  uint64_t HostIova(uint64_t offset) const {
-    return reinterpret_cast<uintptr_t>(host_->data()) + offset;
   }
   Cqe64 RunOne(RawQp& qp, const Wqe64& w) {
     qp.Write(w);
@@ -382,10 +387,6 @@ class AgentEngineTest : public ::testing::Test {
   std::shared_ptr<FakeCudaDriver> client_cu_;
   drivers::CuContext ctx_ = nullptr;
   std::shared_ptr<FakeCudaDriver> cu_;  // the daemon's
-  std::shared_ptr<CudaMemory> cuda_;
-  std::shared_ptr<SharedMapping> host_;
-  Engine engine_;
-  std::unique_ptr<RawQp> responder_;
 };
 
 TEST_F(AgentEngineTest, HostToGpuAndInlineSignalsGoThroughTheOwnersAgent) {

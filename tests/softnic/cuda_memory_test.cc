@@ -28,6 +28,7 @@
 #include "fake_cuda_driver.h"
 #include "fake_gpu.h"
 #include "gmock/gmock.h"
+#include "gpu_engine_fixture.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/device/mlx5/wqe.h"
 #include "raw_qp.h"
@@ -198,7 +199,7 @@ TEST_F(CudaMemoryTest, CopiesAndAtomicsCheckTheirArguments) {
 
 // ---- the engine on GPU memory -----------------------------------------------------
 
-class CudaEngineTest : public ::testing::Test {
+class CudaEngineTest : public test_util::GpuEngineFixture {
  protected:
   void SetUp() override {
     client_cu_.addGpu(FakeGpu::Hopper(0));
@@ -206,56 +207,7 @@ class CudaEngineTest : public ::testing::Test {
     ASSERT_EQ(client_cu_.init(0), drivers::kCudaSuccess);
     cu_ = FakeWithGpus(1);
     cuda_ = CudaMemory::Create(FakeOptions(cu_, atomic_failures_));
-    auto host = SharedMapping::Anonymous(64 << 10);
-    ASSERT_TRUE(host.ok()) << host.status();
-    host_ = *host;
-    responder_ = RawQp::Create(engine_, kPdB, 1, 1);
-    ASSERT_NE(responder_, nullptr);
-    engine_.Start();
-  }
-  void TearDown() override { engine_.Stop(); }
-
-  // A requester QP of kPdA connected to the responder (kPdB).
-  std::unique_ptr<RawQp> NewQp() {
-    auto qp = RawQp::Create(engine_, kPdA, 16, 16);
-    if (qp == nullptr) return nullptr;
-    EXPECT_TRUE(engine_.Connect(kPdA, qp->qpn(), responder_->qpn()).ok());
-    return qp;
-  }
-
-  // Imports `alloc` as the client registers it (the whole allocation, iova
-  // = its address in the client).
-  uint32_t GpuRegion(PdId pd, const ClientAllocation& alloc, uint32_t access) {
-    auto buffer = cuda_->Import(alloc.fd(), alloc.size());
-    EXPECT_TRUE(buffer.ok()) << buffer.status();
-    if (!buffer.ok()) return 0;
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = alloc.va();
-    spec.length = alloc.size();
-    spec.access = access;
-    spec.kind = MemoryKind::kCuda;
-    spec.cuda = *buffer;
-    auto key = engine_.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.ok() ? *key : 0;
-  }
-
-  // [offset, +len) of the host mapping, iova = its address.
-  uint32_t HostRegion(PdId pd, uint64_t offset, uint64_t len, uint32_t access) {
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = reinterpret_cast<uintptr_t>(host_->data()) + offset;
-    spec.length = len;
-    spec.access = access;
-    spec.mapping = host_;
-    spec.offset = offset;
-    auto key = engine_.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.ok() ? *key : 0;
-  }
-  uint64_t HostIova(uint64_t offset) const {
-    return reinterpret_cast<uintptr_t>(host_->data()) + offset;
+    StartEngine();
   }
 
   // Posts `wqes` (their indexes 0, 1, ...) and returns their CQEs.
@@ -277,10 +229,6 @@ class CudaEngineTest : public ::testing::Test {
   FakeCudaDriver client_cu_;            // the client process
   std::shared_ptr<FakeCudaDriver> cu_;  // the daemon's
   std::shared_ptr<std::atomic<int>> atomic_failures_ = std::make_shared<std::atomic<int>>(0);
-  std::shared_ptr<CudaMemory> cuda_;
-  std::shared_ptr<SharedMapping> host_;
-  Engine engine_;
-  std::unique_ptr<RawQp> responder_;
 };
 
 TEST_F(CudaEngineTest, WritesHostToGpu) {

@@ -408,33 +408,35 @@ TEST_P(RouteTest, WarpBlockAndGridPuts) {
   EXPECT_EQ(bad.load(), 0);
 }
 
-// mc_put_lanes: each lane of a warp puts its own message (none, inline,
-// from the registered buffer, or an unregistered source that only that lane
-// hears about); the warp's WQEs go out as one batch per call. A 16-WQE ring
-// makes batches wait for space now and then.
-TEST_P(RouteTest, LanesScatterTheirOwnPuts) {
-  World w(engine_, Options(2, 16));
+// Each thread of `run`'s group puts its own message with `put` (none,
+// inline, from the registered buffer, or an unregistered source that only
+// that thread hears about); the group's WQEs go out as one batch per call.
+// A 16-WQE ring makes batches wait for space now and then, and splits a
+// block's batch into chunks of 8.
+template <class Run, class Put>
+void ScatterOwnPuts(World& w, unsigned threads, Run run, Put put) {
   uint8_t* b0 = w.buf(0);
   uint8_t* b1 = w.buf(1);
   FillSource(b0, 9);
-  constexpr unsigned kLanes = 8;
-  constexpr int kRounds = 12;
   constexpr uint64_t kSlot = 8192;
+  // As many rounds (up to 12) as the buffer holds slots for.
+  const int kRounds =
+      static_cast<int>(std::min<uint64_t>(12, (kBufBytes - kDstOff) / (threads * kSlot)));
   const uint64_t sizes[] = {0, 1, 8, 28, 29, 300, 5000};
-  auto size_of = [&](unsigned lane, int r) { return sizes[(lane * 3 + r) % 7]; };
-  auto slot = [&](uint8_t* b, unsigned lane, int r) {
-    return b + kDstOff + (uint64_t{lane} * kRounds + r) * kSlot;
+  auto size_of = [&](unsigned t, int r) { return sizes[(t * 3 + r) % 7]; };
+  auto slot = [&](uint8_t* b, unsigned t, int r) {
+    return b + kDstOff + (uint64_t{t} * kRounds + r) * kSlot;
   };
   std::vector<uint8_t> outside(64, 0x77);
   std::atomic<int> bad{0}, not_registered{0};
   const CommCtx c0 = w.ctx(0);
-  device::host::runWarp(kLanes, [&](unsigned lane) {
+  run(threads, [&](unsigned t) {
     for (int r = 0; r < kRounds; ++r) {
-      // Lane 5 of round 3 sends 64 bytes from outside the registered buffer.
-      const bool rogue = lane == 5 && r == 3;
-      const uint8_t* src = rogue ? outside.data() : b0 + kSrcOff + lane + r;
-      const uint64_t n = rogue ? 64 : size_of(lane, r);
-      const McStatus st = device::mc_put_lanes(c0, 1, slot(b0, lane, r), src, n);
+      // Thread 5 of round 3 sends 64 bytes from outside the registered buffer.
+      const bool rogue = t == 5 && r == 3;
+      const uint8_t* src = rogue ? outside.data() : b0 + kSrcOff + t + r;
+      const uint64_t n = rogue ? 64 : size_of(t, r);
+      const McStatus st = put(c0, slot(b0, t, r), src, n);
       if (rogue) {
         if (st == McStatus::kNotRegistered) not_registered++;
       } else if (st != McStatus::kOk) {
@@ -445,18 +447,39 @@ TEST_P(RouteTest, LanesScatterTheirOwnPuts) {
   EXPECT_EQ(bad.load(), 0);
   EXPECT_EQ(not_registered.load(), 1);
   ASSERT_EQ(device::mc_quiet(c0), McStatus::kOk);
-  for (unsigned lane = 0; lane < kLanes; ++lane) {
+  for (unsigned t = 0; t < threads; ++t) {
     for (int r = 0; r < kRounds; ++r) {
-      const uint8_t* d = slot(b1, lane, r);
-      const uint64_t n = lane == 5 && r == 3 ? 0 : size_of(lane, r);
+      const uint8_t* d = slot(b1, t, r);
+      const uint64_t n = t == 5 && r == 3 ? 0 : size_of(t, r);
       size_t wrong = NonZero(d + n, kSlot - n);
-      for (uint64_t i = 0; i < n; ++i) wrong += d[i] != PatternByte(lane + r + i, 9);
-      EXPECT_EQ(wrong, 0u) << "lane " << lane << " round " << r << " (" << n << " bytes)";
+      for (uint64_t i = 0; i < n; ++i) wrong += d[i] != PatternByte(t + r + i, 9);
+      EXPECT_EQ(wrong, 0u) << "thread " << t << " round " << r << " (" << n << " bytes)";
     }
   }
   const IbgdaQpDevCtx* q = w.qp(0, 1, 0);
   EXPECT_EQ(q->cons_tail, q->resv_head);
   EXPECT_EQ(q->error, 0u);
+}
+
+// mc_put_lanes: a warp's lanes; one doorbell per warp and call.
+TEST_P(RouteTest, LanesScatterTheirOwnPuts) {
+  World w(engine_, Options(2, 16));
+  ScatterOwnPuts(
+      w, 8, [](unsigned n, auto&& fn) { device::host::runWarp(n, fn); },
+      [](const CommCtx& c, uint8_t* dst, const uint8_t* src, uint64_t n) {
+        return device::mc_put_lanes(c, 1, dst, src, n);
+      });
+}
+
+// mc_put_lanes_block: a block of 40 threads (a partial second warp); one
+// doorbell per chunk of half the ring.
+TEST_P(RouteTest, BlockThreadsScatterTheirOwnPuts) {
+  World w(engine_, Options(2, 16));
+  ScatterOwnPuts(
+      w, 40, [](unsigned n, auto&& fn) { device::host::runBlock(n, fn); },
+      [](const CommCtx& c, uint8_t* dst, const uint8_t* src, uint64_t n) {
+        return device::mc_put_lanes_block(c, 1, dst, src, n);
+      });
 }
 
 // Remote atomics from many threads of two ranks, over every channel, racing

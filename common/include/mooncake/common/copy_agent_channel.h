@@ -23,20 +23,21 @@
 // A sleeping agent sets agent_sleeping, re-checks request_seq, then
 // FUTEX_WAITs on it (a shared futex: both processes map the page).
 //
-// Trust: the daemon reads only done_seq, result and state from this memory,
-// and never a pointer, a length or an offset: requests are its own, bounded
-// by the staging size it was told in the RPC and checked against its own
-// mapping. An agent can only hurt its own process: it copies between its
-// own memory and the staging area.
+// Trust: the daemon reads only done_seq, result, state, busy_since_ns and
+// phase from this memory, and never a pointer, a length or an offset:
+// requests are its own, bounded by the staging size it was told in the RPC
+// and checked against its own mapping. An agent can only hurt its own process: it copies between
+// its own memory and the staging area.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
 namespace mooncake::copy_agent {
 
 inline constexpr uint32_t kMagic = 0x4143434d;  // "MCCA", little-endian
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint64_t kHeaderBytes = 4096;  // the staging area starts here
 inline constexpr uint64_t kMinStagingBytes = uint64_t{64} << 10;
 inline constexpr uint64_t kMaxStagingBytes = uint64_t{16} << 20;
@@ -48,6 +49,14 @@ enum class Op : uint32_t {
   kNone = 0,
   kToDevice = 1,    // staging[staging_offset, +bytes) -> dst
   kFromDevice = 2,  // src -> staging[staging_offset, +bytes)
+};
+
+// Where the agent is in the current request (Channel::phase): which CUDA
+// call a copy that takes too long sits in, for the daemon's message.
+enum class Phase : uint32_t {
+  kIdle = 0,
+  kSubmitting = 1,  // inside cuMemcpy*Async
+  kWaiting = 2,     // the copy is queued; polling the stream until it ran
 };
 
 // The agent's state, which it writes.
@@ -76,6 +85,13 @@ struct Channel {
   alignas(64) Request request;
   alignas(64) uint32_t request_seq;  // the futex word
   uint32_t agent_sleeping;           // 1 while the agent waits on the futex
+  // Bumped by the daemon each time it writes newer bytes into the staging
+  // range of a ToDevice copy it gave up waiting for (a "late copy"). While
+  // that copy is still queued on its stream, the agent then queues the
+  // same copy again behind it: a copy queued behind a lazy module load
+  // carries the bytes it was submitted with, so only a copy submitted
+  // after the daemon's write carries the newest (docs/rdma.md).
+  uint32_t mirror_seq;
   // Agent -> daemon.
   alignas(64) uint32_t done_seq;
   int32_t result;  // 0: done; else the CUDA error of the copy
@@ -87,11 +103,17 @@ struct Channel {
   // which waits for a kernel that waits for this very copy: the daemon
   // stops waiting once this is old (CopyAgentLinkOptions::stall).
   uint64_t busy_since_ns;
-  // Counters for listings and tests (agent-written, informational only).
-  uint64_t copies;
-  uint64_t bytes_copied;
+  uint32_t phase;  // Phase; read only to word the daemon's message
+  uint32_t reserved2;
 };
 static_assert(sizeof(Channel) <= kHeaderBytes);
+
+// Every field of the channel is shared with another process: both sides
+// reach it only atomically, through this.
+template <class T>
+std::atomic_ref<T> Ref(T& field) {
+  return std::atomic_ref<T>(field);
+}
 static_assert(offsetof(Channel, request_seq) % 64 == 0);
 static_assert(offsetof(Channel, done_seq) % 64 == 0);
 

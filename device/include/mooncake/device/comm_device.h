@@ -47,7 +47,9 @@
 // depends only on uniform arguments), and then no barrier is taken.
 // mc_put_lanes is called by all lanes of a warp too, but each lane passes
 // its own dst_sym/src/bytes (same peer): a warp-wide scatter of small puts,
-// which over RDMA rings one doorbell per warp instead of one per put.
+// which over RDMA rings one doorbell per warp instead of one per put;
+// mc_put_lanes_block is the same over every thread of a block (one doorbell
+// per block).
 //
 // `src` of the puts: on CUDA it is read through the non-coherent path (see
 // detail/cuda_copy.cuh): nobody may write it while the put runs.
@@ -391,6 +393,39 @@ MC_DEVICE_OUTLINE McStatus put_ll(McPeer peer, McLLSlot* slot_sym, uint64_t data
                                 halves, sizeof(halves));
   return mc_qp_post(peer.qp, w);
 }
+
+// mc_put_lanes (kBlock false: the lanes of a warp) and mc_put_lanes_block
+// (kBlock true: the threads of a block): each caller's own put, one WQE
+// each, posted as one batch; ends with the group's barrier.
+template <bool kBlock>
+MC_DEVICE McStatus put_each(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
+  if (peer.status != McStatus::kOk) return peer.status;
+  if (peer.qp == nullptr) {
+    mc_detail_copy_thread(mc_peer_ptr(peer, dst_sym), src, bytes);
+    if (kBlock) {
+      mc_syncthreads();
+    } else {
+      mc_syncwarp();
+    }
+    return McStatus::kOk;
+  }
+  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
+  const bool one_wqe = bytes != 0 && bytes <= kMaxWriteBytes;
+  mlx5::Wqe64 w;
+  McStatus mine = one_wqe ? build_put(peer, raddr, src, bytes, &w) : McStatus::kOk;
+  const bool have = one_wqe && mine == McStatus::kOk;
+  const McStatus batch =
+      kBlock ? mc_qp_post_block(peer.qp, w, have) : mc_qp_post_warp(peer.qp, w, have);
+  // Puts over 1 GiB take several WQEs: posted one by one after the batch.
+  if (mine == McStatus::kOk && bytes > kMaxWriteBytes) mine = put(peer, dst_sym, src, bytes);
+  if (kBlock) {
+    mc_syncthreads();
+  } else {
+    mc_syncwarp();
+  }
+  if (mine != McStatus::kOk) return mine;
+  return batch;
+}
 }  // namespace rdma_detail
 
 // ---- puts --------------------------------------------------------------------
@@ -432,24 +467,17 @@ MC_DEVICE McStatus mc_put_warp(const McPeer& peer, void* dst_sym, const void* sr
 // a posting failure of the batch (kRdmaError, kTimedOut) is returned by
 // every other lane.
 MC_DEVICE McStatus mc_put_lanes(const McPeer& peer, void* dst_sym, const void* src, size_t bytes) {
-  if (peer.status != McStatus::kOk) return peer.status;
-  if (peer.qp == nullptr) {
-    mc_detail_copy_thread(mc_peer_ptr(peer, dst_sym), src, bytes);
-    mc_syncwarp();
-    return McStatus::kOk;
-  }
-  const uint64_t raddr = reinterpret_cast<uintptr_t>(dst_sym) + peer.delta;
-  const bool one_wqe = bytes != 0 && bytes <= rdma_detail::kMaxWriteBytes;
-  mlx5::Wqe64 w;
-  McStatus mine = one_wqe ? rdma_detail::build_put(peer, raddr, src, bytes, &w) : McStatus::kOk;
-  const McStatus batch = mc_qp_post_warp(peer.qp, w, one_wqe && mine == McStatus::kOk);
-  // Puts over 1 GiB take several WQEs: posted one by one after the batch.
-  if (mine == McStatus::kOk && bytes > rdma_detail::kMaxWriteBytes) {
-    mine = rdma_detail::put(peer, dst_sym, src, bytes);
-  }
-  mc_syncwarp();
-  if (mine != McStatus::kOk) return mine;
-  return batch;
+  return rdma_detail::put_each<false>(peer, dst_sym, src, bytes);
+}
+
+// mc_put_lanes for a whole block: every thread of the block calls it,
+// converged, with its own dst_sym/src/bytes (same peer; bytes = 0 for none).
+// Over RDMA the block's WQEs go out with one reservation and one doorbell
+// per half ring (mc_qp_post_block) where mc_put_lanes rings once per warp.
+// Ends with mc_syncthreads(); statuses as mc_put_lanes's.
+MC_DEVICE McStatus mc_put_lanes_block(const McPeer& peer, void* dst_sym, const void* src,
+                                      size_t bytes) {
+  return rdma_detail::put_each<true>(peer, dst_sym, src, bytes);
 }
 
 // The threads of one block copy together. Ends with mc_syncthreads().
@@ -556,6 +584,10 @@ MC_DEVICE McStatus mc_put_warp(const CommCtx& ctx, int dst, void* dst_sym, const
 MC_DEVICE McStatus mc_put_lanes(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
                                 size_t bytes) {
   return mc_put_lanes(mc_peer(ctx, dst), dst_sym, src, bytes);
+}
+MC_DEVICE McStatus mc_put_lanes_block(const CommCtx& ctx, int dst, void* dst_sym, const void* src,
+                                      size_t bytes) {
+  return mc_put_lanes_block(mc_peer(ctx, dst), dst_sym, src, bytes);
 }
 
 MC_DEVICE McStatus mc_put_block(const CommCtx& ctx, int dst, void* dst_sym, const void* src,

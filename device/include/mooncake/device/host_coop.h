@@ -1,8 +1,8 @@
 // Host platform only: runs a "kernel" body on a group of std::threads that
 // behaves as a CUDA warp or block does for the Device API (mc_lane_id,
 // mc_warp_size, mc_block_thread_index, mc_block_size, mc_syncwarp,
-// mc_syncthreads), so cooperative calls such as mc_put_warp run the same way
-// they do on a GPU.
+// mc_syncthreads, the warp and block collectives), so cooperative calls
+// such as mc_put_warp run the same way they do on a GPU.
 //
 //   mooncake::device::host::runWarp(8, [&](unsigned lane) {
 //     mc_put_warp(ctx, peer, dst, src, n, lane);
@@ -35,7 +35,8 @@ template <class F>
 void runBlock(unsigned threads, F&& fn) {
   if (threads == 0) return;
   std::barrier<> block_barrier(static_cast<std::ptrdiff_t>(threads));
-  const host_detail::CoopGroup block{threads, &block_barrier};
+  host_detail::CoopShared block_shared;
+  const host_detail::CoopGroup block{threads, &block_barrier, &block_shared};
 
   const unsigned warps = (threads + kMcCudaWarpSize - 1) / kMcCudaWarpSize;
   std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
@@ -71,7 +72,8 @@ void runWarp(unsigned width, F&& fn) {
   host_detail::CoopShared warp_shared;
   const host_detail::CoopGroup warp{width, &warp_barrier, &warp_shared};
   std::barrier<> block_barrier(static_cast<std::ptrdiff_t>(width));
-  const host_detail::CoopGroup block{width, &block_barrier};
+  host_detail::CoopShared block_shared;
+  const host_detail::CoopGroup block{width, &block_barrier, &block_shared};
   std::vector<std::thread> pool;
   pool.reserve(width);
   for (unsigned lane = 0; lane < width; ++lane) {

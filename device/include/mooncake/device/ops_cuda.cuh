@@ -362,6 +362,43 @@ MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
   return static_cast<unsigned>(__popc(mask & lt));
 }
 
+// ---- block collectives (every thread of the block, converged) -------------
+// Each is two __syncthreads(): the second lets the next call reuse the
+// shared words. Blocks of any size up to 1024 threads, a partial last warp
+// included.
+
+MC_DEVICE uint64_t mc_block_bcast_u64(uint64_t v, unsigned src_thread) {
+  __shared__ uint64_t word;
+  if (mc_block_thread_index() == src_thread) word = v;
+  __syncthreads();
+  const uint64_t r = word;
+  __syncthreads();
+  return r;
+}
+
+// Numbers the threads whose `pred` holds, in thread order: index in
+// [0, *total).
+MC_DEVICE unsigned mc_block_rank(bool pred, unsigned* total) {
+  __shared__ unsigned per_warp[32];
+  const unsigned t = mc_block_thread_index();
+  const unsigned warp = t / kMcCudaWarpSize;
+  const unsigned mask = __ballot_sync(__activemask(), pred);
+  if (t % kMcCudaWarpSize == 0) per_warp[warp] = static_cast<unsigned>(__popc(mask));
+  __syncthreads();
+  const unsigned warps = (mc_block_size() + kMcCudaWarpSize - 1) / kMcCudaWarpSize;
+  unsigned before = 0, all = 0;
+  for (unsigned w = 0; w < warps; ++w) {
+    const unsigned c = per_warp[w];
+    before += w < warp ? c : 0u;
+    all += c;
+  }
+  __syncthreads();
+  unsigned lt;
+  asm volatile("mov.u32 %0, %%lanemask_lt;" : "=r"(lt));
+  *total = all;
+  return before + static_cast<unsigned>(__popc(mask & lt));
+}
+
 // ---- lane groups: the lanes running a call together --------------------------
 // The lanes of this warp that execute the call at the same time (converged,
 // whatever the caller's branches) and pass the same `key`: a queue pair's

@@ -45,8 +45,8 @@ namespace host_detail {
 // A group of threads that behaves as one warp or one block. The barrier
 // gives mc_syncwarp()/mc_syncthreads() both their rendezvous and their
 // memory ordering (arrive happens-before the return of every waiter).
-// `shared` holds the words the warp-wide collectives (mc_warp_bcast_u64,
-// mc_warp_rank) exchange; null for a block.
+// `shared` holds the words the collectives (mc_warp_bcast_u64,
+// mc_warp_rank, and their block forms) exchange.
 struct CoopShared {
   std::atomic<uint64_t> word[3] = {};
 };
@@ -63,7 +63,8 @@ struct CoopState {
   unsigned lane = 0;
   const CoopGroup* block = nullptr;
   unsigned thread_index = 0;
-  unsigned collective_calls = 0;  // this lane's count of warp collectives
+  unsigned collective_calls = 0;        // this lane's count of warp collectives
+  unsigned block_collective_calls = 0;  // and of block collectives
 };
 
 inline thread_local CoopState tls_coop{};
@@ -264,50 +265,82 @@ MC_DEVICE void mc_syncthreads() {
 // has read it for call p - 3, and lane 0 clears the word of call p - 1 after
 // the barrier of call p, when every lane is done with it.
 namespace host_detail {
-inline std::atomic<uint64_t>* CollectiveWord(unsigned* slot) {
-  CoopState& s = tls_coop;
-  *slot = s.collective_calls++ % 3u;
-  return &s.warp->shared->word[*slot];
-}
-inline void CollectiveDone(unsigned slot) {
-  if (tls_coop.lane == 0) {
-    tls_coop.warp->shared->word[(slot + 2u) % 3u].store(0, std::memory_order_relaxed);
+// One collective call of this thread in `g` (its warp or its block), whose
+// calls it counts in `*calls`; `first`: whether this thread is the group's
+// first (it clears words).
+class Collective {
+ public:
+  Collective(const CoopGroup* g, unsigned* calls, bool first)
+      : g_(g), slot_(*calls % 3u), first_(first) {
+    ++*calls;
   }
+  static bool Usable(const CoopGroup* g) {
+    return g != nullptr && g->barrier != nullptr && g->shared != nullptr;
+  }
+  std::atomic<uint64_t>& word() const { return g_->shared->word[slot_]; }
+  void Wait() const { g_->barrier->arrive_and_wait(); }
+  ~Collective() {
+    if (first_) g_->shared->word[(slot_ + 2u) % 3u].store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  const CoopGroup* g_;
+  unsigned slot_;
+  bool first_;
+};
+inline Collective WarpCollective() {
+  return Collective(tls_coop.warp, &tls_coop.collective_calls, tls_coop.lane == 0);
 }
-inline bool InCollectiveWarp() {
-  const CoopGroup* g = tls_coop.warp;
-  return g != nullptr && g->barrier != nullptr && g->shared != nullptr;
+inline Collective BlockCollective() {
+  return Collective(tls_coop.block, &tls_coop.block_collective_calls, tls_coop.thread_index == 0);
+}
+// Every member gets the v of the member with `from_me`.
+inline uint64_t Bcast(const Collective& c, uint64_t v, bool from_me) {
+  if (from_me) c.word().store(v, std::memory_order_relaxed);
+  c.Wait();
+  return c.word().load(std::memory_order_relaxed);
+}
+inline unsigned Rank(const Collective& c, bool pred, unsigned* total) {
+  const unsigned mine =
+      pred ? static_cast<unsigned>(c.word().fetch_add(1, std::memory_order_relaxed)) : 0u;
+  c.Wait();
+  *total = static_cast<unsigned>(c.word().load(std::memory_order_relaxed));
+  return mine;
 }
 }  // namespace host_detail
 
 // __shfl_sync(full mask, v, src_lane): every lane gets lane src_lane's v.
 MC_DEVICE uint64_t mc_warp_bcast_u64(uint64_t v, unsigned src_lane) {
-  if (!host_detail::InCollectiveWarp()) return v;
-  unsigned slot = 0;
-  std::atomic<uint64_t>* w = host_detail::CollectiveWord(&slot);
-  if (host_detail::tls_coop.lane == src_lane) w->store(v, std::memory_order_relaxed);
-  host_detail::tls_coop.warp->barrier->arrive_and_wait();
-  const uint64_t r = w->load(std::memory_order_relaxed);
-  host_detail::CollectiveDone(slot);
-  return r;
+  if (!host_detail::Collective::Usable(host_detail::tls_coop.warp)) return v;
+  return host_detail::Bcast(host_detail::WarpCollective(), v,
+                            host_detail::tls_coop.lane == src_lane);
 }
 
 // Numbers the lanes whose `pred` holds: each gets a distinct index in
 // [0, *total) (in lane order on CUDA; in arrival order here, which is all a
 // caller may rely on); *total is the same on every lane.
 MC_DEVICE unsigned mc_warp_rank(bool pred, unsigned* total) {
-  if (!host_detail::InCollectiveWarp()) {
+  if (!host_detail::Collective::Usable(host_detail::tls_coop.warp)) {
     *total = pred ? 1u : 0u;
     return 0;
   }
-  unsigned slot = 0;
-  std::atomic<uint64_t>* w = host_detail::CollectiveWord(&slot);
-  const unsigned mine =
-      pred ? static_cast<unsigned>(w->fetch_add(1, std::memory_order_relaxed)) : 0u;
-  host_detail::tls_coop.warp->barrier->arrive_and_wait();
-  *total = static_cast<unsigned>(w->load(std::memory_order_relaxed));
-  host_detail::CollectiveDone(slot);
-  return mine;
+  return host_detail::Rank(host_detail::WarpCollective(), pred, total);
+}
+
+// ---- block collectives: the same, over every thread of the block ---------
+
+MC_DEVICE uint64_t mc_block_bcast_u64(uint64_t v, unsigned src_thread) {
+  if (!host_detail::Collective::Usable(host_detail::tls_coop.block)) return v;
+  return host_detail::Bcast(host_detail::BlockCollective(), v,
+                            host_detail::tls_coop.thread_index == src_thread);
+}
+
+MC_DEVICE unsigned mc_block_rank(bool pred, unsigned* total) {
+  if (!host_detail::Collective::Usable(host_detail::tls_coop.block)) {
+    *total = pred ? 1u : 0u;
+    return 0;
+  }
+  return host_detail::Rank(host_detail::BlockCollective(), pred, total);
 }
 
 // ---- lane groups (ops_cuda.cuh): a host thread is a group of one ------------

@@ -14,6 +14,8 @@
 //                         error CQE in qp->error.
 //   mc_qp_post_warp(qp, wqe, have)  the lanes of a warp post together: one
 //                         reservation and one doorbell for up to 32 WQEs.
+//   mc_qp_post_block(qp, wqe, have) the threads of a block: one reservation
+//                         and one doorbell per half ring.
 //   mc_qp_quiet(qp)       wait until everything rung before the call completed,
 //                         or the QP failed (kRdmaError / kTimedOut at once).
 //
@@ -313,6 +315,42 @@ MC_DEVICE McStatus mc_qp_post_warp(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bo
   if (leader) st = qp_detail::ring(qp, r, total, qp_detail::wants_cqe(qp, base + total - 1));
   return static_cast<McStatus>(
       static_cast<int>(mc_warp_bcast_u64(static_cast<uint64_t>(static_cast<uint32_t>(st)), 0)));
+}
+
+// Block-cooperative post: every thread of the block calls it (converged,
+// as for mc_put_block); the threads with `have` post their `wqe`. One
+// reservation and one doorbell for the whole block, in chunks of at most
+// half the ring: a block of 256 threads on a ring of 512 or more rings
+// once where warps ring eight times. The status is the same on every
+// thread.
+MC_DEVICE McStatus mc_qp_post_block(IbgdaQpDevCtx* qp, const mlx5::Wqe64& wqe, bool have) {
+  unsigned total = 0;
+  const unsigned pos = mc_block_rank(have, &total);
+  const unsigned cap = qp->sq_wqe_cnt / 2u > 0u ? qp->sq_wqe_cnt / 2u : 1u;
+  const bool leader = mc_block_thread_index() == 0;
+  McStatus st = McStatus::kOk;
+  for (unsigned first = 0; first < total; first += cap) {
+    const unsigned n = total - first < cap ? total - first : cap;
+    qp_detail::Reservation r;
+    if (leader) r = qp_detail::reserve(qp, n);
+    const uint64_t packed = mc_block_bcast_u64(
+        (static_cast<uint64_t>(static_cast<uint32_t>(r.status)) << 56) | r.base, 0);
+    st = static_cast<McStatus>(static_cast<int>(packed >> 56));
+    const uint64_t base = packed & ((uint64_t{1} << 56) - 1);
+    if (st == McStatus::kRdmaError && leader) qp_detail::pass(qp, r, n);
+    if (st != McStatus::kOk) break;  // the same on every thread
+    if (have && pos >= first && pos - first < n) {
+      qp_detail::write_slot(qp, base + (pos - first), wqe, false);
+    }
+    // Orders every thread's slot writes before the leader's doorbell release.
+    mc_syncthreads();
+    McStatus rung = McStatus::kOk;
+    if (leader) rung = qp_detail::ring(qp, r, n, qp_detail::wants_cqe(qp, base + n - 1));
+    st = static_cast<McStatus>(static_cast<int>(
+        mc_block_bcast_u64(static_cast<uint64_t>(static_cast<uint32_t>(rung)), 0)));
+    if (st != McStatus::kOk) break;
+  }
+  return st;
 }
 
 // Waits until every WQE rung on `qp` before the call has completed. When the

@@ -108,7 +108,7 @@ CopyAgent::~CopyAgent() {
     MC_LOG(kInfo, "copy agent: ", n, " copies for softnic, ", busy_ns_ / n / 1000.0,
            " us each on average from the request to the bytes in place; ", slow_copies_, " over ",
            absl::FormatDuration(absl::FromChrono(kSlowCopy)), "; ", refreshes_,
-           " queued again with newer bytes");
+           " queued again with newer bytes; ", cancelled_, " skipped, given up on before taken");
   }
   drivers::CudaDriver& cu = *driver_;
   if (stream_ != nullptr || pinned_) cu.ctxSetCurrent(ctx_);
@@ -162,11 +162,14 @@ int32_t CopyAgent::Execute(const Request& r) {
   if (res == drivers::kCudaSuccess) {
     // Done only once the bytes are in place: the daemon writes the CQE next.
     Ref(c->phase).store(static_cast<uint32_t>(Phase::kWaiting), std::memory_order_relaxed);
-    while ((res = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
-      // The daemon gave up on this copy and wrote newer bytes for its range
-      // into the staging area: queue the copy again behind the first, so
-      // that the copy landing last carries them (copy_agent_channel.h,
-      // mirror_seq).
+    // The daemon gave up on this copy and wrote newer bytes for its range
+    // into the staging area (copy_agent_channel.h, mirror_seq): queue the
+    // copy again behind the first, so that the copy landing last carries
+    // them. Looked at once more after the stream is done: a write seen
+    // only then may have reached GPU memory before this stream's last copy.
+    for (;;) {
+      res = cu.streamQuery(stream_);
+      if (res != drivers::kCudaSuccess && res != drivers::kCudaErrorNotReady) break;
       const uint32_t m = Ref(c->mirror_seq).load(std::memory_order_acquire);
       if (to_device && m != mirrored) {
         mirrored = m;
@@ -174,6 +177,7 @@ int32_t CopyAgent::Execute(const Request& r) {
         if ((res = cu.memcpyHtoDAsync(r.dst, s, r.bytes, stream_)) != drivers::kCudaSuccess) break;
         continue;
       }
+      if (res == drivers::kCudaSuccess) break;
       __builtin_ia32_pause();
     }
   }
@@ -223,6 +227,15 @@ void CopyAgent::Run() {
       r.src = Ref(c->request.src).load(std::memory_order_relaxed);
       r.bytes = Ref(c->request.bytes).load(std::memory_order_relaxed);
       r.staging_offset = Ref(c->request.staging_offset).load(std::memory_order_relaxed);
+      if (copy_agent::Settle(*c, seq, seq) != seq) {
+        // The daemon gave up on this request before this thread took it
+        // (asleep, or the process stopped, past the daemon's bound): it
+        // copied the bytes itself, and running it now could only write
+        // old bytes over newer ones.
+        ++cancelled_;
+        Ref(c->done_seq).store(seq, std::memory_order_release);
+        continue;
+      }
       timespec mono{};
       ::clock_gettime(CLOCK_MONOTONIC, &mono);
       Ref(c->busy_since_ns)

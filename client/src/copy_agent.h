@@ -81,6 +81,7 @@ class CopyAgent {
   uint64_t busy_ns_ = 0;
   uint64_t slow_copies_ = 0;
   uint64_t refreshes_ = 0;  // copies queued again with newer bytes (mirror_seq)
+  uint64_t cancelled_ = 0;  // requests the daemon gave up on before they were taken
   std::thread thread_;
 };
 

@@ -325,6 +325,21 @@ void DaemonRdmaTransport::StartCopyAgent() {
     return;
   }
   copy_agent_ = *std::move(agent);
+  // Under lazy loading (CUDA's default) a kernel's first launch while
+  // another kernel waits on softnic holds the agent's copies until the
+  // kernels end; softnic then copies itself, milliseconds per WQE
+  // (docs/rdma.md, the copy agent). Said once per process.
+  static std::once_flag hint;
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  if (loading == nullptr || std::string(loading) != "EAGER") {
+    std::call_once(hint, [] {
+      MC_LOG(kInfo,
+             "softnic copy agent started; CUDA_MODULE_LOADING is not EAGER, so a kernel "
+             "launched for the first time while another waits on an RDMA completion holds "
+             "the agent's copies until the kernels end (set CUDA_MODULE_LOADING=EAGER, or "
+             "launch each kernel once before such waits)");
+    });
+  }
 }
 
 int DaemonRdmaTransport::allocateControlBuffer() {

@@ -140,7 +140,12 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   // MirrorIntoLateCopy); other kinds write only the staging area.
   const absl::Time sent = absl::Now();
   const auto unanswered = [&](absl::Status why) {
-    late_ = LateCopy{seq, op, dst, bytes, sent};
+    // Cancelled unless the agent took it first; only a taken request can
+    // still land (copy_agent_channel.h, claim).
+    if (copy_agent::Settle(*c, seq, seq | copy_agent::kCancelled) !=
+        (seq | copy_agent::kCancelled)) {
+      late_ = LateCopy{seq, op, dst, bytes, sent};
+    }
     return EndLocked(std::move(why));
   };
   // A CUDA call that blocks: the agent is alive, so the link only pauses

@@ -9,8 +9,9 @@
 //   engine.AttachCopyAgent(session, *link);  // the session's GPU regions use it
 //
 // Every call is bounded. A request the agent does not take within
-// `timeout`, a channel it marks closed, or a page of it no longer in
-// memory, ends the link for good (usable() false, logged once): the engine
+// `timeout` (it is cancelled: an agent that wakes later skips it), a
+// channel it marks closed, or a page of it no longer in memory, ends the
+// link for good (usable() false, logged once): the engine
 // copies through its own CUDA context from then on (slow, but correct). An
 // agent that took a request but sits in a CUDA call longer than `stall`
 // is blocked, in practice by another thread of its process synchronizing
@@ -19,9 +20,9 @@
 // copy completes, then serves again. A request the agent answers with a
 // CUDA error fails only that copy (the engine then tries its own context).
 //
-// A copy into GPU memory that was not answered may still land later, from
-// the staging area: MirrorIntoLateCopy keeps what it would write equal to
-// what the engine wrote there since, so it cannot undo a later write.
+// A copy into GPU memory that the agent took but did not answer may still
+// land later: MirrorIntoLateCopy keeps what it would write equal to what
+// the engine wrote there since, so it cannot undo a later write.
 //
 // Thread-safety: calls are serialized by an internal mutex (the engine
 // calls with its own lock held).

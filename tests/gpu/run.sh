@@ -266,8 +266,8 @@ if want rdma; then
     # memcheck, racecheck: the posting kernels of `check` under
     # compute-sanitizer (where it can attach; see the sanitizer step), the
     # sweep capped alike. racecheck reports shared-memory hazards: the
-    # posting paths use none today (warp shuffles, global atomics), so the
-    # pass keeps it that way for the warp and block posters.
+    # warp posters use none (shuffles, global atomics); the block posters'
+    # collectives (mc_put_lanes_block) do, and are checked here.
     # check-agent: the same checks with softnic's copy agents on, the
     # back-pressure cases 20 times (a copy held back by the first launch of
     # a kernel must not land stale: docs/rdma.md, the copy agent).

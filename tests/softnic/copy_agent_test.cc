@@ -211,10 +211,51 @@ TEST(CopyAgentLinkSilentTest, ASilentAgentTimesOutOnceAndIsNotAskedAgain) {
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE((*link)->ToDevice(0x1000, host.data(), 8).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(40));
+  // Nobody took it, so it is cancelled: an agent that wakes later skips
+  // it, and nothing is left to land late.
+  EXPECT_EQ(c->claim, uint64_t{c->request_seq} | copy_agent::kCancelled);
+  EXPECT_FALSE((*link)->LateCopyOverlaps(0x1000, 8));
   // A stale answer (done_seq of the request that timed out) is not taken
   // for the next one either: the link has ended.
   c->done_seq = c->request_seq;
   EXPECT_FALSE((*link)->usable());
+}
+
+// The agent's side: a request the daemon cancelled before the agent took
+// it is skipped (answered, nothing copied); the next one runs.
+TEST(CopyAgentClaimTest, ARequestCancelledBeforeItWasTakenIsSkipped) {
+  auto cu = ClientDriver();
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto mapping =
+      SharedMapping::FromPopulatedMemfd((*agent)->fd(), 0, copy_agent::kHeaderBytes + kStaging);
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  auto* c = reinterpret_cast<copy_agent::Channel*>((*mapping)->data());
+  uint8_t* staging = (*mapping)->data() + copy_agent::kHeaderBytes;
+  ClientAllocation gpu(*cu, kGran);
+  std::memset(gpu.data(), 0, 8);
+  std::memset(staging, 7, 8);
+  // As the daemon sends one (copy_agent_channel.h), by hand.
+  auto send = [&](bool cancelled) {
+    const uint32_t seq = std::atomic_ref<uint32_t>(c->request_seq).load() + 1;
+    c->request.op = static_cast<uint32_t>(copy_agent::Op::kToDevice);
+    c->request.dst = gpu.va();
+    c->request.bytes = 8;
+    c->request.staging_offset = 0;
+    if (cancelled) std::atomic_ref<uint64_t>(c->claim).store(seq | copy_agent::kCancelled);
+    std::atomic_ref<uint32_t>(c->request_seq).store(seq);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::atomic_ref<uint32_t>(c->done_seq).load() != seq &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    return std::atomic_ref<uint32_t>(c->done_seq).load() == seq;
+  };
+  ASSERT_TRUE(send(/*cancelled=*/true)) << "the agent answers a cancelled request too";
+  EXPECT_EQ(gpu.data()[0], 0) << "a cancelled request was run";
+  ASSERT_TRUE(send(/*cancelled=*/false));
+  EXPECT_EQ(gpu.data()[0], 7) << "the next request did not run";
+  EXPECT_EQ((*agent)->copies(), 1u);
 }
 
 // An agent whose CUDA call is blocked (another thread of its process

@@ -17,17 +17,20 @@
 // One request at a time (softnic executes one WQE at a time):
 //   daemon  writes `request`, then request_seq = seq (release); if
 //           agent_sleeping, FUTEX_WAKE on request_seq.
-//   agent   sees request_seq change (acquire), runs the copy on its stream,
-//           waits for it, writes `result`, then done_seq = seq (release).
-//   daemon  waits for done_seq == seq (acquire), bounded.
+//   agent   sees request_seq change (acquire), takes it (claim), runs the
+//           copy on its stream, waits for it, writes `result`, then
+//           done_seq = seq (release).
+//   daemon  waits for done_seq == seq (acquire), bounded; past the bound it
+//           cancels the request, unless the agent took it first (claim).
 // A sleeping agent sets agent_sleeping, re-checks request_seq, then
 // FUTEX_WAITs on it (a shared futex: both processes map the page).
 //
-// Trust: the daemon reads only done_seq, result, state, busy_since_ns and
-// phase from this memory, and never a pointer, a length or an offset:
-// requests are its own, bounded by the staging size it was told in the RPC
-// and checked against its own mapping. An agent can only hurt its own process: it copies between
-// its own memory and the staging area.
+// Trust: the daemon reads only done_seq, result, state, busy_since_ns,
+// phase and claim from this memory, never a pointer, a length or an
+// offset: requests are its own, bounded by the staging size it was told in
+// the RPC and checked against its own mapping. Its one compare-and-swap
+// (claim) is bounded too. An agent can only hurt its own process: it
+// copies between its own memory and the staging area.
 #pragma once
 
 #include <atomic>
@@ -105,7 +108,14 @@ struct Channel {
   uint64_t busy_since_ns;
   uint32_t phase;  // Phase; read only to word the daemon's message
   uint32_t reserved2;
+  // Who decided request `seq` first (both sides, compare-and-swap): the
+  // agent takes it (claim = seq) before it runs the copy; the daemon gives
+  // up on one nobody took (claim = seq | kCancelled), and the agent then
+  // skips it. So a request the agent never took cannot land later: only a
+  // taken one can (the daemon's "late copy").
+  alignas(64) uint64_t claim;
 };
+inline constexpr uint64_t kCancelled = uint64_t{1} << 32;
 static_assert(sizeof(Channel) <= kHeaderBytes);
 
 // Every field of the channel is shared with another process: both sides
@@ -113,6 +123,22 @@ static_assert(sizeof(Channel) <= kHeaderBytes);
 template <class T>
 std::atomic_ref<T> Ref(T& field) {
   return std::atomic_ref<T>(field);
+}
+
+// Settles Channel::claim for request `seq` to `mine` (seq: the agent takes
+// it; seq | kCancelled: the daemon gives up on it) unless the other side
+// settled it first. Returns the settled value; after 64 failed attempts
+// (the word keeps changing: only a hostile process does that) the last
+// value seen, which the daemon then treats as "taken".
+inline uint64_t Settle(Channel& c, uint32_t seq, uint64_t mine) {
+  uint64_t cur = Ref(c.claim).load(std::memory_order_acquire);
+  for (int tries = 0; tries < 64 && static_cast<uint32_t>(cur) != seq; ++tries) {
+    if (Ref(c.claim).compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
+                                           std::memory_order_acquire)) {
+      return mine;
+    }
+  }
+  return cur;
 }
 static_assert(offsetof(Channel, request_seq) % 64 == 0);
 static_assert(offsetof(Channel, done_seq) % 64 == 0);

@@ -1,6 +1,5 @@
 #include "copy_agent.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -14,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "mooncake/common/log.h"
-#include "mooncake/common/populate.h"
 #include "mooncake/common/status.h"
+#include "populated_memfd.h"
 
 namespace mooncake {
 namespace {
@@ -41,34 +40,17 @@ constexpr std::chrono::milliseconds kSlowCopy{5};
 
 absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
     std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes) {
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  if (staging_bytes < copy_agent::kMinStagingBytes ||
-      staging_bytes > copy_agent::kMaxStagingBytes || staging_bytes % page != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("copy agent staging of ", staging_bytes, " bytes: give a multiple of ", page,
-                     " from ", copy_agent::kMinStagingBytes, " to ", copy_agent::kMaxStagingBytes));
-  }
+  MC_RETURN_IF_ERROR(
+      copy_agent::CheckStagingBytes(staging_bytes, static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))));
   const uint64_t bytes = copy_agent::kHeaderBytes + staging_bytes;
-  UniqueFd fd(::memfd_create("mooncake-copy-agent", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) return ErrnoStatus(errno, "memfd_create (copy agent channel)");
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ||
-      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    return ErrnoStatus(errno, "sizing and sealing the copy agent channel");
-  }
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap (copy agent channel)");
-  // Every page in memory, charged to this process: the daemon maps only
-  // populated memfds (mooncake/common/populate.h).
-  if (const int err = PopulateForWrite(p, bytes); err != 0) {
-    ::munmap(p, bytes);
-    return ErrnoStatus(err, "populating the copy agent channel");
-  }
-  auto* c = static_cast<Channel*>(p);
+  MC_ASSIGN_OR_RETURN(PopulatedMemfd m,
+                      CreatePopulatedMemfd("mooncake-copy-agent", bytes, "copy agent channel"));
+  auto* c = reinterpret_cast<Channel*>(m.data);
   c->magic = copy_agent::kMagic;
   c->version = copy_agent::kVersion;
   c->staging_bytes = staging_bytes;
-  std::unique_ptr<CopyAgent> agent(new CopyAgent(std::move(driver), ctx, std::move(fd),
-                                                 static_cast<uint8_t*>(p), staging_bytes));
+  std::unique_ptr<CopyAgent> agent(
+      new CopyAgent(std::move(driver), ctx, std::move(m.fd), m.data, staging_bytes));
   drivers::CudaDriver& cu = *agent->driver_;
   MC_RETURN_IF_ERROR(drivers::CuStatus(cu, cu.ctxSetCurrent(ctx), "cuCtxSetCurrent (copy agent)"));
   // CU_STREAM_NON_BLOCKING: no implicit wait on the legacy default stream,

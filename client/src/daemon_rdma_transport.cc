@@ -1,6 +1,5 @@
 #include "mooncake/client/daemon_rdma_transport.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -15,12 +14,12 @@
 #include "gpu_doorbell.h"
 #include "gpu_rings.h"
 #include "mooncake/common/log.h"
-#include "mooncake/common/populate.h"
 #include "mooncake/common/status.h"
 #include "mooncake/common/unique_fd.h"
 #include "mooncake/device/ibgda_qp.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/drivers/cuda_driver.h"
+#include "populated_memfd.h"
 #include "rdma_control_layout.h"
 
 namespace mooncake {
@@ -405,21 +404,11 @@ absl::Status DaemonRdmaTransport::AllocateGpuControl() {
 absl::Status DaemonRdmaTransport::AllocateHostControl() {
   // Built in locals and kept only whole: a refusal leaves nothing half made
   // (a later allocateControlBuffer, or the fallback, starts clean).
-  UniqueFd fd(::memfd_create("mooncake-rdma-control", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd.valid()) return ErrnoStatus(errno, "memfd_create (RDMA control memory)");
-  if (::ftruncate(fd.get(), static_cast<off_t>(control_bytes_)) != 0 ||
-      ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
-    return ErrnoStatus(errno, "sizing and sealing the RDMA control memfd");
-  }
-  void* p = ::mmap(nullptr, control_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap (RDMA control memory)");
-  // Allocated now, charged to this process (mooncaked registers only
-  // memfds whose pages are all in memory: mooncake/common/populate.h).
-  if (const int err = PopulateForWrite(p, control_bytes_); err != 0) {
-    ::munmap(p, control_bytes_);
-    return ErrnoStatus(err, "populating the RDMA control memory");
-  }
-  uint8_t* const host = static_cast<uint8_t*>(p);
+  MC_ASSIGN_OR_RETURN(
+      PopulatedMemfd m,
+      CreatePopulatedMemfd("mooncake-rdma-control", control_bytes_, "RDMA control memory"));
+  UniqueFd fd = std::move(m.fd);
+  uint8_t* const host = m.data;
   drivers::CuDevicePtr dev = 0;
   absl::Status s;
   if (cuda_) {

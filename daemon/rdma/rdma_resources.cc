@@ -506,13 +506,8 @@ absl::Status RdmaResources::AttachCopyAgent(const SessionInfo& session, FdBundle
   if (!fds || fds->fds.size() != 1) {
     return absl::InvalidArgumentError("AttachCopyAgent needs exactly one fd on its ticket");
   }
-  if (staging_bytes < copy_agent::kMinStagingBytes ||
-      staging_bytes > copy_agent::kMaxStagingBytes ||
-      staging_bytes % softnic::SharedMapping::PageSize() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "staging_bytes ", staging_bytes, ": a multiple of ", softnic::SharedMapping::PageSize(),
-        " from ", copy_agent::kMinStagingBytes, " to ", copy_agent::kMaxStagingBytes));
-  }
+  MC_RETURN_IF_ERROR(
+      copy_agent::CheckStagingBytes(staging_bytes, softnic::SharedMapping::PageSize()));
   const uint64_t bytes = copy_agent::kHeaderBytes + staging_bytes;
   const RdmaUsage cost{0, 0, bytes};
   const std::shared_ptr<absl::Mutex> gate = GateOf(session.id);

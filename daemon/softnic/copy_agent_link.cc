@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/status.h"
 
 namespace mooncake::softnic {
 namespace {
@@ -29,14 +30,7 @@ absl::StatusOr<std::shared_ptr<CopyAgentLink>> CopyAgentLink::Create(
     std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
     CopyAgentLinkOptions options) {
   if (mapping == nullptr) return absl::InvalidArgumentError("no channel memory");
-  if (staging_bytes < copy_agent::kMinStagingBytes ||
-      staging_bytes > copy_agent::kMaxStagingBytes ||
-      staging_bytes % SharedMapping::PageSize() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("copy agent staging of ", staging_bytes, " bytes: give a multiple of ",
-                     SharedMapping::PageSize(), " from ", copy_agent::kMinStagingBytes, " to ",
-                     copy_agent::kMaxStagingBytes));
-  }
+  MC_RETURN_IF_ERROR(copy_agent::CheckStagingBytes(staging_bytes, SharedMapping::PageSize()));
   if (mapping->size() != copy_agent::kHeaderBytes + staging_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("copy agent channel of ", mapping->size(), " bytes mapped; the header (",
@@ -138,20 +132,19 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   const uint64_t stall_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options_.stall));
   // An unanswered copy into GPU memory may still land later (see
   // MirrorIntoLateCopy); other kinds write only the staging area.
-  const absl::Time sent = absl::Now();
   const auto unanswered = [&](absl::Status why) {
     // Cancelled unless the agent took it first; only a taken request can
     // still land (copy_agent_channel.h, claim).
     if (copy_agent::Settle(*c, seq, seq | copy_agent::kCancelled) !=
         (seq | copy_agent::kCancelled)) {
-      late_ = LateCopy{seq, op, dst, bytes, sent};
+      late_ = LateCopy{seq, op, dst, bytes, start};
     }
     return EndLocked(std::move(why));
   };
   // A CUDA call that blocks: the agent is alive, so the link only pauses
   // until that call returns and the request is answered (RunLocked).
   const auto stalled = [&](absl::Status why) {
-    late_ = LateCopy{seq, op, dst, bytes, sent};
+    late_ = LateCopy{seq, op, dst, bytes, start};
     if (!paused_) {
       paused_ = true;
       ++pauses_;
@@ -233,7 +226,8 @@ void CopyAgentLink::SettleLateLocked() const {
     // pauses are (the first, then at powers of two).
     if ((pauses_ & (pauses_ - 1)) == 0) {
       MC_LOG(kInfo, "softnic: the copy agent of pid ", pid_, " completed a ", late_->bytes,
-             "-byte copy ", absl::FormatDuration(absl::Now() - late_->sent),
+             "-byte copy ",
+             absl::FormatDuration(absl::FromChrono(std::chrono::steady_clock::now() - late_->sent)),
              " after it was asked (it had been given up on)");
     }
     late_.reset();

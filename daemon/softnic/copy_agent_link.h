@@ -28,6 +28,7 @@
 // calls with its own lock held).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -136,7 +137,8 @@ class CopyAgentLink {
     copy_agent::Op op = copy_agent::Op::kNone;
     uint64_t dst = 0;
     uint64_t bytes = 0;
-    absl::Time sent;  // when the request went out (the log says how late it was)
+    // When the request went out (the log says how late it was).
+    std::chrono::steady_clock::time_point sent;
   };
   // Paused on a blocked CUDA call of the agent (stall): late_ is that
   // request; the link serves again once it is answered.

@@ -159,7 +159,7 @@ bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
     }
     if (dst.kind == MemoryKind::kCuda && dst.agent != nullptr &&
         dst.agent->LateCopyOverlaps(dst.agent_addr, dst.length)) {
-      // A copy the owner's agent never answered may still land here: it
+      // A copy the owner's agent took and never answered may still land here: it
       // must carry these bytes, so they go to its staging area first.
       std::vector<uint8_t> bytes(dst.length);
       const ByteSpan host{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes.data()), dst.length,

@@ -74,10 +74,29 @@ drivers::CuContext PrimaryContext(FakeCudaDriver& cu) {
   return ctx;
 }
 
-// The daemon's side of `fd`, as RdmaResources::AttachCopyAgent maps it.
+// The daemon's mapping of a channel memfd `fd`, as RdmaResources::
+// AttachCopyAgent maps it.
+absl::StatusOr<std::shared_ptr<SharedMapping>> MapChannel(int fd, uint64_t staging = kStaging) {
+  return SharedMapping::FromPopulatedMemfd(fd, 0, copy_agent::kHeaderBytes + staging);
+}
+
+// A channel with no agent behind it: a serving header over anonymous
+// memory, which the test itself plays the agent in (or leaves silent).
+std::shared_ptr<SharedMapping> ChannelWithoutAgent() {
+  auto m = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  auto* c = reinterpret_cast<copy_agent::Channel*>((*m)->data());
+  c->magic = copy_agent::kMagic;
+  c->version = copy_agent::kVersion;
+  c->state = static_cast<uint32_t>(copy_agent::State::kServing);
+  return *m;
+}
+
+// The daemon's side of `fd`.
 absl::StatusOr<std::shared_ptr<CopyAgentLink>> LinkTo(int fd, uint64_t staging, int32_t pid,
                                                       absl::Duration timeout = absl::Seconds(2)) {
-  auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, copy_agent::kHeaderBytes + staging);
+  auto mapping = MapChannel(fd, staging);
   if (!mapping.ok()) return mapping.status();
   return CopyAgentLink::Create(*mapping, staging, pid, CopyAgentLinkOptions{.timeout = timeout});
 }
@@ -175,8 +194,7 @@ TEST(CopyAgentLinkCreateTest, RefusesSizesAndHeadersThatDoNotFit) {
   auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
   ASSERT_TRUE(agent.ok()) << agent.status();
   // The staging size the RPC names must match what the memfd holds.
-  auto mapping =
-      SharedMapping::FromPopulatedMemfd((*agent)->fd(), 0, copy_agent::kHeaderBytes + kStaging);
+  auto mapping = MapChannel((*agent)->fd());
   ASSERT_TRUE(mapping.ok());
   EXPECT_EQ(CopyAgentLink::Create(*mapping, 2 * kStaging, 1, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -195,13 +213,10 @@ TEST(CopyAgentLinkCreateTest, RefusesSizesAndHeadersThatDoNotFit) {
 // A channel whose agent never answers (its process is stopped, or hostile):
 // the request times out, the link ends, and no later call waits again.
 TEST(CopyAgentLinkSilentTest, ASilentAgentTimesOutOnceAndIsNotAskedAgain) {
-  auto blank = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
-  ASSERT_TRUE(blank.ok());
-  auto* c = reinterpret_cast<copy_agent::Channel*>((*blank)->data());
-  c->magic = copy_agent::kMagic;
-  c->version = copy_agent::kVersion;
-  c->state = static_cast<uint32_t>(copy_agent::State::kServing);
-  auto link = CopyAgentLink::Create(*blank, kStaging, 1,
+  std::shared_ptr<SharedMapping> blank = ChannelWithoutAgent();
+  ASSERT_NE(blank, nullptr);
+  auto* c = reinterpret_cast<copy_agent::Channel*>(blank->data());
+  auto link = CopyAgentLink::Create(blank, kStaging, 1,
                                     CopyAgentLinkOptions{.timeout = absl::Milliseconds(50)});
   ASSERT_TRUE(link.ok()) << link.status();
   std::vector<uint8_t> host(8, 1);
@@ -227,8 +242,7 @@ TEST(CopyAgentClaimTest, ARequestCancelledBeforeItWasTakenIsSkipped) {
   auto cu = ClientDriver();
   auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
   ASSERT_TRUE(agent.ok()) << agent.status();
-  auto mapping =
-      SharedMapping::FromPopulatedMemfd((*agent)->fd(), 0, copy_agent::kHeaderBytes + kStaging);
+  auto mapping = MapChannel((*agent)->fd());
   ASSERT_TRUE(mapping.ok()) << mapping.status();
   auto* c = reinterpret_cast<copy_agent::Channel*>((*mapping)->data());
   uint8_t* staging = (*mapping)->data() + copy_agent::kHeaderBytes;
@@ -264,13 +278,8 @@ TEST(CopyAgentClaimTest, ARequestCancelledBeforeItWasTakenIsSkipped) {
 class BlockedAgent {
  public:
   BlockedAgent() {
-    auto m = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
-    EXPECT_TRUE(m.ok());
-    mapping_ = *m;
+    mapping_ = ChannelWithoutAgent();
     c_ = reinterpret_cast<copy_agent::Channel*>(mapping_->data());
-    c_->magic = copy_agent::kMagic;
-    c_->version = copy_agent::kVersion;
-    c_->state = static_cast<uint32_t>(copy_agent::State::kServing);
     thread_ = std::thread([this] {
       uint32_t seen = 0;
       while (!stop_.load()) {

@@ -37,6 +37,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
 namespace mooncake::copy_agent {
 
 inline constexpr uint32_t kMagic = 0x4143434d;  // "MCCA", little-endian
@@ -45,6 +48,20 @@ inline constexpr uint64_t kHeaderBytes = 4096;  // the staging area starts here
 inline constexpr uint64_t kMinStagingBytes = uint64_t{64} << 10;
 inline constexpr uint64_t kMaxStagingBytes = uint64_t{16} << 20;
 inline constexpr uint64_t kDefaultStagingBytes = uint64_t{4} << 20;
+
+// Whether a staging area of `staging` bytes is one both sides accept: a
+// multiple of the page size `page`, from kMinStagingBytes to
+// kMaxStagingBytes. The client checks before it makes the channel, the
+// daemon before it maps one.
+inline absl::Status CheckStagingBytes(uint64_t staging, uint64_t page) {
+  if (staging >= kMinStagingBytes && staging <= kMaxStagingBytes && page != 0 &&
+      staging % page == 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("copy agent staging of ", staging,
+                                                 " bytes: give a multiple of ", page, " from ",
+                                                 kMinStagingBytes, " to ", kMaxStagingBytes));
+}
 
 // What the agent does for a request. Addresses are the agent process's own
 // (CUDA unified addressing); staging offsets are from the staging area.

@@ -25,7 +25,8 @@
 // the engine wrote there since, so it cannot undo a later write.
 //
 // Thread-safety: calls are serialized by an internal mutex (the engine
-// calls with its own lock held).
+// calls from its GPU workers, softnic/gpu_workers.h, without its own lock:
+// a link that stalls holds up only the WQEs that need it).
 #pragma once
 
 #include <chrono>

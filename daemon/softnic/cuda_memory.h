@@ -49,7 +49,9 @@
 // (one time slice) while a client kernel is resident and spinning, as a
 // kernel waiting for a CQE is. It completes, it is only slow: signals and
 // CQ polling that must be fast belong in host memory (memfd regions), or
-// the node runs MPS.
+// the node runs MPS. The engine calls from its GPU workers, so that wait
+// holds up only the QP whose WQE it is (softnic/gpu_workers.h); the one
+// mutex still makes two sessions' copies on this context wait in turn.
 //
 // Failures: every method returns the CUDA error as a Status naming the call
 // ("cuMemcpyHtoD(64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS (...)"); the engine
@@ -73,7 +75,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "mooncake/drivers/cuda_driver.h"
-#include "softnic/executor.h"
+#include "softnic/responder_op.h"
 
 namespace mooncake::softnic {
 

@@ -1,6 +1,7 @@
 #include "softnic/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -179,6 +180,23 @@ bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
   return true;
 }
 
+// An atomic's old value into the requester's memory, as a ConnectX returns
+// it: host order for the standard 8-byte atomic (mlx5_core sets the
+// host-endian atomic mode), big-endian for extended atomics. A GPU
+// destination that fails now loses the value after the atomic ran, as a
+// NIC's failed local write would. Returns a syndrome (0: ok).
+uint8_t LandFetched(const ByteSpan& dst, bool masked, uint64_t fetched) {
+  uint8_t bytes[8];
+  if (masked) {
+    const uint32_t v = mlx5::be32(static_cast<uint32_t>(fetched));
+    std::memcpy(bytes, &v, 4);
+  } else {
+    std::memcpy(bytes, &fetched, 8);
+  }
+  const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes), dst.length};
+  return CopyBytes(dst, from) ? 0 : mlx5::kSyndLocalProtErr;
+}
+
 }  // namespace
 
 struct Engine::Region {
@@ -193,6 +211,11 @@ struct Engine::Region {
   // kCuda: the copy agent of the process that owns the memory (its PD's).
   std::shared_ptr<CopyAgentLink> agent;
   uint64_t base = 0;  // where byte 0 is for the daemon: host pointer or CUdeviceptr
+  // Threads working on it without the engine's lock (Pin); while any do, a
+  // deregistration waits. A dying region answers to no key: it is on its
+  // way out and only waits for them.
+  uint32_t pins = 0;
+  bool dying = false;
 
   // Whether the engine can touch the bytes at all.
   bool Reachable() const { return kind == MemoryKind::kHost || cuda != nullptr; }
@@ -253,6 +276,8 @@ struct Engine::Qp {
   // (issue 23 item 6), locally so the engine lock is let go between them,
   // to another node so no more than one batch of it is ever in the heap.
   uint64_t wqe_offset = 0;
+  // The WQE at sq_ci is on a GPU worker (Offload): the QP waits for it.
+  bool offloaded = false;
   bool HasSendSecret() const {
     return !send_secret.empty() && send_secret_node == remote_node && send_secret_qpn == remote_qpn;
   }
@@ -276,26 +301,31 @@ struct Engine::RemoteWqe {
   uint64_t laddr = 0;
 };
 
-// The default executor: the responder QP is one of this engine's own. The
-// engine thread calls it with mu_ held, so it takes the locked path and adds
-// no locking of its own.
-class LocalExecutor final : public Executor {
- public:
-  explicit LocalExecutor(Engine* engine) : engine_(engine) {}
-  ResponderResult Execute(const ResponderOp& op) override {
-    engine_->mu_.AssertHeld();
-    return engine_->ExecuteAsResponderLocked(op);
-  }
-
- private:
-  Engine* const engine_;
+// A WQE that touches GPU memory, as ExecuteWqe found it, for a GPU worker:
+// everything it needs without the engine's lock. Its regions are pinned
+// until RunOffloaded is done with them.
+struct Engine::Offload {
+  bool set = false;
+  uint32_t qpn = 0;
+  uint64_t serial = 0;  // the QP's incarnation: a QPN reused meanwhile is not it
+  PdId pd = 0;
+  uint16_t index = 0;
+  uint8_t opcode = 0;  // as its CQE reports it
+  bool signaled = false;
+  uint32_t byte_count = 0;  // a WRITE's, for its CQE
+  ResponderOp op;
+  const Region* target = nullptr;  // the responder's region, and the bytes in it
+  ByteSpan target_span;
+  const Region* source = nullptr;  // a WRITE's source region; null: inline
+  std::array<uint8_t, mlx5::kSendWqeBb> inline_bytes{};
+  const Region* fetch = nullptr;  // an atomic's: where the old value lands
+  ByteSpan fetch_span;
 };
 
-Engine::Engine(EngineOptions options) : options_(options) {
+Engine::Engine(EngineOptions options) : options_(options), workers_(options.gpu_workers) {
   std::random_device rd;
   absl::MutexLock lock(&mu_);
   next_qpn_ = rd() & kQpnMask;
-  executor_ = std::make_shared<LocalExecutor>(this);
 }
 
 Engine::~Engine() { Stop(); }
@@ -312,16 +342,13 @@ void Engine::Stop() {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_relaxed);
   thread_.join();
+  // WQEs already on a GPU worker complete; their QPs go no further.
+  workers_.Drain();
 }
 
 void Engine::SetRemoteLink(std::shared_ptr<RemoteLink> link) {
   absl::MutexLock lock(&mu_);
   link_ = std::move(link);
-}
-
-void Engine::SetExecutor(std::shared_ptr<Executor> executor) {
-  absl::MutexLock lock(&mu_);
-  executor_ = executor != nullptr ? std::move(executor) : std::make_shared<LocalExecutor>(this);
 }
 
 // ---- regions ------------------------------------------------------------------
@@ -409,13 +436,28 @@ bool Engine::HasCopyAgent(PdId pd) const {
 absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
   absl::MutexLock lock(&mu_);
   auto it = regions_.find(key);
-  if (it == regions_.end() || it->second->pd != pd) {
+  if (it == regions_.end() || it->second->pd != pd || it->second->dying) {
     return absl::NotFoundError(
         absl::StrCat("no region with key 0x", absl::Hex(key), " in pd ", pd));
   }
-  RetireKeyLocked(key);
-  regions_.erase(it);
+  Region* region = it->second.get();
+  region->dying = true;  // no new WQE reaches it; wait for those that did
+  mu_.Await(absl::Condition(
+      +[](Region* r) { return r->pins == 0; }, region));
+  it = regions_.find(key);
+  if (it != regions_.end() && it->second.get() == region) {  // DestroyPd did not take it meanwhile
+    RetireKeyLocked(key);
+    regions_.erase(it);
+  }
   return absl::OkStatus();
+}
+
+void Engine::Pin(const Region* r) {
+  if (r != nullptr) ++const_cast<Region*>(r)->pins;
+}
+
+void Engine::Unpin(const Region* r) {
+  if (r != nullptr) --const_cast<Region*>(r)->pins;
 }
 
 void Engine::RetireKeyLocked(uint32_t key) {
@@ -435,7 +477,7 @@ const Engine::Region* Engine::Resolve(PdId pd, uint32_t key, uint64_t addr, uint
   auto it = regions_.find(key);
   if (it == regions_.end()) return nullptr;
   const Region& r = *it->second;
-  if (r.pd != pd || (r.access & need) != need) return nullptr;
+  if (r.dying || r.pd != pd || (r.access & need) != need) return nullptr;
   if (len == 0 || addr < r.iova || !Fits(addr - r.iova, len, r.length)) return nullptr;
   return &r;
 }
@@ -600,11 +642,28 @@ void Engine::DestroyPd(PdId pd) {
   agents_.erase(pd);
   for (auto it = qps_.begin(); it != qps_.end();) {
     if (it->second->pd == pd) {
-      qps_.erase(it++);
+      qps_.erase(it++);  // a WQE of it on a GPU worker finds it gone
     } else {
       ++it;
     }
   }
+  // GPU WQEs may still be at work in its regions (its own, or another
+  // session's writing into them): no new one starts, and those finish.
+  struct Unpinned {
+    Engine* engine;
+    PdId pd;
+    bool operator()() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine->mu_) {
+      for (const auto& [key, region] : engine->regions_) {
+        if (region->pd == pd && region->pins != 0) return false;
+      }
+      return true;
+    }
+  };
+  for (auto& [key, region] : regions_) {
+    if (region->pd == pd) region->dying = true;
+  }
+  Unpinned unpinned{this, pd};
+  mu_.Await(absl::Condition(&unpinned));
   for (auto it = regions_.begin(); it != regions_.end();) {
     if (it->second->pd == pd) {
       RetireKeyLocked(it->first);
@@ -668,83 +727,103 @@ ResponderResult Engine::ExecuteForPeer(const std::string& requester_node, uint32
 
 ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
   ResponderResult result;
+  const Region* target = nullptr;
+  ByteSpan span;
+  result.syndrome = ResolveResponder(op, &target, &span);
+  if (result.syndrome != 0) return result;
+  if (!Offloads(span, op.source, op.kind != ResponderOp::Kind::kWrite)) {
+    return RunResponder(span, op);
+  }
+  // GPU memory: CUDA or a copy agent may take milliseconds, which must not
+  // be every session's. The region stays registered meanwhile.
+  Pin(target);
+  mu_.Unlock();
+  result = RunResponder(span, op);
+  mu_.Lock();
+  Unpin(target);
+  return result;
+}
+
+uint8_t Engine::ResolveResponder(const ResponderOp& op, const Region** target,
+                                 ByteSpan* span) const {
   auto it = qps_.find(op.remote_qpn);
-  if (it == qps_.end()) {
-    // Nobody answers: a ConnectX retries, then reports this.
-    result.syndrome = mlx5::kSyndTransportRetryExcErr;
+  // Nobody answers: a ConnectX retries, then reports this.
+  if (it == qps_.end()) return mlx5::kSyndTransportRetryExcErr;
+  const PdId pd = it->second->pd;
+  if (op.kind == ResponderOp::Kind::kWrite) {
+    const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
+    if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, op.source.length)) {
+      return mlx5::kSyndRemoteAccessErr;
+    }
+    *target = r;
+    *span = r->Span(op.raddr, op.source.length);
+    return 0;
+  }
+  const uint64_t width = op.kind == ResponderOp::Kind::kFetchAdd64 ? 8 : 4;
+  if (op.raddr % width != 0) return mlx5::kSyndRemoteInvalReqErr;
+  const Region* r = Resolve(pd, op.rkey, op.raddr, width, kRemoteAtomic);
+  if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, width)) {
+    return mlx5::kSyndRemoteAccessErr;
+  }
+  *target = r;
+  *span = r->Span(op.raddr, width);
+  // The iova is aligned; the mapping offset might not be.
+  if (span->addr % width != 0) return mlx5::kSyndRemoteInvalReqErr;
+  return 0;
+}
+
+bool Engine::Offloads(const ByteSpan& target, const ByteSpan& source, bool atomic) const {
+  if (atomic && options_.atomics == AtomicsModel::kHca) return false;
+  return target.kind == MemoryKind::kCuda || source.kind == MemoryKind::kCuda;
+}
+
+ResponderResult Engine::RunResponder(const ByteSpan& target, const ResponderOp& op) {
+  ResponderResult result;
+  if (op.kind == ResponderOp::Kind::kWrite) {
+    if (!CopyBytes(target, op.source)) {
+      // A failed GPU copy: blamed on the source when only it is GPU memory
+      // (reading the local side failed), else on the responder's memory.
+      result.syndrome = target.kind == MemoryKind::kHost && op.source.kind == MemoryKind::kCuda
+                            ? mlx5::kSyndLocalProtErr
+                            : mlx5::kSyndRemoteAccessErr;
+    }
     return result;
   }
-  const PdId pd = it->second->pd;
-  switch (op.kind) {
-    case ResponderOp::Kind::kWrite: {
-      const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
-      if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, op.source.length)) {
-        result.syndrome = mlx5::kSyndRemoteAccessErr;
-      } else if (!CopyBytes(r->Span(op.raddr, op.source.length), op.source)) {
-        // A failed GPU copy: blamed on the source when only it is GPU memory
-        // (reading the local side failed), else on the responder's memory.
-        result.syndrome = r->kind == MemoryKind::kHost && op.source.kind == MemoryKind::kCuda
-                              ? mlx5::kSyndLocalProtErr
-                              : mlx5::kSyndRemoteAccessErr;
-      }
-      return result;
-    }
-    case ResponderOp::Kind::kFetchAdd64:
-    case ResponderOp::Kind::kMaskedFetchAdd32: {
-      const uint64_t width = op.kind == ResponderOp::Kind::kFetchAdd64 ? 8 : 4;
-      if (op.raddr % width != 0) {
-        result.syndrome = mlx5::kSyndRemoteInvalReqErr;
-        return result;
-      }
-      const Region* r = Resolve(pd, op.rkey, op.raddr, width, kRemoteAtomic);
-      if (r == nullptr || !r->Reachable() || !r->Resident(op.raddr, width)) {
-        result.syndrome = mlx5::kSyndRemoteAccessErr;
-        return result;
-      }
-      const ByteSpan span = r->Span(op.raddr, width);
-      const uint64_t where = span.addr;
-      // The iova is aligned; the mapping offset might not be.
-      if (where % width != 0) {
-        result.syndrome = mlx5::kSyndRemoteInvalReqErr;
-        return result;
-      }
-      if (options_.atomics == AtomicsModel::kHca) {
-        if (!HcaAtomic(span, op, &result.fetched)) result.syndrome = mlx5::kSyndRemoteAccessErr;
-        return result;
-      }
-      if (r->kind == MemoryKind::kCuda) {
-        // On the GPU's atomic units: the client's kernels (and peers over
-        // NVLink) update the same words.
-        CudaMemory& cuda = *r->cuda->memory();
-        if (width == 8) {
-          absl::StatusOr<uint64_t> old = cuda.FetchAdd64(where, op.add);
-          if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
-          result.fetched = old.value_or(0);
-        } else {
-          absl::StatusOr<uint32_t> old =
-              cuda.MaskedFetchAdd32(where, static_cast<uint32_t>(op.add), op.field_boundary);
-          if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
-          result.fetched = old.value_or(0);
-        }
-        return result;
-      }
-      // Real atomics: the client's own threads update the same words.
-      if (width == 8) {
-        result.fetched = Ref(reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(where)))
-                             .fetch_add(op.add, std::memory_order_acq_rel);
-      } else {
-        auto word = Ref(reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(where)));
-        const auto add = static_cast<uint32_t>(op.add);
-        uint32_t old = word.load(std::memory_order_relaxed);
-        while (!word.compare_exchange_weak(old, MaskedAdd(old, add, op.field_boundary),
-                                           std::memory_order_acq_rel, std::memory_order_relaxed)) {
-        }
-        result.fetched = old;
-      }
-      return result;
-    }
+  const uint64_t width = op.kind == ResponderOp::Kind::kFetchAdd64 ? 8 : 4;
+  if (options_.atomics == AtomicsModel::kHca) {
+    if (!HcaAtomic(target, op, &result.fetched)) result.syndrome = mlx5::kSyndRemoteAccessErr;
+    return result;
   }
-  result.syndrome = mlx5::kSyndRemoteInvalReqErr;
+  const uint64_t where = target.addr;
+  if (target.kind == MemoryKind::kCuda) {
+    // On the GPU's atomic units: the client's kernels (and peers over
+    // NVLink) update the same words.
+    CudaMemory& cuda = *target.cuda;
+    if (width == 8) {
+      absl::StatusOr<uint64_t> old = cuda.FetchAdd64(where, op.add);
+      if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
+      result.fetched = old.value_or(0);
+    } else {
+      absl::StatusOr<uint32_t> old =
+          cuda.MaskedFetchAdd32(where, static_cast<uint32_t>(op.add), op.field_boundary);
+      if (!old.ok()) result.syndrome = mlx5::kSyndRemoteAccessErr;
+      result.fetched = old.value_or(0);
+    }
+    return result;
+  }
+  // Real atomics: the client's own threads update the same words.
+  if (width == 8) {
+    result.fetched = Ref(reinterpret_cast<uint64_t*>(static_cast<uintptr_t>(where)))
+                         .fetch_add(op.add, std::memory_order_acq_rel);
+  } else {
+    auto word = Ref(reinterpret_cast<uint32_t*>(static_cast<uintptr_t>(where)));
+    const auto add = static_cast<uint32_t>(op.add);
+    uint32_t old = word.load(std::memory_order_relaxed);
+    while (!word.compare_exchange_weak(old, MaskedAdd(old, add, op.field_boundary),
+                                       std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    }
+    result.fetched = old;
+  }
   return result;
 }
 
@@ -793,7 +872,7 @@ bool Engine::HcaAtomic(const ByteSpan& word, const ResponderOp& op, uint64_t* ol
 // WQE layout (one 64-byte basic block, see device/.../mlx5/wqe.h):
 //   [0, 16) ctrl   [16, 32) raddr   [32, 48) data | inline | atomic   [48, 64) data (atomics)
 uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
-                           uint32_t* byte_count, bool* more) {
+                           uint32_t* byte_count, bool* more, Offload* offload) {
   *more = false;
   const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
   const uint32_t qpn_ds = Be32At(&wqe[4]);
@@ -859,7 +938,27 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
     op.source.addr += from;
     op.source.length = n;
     op.raddr += from;
-    const ResponderResult r = executor_->Execute(op);
+    const Region* target = nullptr;
+    ByteSpan span;
+    if (const uint8_t bad = ResolveResponder(op, &target, &span); bad != 0) return bad;
+    if (offload != nullptr && Offloads(span, op.source, false)) {
+      // GPU memory: a worker copies it whole (`from` is 0: only host copies
+      // go in pieces).
+      offload->set = true;
+      offload->byte_count = static_cast<uint32_t>(total);
+      offload->op = op;
+      offload->target = target;
+      offload->target_span = span;
+      offload->source = source_region;
+      if (source_region == nullptr) {
+        std::memcpy(offload->inline_bytes.data(), &wqe[36], n);
+        offload->op.source.addr = 0;  // RunOffloaded points it at inline_bytes
+      }
+      Pin(target);
+      Pin(source_region);
+      return 0;
+    }
+    const ResponderResult r = RunResponder(span, op);
     if (r.syndrome != 0) return r.syndrome;
     bytes_written_.fetch_add(n, std::memory_order_relaxed);
     if (from + n < total) {
@@ -895,24 +994,25 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       if (count != width) return mlx5::kSyndLocalLengthErr;
       const Region* dst = Resolve(qp.pd, lkey, laddr, width, kLocalWrite);
       if (dst == nullptr || !dst->Reachable()) return mlx5::kSyndLocalProtErr;
-      const ResponderResult r = executor_->Execute(op);
-      if (r.syndrome != 0) return r.syndrome;
-      // The old value lands as a ConnectX returns it: host order for the
-      // standard 8-byte atomic (mlx5_core sets the host-endian atomic mode),
-      // big-endian for extended atomics.
-      uint8_t fetched[8];
-      if (masked) {
-        const uint32_t v = mlx5::be32(static_cast<uint32_t>(r.fetched));
-        std::memcpy(fetched, &v, 4);
-      } else {
-        std::memcpy(fetched, &r.fetched, 8);
+      const Region* target = nullptr;
+      ByteSpan span;
+      if (const uint8_t bad = ResolveResponder(op, &target, &span); bad != 0) return bad;
+      const ByteSpan fetch_span = dst->Span(laddr, width);
+      const bool resident = dst->Resident(laddr, width);
+      if (offload != nullptr && resident && Offloads(span, fetch_span, true)) {
+        offload->set = true;
+        offload->op = op;
+        offload->target = target;
+        offload->target_span = span;
+        offload->fetch = dst;
+        offload->fetch_span = fetch_span;
+        Pin(target);
+        Pin(dst);
+        return 0;
       }
-      const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(fetched), width};
-      // A GPU destination that fails now loses the fetched value after the
-      // atomic ran, as a NIC's failed local write would.
-      return dst->Resident(laddr, width) && CopyBytes(dst->Span(laddr, width), from)
-                 ? 0
-                 : mlx5::kSyndLocalProtErr;
+      const ResponderResult r = RunResponder(span, op);
+      if (r.syndrome != 0) return r.syndrome;
+      return resident ? LandFetched(fetch_span, masked, r.fetched) : mlx5::kSyndLocalProtErr;
     }
 
     default: return mlx5::kSyndLocalQpOpErr;
@@ -974,6 +1074,7 @@ void Engine::WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t 
 // ---- the engine thread -------------------------------------------------------------
 
 bool Engine::Poll(Qp& qp) {
+  if (qp.offloaded) return false;  // a GPU worker has the WQE at sq_ci
   const auto pi = static_cast<uint16_t>(
       mlx5::be32(Ref(&qp.sq_dbrec[mlx5::kSndDbr]).load(std::memory_order_acquire)));
   const auto pending = static_cast<uint16_t>(pi - qp.sq_ci);
@@ -1026,9 +1127,22 @@ bool Engine::Poll(Qp& qp) {
     qp.fence_held = false;
     uint32_t bytes = 0;
     bool more = false;
+    Offload offload;
     const uint8_t syndrome = qp.state == QpState::kError
                                  ? mlx5::kSyndWrFlushErr
-                                 : ExecuteWqe(qp, wqe, index, &opcode, &bytes, &more);
+                                 : ExecuteWqe(qp, wqe, index, &opcode, &bytes, &more, &offload);
+    if (offload.set) {
+      // The QP waits for its worker, which completes this WQE (RunOffloaded).
+      offload.qpn = qp.qpn;
+      offload.serial = qp.serial;
+      offload.pd = qp.pd;
+      offload.index = index;
+      offload.opcode = opcode;
+      offload.signaled = (fm_ce_se & mlx5::kCtrlCqUpdate) != 0;
+      qp.offloaded = true;
+      workers_.Submit(qp.pd, [this, offload]() mutable { RunOffloaded(offload); });
+      return true;
+    }
     if (options_.atomics == AtomicsModel::kHca && syndrome == 0 &&
         (opcode == mlx5::kOpAtomicFa || opcode == mlx5::kOpAtomicMaskedFa)) {
       qp.atomics_answered_at =
@@ -1038,18 +1152,54 @@ bool Engine::Poll(Qp& qp) {
       did = true;  // the rest of this WRITE on the next visit
       break;
     }
-    qp.wqe_offset = 0;
-    if (syndrome != 0) {
-      WriteCqe(qp, index, opcode, syndrome, 0);
-      fail(syndrome);
-    } else if ((fm_ce_se & mlx5::kCtrlCqUpdate) != 0) {
-      WriteCqe(qp, index, opcode, 0, bytes);
-    }
-    ++qp.sq_ci;
-    ++qp.wqes_done;
+    FinishWqe(qp, index, opcode, syndrome, (fm_ce_se & mlx5::kCtrlCqUpdate) != 0, bytes);
     did = true;
   }
   return did;
+}
+
+void Engine::FinishWqe(Qp& qp, uint16_t index, uint8_t opcode, uint8_t syndrome, bool signaled,
+                       uint32_t byte_count) {
+  qp.wqe_offset = 0;
+  if (syndrome != 0) {
+    WriteCqe(qp, index, opcode, syndrome, 0);
+    if (qp.state != QpState::kError) {
+      qp.state = QpState::kError;
+      qp.last_syndrome = syndrome;
+    }
+  } else if (signaled) {
+    WriteCqe(qp, index, opcode, 0, byte_count);
+  }
+  ++qp.sq_ci;
+  ++qp.wqes_done;
+}
+
+void Engine::RunOffloaded(Offload& o) {
+  // Without the lock: the regions are pinned, the spans were taken under it.
+  if (o.op.kind == ResponderOp::Kind::kWrite && o.source == nullptr) {
+    o.op.source.addr = reinterpret_cast<uintptr_t>(o.inline_bytes.data());
+  }
+  const ResponderResult r = RunResponder(o.target_span, o.op);
+  uint8_t syndrome = r.syndrome;
+  if (syndrome == 0 && o.fetch != nullptr) {
+    syndrome =
+        LandFetched(o.fetch_span, o.op.kind == ResponderOp::Kind::kMaskedFetchAdd32, r.fetched);
+  }
+  absl::MutexLock lock(&mu_);
+  Unpin(o.target);
+  Unpin(o.source);
+  Unpin(o.fetch);
+  auto it = qps_.find(o.qpn);
+  if (it == qps_.end() || it->second->serial != o.serial || !it->second->offloaded) return;
+  Qp& qp = *it->second;
+  qp.offloaded = false;
+  const bool write = o.op.kind == ResponderOp::Kind::kWrite;
+  if (syndrome == 0 && write)
+    bytes_written_.fetch_add(o.op.source.length, std::memory_order_relaxed);
+  FinishWqe(qp, o.index, o.opcode, syndrome, o.signaled, o.byte_count);
+  // The QP's next WQEs now, not when the engine thread comes round (it may
+  // be asleep); a stopped engine leaves them in the ring.
+  if (!stop_.load(std::memory_order_relaxed)) Poll(qp);
 }
 
 // ---- queue pairs connected to another node -------------------------------------
@@ -1260,21 +1410,11 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
     }
     op += w.op_count;
     if (syndrome == 0 && w.atomic) {
-      // The old value lands as a ConnectX returns it (see ExecuteWqe).
-      uint8_t bytes[8];
       const uint32_t width = w.masked ? 4 : 8;
-      if (w.masked) {
-        const uint32_t v = mlx5::be32(static_cast<uint32_t>(fetched));
-        std::memcpy(bytes, &v, 4);
-      } else {
-        std::memcpy(bytes, &fetched, 8);
-      }
       const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, width, kLocalWrite);
-      const ByteSpan from{MemoryKind::kHost, reinterpret_cast<uintptr_t>(bytes), width};
-      if (dst == nullptr || !dst->Reachable() || !dst->Resident(w.laddr, width) ||
-          !CopyBytes(dst->Span(w.laddr, width), from)) {
-        syndrome = mlx5::kSyndLocalProtErr;
-      }
+      syndrome = dst == nullptr || !dst->Reachable() || !dst->Resident(w.laddr, width)
+                     ? mlx5::kSyndLocalProtErr
+                     : LandFetched(dst->Span(w.laddr, width), w.masked, fetched);
     }
     if (syndrome == 0 && !w.atomic && w.end > w.from && !options_.sink) {
       bytes_written_.fetch_add(w.end - w.from, std::memory_order_relaxed);

@@ -67,10 +67,15 @@
 //   engine.DestroyPd(session);                // session over: nothing of it is touched again
 //
 // Threads: one engine thread polls every QP (spinning while there is work,
-// then backing off to short sleeps). The public methods may be called from
-// any thread. The engine thread holds the engine's lock while it executes
-// WQEs (the executor is called under it), so a method that removes a QP or a
-// region returns only once the engine thread is done with it.
+// then backing off to short sleeps) and executes the WQEs that touch only
+// host memory, with the engine's lock held. A WQE that touches GPU memory
+// (a WRITE from or into it, an atomic on it or fetching into it) goes to
+// the GpuWorkers (softnic/gpu_workers.h), which run it without the lock:
+// CUDA and copy agents can take milliseconds, and on the engine thread that
+// time was every session's. Its QP waits, so a QP's WQEs still run one
+// after another; the regions it touches are pinned, so a method that
+// removes a region (or a PD) returns only once no thread touches it any
+// more. The public methods may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -87,8 +92,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "softnic/executor.h"
+#include "softnic/gpu_workers.h"
 #include "softnic/remote_link.h"
+#include "softnic/responder_op.h"
 #include "softnic/types.h"
 
 namespace mooncake::softnic {
@@ -104,7 +110,8 @@ class CopyAgentLink;  // softnic/copy_agent_link.h
 //            hca_atomic_window_us in between. Atomic only against other
 //            atomics of this engine (it runs them one at a time), not
 //            against CPU, SM or NVLink atomics on the same word: a counter
-//            that mixes routes loses updates here as on a NIC. A WQE with
+//            that mixes routes loses updates here as on a NIC (they keep the
+//            engine's lock, on the engine thread, GPU words too). A WQE with
 //            the fence bit also waits, in the ring, until the responses of
 //            its QP's earlier atomics are back (hca_round_trip_us after
 //            each ran), as a NIC's fence does. The window is slept on the
@@ -125,6 +132,10 @@ struct EngineOptions {
   // With no QP connected the thread sleeps until one is (no wakeups at all).
   uint32_t max_idle_sleep_us = 1000;
   uint32_t spin_us = 200;
+  // Threads that run WQEs touching GPU memory (GpuWorkers), started as
+  // needed. One session's WQEs use one at a time, so a session whose GPU
+  // copies stall holds up at most one.
+  uint32_t gpu_workers = 4;
 };
 
 class Engine {
@@ -162,7 +173,7 @@ class Engine {
   static constexpr uint32_t kMaxSqWqeCnt = 32768;
   static constexpr uint32_t kMaxCqCqeCnt = 65536;
   absl::StatusOr<uint32_t> CreateQp(QpSpec spec);
-  // Connects `qpn` (of `pd`) to `remote_qpn`, which the executor serves, and
+  // Connects `qpn` (of `pd`) to `remote_qpn`, a QP of this engine, and
   // moves it to RTS. `remote_qpn` may be any QP this engine knows, of any
   // PD: deciding who may connect to whom is the daemon's job (the broker
   // connects only QPs of one group). NotFound: either QP unknown (or `qpn`
@@ -209,8 +220,9 @@ class Engine {
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
 
-  // Everything of `pd` (session end). Returns once the engine thread no
-  // longer touches any of it: the mappings may then be released.
+  // Everything of `pd` (session end). Returns once no thread of the engine
+  // touches any of it (a GPU WQE of another session's into one of its
+  // regions runs to its end first): the mappings may then be released.
   void DestroyPd(PdId pd);
 
   std::vector<QpInfo> ListQps() const;
@@ -224,8 +236,7 @@ class Engine {
 
   // The responder side of op.remote_qpn, one of this engine's QPs: checks
   // the rkey against that QP's PD and executes. For callers outside the
-  // engine thread (a peering service serving another node's requests); the
-  // engine's own LocalExecutor takes the locked path.
+  // engine thread (tests; ExecuteForPeer for another node's requests).
   ResponderResult ExecuteAsResponder(const ResponderOp& op);
   // The responder side for another node's requester: op.remote_qpn must be
   // a QP of this engine connected to exactly (requester_node,
@@ -238,20 +249,40 @@ class Engine {
   // Where QPs connected to other nodes send their WQEs (null: none; then
   // ConnectRemote fails). Set before serving.
   void SetRemoteLink(std::shared_ptr<RemoteLink> link);
-
-  // Replaces the executor (the default is local: this engine's own QPs;
-  // null restores it). It is called on the engine thread with the engine's
-  // lock held, so it must not call back into this Engine's public methods,
-  // and time it spends blocks every QP of this engine.
-  void SetExecutor(std::shared_ptr<Executor> executor);
+  // GPU worker threads running now (tests).
+  size_t gpu_worker_threads() const { return workers_.threads(); }
 
  private:
   struct Region;
   struct Qp;
-  friend class LocalExecutor;
+  struct Offload;
 
+  // Executes `op` for a responder QP of this engine. Called with mu_ held;
+  // lets go of it while GPU memory is copied or added to (the region
+  // pinned), so the caller must hold no reference into qps_ or regions_
+  // across the call.
   ResponderResult ExecuteAsResponderLocked(const ResponderOp& op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The responder's checks: op.remote_qpn's region under op.rkey, with the
+  // rights and alignment `op` needs. Returns a syndrome (0: ok) and, when
+  // ok, the region and the bytes as the daemon reaches them.
+  uint8_t ResolveResponder(const ResponderOp& op, const Region** target, ByteSpan* span) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `op` on bytes ResolveResponder found. Needs mu_ only for host
+  // memory in kHca mode; otherwise the region must stay pinned.
+  ResponderResult RunResponder(const ByteSpan& target, const ResponderOp& op);
+  // Whether an op on `target` from `source` touches GPU memory, and so runs
+  // without mu_ (atomics in kHca mode excepted: they run one at a time).
+  bool Offloads(const ByteSpan& target, const ByteSpan& source, bool atomic) const;
+  // Runs an offloaded WQE on a GPU worker, then completes it.
+  void RunOffloaded(Offload& o);
+  // Ends the WQE at sq_ci: its CQE (when signaled or failed) and the QP's
+  // state.
+  void FinishWqe(Qp& qp, uint16_t index, uint8_t opcode, uint8_t syndrome, bool signaled,
+                 uint32_t byte_count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pins keep a region registered while a thread works on it without mu_.
+  void Pin(const Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Unpin(const Region* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when the CQ of `qp` has room for one more CQE.
   bool CqHasRoom(const Qp& qp) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the next CQE of `qp` (syndrome 0: success).
@@ -277,8 +308,11 @@ class Engine {
   // and sets the opcode the CQE reports and, for writes, the byte count. A
   // long WRITE runs one piece per call (qp.wqe_offset): `more` says the
   // WQE is not done yet.
+  // A WQE that touches GPU memory is not run when `offload` is given: it is
+  // described there (offload->set) for a GPU worker, its regions pinned.
   uint8_t ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint8_t* cqe_opcode,
-                     uint32_t* byte_count, bool* more) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                     uint32_t* byte_count, bool* more, Offload* offload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a local WRITE copies host memory to host memory (done in
   // pieces; a copy with GPU memory on either side goes whole).
   bool HostToHostLocked(const ResponderOp& op) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -299,7 +333,6 @@ class Engine {
   std::deque<uint32_t> retired_order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> retired_ ABSL_GUARDED_BY(mu_);
   void RetireKeyLocked(uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<Executor> executor_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RemoteLink> link_ ABSL_GUARDED_BY(mu_);
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
@@ -308,6 +341,8 @@ class Engine {
   std::atomic<uint64_t> fence_waits_{0};
   absl::Mutex thread_mu_;  // serialises Start/Stop
   std::thread thread_ ABSL_GUARDED_BY(thread_mu_);
+  // Last: its threads end before anything they use goes.
+  GpuWorkers workers_;
 };
 
 }  // namespace mooncake::softnic

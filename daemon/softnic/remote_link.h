@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "softnic/executor.h"
+#include "softnic/responder_op.h"
 
 namespace mooncake::softnic {
 

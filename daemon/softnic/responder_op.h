@@ -1,8 +1,8 @@
-// Executor: the responder half of softnic. The engine parses a WQE, checks
-// its local side (lkey, bounds) itself, and hands the remote side here:
-// "at the QP connected to mine, write these bytes at raddr under rkey" or
-// "fetch-add there". LocalExecutor serves QPs of this daemon; the multi-node
-// issue adds one that forwards to another node's daemon.
+// What softnic's requester side hands its responder side: "at the QP
+// connected to mine, write these bytes at raddr under rkey" or "fetch-add
+// there", and the answer. The engine parses a WQE and checks its local side
+// (lkey, bounds) itself; the responder is one of this engine's QPs
+// (Engine::ExecuteWqe) or another node's (RemoteLink, Engine::ExecuteForPeer).
 #pragma once
 
 #include <cstdint>
@@ -56,13 +56,6 @@ struct ResponderResult {
   // From another node: the batch did not carry the connection's secret
   // (Engine::ExecuteForPeer); nothing was touched. For the peer service's log.
   bool refused = false;
-};
-
-class Executor {
- public:
-  virtual ~Executor() = default;
-  // Must not throw and must touch nothing outside the region rkey names.
-  virtual ResponderResult Execute(const ResponderOp& op) = 0;
 };
 
 }  // namespace mooncake::softnic

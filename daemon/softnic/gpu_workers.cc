@@ -1,0 +1,81 @@
+#include "softnic/gpu_workers.h"
+
+#include <utility>
+
+namespace mooncake::softnic {
+
+GpuWorkers::GpuWorkers(size_t threads) : max_threads_(threads == 0 ? 1 : threads) {}
+
+GpuWorkers::~GpuWorkers() { Drain(); }
+
+size_t GpuWorkers::threads() const {
+  absl::MutexLock lock(&mu_);
+  return threads_.size();
+}
+
+void GpuWorkers::Submit(PdId pd, std::function<void()> job) {
+  absl::MutexLock lock(&mu_);
+  auto& queue = queued_[pd];
+  // A domain is in ready_ while it has queued jobs and none running; one
+  // that is running goes back there when its job ends (Work).
+  const bool running = busy_.contains(pd);
+  if (queue.empty() && !running) ready_.push_back(pd);
+  queue.push_back(std::move(job));
+  if (idle_ == 0 && !ending_ && threads_.size() < max_threads_) {
+    threads_.emplace_back([this] { Work(); });
+  }
+}
+
+void GpuWorkers::Work() {
+  absl::MutexLock lock(&mu_);
+  for (;;) {
+    ++idle_;
+    mu_.Await(absl::Condition(
+        +[](GpuWorkers* w)
+             ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return !w->ready_.empty() || w->ending_; },
+        this));
+    --idle_;
+    if (ready_.empty()) return;  // ending
+    const PdId pd = ready_.front();
+    ready_.pop_front();
+    auto& queue = queued_[pd];
+    std::function<void()> job = std::move(queue.front());
+    queue.pop_front();
+    busy_.insert(pd);
+    ++running_;
+    mu_.Unlock();
+    job();
+    job = nullptr;  // what it holds goes before the domain's next job runs
+    mu_.Lock();
+    --running_;
+    busy_.erase(pd);
+    auto it = queued_.find(pd);
+    if (it->second.empty()) {
+      queued_.erase(it);
+    } else {
+      ready_.push_back(pd);  // behind the domains that waited meanwhile
+    }
+  }
+}
+
+void GpuWorkers::Drain() {
+  absl::MutexLock drain(&drain_mu_);
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](GpuWorkers* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) {
+          return w->ready_.empty() && w->running_ == 0;
+        },
+        this));
+    ending_ = true;
+    threads.swap(threads_);
+  }
+  for (std::thread& t : threads) t.join();
+  absl::MutexLock lock(&mu_);
+  ending_ = false;
+  // Submitted while the threads were ending: a fresh one takes it.
+  if (!ready_.empty()) threads_.emplace_back([this] { Work(); });
+}
+
+}  // namespace mooncake::softnic

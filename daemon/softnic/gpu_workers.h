@@ -1,0 +1,70 @@
+// GpuWorkers: the threads that run softnic's WQEs that touch GPU memory, so
+// that the engine thread never waits on CUDA or on a copy agent.
+//
+// Why: a copy into GPU memory waits for a GPU time slice while the owner's
+// kernel spins (2.4 ms on an H200, softnic/cuda_memory.h), and a copy agent
+// may sit in a CUDA call up to its stall bound (20 ms) or not answer at all
+// (2 s, copy_agent_link.h). On the engine thread that time was every
+// tenant's: one session's GPU WQEs held up the host-memory WQEs of every
+// other session on the node.
+//
+//   GpuWorkers workers(4);
+//   workers.Submit(pd, [] { ... });  // after pd's earlier jobs, never beside one
+//   workers.Drain();                 // every job submitted so far has run
+//
+// Jobs of one protection domain (one session) run one at a time, in the
+// order submitted; jobs of different domains run side by side on up to
+// `threads` threads, taken round-robin by domain, so a domain with many
+// queued jobs delays another by one job at most while a thread is free. A
+// thread is started when a job finds none idle (an engine that never
+// touches GPU memory has none); they end with Drain or the destructor.
+//
+// Thread-safety: every method may be called from any thread, jobs included
+// (a job may submit the next one).
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "softnic/types.h"
+
+namespace mooncake::softnic {
+
+class GpuWorkers {
+ public:
+  explicit GpuWorkers(size_t threads);
+  ~GpuWorkers();  // Drain()
+  GpuWorkers(const GpuWorkers&) = delete;
+  GpuWorkers& operator=(const GpuWorkers&) = delete;
+
+  void Submit(PdId pd, std::function<void()> job);
+  // Returns once every job submitted before it, and every job those
+  // submitted, has run; the threads are then ended (Submit starts new ones).
+  void Drain();
+  // Threads running now (tests and metrics).
+  size_t threads() const;
+
+ private:
+  void Work();
+
+  const size_t max_threads_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<PdId, std::deque<std::function<void()>>> queued_ ABSL_GUARDED_BY(mu_);
+  // Domains with a queued job and none running, oldest first.
+  std::deque<PdId> ready_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<PdId> busy_ ABSL_GUARDED_BY(mu_);  // domains with a job running
+  size_t running_ ABSL_GUARDED_BY(mu_) = 0;              // jobs being run now
+  size_t idle_ ABSL_GUARDED_BY(mu_) = 0;                 // threads waiting for a job
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex drain_mu_;  // one Drain at a time
+};
+
+}  // namespace mooncake::softnic

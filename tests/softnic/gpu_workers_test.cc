@@ -1,0 +1,322 @@
+// softnic's GPU workers: WQEs that touch GPU memory run beside the engine
+// thread, so one session's slow GPU work (a time slice behind a spinning
+// kernel, a stalled copy agent) holds up no other session's WQEs. The GPU
+// is the fake CUDA driver with atomics that wait at a gate the test opens.
+#include "softnic/gpu_workers.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/mutex.h"
+#include "fake_cuda_driver.h"
+#include "fake_gpu.h"
+#include "gpu_engine_fixture.h"
+#include "mooncake/device/mlx5/prm.h"
+#include "mooncake/device/mlx5/wqe.h"
+#include "raw_qp.h"
+#include "softnic/cuda_memory.h"
+#include "softnic/engine.h"
+
+namespace mooncake::softnic {
+namespace {
+
+using namespace std::chrono_literals;
+using test_util::ClientAllocation;
+using test_util::CqeOpcode;
+using test_util::CqeSyndrome;
+using test_util::RawQp;
+namespace mlx5 = test_util::mlx5;
+using mlx5::Cqe64;
+using mlx5::Wqe64;
+constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
+
+// Holds whoever passes until it is opened; counts who arrived.
+class Gate {
+ public:
+  void Pass() {
+    absl::MutexLock lock(&mu_);
+    ++arrived_;
+    mu_.Await(absl::Condition(&open_));
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Waits up to 10 s until `n` have arrived.
+  bool Arrived(int n) {
+    absl::MutexLock lock(&mu_);
+    const auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(10));
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// ---- the worker pool ------------------------------------------------------------
+
+TEST(GpuWorkersTest, ADomainsJobsRunInOrderAloneAndOtherDomainsGoOnBesideThem) {
+  GpuWorkers workers(2);
+  Gate gate;
+  absl::Mutex mu;
+  std::vector<int> order;
+  std::atomic<int> in_domain_1{0};
+  std::atomic<bool> overlapped{false};
+  auto record = [&](int id) {
+    absl::MutexLock lock(&mu);
+    order.push_back(id);
+  };
+  auto domain_1 = [&](int id, bool wait) {
+    return [&, id, wait] {
+      if (in_domain_1.fetch_add(1) != 0) overlapped = true;
+      if (wait) gate.Pass();
+      record(id);
+      in_domain_1.fetch_sub(1);
+    };
+  };
+  workers.Submit(1, domain_1(10, true));
+  workers.Submit(1, domain_1(11, false));
+  workers.Submit(1, domain_1(12, false));
+  ASSERT_TRUE(gate.Arrived(1));
+  std::promise<void> ran;
+  workers.Submit(2, [&] {
+    record(20);
+    ran.set_value();
+  });
+  ASSERT_EQ(ran.get_future().wait_for(10s), std::future_status::ready)
+      << "domain 2 waited for domain 1's blocked job";
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(order, std::vector<int>({20})) << "domain 1's later jobs wait for its first";
+  }
+  gate.Open();
+  workers.Drain();
+  EXPECT_EQ(order, std::vector<int>({20, 10, 11, 12}));
+  EXPECT_FALSE(overlapped) << "two jobs of one domain ran at once";
+}
+
+TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
+  GpuWorkers workers(2);
+  EXPECT_EQ(workers.threads(), 0u) << "no GPU work, no thread";
+  Gate gate;
+  std::atomic<int> done{0};
+  for (PdId pd = 1; pd <= 5; ++pd) {
+    workers.Submit(pd, [&] {
+      gate.Pass();
+      ++done;
+    });
+  }
+  ASSERT_TRUE(gate.Arrived(2));
+  EXPECT_EQ(workers.threads(), 2u) << "at most the configured threads";
+  gate.Open();
+  workers.Drain();
+  EXPECT_EQ(done, 5);
+  EXPECT_EQ(workers.threads(), 0u);
+  // A job that submits the next one: Drain waits for both.
+  workers.Submit(7, [&] { workers.Submit(7, [&] { ++done; }); });
+  workers.Drain();
+  EXPECT_EQ(done, 6);
+}
+
+// ---- the engine: one session's stalled GPU work and everybody else -------------
+
+// Atomics on the fake GPU's words that wait at `gate` first, as an atomic
+// waits for a time slice behind a client's spinning kernel.
+class GatedAtomics final : public CudaAtomics {
+ public:
+  explicit GatedAtomics(Gate* gate) : gate_(gate) {}
+  absl::StatusOr<uint64_t> FetchAdd64(drivers::CuDevicePtr word, uint64_t add) override {
+    gate_->Pass();
+    return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(test_util::Ptr(word)))
+        .fetch_add(add, std::memory_order_acq_rel);
+  }
+  absl::StatusOr<uint32_t> MaskedFetchAdd32(drivers::CuDevicePtr, uint32_t, uint32_t) override {
+    return absl::UnimplementedError("not used here");
+  }
+
+ private:
+  Gate* const gate_;
+};
+
+class EngineGpuWorkersTest : public test_util::GpuEngineFixture {
+ protected:
+  static constexpr PdId kPdC = 33;  // another session, host memory only
+
+  void SetUp() override {
+    client_cu_.addGpu(drivers::FakeGpu::Hopper(0));
+    client_cu_.setGranularity(test_util::kGran);
+    ASSERT_EQ(client_cu_.init(0), drivers::kCudaSuccess);
+    CudaMemoryOptions options = test_util::FakeOptions(test_util::FakeWithGpus(1));
+    options.atomics = [this](drivers::CudaDriver&) {
+      return absl::StatusOr<std::unique_ptr<CudaAtomics>>(std::make_unique<GatedAtomics>(&gate_));
+    };
+    cuda_ = CudaMemory::Create(options);
+    StartEngine();
+    word_ = std::make_unique<ClientAllocation>(client_cu_, test_util::kGran);
+    word_key_ = GpuRegion(kPdB, *word_, kRemoteAtomic);
+    fetch_ = std::make_unique<ClientAllocation>(client_cu_, test_util::kGran);
+    fetch_key_ = GpuRegion(kPdA, *fetch_, kLocalWrite);
+    const uint64_t start = 40;
+    std::memcpy(word_->data(), &start, 8);
+    // The other session, set up before anything stalls (a stalled engine
+    // lock would hold up the API too).
+    c_key_ = HostRegion(kPdC, 8192, 64, kRemoteWrite);
+    c_responder_ = RawQp::Create(engine_, kPdC, 1, 1);
+    c_requester_ = RawQp::Create(engine_, kPdC, 16, 16);
+    ASSERT_NE(c_responder_, nullptr);
+    ASSERT_NE(c_requester_, nullptr);
+    ASSERT_TRUE(engine_.Connect(kPdC, c_requester_->qpn(), c_responder_->qpn()).ok());
+  }
+  void TearDown() override {
+    gate_.Open();  // whatever a failed check left waiting
+    GpuEngineFixture::TearDown();
+  }
+
+  // kPdA posts a fetch-add of 2 on the GPU word, the old value into its
+  // own GPU memory, and then a signaled inline write into host memory.
+  std::unique_ptr<RawQp> PostStalledAtomic(uint32_t signal_key) {
+    auto qp = NewQp();
+    if (qp == nullptr) return nullptr;
+    Wqe64 w[2];
+    mlx5::build_atomic_fa64(&w[0], 0, qp->qpn(), kUpd, word_->va(), word_key_, 2, fetch_->va(),
+                            fetch_key_);
+    const uint64_t after = 0xa5;
+    mlx5::build_rdma_write_inline(&w[1], 1, qp->qpn(), kUpd, HostIova(4096), signal_key, &after, 8);
+    qp->Write(w[0]);
+    qp->Write(w[1]);
+    qp->Ring();
+    return qp;
+  }
+
+  // kPdC's own QP pair writes 8 inline bytes into its host memory: true
+  // when the CQE comes within `wait`.
+  bool OtherSessionWrites(std::chrono::milliseconds wait) {
+    Wqe64 w;
+    const uint64_t v = 0x77;
+    mlx5::build_rdma_write_inline(&w, c_requester_->pi(), c_requester_->qpn(), kUpd, HostIova(8192),
+                                  c_key_, &v, 8);
+    c_requester_->Write(w);
+    c_requester_->Ring();
+    Cqe64 c;
+    return c_requester_->Next(&c, wait) && CqeOpcode(c) == mlx5::kCqeReq;
+  }
+
+  Gate gate_;
+  drivers::FakeCudaDriver client_cu_;
+  std::unique_ptr<ClientAllocation> word_, fetch_;
+  uint32_t word_key_ = 0, fetch_key_ = 0, c_key_ = 0;
+  std::unique_ptr<RawQp> c_requester_, c_responder_;
+};
+
+TEST_F(EngineGpuWorkersTest, AStalledGpuAtomicHoldsUpNoOtherSessionOnlyItsOwnQp) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_TRUE(gate_.Arrived(1));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(OtherSessionWrites(2s))
+        << "another session's host WRITE " << i << " waited for the stalled GPU atomic";
+  }
+  Cqe64 c;
+  EXPECT_FALSE(qp->WaitNext(&c, 50ms)) << "the atomic's QP went on without it";
+  EXPECT_EQ(host_->data()[4096], 0) << "the WQE after the atomic ran before it";
+
+  gate_.Open();
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << "syndrome " << int{CqeSyndrome(c)};
+  ASSERT_TRUE(qp->Next(&c)) << "the QP goes on once the worker is done";
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  EXPECT_EQ(host_->data()[4096], 0xa5);
+  uint64_t now = 0, fetched = 0;
+  std::memcpy(&now, word_->data(), 8);
+  std::memcpy(&fetched, fetch_->data(), 8);
+  EXPECT_EQ(now, 42u);
+  EXPECT_EQ(fetched, 40u) << "the old value, into GPU memory";
+}
+
+TEST_F(EngineGpuWorkersTest, DeregisteringARegionWaitsForTheGpuWqeAtWorkInIt) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto late = NewQp();
+  ASSERT_NE(late, nullptr);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_TRUE(gate_.Arrived(1));
+  auto dereg =
+      std::async(std::launch::async, [&] { return engine_.DeregisterRegion(kPdB, word_key_); });
+  // Opened before a future waits in its destructor, on a failed check too.
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  EXPECT_EQ(dereg.wait_for(100ms), std::future_status::timeout)
+      << "the region went while a worker was adding to it";
+
+  // Meanwhile the region answers to its key no more.
+  Wqe64 w;
+  mlx5::build_atomic_fa64(&w, 0, late->qpn(), kUpd, word_->va(), word_key_, 1, fetch_->va() + 64,
+                          fetch_key_);
+  late->Write(w);
+  late->Ring();
+  Cqe64 c;
+  ASSERT_TRUE(late->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndRemoteAccessErr);
+  EXPECT_TRUE(OtherSessionWrites(2s));
+
+  gate_.Open();
+  ASSERT_EQ(dereg.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(dereg.get().ok());
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << "the atomic that was at work completes";
+  EXPECT_EQ(engine_.DeregisterRegion(kPdB, word_key_).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineGpuWorkersTest, DestroyingTheSessionWaitsForItsGpuWqeAndWritesNoCqeAfter) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_TRUE(gate_.Arrived(1));
+  auto destroy = std::async(std::launch::async, [&] { engine_.DestroyPd(kPdA); });
+  // Opened before a future waits in its destructor, on a failed check too.
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  EXPECT_EQ(destroy.wait_for(100ms), std::future_status::timeout)
+      << "the session went while a worker wrote into its GPU memory";
+  gate_.Open();
+  ASSERT_EQ(destroy.wait_for(10s), std::future_status::ready);
+  Cqe64 c;
+  EXPECT_FALSE(qp->WaitNext(&c, 100ms)) << "a CQE was written into a destroyed QP's ring";
+  EXPECT_EQ(host_->data()[4096], 0);
+  EXPECT_TRUE(OtherSessionWrites(2s));
+}
+
+TEST_F(EngineGpuWorkersTest, AnotherNodesAtomicOnGpuMemoryRunsWithoutTheEngineLock) {
+  // ExecuteAsResponder is the path of another node's batches (ExecuteForPeer).
+  ResponderOp op;
+  op.kind = ResponderOp::Kind::kFetchAdd64;
+  op.remote_qpn = responder_->qpn();
+  op.raddr = word_->va();
+  op.rkey = word_key_;
+  op.add = 5;
+  auto peer = std::async(std::launch::async, [&] { return engine_.ExecuteAsResponder(op); });
+  std::future<size_t> list;
+  // Opened before a future waits in its destructor, on a failed check too.
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  ASSERT_TRUE(gate_.Arrived(1));
+  EXPECT_TRUE(OtherSessionWrites(2s)) << "the engine waited for another node's GPU atomic";
+  list = std::async(std::launch::async, [&] { return engine_.ListRegions().size(); });
+  ASSERT_EQ(list.wait_for(2s), std::future_status::ready) << "the API waited too";
+  EXPECT_EQ(list.get(), 3u);
+  gate_.Open();
+  const ResponderResult r = peer.get();
+  EXPECT_EQ(r.syndrome, 0);
+  EXPECT_EQ(r.fetched, 40u);
+}
+
+}  // namespace
+}  // namespace mooncake::softnic

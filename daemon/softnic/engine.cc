@@ -1210,8 +1210,17 @@ namespace {
 constexpr uint64_t kRemoteChunkBytes = 1u << 20;
 }  // namespace
 
+// A piece of a WRITE's payload in GPU memory, read by a GPU worker into
+// the data of batch op `op` (its region pinned until then).
+struct Engine::RemoteFill {
+  const Region* region = nullptr;
+  ByteSpan piece;
+  size_t op = 0;
+};
+
 uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint64_t from,
-                              uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops) {
+                              uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops,
+                              std::vector<RemoteFill>* fills) {
   const uint32_t opmod_idx_opcode = Be32At(&wqe[0]);
   const uint32_t qpn_ds = Be32At(&wqe[4]);
   const auto opcode = static_cast<uint8_t>(opmod_idx_opcode);
@@ -1269,7 +1278,11 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
       piece.addr += off;
       piece.length = n;
       const ByteSpan to{MemoryKind::kHost, reinterpret_cast<uintptr_t>(chunk.data.data()), n};
-      if (!CopyBytes(to, piece)) return mlx5::kSyndLocalProtErr;
+      if (piece.kind == MemoryKind::kCuda) {
+        fills->push_back(RemoteFill{source_region, piece, ops->size()});
+      } else if (!CopyBytes(to, piece)) {
+        return mlx5::kSyndLocalProtErr;
+      }
       ops->push_back(std::move(chunk));
       ++out->op_count;
     }
@@ -1322,6 +1335,7 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
   const uint32_t room = used < qp.cq_cqe_cnt ? qp.cq_cqe_cnt - used : 0;
   std::vector<RemoteWqe> wqes;
   RemoteBatch batch;
+  std::vector<RemoteFill> fills;
   uint64_t bytes = 0;
   for (uint16_t n = 0;
        n < pending && n < room && n < kMaxRemoteBatch && bytes < kMaxRemoteBatchBytes; ++n) {
@@ -1335,10 +1349,12 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
     }
     RemoteWqe w;
     const size_t ops_before = batch.ops.size();
+    const size_t fills_before = fills.size();
     const uint8_t syndrome = PrepareRemote(qp, wqe, index, n == 0 ? qp.wqe_offset : 0,
-                                           kMaxRemoteBatchBytes - bytes, &w, &batch.ops);
+                                           kMaxRemoteBatchBytes - bytes, &w, &batch.ops, &fills);
     if (syndrome != 0) {
       batch.ops.resize(ops_before);
+      fills.resize(fills_before);
       if (!wqes.empty()) break;  // after the batch's answers
       // A local error with nothing in flight: complete it now, as locally.
       qp.wqe_offset = 0;
@@ -1369,27 +1385,126 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
                  absl::UnavailableError("the peer's node never offered the connection's secret"));
     return true;
   }
-  qp.remote_busy = true;
   batch.node = qp.remote_node;
   batch.requester_qpn = qp.qpn;
   batch.secret = qp.send_secret;
+  if (!fills.empty()) {
+    // GPU payloads: a worker reads them, then sends; the QP waits.
+    qp.remote_busy = true;
+    for (const RemoteFill& f : fills) Pin(f.region);
+    workers_.Submit(qp.pd, [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes),
+                            batch = std::move(batch), fills = std::move(fills)]() mutable {
+      SendAfterFills(qpn, serial, std::move(wqes), std::move(batch), fills);
+    });
+    return true;
+  }
+  SendRemote(qp, std::move(wqes), std::move(batch));
+  return true;
+}
+
+void Engine::SendRemote(Qp& qp, std::vector<RemoteWqe> wqes, RemoteBatch batch) {
+  if (link_ == nullptr) {  // the daemon is shutting down
+    qp.remote_busy = true;
+    FinishRemote(qp.qpn, qp.serial, wqes, absl::UnavailableError("no link to other nodes"));
+    return;
+  }
+  qp.remote_busy = true;
   link_->Send(std::move(batch), [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes)](
                                     absl::StatusOr<std::vector<ResponderResult>> results) {
     absl::MutexLock lock(&mu_);
     FinishRemote(qpn, serial, wqes, results);
   });
-  return true;
+}
+
+void Engine::SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe> wqes,
+                            RemoteBatch batch, const std::vector<RemoteFill>& fills) {
+  // Without the lock: the source regions are pinned, the spans were taken
+  // under it.
+  size_t failed_op = batch.ops.size();
+  for (const RemoteFill& f : fills) {
+    std::string& data = batch.ops[f.op].data;
+    const ByteSpan to{MemoryKind::kHost, reinterpret_cast<uintptr_t>(data.data()), data.size()};
+    if (!CopyBytes(to, f.piece)) {
+      failed_op = f.op;
+      break;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const RemoteFill& f : fills) Unpin(f.region);
+  auto it = qps_.find(qpn);
+  if (it == qps_.end() || it->second->serial != serial) return;  // destroyed meanwhile
+  Qp& qp = *it->second;
+  if (failed_op < batch.ops.size()) {
+    // Send what comes before the WQE whose payload could not be read; it
+    // fails on its own, as a WQE whose local side fails does.
+    size_t first_op = 0, m = 0;
+    while (first_op + wqes[m].op_count <= failed_op) first_op += wqes[m++].op_count;
+    wqes.resize(m + 1);
+    if (m == 0) {
+      FinishRemote(qpn, serial, wqes,
+                   std::vector<ResponderResult>(
+                       wqes[0].op_count, ResponderResult{.syndrome = mlx5::kSyndLocalProtErr}));
+      return;
+    }
+    wqes.resize(m);
+    batch.ops.resize(first_op);
+  }
+  SendRemote(qp, std::move(wqes), std::move(batch));
 }
 
 void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<RemoteWqe>& wqes,
-                          const absl::StatusOr<std::vector<ResponderResult>>& results) {
+                          const absl::StatusOr<std::vector<ResponderResult>>& results,
+                          const std::vector<uint8_t>* landed) {
   mu_.AssertHeld();
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->serial != serial) return;  // destroyed meanwhile
   Qp& qp = *it->second;
+  if (landed == nullptr && results.ok() && !options_.sink) {
+    // Old values for GPU memory, up to the first failed WQE: a copy into
+    // GPU memory can wait for a time slice, so a GPU worker lands them and
+    // then finishes the batch here. The QP waits (remote_busy).
+    struct Landing {
+      const Region* region;
+      ByteSpan span;
+      size_t wqe;
+      bool masked;
+      uint64_t fetched;
+    };
+    std::vector<Landing> landings;
+    size_t at = 0;
+    for (size_t i = 0; i < wqes.size(); ++i) {
+      const RemoteWqe& w = wqes[i];
+      bool ok = at + w.op_count <= results->size();
+      for (size_t k = 0; ok && k < w.op_count; ++k) ok = (*results)[at + k].syndrome == 0;
+      if (!ok) break;
+      if (w.atomic) {
+        const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, w.masked ? 4 : 8, kLocalWrite);
+        if (dst != nullptr && dst->Reachable() && dst->kind == MemoryKind::kCuda) {
+          landings.push_back(Landing{dst, dst->Span(w.laddr, w.masked ? 4 : 8), i, w.masked,
+                                     (*results)[at].fetched});
+        }
+      }
+      at += w.op_count;
+    }
+    if (!landings.empty()) {
+      for (const Landing& l : landings) Pin(l.region);
+      workers_.Submit(qp.pd, [this, qpn, serial, wqes, results = *results, landings] {
+        std::vector<uint8_t> done(wqes.size(), kNotLanded);
+        for (const Landing& l : landings) {
+          done[l.wqe] = LandFetched(l.span, l.masked, l.fetched);
+          if (done[l.wqe] != 0) break;  // the WQEs after it are flushed
+        }
+        absl::MutexLock lock(&mu_);
+        for (const Landing& l : landings) Unpin(l.region);
+        FinishRemote(qpn, serial, wqes, results, &done);
+      });
+      return;
+    }
+  }
   size_t op = 0;
   bool failed = false;
-  for (const RemoteWqe& w : wqes) {
+  for (size_t i = 0; i < wqes.size(); ++i) {
+    const RemoteWqe& w = wqes[i];
     uint8_t syndrome = 0;
     uint64_t fetched = 0;
     if (failed) {
@@ -1409,7 +1524,9 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
       }
     }
     op += w.op_count;
-    if (syndrome == 0 && w.atomic) {
+    if (syndrome == 0 && w.atomic && landed != nullptr && (*landed)[i] != kNotLanded) {
+      syndrome = (*landed)[i];  // a GPU worker landed it
+    } else if (syndrome == 0 && w.atomic) {
       const uint32_t width = w.masked ? 4 : 8;
       const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, width, kLocalWrite);
       syndrome = dst == nullptr || !dst->Reachable() || !dst->Resident(w.laddr, width)

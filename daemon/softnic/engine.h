@@ -69,10 +69,11 @@
 // Threads: one engine thread polls every QP (spinning while there is work,
 // then backing off to short sleeps) and executes the WQEs that touch only
 // host memory, with the engine's lock held. A WQE that touches GPU memory
-// (a WRITE from or into it, an atomic on it or fetching into it) goes to
-// the GpuWorkers (softnic/gpu_workers.h), which run it without the lock:
-// CUDA and copy agents can take milliseconds, and on the engine thread that
-// time was every session's. Its QP waits, so a QP's WQEs still run one
+// (a WRITE from or into it, an atomic on it or fetching into it; across
+// nodes, reading a batch's GPU payload or landing an old value into GPU
+// memory) goes to the GpuWorkers (softnic/gpu_workers.h), which run it
+// without the lock: CUDA and copy agents can take milliseconds, and on the
+// engine thread that time was every session's. Its QP waits, so a QP's WQEs still run one
 // after another; the regions it touches are pinned, so a method that
 // removes a region (or a PD) returns only once no thread touches it any
 // more. The public methods may be called from any thread.
@@ -297,13 +298,27 @@ class Engine {
   bool PollRemote(Qp& qp, uint16_t pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parses one WQE for the remote path and copies out its payload (a
   // WRITE's from byte `from`, at most `budget` bytes of it); returns a
-  // local syndrome (0 = ok).
+  // local syndrome (0 = ok). A payload in GPU memory is not copied: its
+  // pieces go in `fills`, for a GPU worker (SendAfterFills).
+  struct RemoteFill;
   uint8_t PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uint64_t from,
-                        uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops)
+                        uint64_t budget, RemoteWqe* out, std::vector<RemoteOp>* ops,
+                        std::vector<RemoteFill>* fills) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // On a GPU worker: copies the GPU payloads of a batch in, then sends it
+  // (up to the WQE whose copy failed, which then fails on its own).
+  void SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe> wqes, RemoteBatch batch,
+                      const std::vector<RemoteFill>& fills);
+  // Sends a batch of `qp` and marks it out; its answers go to FinishRemote.
+  void SendRemote(Qp& qp, std::vector<RemoteWqe> wqes, RemoteBatch batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answers to a batch: CQEs, fetched values, and the next batch may go.
+  // Old values that go to GPU memory are landed first, by a GPU worker,
+  // which then calls again with `landed`: per WQE of the batch, the
+  // syndrome of its landing, or kNotLanded.
+  static constexpr uint8_t kNotLanded = 0xff;
   void FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<RemoteWqe>& wqes,
-                    const absl::StatusOr<std::vector<ResponderResult>>& results);
+                    const absl::StatusOr<std::vector<ResponderResult>>& results,
+                    const std::vector<uint8_t>* landed = nullptr);
   // Executes one WQE copied out of the ring; returns the syndrome (0 = ok)
   // and sets the opcode the CQE reports and, for writes, the byte count. A
   // long WRITE runs one piece per call (qp.wqe_offset): `more` says the

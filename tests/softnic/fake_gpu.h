@@ -119,4 +119,18 @@ class ClientAllocation {
   int fd_ = -1;
 };
 
+// The region a client registers for the whole of `alloc` (iova = its
+// address in the client), as the daemon imported it (`buffer`).
+inline RegionSpec WholeAllocation(PdId pd, const ClientAllocation& alloc,
+                                  std::shared_ptr<CudaBuffer> buffer, uint32_t access) {
+  RegionSpec spec;
+  spec.pd = pd;
+  spec.iova = alloc.va();
+  spec.length = alloc.size();
+  spec.access = access;
+  spec.kind = MemoryKind::kCuda;
+  spec.cuda = std::move(buffer);
+  return spec;
+}
+
 }  // namespace mooncake::softnic::test_util

@@ -48,14 +48,7 @@ class GpuEngineFixture : public ::testing::Test {
     auto buffer = cuda_->Import(alloc.fd(), alloc.size());
     EXPECT_TRUE(buffer.ok()) << buffer.status();
     if (!buffer.ok()) return 0;
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = alloc.va();
-    spec.length = alloc.size();
-    spec.access = access;
-    spec.kind = MemoryKind::kCuda;
-    spec.cuda = *buffer;
-    auto key = engine_.RegisterRegion(spec);
+    auto key = engine_.RegisterRegion(WholeAllocation(pd, alloc, *buffer, access));
     EXPECT_TRUE(key.ok()) << key.status();
     return key.ok() ? *key : 0;
   }

@@ -19,7 +19,9 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "fake_gpu.h"
 #include "raw_qp.h"
+#include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
 #include "softnic/remote_link.h"
 
@@ -215,6 +217,77 @@ TEST_F(RemoteTest, WritesAndAtomicsLandOnTheOtherNodeWithCqesInOrder) {
   EXPECT_EQ(mlx5::be32(fetched32), before32);  // big-endian (extended atomics)
   EXPECT_GE(link_->batches.load(), 1);
   EXPECT_EQ(FindQp(a_, requester_->qpn()).remote_node, "node-b");
+}
+
+// The requester's payload in GPU memory, and old values that come back into
+// GPU memory: a GPU worker copies them (the engine thread never waits for
+// a GPU time slice), in order with the host WQEs around them. A payload
+// that cannot be read fails its own WQE only, after the WQEs before it.
+TEST_F(RemoteTest, GpuPayloadsAndOldValuesIntoGpuMemoryGoThroughAGpuWorker) {
+  using test_util::ClientAllocation;
+  using test_util::kGran;
+  drivers::FakeCudaDriver client_cu;
+  client_cu.addGpu(drivers::FakeGpu::Hopper(0));
+  client_cu.setGranularity(kGran);
+  ASSERT_EQ(client_cu.init(0), drivers::kCudaSuccess);
+  auto cu = test_util::FakeWithGpus(1);
+  auto cuda = CudaMemory::Create(test_util::FakeOptions(cu));
+  ClientAllocation gpu(client_cu, 49 * kGran);  // a 3 MiB WRITE: three operations on the wire
+  for (uint64_t i = 0; i < gpu.size(); ++i) gpu.data()[i] = static_cast<uint8_t>(i * 13 + 1);
+  auto buffer = cuda->Import(gpu.fd(), gpu.size());
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto gpu_key = a_.RegisterRegion(test_util::WholeAllocation(1, gpu, *buffer, kLocalWrite));
+  ASSERT_TRUE(gpu_key.ok()) << gpu_key.status();
+
+  // host WRITE, GPU WRITE, fetch-add with the old value into GPU memory,
+  // host WRITE.
+  Write(0, 0, 64);
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                         kIova + (8u << 20), key_b_, gpu.va(), *gpu_key, 3u << 20);
+  requester_->Write(w);
+  uint64_t before;
+  std::memcpy(&before, mem_b_->data() + 4096, 8);
+  mlx5::build_atomic_fa64(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                          kIova + 4096, key_b_, 9, gpu.va() + (3u << 20) + 128, *gpu_key);
+  requester_->Write(w);
+  Write(64, 64, 64);
+  requester_->Ring();
+  mlx5::Cqe64 c;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(requester_->Next(&c)) << "CQE " << i;
+    EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << "CQE " << i << " syndrome " << int(CqeSyndrome(c));
+    EXPECT_EQ(test_util::CqeCounter(c), i);
+  }
+  EXPECT_EQ(std::memcmp(mem_b_->data() + (8u << 20), gpu.data(), 3u << 20), 0) << "GPU payload";
+  uint64_t now, fetched;
+  std::memcpy(&now, mem_b_->data() + 4096, 8);
+  std::memcpy(&fetched, gpu.data() + (3u << 20) + 128, 8);
+  EXPECT_EQ(now, before + 9);
+  EXPECT_EQ(fetched, before) << "the old value, into GPU memory";
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 64, mem_a_->data() + 64, 64), 0);
+  EXPECT_GE(a_.gpu_worker_threads(), 1u);
+  EXPECT_GE(cu->calls("memcpyDtoH"), 3) << "read in operation-sized pieces";
+
+  // The GPU payload cannot be read: the host WRITE before it goes, it
+  // fails alone (read again once the batch before it is answered, as a
+  // local failure after other WQEs is), and what follows is flushed.
+  cu->failNext("memcpyDtoH", drivers::kCudaErrorIllegalAddress, 2);
+  std::memset(mem_b_->data() + 256, 0, 64);
+  Write(256, 256, 64);
+  mlx5::build_rdma_write(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                         kIova + (8u << 20), key_b_, gpu.va(), *gpu_key, 4096);
+  requester_->Write(w);
+  Write(512, 512, 64);
+  requester_->Ring();
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndLocalProtErr);
+  EXPECT_EQ(test_util::CqeCounter(c), 5);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndWrFlushErr);
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 256, mem_a_->data() + 256, 64), 0);
 }
 
 // Issue 23 item 6: a WRITE longer than a batch streams across batches (a

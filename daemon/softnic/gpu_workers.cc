@@ -1,5 +1,6 @@
 #include "softnic/gpu_workers.h"
 
+#include <chrono>
 #include <utility>
 
 namespace mooncake::softnic {
@@ -19,7 +20,10 @@ void GpuWorkers::Submit(PdId pd, std::function<void()> job) {
   // A domain is in ready_ while it has queued jobs and none running; one
   // that is running goes back there when its job ends (Work).
   const bool running = busy_.contains(pd);
-  if (queue.empty() && !running) ready_.push_back(pd);
+  if (queue.empty() && !running) {
+    ready_.push_back(pd);
+    ready_count_.store(ready_.size(), std::memory_order_relaxed);
+  }
   queue.push_back(std::move(job));
   if (idle_ == 0 && !ending_ && threads_.size() < max_threads_) {
     threads_.emplace_back([this] { Work(); });
@@ -30,6 +34,17 @@ void GpuWorkers::Work() {
   absl::MutexLock lock(&mu_);
   for (;;) {
     ++idle_;
+    if (ready_.empty() && !ending_) {
+      // A QP's next GPU WQE usually comes within microseconds (a kernel
+      // answering its CQE); waking a sleeping thread costs tens of them.
+      mu_.Unlock();
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      while (ready_count_.load(std::memory_order_relaxed) == 0 &&
+             std::chrono::steady_clock::now() < until) {
+        std::this_thread::yield();
+      }
+      mu_.Lock();
+    }
     mu_.Await(absl::Condition(
         +[](GpuWorkers* w)
              ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu_) { return !w->ready_.empty() || w->ending_; },
@@ -38,6 +53,7 @@ void GpuWorkers::Work() {
     if (ready_.empty()) return;  // ending
     const PdId pd = ready_.front();
     ready_.pop_front();
+    ready_count_.store(ready_.size(), std::memory_order_relaxed);
     auto& queue = queued_[pd];
     std::function<void()> job = std::move(queue.front());
     queue.pop_front();
@@ -54,6 +70,7 @@ void GpuWorkers::Work() {
       queued_.erase(it);
     } else {
       ready_.push_back(pd);  // behind the domains that waited meanwhile
+      ready_count_.store(ready_.size(), std::memory_order_relaxed);
     }
   }
 }

@@ -17,12 +17,16 @@
 // `threads` threads, taken round-robin by domain, so a domain with many
 // queued jobs delays another by one job at most while a thread is free. A
 // thread is started when a job finds none idle (an engine that never
-// touches GPU memory has none); they end with Drain or the destructor.
+// touches GPU memory has none); they end with Drain or the destructor. A
+// thread that finds no job spins for kSpin before it sleeps, as the engine
+// thread does: the next WQE of a QP usually follows within microseconds.
 //
 // Thread-safety: every method may be called from any thread, jobs included
 // (a job may submit the next one).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -54,12 +58,15 @@ class GpuWorkers {
  private:
   void Work();
 
+  static constexpr std::chrono::microseconds kSpin{200};
+
   const size_t max_threads_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<PdId, std::deque<std::function<void()>>> queued_ ABSL_GUARDED_BY(mu_);
   // Domains with a queued job and none running, oldest first.
   std::deque<PdId> ready_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<PdId> busy_ ABSL_GUARDED_BY(mu_);  // domains with a job running
+  std::atomic<size_t> ready_count_{0};                   // ready_.size(), for spinning threads
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;              // jobs being run now
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;                 // threads waiting for a job
   bool ending_ ABSL_GUARDED_BY(mu_) = false;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -316,6 +317,38 @@ TEST_F(EngineGpuWorkersTest, AnotherNodesAtomicOnGpuMemoryRunsWithoutTheEngineLo
   const ResponderResult r = peer.get();
   EXPECT_EQ(r.syndrome, 0);
   EXPECT_EQ(r.fetched, 40u);
+}
+
+// The GPU path keeps the checks of the host path, before any worker runs:
+// a WQE past the end of a GPU region, and another node's batch without the
+// connection's secret, are refused and the GPU word stays as it was.
+TEST_F(EngineGpuWorkersTest, LyingRequestsForGpuMemoryAreRefusedBeforeAnyWorkerRuns) {
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  Wqe64 w;
+  mlx5::build_atomic_fa64(&w, 0, qp->qpn(), kUpd, word_->va() + word_->size(), word_key_, 1,
+                          fetch_->va(), fetch_key_);
+  qp->Write(w);
+  qp->Ring();
+  Cqe64 c;
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndRemoteAccessErr);
+
+  ResponderOp op;
+  op.kind = ResponderOp::Kind::kFetchAdd64;
+  op.remote_qpn = responder_->qpn();
+  op.raddr = word_->va();
+  op.rkey = word_key_;
+  op.add = 1;
+  const ResponderResult forged =
+      engine_.ExecuteForPeer("node-x", 7, std::string(Engine::kSecretBytes, 'x'), op);
+  EXPECT_EQ(forged.syndrome, mlx5::kSyndTransportRetryExcErr);
+
+  uint64_t now = 0;
+  std::memcpy(&now, word_->data(), 8);
+  EXPECT_EQ(now, 40u) << "a refused request changed GPU memory";
+  EXPECT_EQ(engine_.gpu_worker_threads(), 0u) << "a refused request reached a GPU worker";
+  EXPECT_TRUE(OtherSessionWrites(2s)) << "the engine still serves";
 }
 
 }  // namespace

@@ -24,8 +24,8 @@ void* HostPtr(uint64_t p) { return reinterpret_cast<void*>(static_cast<uintptr_t
 
 #if MC_SOFTNIC_HAVE_ATOMICS_KERNEL
 // The embedded kernels (cuda_atomics_kernel.cu), one thread per atomic. The
-// old value goes through a word of device memory: the launch, a
-// cuCtxSynchronize (where a fault would surface) and a copy back.
+// old value goes through the lane's scratch word: the launch on the lane's
+// stream, a synchronize (where a fault would surface) and a copy back.
 class KernelAtomics final : public CudaAtomics {
  public:
   // With the home context current; `cu` outlives the object.
@@ -43,28 +43,28 @@ class KernelAtomics final : public CudaAtomics {
                  cu.moduleGetFunction(&k->masked_fetch_add32_, k->module_,
                                       internal::kMaskedFetchAdd32Kernel),
                  absl::StrCat("cuModuleGetFunction(", internal::kMaskedFetchAdd32Kernel, ")")));
-    MC_RETURN_IF_ERROR(CuStatus(cu, cu.memAlloc(&k->old_, sizeof(uint64_t)),
-                                "cuMemAlloc(8 bytes for fetched values)"));
     return std::unique_ptr<CudaAtomics>(std::move(k));
   }
 
   ~KernelAtomics() override {
-    if (old_ != 0) cu_.memFree(old_);
     if (module_ != nullptr) cu_.moduleUnload(module_);
   }
 
-  absl::StatusOr<uint64_t> FetchAdd64(CuDevicePtr word, uint64_t add) override {
+  absl::StatusOr<uint64_t> FetchAdd64(const CudaLane& lane, CuDevicePtr word,
+                                      uint64_t add) override {
     unsigned long long a = add;
-    void* args[] = {&word, &a, &old_};
-    return Run(fetch_add64_, args, internal::kFetchAdd64Kernel);
+    CuDevicePtr old = lane.scratch;
+    void* args[] = {&word, &a, &old};
+    return Run(lane, fetch_add64_, args, internal::kFetchAdd64Kernel);
   }
 
-  absl::StatusOr<uint32_t> MaskedFetchAdd32(CuDevicePtr word, uint32_t add,
+  absl::StatusOr<uint32_t> MaskedFetchAdd32(const CudaLane& lane, CuDevicePtr word, uint32_t add,
                                             uint32_t field_boundary) override {
     unsigned int a = add, boundary = field_boundary;
-    void* args[] = {&word, &a, &boundary, &old_};
+    CuDevicePtr old_word = lane.scratch;
+    void* args[] = {&word, &a, &boundary, &old_word};
     absl::StatusOr<uint64_t> old =
-        Run(masked_fetch_add32_, args, internal::kMaskedFetchAdd32Kernel);
+        Run(lane, masked_fetch_add32_, args, internal::kMaskedFetchAdd32Kernel);
     if (!old.ok()) return old.status();
     return static_cast<uint32_t>(*old);
   }
@@ -72,15 +72,17 @@ class KernelAtomics final : public CudaAtomics {
  private:
   explicit KernelAtomics(CudaDriver& cu) : cu_(cu) {}
 
-  absl::StatusOr<uint64_t> Run(drivers::CuFunction f, void** args, const char* name) {
-    MC_RETURN_IF_ERROR(CuStatus(cu_,
-                                cu_.launchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr),
-                                absl::StrCat("cuLaunchKernel(", name, ")")));
+  absl::StatusOr<uint64_t> Run(const CudaLane& lane, drivers::CuFunction f, void** args,
+                               const char* name) {
     MC_RETURN_IF_ERROR(
-        CuStatus(cu_, cu_.ctxSynchronize(), absl::StrCat("cuCtxSynchronize(", name, ")")));
+        CuStatus(cu_, cu_.launchKernel(f, 1, 1, 1, 1, 1, 1, 0, lane.stream, args, nullptr),
+                 absl::StrCat("cuLaunchKernel(", name, ")")));
     uint64_t old = 0;
-    MC_RETURN_IF_ERROR(CuStatus(cu_, cu_.memcpyDtoH(&old, old_, sizeof(old)),
-                                absl::StrCat("cuMemcpyDtoH(", name, " result)")));
+    MC_RETURN_IF_ERROR(CuStatus(cu_,
+                                cu_.memcpyDtoHAsync(&old, lane.scratch, sizeof(old), lane.stream),
+                                absl::StrCat("cuMemcpyDtoHAsync(", name, " result)")));
+    MC_RETURN_IF_ERROR(CuStatus(cu_, cu_.streamSynchronize(lane.stream),
+                                absl::StrCat("cuStreamSynchronize(", name, ")")));
     return old;
   }
 
@@ -88,11 +90,59 @@ class KernelAtomics final : public CudaAtomics {
   drivers::CuModule module_ = nullptr;
   drivers::CuFunction fetch_add64_ = nullptr;
   drivers::CuFunction masked_fetch_add32_ = nullptr;
-  CuDevicePtr old_ = 0;
 };
 #endif  // MC_SOFTNIC_HAVE_ATOMICS_KERNEL
 
 }  // namespace
+
+// A lane for the span of one call, with the home context current on the
+// calling thread. Holds no lock: the GPU work between construction and
+// destruction runs beside other leases.
+class CudaMemory::LaneLease {
+ public:
+  explicit LaneLease(CudaMemory& memory) : memory_(memory) {
+    absl::MutexLock lock(&memory_.mu_);
+    status_ = memory_.EnterLocked();
+    if (!status_.ok()) return;
+    auto can_take = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(memory_.mu_) {
+      return !memory_.free_lanes_.empty() || memory_.lanes_.size() < static_cast<size_t>(kMaxLanes);
+    };
+    memory_.mu_.Await(absl::Condition(&can_take));
+    if (memory_.free_lanes_.empty()) {
+      absl::StatusOr<CudaLane*> made = memory_.MakeLaneLocked();
+      if (!made.ok()) {
+        status_ = made.status();
+        return;
+      }
+      memory_.free_lanes_.push_back(*made);
+    }
+    lane_ = memory_.free_lanes_.back();
+    memory_.free_lanes_.pop_back();
+    cu_ = memory_.driver_.get();
+    atomics_ = memory_.atomics_.get();
+  }
+  ~LaneLease() {
+    if (lane_ == nullptr) return;
+    absl::MutexLock lock(&memory_.mu_);
+    memory_.free_lanes_.push_back(lane_);
+  }
+  LaneLease(const LaneLease&) = delete;
+  LaneLease& operator=(const LaneLease&) = delete;
+
+  // Why there is no lane (then nothing else may be used).
+  const absl::Status& status() const { return status_; }
+  const CudaLane& lane() const { return *lane_; }
+  CudaDriver& cu() const { return *cu_; }
+  CudaAtomics& atomics() const { return *atomics_; }
+
+ private:
+  CudaMemory& memory_;
+  absl::Status status_;
+  CudaLane* lane_ = nullptr;
+  // Set once with the context, and kept until the object goes.
+  CudaDriver* cu_ = nullptr;
+  CudaAtomics* atomics_ = nullptr;
+};
 
 std::shared_ptr<CudaMemory> CudaMemory::Create(CudaMemoryOptions options) {
   return std::shared_ptr<CudaMemory>(new CudaMemory(std::move(options)));
@@ -106,7 +156,11 @@ CudaMemory::~CudaMemory() {
   if (ctx_ == nullptr) return;
   CudaDriver& cu = *driver_;
   cu.ctxSetCurrent(ctx_);
-  atomics_.reset();  // frees its module and memory in the home context
+  for (const std::unique_ptr<CudaLane>& lane : lanes_) {
+    cu.streamDestroy(lane->stream);
+    cu.memFree(lane->scratch);
+  }
+  atomics_.reset();  // frees its module in the home context
   cu.ctxSetCurrent(nullptr);
   cu.devicePrimaryCtxRelease(cu_device_);
 }
@@ -207,6 +261,26 @@ absl::Status CudaMemory::EnsureContextLocked(int device) {
   return absl::OkStatus();
 }
 
+int CudaMemory::lanes() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(lanes_.size());
+}
+
+absl::StatusOr<CudaLane*> CudaMemory::MakeLaneLocked() {
+  CudaDriver& cu = *driver_;
+  auto lane = std::make_unique<CudaLane>();
+  MC_RETURN_IF_ERROR(NoteFailure(CuStatus(
+      cu, cu.streamCreate(&lane->stream, drivers::kCuStreamNonBlocking), "cuStreamCreate")));
+  if (absl::Status s = CuStatus(cu, cu.memAlloc(&lane->scratch, sizeof(uint64_t)),
+                                "cuMemAlloc(8 bytes for atomics' old values)");
+      !s.ok()) {
+    cu.streamDestroy(lane->stream);
+    return NoteFailure(s);
+  }
+  lanes_.push_back(std::move(lane));
+  return lanes_.back().get();
+}
+
 absl::Status CudaMemory::EnterLocked() {
   if (ctx_ == nullptr) {
     return absl::FailedPreconditionError("no GPU memory was imported: there is no CUDA context");
@@ -280,6 +354,12 @@ void CudaMemory::Release(CuDevicePtr base, uint64_t mapped) {
   }
 }
 
+absl::Status CudaMemory::Failed(absl::Status s) {
+  if (s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  return NoteFailure(std::move(s));
+}
+
 absl::Status CudaMemory::NoteFailure(absl::Status s) {
   if (s.ok()) return s;
   ++failures_;
@@ -300,33 +380,32 @@ absl::Status CudaMemory::Copy(const ByteSpan& dst, const ByteSpan& src) {
   if (dst.kind != MemoryKind::kCuda && src.kind != MemoryKind::kCuda) {
     return absl::InvalidArgumentError("copy without GPU memory on either side");
   }
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = EnterLocked(); !s.ok()) return NoteFailure(s);
-  CudaDriver& cu = *driver_;
+  LaneLease lease(*this);
+  if (!lease.status().ok()) return Failed(lease.status());
+  CudaDriver& cu = lease.cu();
+  const drivers::CuStream stream = lease.lane().stream;
   const size_t n = dst.length;
   absl::Status s;
   if (src.kind == MemoryKind::kHost) {
-    s = CuStatus(cu, cu.memcpyHtoD(dst.addr, HostPtr(src.addr), n),
-                 absl::StrCat("cuMemcpyHtoD(", n, " bytes)"));
+    s = CuStatus(cu, cu.memcpyHtoDAsync(dst.addr, HostPtr(src.addr), n, stream),
+                 absl::StrCat("cuMemcpyHtoDAsync(", n, " bytes)"));
   } else if (dst.kind == MemoryKind::kHost) {
-    s = CuStatus(cu, cu.memcpyDtoH(HostPtr(dst.addr), src.addr, n),
-                 absl::StrCat("cuMemcpyDtoH(", n, " bytes)"));
-  } else if (dst.cuda == this && src.cuda == this) {
-    s = CuStatus(cu, cu.memcpyDtoD(dst.addr, src.addr, n),
-                 absl::StrCat("cuMemcpyDtoD(", n, " bytes)"));
+    s = CuStatus(cu, cu.memcpyDtoHAsync(HostPtr(dst.addr), src.addr, n, stream),
+                 absl::StrCat("cuMemcpyDtoHAsync(", n, " bytes)"));
   } else {
-    // Mapped by another CudaMemory (another context): unified addressing
-    // lets the driver find both.
-    s = CuStatus(cu, cu.memcpy(dst.addr, src.addr, n), absl::StrCat("cuMemcpy(", n, " bytes)"));
+    // Both sides on a GPU, mapped here or by another CudaMemory (another
+    // context): unified addressing lets the driver find both.
+    s = CuStatus(cu, cu.memcpyAsync(dst.addr, src.addr, n, stream),
+                 absl::StrCat("cuMemcpyAsync(", n, " bytes)"));
   }
-  // Host-to-device copies from pageable memory and device-to-device copies
-  // may return before the bytes land; a CQE or a later signal must not
-  // overtake them.
-  if (s.ok() && dst.kind == MemoryKind::kCuda) {
-    s = CuStatus(cu, cu.ctxSynchronize(),
-                 absl::StrCat("cuCtxSynchronize (after a ", n, "-byte copy into GPU memory)"));
+  // Every copy may return before its bytes land (pageable host memory is
+  // staged); a CQE or a later signal must not overtake them, nor may the
+  // caller reuse a host buffer the copy still reads.
+  if (s.ok()) {
+    s = CuStatus(cu, cu.streamSynchronize(stream),
+                 absl::StrCat("cuStreamSynchronize (after a ", n, "-byte copy)"));
   }
-  return NoteFailure(s);
+  return Failed(s);
 }
 
 absl::StatusOr<uint64_t> CudaMemory::FetchAdd64(CuDevicePtr word, uint64_t add) {
@@ -334,10 +413,10 @@ absl::StatusOr<uint64_t> CudaMemory::FetchAdd64(CuDevicePtr word, uint64_t add) 
     return absl::InvalidArgumentError(
         absl::StrCat("64-bit atomic at 0x", absl::Hex(word), ": not 8-byte aligned"));
   }
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = EnterLocked(); !s.ok()) return NoteFailure(s);
-  absl::StatusOr<uint64_t> old = atomics_->FetchAdd64(word, add);
-  if (!old.ok()) return NoteFailure(old.status());
+  LaneLease lease(*this);
+  if (!lease.status().ok()) return Failed(lease.status());
+  absl::StatusOr<uint64_t> old = lease.atomics().FetchAdd64(lease.lane(), word, add);
+  if (!old.ok()) return Failed(old.status());
   return old;
 }
 
@@ -347,10 +426,11 @@ absl::StatusOr<uint32_t> CudaMemory::MaskedFetchAdd32(CuDevicePtr word, uint32_t
     return absl::InvalidArgumentError(
         absl::StrCat("32-bit atomic at 0x", absl::Hex(word), ": not 4-byte aligned"));
   }
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = EnterLocked(); !s.ok()) return NoteFailure(s);
-  absl::StatusOr<uint32_t> old = atomics_->MaskedFetchAdd32(word, add, field_boundary);
-  if (!old.ok()) return NoteFailure(old.status());
+  LaneLease lease(*this);
+  if (!lease.status().ok()) return Failed(lease.status());
+  absl::StatusOr<uint32_t> old =
+      lease.atomics().MaskedFetchAdd32(lease.lane(), word, add, field_boundary);
+  if (!old.ok()) return Failed(old.status());
   return old;
 }
 

@@ -23,11 +23,21 @@
 // where every rank shares the device, the choice is exact.
 //
 // Copies are synchronous and in issue order: each returns once its bytes
-// are in place (a copy into GPU memory is followed by cuCtxSynchronize,
-// since host-to-device copies from pageable memory and device-to-device
-// copies may return early). So a small signal written after earlier data
-// lands after that data, as the host path's release stores guarantee, and a
-// CQE written after Copy returns never announces bytes still in flight.
+// are in place (every copy and atomic is queued on the calling thread's
+// lane, below, and followed by cuStreamSynchronize on it, since
+// host-to-device copies from pageable memory and device-to-device copies
+// may return early). So a small signal written after earlier data lands
+// after that data, as the host path's release stores guarantee, and a CQE
+// written after Copy returns never announces bytes still in flight.
+//
+// Lanes: each call borrows a lane, a non-blocking stream of the home
+// context with a device word for atomics' old values, for its duration.
+// Two threads (two GPU workers serving two sessions) therefore copy at the
+// same time, and one waits for no other: not for the other's stream (a
+// non-blocking stream does not wait for the legacy stream or any other),
+// and not for a mutex held across GPU work (the mutex below guards only the
+// context and the free lanes). Lanes are made on demand, at most kMaxLanes;
+// a caller beyond that waits for a free one.
 //
 // Atomics run on the GPU's atomic units (a GPU kernel of the client, or a
 // peer over NVLink, may update the same word at the same time): a
@@ -51,7 +61,7 @@
 // CQ polling that must be fast belong in host memory (memfd regions), or
 // the node runs MPS. The engine calls from its GPU workers, so that wait
 // holds up only the QP whose WQE it is (softnic/gpu_workers.h); the one
-// mutex still makes two sessions' copies on this context wait in turn.
+// lanes keep two sessions' copies from waiting for each other.
 //
 // Failures: every method returns the CUDA error as a Status naming the call
 // ("cuMemcpyHtoD(64 bytes): CUDA_ERROR_ILLEGAL_ADDRESS (...)"); the engine
@@ -59,16 +69,18 @@
 // atomics are also logged (the first one and then at powers of two, so a
 // sticky context error cannot flood the log).
 //
-// Thread-safety: all methods may be called from any thread; each runs under
-// one mutex and makes the home context current on the calling thread (the
+// Thread-safety: all methods may be called from any thread, at the same
+// time; each makes the home context current on the calling thread (the
 // daemon's threads use no other context). Ownership: each CudaBuffer keeps
-// its CudaMemory alive; the context is released when the last goes.
+// its CudaMemory alive; the context and the lanes are released when the
+// last goes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -79,16 +91,24 @@
 
 namespace mooncake::softnic {
 
+// What one call uses of the home context, alone (see "Lanes" above).
+struct CudaLane {
+  drivers::CuStream stream = nullptr;  // non-blocking
+  drivers::CuDevicePtr scratch = 0;    // 8 bytes of device memory
+};
+
 // Atomic read-modify-writes on GPU memory. Called with the home context
-// current, under CudaMemory's mutex; `word` is a device address in that
-// context, aligned to the operand's width. Returns the value before the add.
+// current, from several threads at once, each with a lane of its own;
+// `word` is a device address in that context, aligned to the operand's
+// width. Returns the value before the add.
 class CudaAtomics {
  public:
   virtual ~CudaAtomics() = default;
-  virtual absl::StatusOr<uint64_t> FetchAdd64(drivers::CuDevicePtr word, uint64_t add) = 0;
+  virtual absl::StatusOr<uint64_t> FetchAdd64(const CudaLane& lane, drivers::CuDevicePtr word,
+                                              uint64_t add) = 0;
   // The mlx5 extended masked fetch-add (see MaskedAdd in cuda_atomics_kernel.h).
-  virtual absl::StatusOr<uint32_t> MaskedFetchAdd32(drivers::CuDevicePtr word, uint32_t add,
-                                                    uint32_t field_boundary) = 0;
+  virtual absl::StatusOr<uint32_t> MaskedFetchAdd32(const CudaLane& lane, drivers::CuDevicePtr word,
+                                                    uint32_t add, uint32_t field_boundary) = 0;
 };
 
 struct CudaMemoryOptions {
@@ -144,8 +164,13 @@ class CudaMemory : public std::enable_shared_from_this<CudaMemory> {
   // The home device's ordinal, or -1 before the first successful import.
   int device() const;
 
+  // Lanes made so far (never more than kMaxLanes).
+  int lanes() const;
+  static constexpr int kMaxLanes = 16;
+
  private:
   friend class CudaBuffer;
+  class LaneLease;
   explicit CudaMemory(CudaMemoryOptions options);
 
   // Loads the driver and retains the home context on first use.
@@ -154,8 +179,11 @@ class CudaMemory : public std::enable_shared_from_this<CudaMemory> {
   absl::Status EnterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Unmaps what a CudaBuffer mapped.
   void Release(drivers::CuDevicePtr base, uint64_t mapped);
+  // Makes a lane (the home context current).
+  absl::StatusOr<CudaLane*> MakeLaneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts and logs a failed copy or atomic; returns it.
   absl::Status NoteFailure(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Failed(absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);
 
   const CudaMemoryOptions options_;
   mutable absl::Mutex mu_;
@@ -165,6 +193,8 @@ class CudaMemory : public std::enable_shared_from_this<CudaMemory> {
   drivers::CuContext ctx_ ABSL_GUARDED_BY(mu_) = nullptr;  // retained primary context
   size_t granularity_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<CudaAtomics> atomics_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<CudaLane>> lanes_ ABSL_GUARDED_BY(mu_);  // every lane made
+  std::vector<CudaLane*> free_lanes_ ABSL_GUARDED_BY(mu_);
   uint64_t failures_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <thread>
 #include <utility>
 
 namespace mooncake::drivers {
@@ -50,6 +52,7 @@ constexpr std::string_view kMethods[] = {"init",
                                          "streamCreate",
                                          "streamDestroy",
                                          "streamQuery",
+                                         "streamSynchronize",
                                          "memcpy",
                                          "memcpyDtoD",
                                          "memHostRegister",
@@ -910,13 +913,25 @@ std::vector<uint8_t> FakeCudaDriver::lastHeldCopy() const {
 }
 
 void FakeCudaDriver::holdStreams(bool hold) {
-  std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> land;
-  {
+  if (hold) {
     std::lock_guard<std::mutex> lock(mu_);
-    hold_streams_ = hold;
-    if (!hold) land.swap(held_copies_);
+    hold_streams_ = true;
+    return;
   }
-  for (const auto& [dst, bytes] : land) memcpyHtoD(dst, bytes.data(), bytes.size());
+  // The hold ends only once every held copy has landed, so a
+  // streamSynchronize that returns finds its bytes in place.
+  for (;;) {
+    std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> land;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (held_copies_.empty()) {
+        hold_streams_ = false;
+        return;
+      }
+      land.swap(held_copies_);
+    }
+    for (const auto& [dst, bytes] : land) memcpyHtoD(dst, bytes.data(), bytes.size());
+  }
 }
 
 int FakeCudaDriver::liveStreams() const {
@@ -954,6 +969,31 @@ CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, siz
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
   }
   return memsetD8(dst, value, count);
+}
+
+CuResult FakeCudaDriver::memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes,
+                                     CuStream stream) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+  }
+  return memcpy(dst, src, bytes);
+}
+
+CuResult FakeCudaDriver::streamSynchronize(CuStream stream) {
+  {
+    MC_FAKE_ENTER("streamSynchronize");
+    if (!initialized_) return kCudaErrorNotInitialized;
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+  }
+  // While held, wait without mu_: holdStreams(false) takes it.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!hold_streams_) return kCudaSuccess;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // --- Legacy IPC, modules, launches: no device code on the host ----------------------------

@@ -162,6 +162,14 @@ class RealCudaDriver final : public CudaDriver {
     return fn_.memsetD8Async == nullptr ? kCudaErrorNotSupported
                                         : fn_.memsetD8Async(dst, value, count, stream);
   }
+  CuResult memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes, CuStream stream) override {
+    return fn_.memcpyAsync == nullptr ? kCudaErrorNotSupported
+                                      : fn_.memcpyAsync(dst, src, bytes, stream);
+  }
+  CuResult streamSynchronize(CuStream stream) override {
+    return fn_.streamSynchronize == nullptr ? kCudaErrorNotSupported
+                                            : fn_.streamSynchronize(stream);
+  }
   CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override {
     return fn_.memcpy(dst, src, bytes);
   }

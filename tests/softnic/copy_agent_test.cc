@@ -464,7 +464,7 @@ TEST_F(AgentEngineTest, HostToGpuAndInlineSignalsGoThroughTheOwnersAgent) {
   EXPECT_EQ(seen, signal);
   EXPECT_EQ(agent->copies(), 2u);
   EXPECT_EQ(DaemonCopies(), 0) << "the daemon's context copied nothing";
-  EXPECT_EQ(cu_->calls("ctxSynchronize"), 0);
+  EXPECT_EQ(cu_->calls("streamSynchronize"), 0);
 }
 
 TEST_F(AgentEngineTest, GpuToGpuInOneProcessIsOneCopyAndAcrossProcessesGoesThroughBoth) {

@@ -33,12 +33,12 @@ class HostAtomics final : public CudaAtomics {
  public:
   explicit HostAtomics(std::shared_ptr<std::atomic<int>> fail_next)
       : fail_next_(std::move(fail_next)) {}
-  absl::StatusOr<uint64_t> FetchAdd64(CuDevicePtr word, uint64_t add) override {
+  absl::StatusOr<uint64_t> FetchAdd64(const CudaLane&, CuDevicePtr word, uint64_t add) override {
     if (Failing()) return absl::InternalError("injected atomic failure");
     return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(Ptr(word)))
         .fetch_add(add, std::memory_order_acq_rel);
   }
-  absl::StatusOr<uint32_t> MaskedFetchAdd32(CuDevicePtr word, uint32_t add,
+  absl::StatusOr<uint32_t> MaskedFetchAdd32(const CudaLane&, CuDevicePtr word, uint32_t add,
                                             uint32_t boundary) override {
     if (Failing()) return absl::InternalError("injected atomic failure");
     std::atomic_ref<uint32_t> w(*static_cast<uint32_t*>(Ptr(word)));

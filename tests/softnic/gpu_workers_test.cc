@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -51,11 +52,11 @@ class Gate {
     absl::MutexLock lock(&mu_);
     open_ = true;
   }
-  // Waits up to 10 s until `n` have arrived.
-  bool Arrived(int n) {
+  // Waits up to `wait` until `n` have arrived.
+  bool Arrived(int n, absl::Duration wait = absl::Seconds(10)) {
     absl::MutexLock lock(&mu_);
     const auto reached = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_ >= n; };
-    return mu_.AwaitWithTimeout(absl::Condition(&reached), absl::Seconds(10));
+    return mu_.AwaitWithTimeout(absl::Condition(&reached), wait);
   }
 
  private:
@@ -136,12 +137,14 @@ TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
 class GatedAtomics final : public CudaAtomics {
  public:
   explicit GatedAtomics(Gate* gate) : gate_(gate) {}
-  absl::StatusOr<uint64_t> FetchAdd64(drivers::CuDevicePtr word, uint64_t add) override {
+  absl::StatusOr<uint64_t> FetchAdd64(const CudaLane&, drivers::CuDevicePtr word,
+                                      uint64_t add) override {
     gate_->Pass();
     return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(test_util::Ptr(word)))
         .fetch_add(add, std::memory_order_acq_rel);
   }
-  absl::StatusOr<uint32_t> MaskedFetchAdd32(drivers::CuDevicePtr, uint32_t, uint32_t) override {
+  absl::StatusOr<uint32_t> MaskedFetchAdd32(const CudaLane&, drivers::CuDevicePtr, uint32_t,
+                                            uint32_t) override {
     return absl::UnimplementedError("not used here");
   }
 
@@ -243,6 +246,42 @@ TEST_F(EngineGpuWorkersTest, AStalledGpuAtomicHoldsUpNoOtherSessionOnlyItsOwnQp)
   std::memcpy(&fetched, fetch_->data(), 8);
   EXPECT_EQ(now, 42u);
   EXPECT_EQ(fetched, 40u) << "the old value, into GPU memory";
+}
+
+// Before lanes, CudaMemory ran every copy and atomic under one mutex: a
+// session's copy into its own GPU memory waited for another session's
+// stalled atomic, on a worker of its own.
+TEST_F(EngineGpuWorkersTest, AnotherSessionsGpuCopyDoesNotWaitForAStalledGpuAtomic) {
+  ClientAllocation c_gpu(client_cu_, test_util::kGran);
+  const uint32_t c_gpu_key = GpuRegion(kPdC, c_gpu, kRemoteWrite);
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  // Opened on a failed check too, before the QPs go.
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  ASSERT_TRUE(gate_.Arrived(1));
+  for (uint64_t i = 0; i < 3; ++i) {
+    Wqe64 w;
+    const uint64_t v = 0x1100 + i;
+    mlx5::build_rdma_write_inline(&w, c_requester_->pi(), c_requester_->qpn(), kUpd,
+                                  c_gpu.va() + 8 * i, c_gpu_key, &v, 8);
+    c_requester_->Write(w);
+    c_requester_->Ring();
+    Cqe64 c;
+    ASSERT_TRUE(c_requester_->Next(&c, 2s))
+        << "session C's copy into its GPU memory " << i << " waited for A's stalled atomic";
+    EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << "syndrome " << int{CqeSyndrome(c)};
+    uint64_t landed = 0;
+    std::memcpy(&landed, c_gpu.data() + 8 * i, 8);
+    EXPECT_EQ(landed, v);
+  }
+  EXPECT_EQ(cuda_->lanes(), 2) << "the stalled atomic's lane and C's";
+  gate_.Open();
+  Cqe64 c;
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
 }
 
 TEST_F(EngineGpuWorkersTest, DeregisteringARegionWaitsForTheGpuWqeAtWorkInIt) {
@@ -349,6 +388,51 @@ TEST_F(EngineGpuWorkersTest, LyingRequestsForGpuMemoryAreRefusedBeforeAnyWorkerR
   EXPECT_EQ(now, 40u) << "a refused request changed GPU memory";
   EXPECT_EQ(engine_.gpu_worker_threads(), 0u) << "a refused request reached a GPU worker";
   EXPECT_TRUE(OtherSessionWrites(2s)) << "the engine still serves";
+}
+
+// ---- CudaMemory's lanes: as many callers at once as it has lanes ------------
+
+TEST(CudaMemoryLanes, CallersBeyondTheBoundWaitForALaneAndNoneIsLeftBehind) {
+  drivers::FakeCudaDriver client_cu;
+  client_cu.addGpu(drivers::FakeGpu::Hopper(0));
+  client_cu.setGranularity(test_util::kGran);
+  ASSERT_EQ(client_cu.init(0), drivers::kCudaSuccess);
+  ClientAllocation words(client_cu, test_util::kGran);
+  Gate gate;
+  auto daemon_cu = test_util::FakeWithGpus(1);
+  CudaMemoryOptions options = test_util::FakeOptions(daemon_cu);
+  options.atomics = [&gate](drivers::CudaDriver&) {
+    return absl::StatusOr<std::unique_ptr<CudaAtomics>>(std::make_unique<GatedAtomics>(&gate));
+  };
+  std::shared_ptr<CudaMemory> cuda = CudaMemory::Create(options);
+  absl::StatusOr<std::shared_ptr<CudaBuffer>> buffer = cuda->Import(words.fd(), words.size());
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  const drivers::CuDevicePtr word = (*buffer)->base();
+
+  constexpr int kCallers = CudaMemory::kMaxLanes + 1;
+  std::vector<std::future<absl::StatusOr<uint64_t>>> calls;
+  absl::Cleanup open_gate = [&] { gate.Open(); };
+  for (int i = 0; i < kCallers; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] { return cuda->FetchAdd64(word, 1); }));
+  }
+  ASSERT_TRUE(gate.Arrived(CudaMemory::kMaxLanes));
+  EXPECT_FALSE(gate.Arrived(kCallers, absl::Milliseconds(100)))
+      << "a caller beyond the bound got a lane";
+  EXPECT_EQ(cuda->lanes(), CudaMemory::kMaxLanes);
+  gate.Open();
+  std::vector<uint64_t> olds;
+  for (auto& call : calls) {
+    absl::StatusOr<uint64_t> old = call.get();
+    ASSERT_TRUE(old.ok()) << old.status();
+    olds.push_back(*old);
+  }
+  std::sort(olds.begin(), olds.end());
+  for (int i = 0; i < kCallers; ++i) EXPECT_EQ(olds[i], static_cast<uint64_t>(i));
+  EXPECT_EQ(cuda->lanes(), CudaMemory::kMaxLanes);
+  EXPECT_EQ(daemon_cu->liveStreams(), CudaMemory::kMaxLanes);
+  buffer->reset();
+  cuda.reset();
+  EXPECT_EQ(daemon_cu->liveStreams(), 0) << "the lanes' streams went with the context";
 }
 
 }  // namespace

@@ -243,6 +243,17 @@ bool CopyAgentLink::LateCopyOverlaps(uint64_t dst, uint64_t n) const {
 
 void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n) {
   absl::MutexLock lock(&mu_);
+  MirrorLocked(dst, bytes, n);
+}
+
+bool CopyAgentLink::MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t n,
+                                    absl::FunctionRef<bool()> write) {
+  absl::MutexLock lock(&mu_);
+  MirrorLocked(dst, bytes, n);
+  return write();
+}
+
+void CopyAgentLink::MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n) {
   SettleLateLocked();
   if (!late_ || late_->op != Op::kToDevice) return;
   const uint64_t lo = std::max(dst, late_->dst);
@@ -273,6 +284,34 @@ absl::Status CopyAgentLink::FromDevice(uint64_t src, uint64_t n, const Sink& sin
     const uint64_t len = std::min(n - off, staging_bytes_);
     if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
     if (!sink(staging(), off, len)) return absl::AbortedError("the copy's destination refused");
+    off += len;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyAgentLink& dst,
+                                    uint64_t dst_addr, uint64_t n) {
+  if (&src == &dst) return src.WithinDevice(dst_addr, src_addr, n);
+  // Both locks, always in address order: two workers copying A -> B and
+  // B -> A at once would otherwise each hold one and wait for the other.
+  CopyAgentLink* first = &src < &dst ? &src : &dst;
+  CopyAgentLink* second = first == &src ? &dst : &src;
+  absl::MutexLock lock_first(&first->mu_);
+  absl::MutexLock lock_second(&second->mu_);
+  for (uint64_t off = 0; off < n;) {
+    const uint64_t len = std::min(n - off, src.staging_bytes_);
+    if (absl::Status s = src.RunLocked(Op::kFromDevice, 0, src_addr + off, len, nullptr); !s.ok()) {
+      return s;
+    }
+    for (uint64_t in = 0; in < len;) {
+      const uint64_t piece = std::min(len - in, dst.staging_bytes_);
+      if (absl::Status s =
+              dst.RunLocked(Op::kToDevice, dst_addr + off + in, 0, piece, src.staging() + in);
+          !s.ok()) {
+        return s;
+      }
+      in += piece;
+    }
     off += len;
   }
   return absl::OkStatus();

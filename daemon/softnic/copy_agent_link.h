@@ -26,7 +26,9 @@
 //
 // Thread-safety: calls are serialized by an internal mutex (the engine
 // calls from its GPU workers, softnic/gpu_workers.h, without its own lock:
-// a link that stalls holds up only the WQEs that need it).
+// a link that stalls holds up only the WQEs that need it). A copy between
+// two links takes both (Between), in address order; no call takes another
+// link's lock while holding its own otherwise.
 #pragma once
 
 #include <chrono>
@@ -36,6 +38,7 @@
 #include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -93,6 +96,14 @@ class CopyAgentLink {
   // current; one from the staging area carries what MirrorIntoLateCopy
   // put there.
   absl::Status WithinDevice(uint64_t dst, uint64_t src, uint64_t n);
+  // `src`'s device bytes at src_addr -> `dst`'s at dst_addr, two processes'
+  // agents (one: WithinDevice): out through src's staging area, in through
+  // dst's, piece by piece, with both links locked (in address order, so
+  // two threads copying each way between the same two processes cannot
+  // wait for each other). Never a sink that takes the other link's lock
+  // inside FromDevice: that is the deadlock.
+  static absl::Status Between(CopyAgentLink& src, uint64_t src_addr, CopyAgentLink& dst,
+                              uint64_t dst_addr, uint64_t n) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   // After the link ended on a request into GPU memory (ToDevice) that the
   // agent did not answer, that copy may still land later, from the staging
@@ -103,6 +114,12 @@ class CopyAgentLink {
   // newest bytes instead of old ones. Nothing once the late copy has been
   // answered, or when there is none.
   void MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n);
+  // MirrorIntoLateCopy, then `write` (the engine's own write of those
+  // bytes), both under the link's lock: no other write into this process's
+  // memory through this path comes between, so the late copy and the
+  // memory end up with the same bytes whoever wrote last. Returns write().
+  bool MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t n,
+                       absl::FunctionRef<bool()> write);
   // Whether [dst, dst + n) overlaps a late copy still pending (above).
   bool LateCopyOverlaps(uint64_t dst, uint64_t n) const;
 
@@ -146,6 +163,8 @@ class CopyAgentLink {
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t pauses_ ABSL_GUARDED_BY(mu_) = 0;
   mutable std::optional<LateCopy> late_ ABSL_GUARDED_BY(mu_);
+  void MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops late_ once the agent answered it.
   void SettleLateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

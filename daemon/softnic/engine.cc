@@ -135,14 +135,7 @@ bool CopyThroughAgents(const ByteSpan& dst, const ByteSpan& src) {
         .ok();
   }
   if (!usable(dst)) return false;
-  if (dst.agent == src.agent)
-    return dst.agent->WithinDevice(dst.agent_addr, src.agent_addr, n).ok();
-  return src.agent
-      ->FromDevice(src.agent_addr, n,
-                   [&](const uint8_t* piece, uint64_t off, uint64_t len) {
-                     return dst.agent->ToDevice(dst.agent_addr + off, piece, len).ok();
-                   })
-      .ok();
+  return CopyAgentLink::Between(*src.agent, src.agent_addr, *dst.agent, dst.agent_addr, n).ok();
 }
 
 // Every byte softnic moves goes through here. GPU memory on either side
@@ -170,8 +163,10 @@ bool CopyBytes(const ByteSpan& dst, const ByteSpan& src) {
       } else if (!src.cuda->Copy(host, src).ok()) {
         return false;
       }
-      dst.agent->MirrorIntoLateCopy(dst.agent_addr, bytes.data(), dst.length);
-      return dst.cuda->Copy(dst, host).ok();
+      // Mirror and write as one step: two writers here could otherwise
+      // leave one's bytes in memory and the other's in the late copy.
+      return dst.agent->MirrorThenWrite(dst.agent_addr, bytes.data(), dst.length,
+                                        [&] { return dst.cuda->Copy(dst, host).ok(); });
     }
     CudaMemory* cuda = dst.kind == MemoryKind::kCuda ? dst.cuda : src.cuda;
     return cuda->Copy(dst, src).ok();
@@ -341,6 +336,7 @@ void Engine::Stop() {
   absl::MutexLock lock(&thread_mu_);
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_relaxed);
+  Kick();  // out of its sleep now
   thread_.join();
   // WQEs already on a GPU worker complete; their QPs go no further.
   workers_.Drain();
@@ -442,8 +438,19 @@ absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
   }
   Region* region = it->second.get();
   region->dying = true;  // no new WQE reaches it; wait for those that did
-  mu_.Await(absl::Condition(
-      +[](Region* r) { return r->pins == 0; }, region));
+  // Looked up afresh on each evaluation: a DestroyPd of the same domain,
+  // waiting too, may have erased (freed) the region by then.
+  struct Unpinned {
+    Engine* engine;
+    uint32_t key;
+    const Region* region;
+    bool operator()() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine->mu_) {
+      auto found = engine->regions_.find(key);
+      return found == engine->regions_.end() || found->second.get() != region || region->pins == 0;
+    }
+  };
+  Unpinned unpinned{this, key, region};
+  mu_.Await(absl::Condition(&unpinned));
   it = regions_.find(key);
   if (it != regions_.end() && it->second.get() == region) {  // DestroyPd did not take it meanwhile
     RetireKeyLocked(key);
@@ -997,9 +1004,11 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       const Region* target = nullptr;
       ByteSpan span;
       if (const uint8_t bad = ResolveResponder(op, &target, &span); bad != 0) return bad;
+      // A destination page the client took away fails the WQE before the
+      // atomic runs, not after.
+      if (!dst->Resident(laddr, width)) return mlx5::kSyndLocalProtErr;
       const ByteSpan fetch_span = dst->Span(laddr, width);
-      const bool resident = dst->Resident(laddr, width);
-      if (offload != nullptr && resident && Offloads(span, fetch_span, true)) {
+      if (offload != nullptr && Offloads(span, fetch_span, true)) {
         offload->set = true;
         offload->op = op;
         offload->target = target;
@@ -1012,7 +1021,7 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
       }
       const ResponderResult r = RunResponder(span, op);
       if (r.syndrome != 0) return r.syndrome;
-      return resident ? LandFetched(fetch_span, masked, r.fetched) : mlx5::kSyndLocalProtErr;
+      return LandFetched(fetch_span, masked, r.fetched);
     }
 
     default: return mlx5::kSyndLocalQpOpErr;
@@ -1074,7 +1083,10 @@ void Engine::WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t 
 // ---- the engine thread -------------------------------------------------------------
 
 bool Engine::Poll(Qp& qp) {
-  if (qp.offloaded) return false;  // a GPU worker has the WQE at sq_ci
+  // A GPU worker has the WQE at sq_ci, or a batch from sq_ci is out to
+  // another node: nothing of the ring moves until it is back (not even a
+  // garbage doorbell's error CQE, which would take the batch's CQ room).
+  if (qp.offloaded || qp.remote_busy) return false;
   const auto pi = static_cast<uint16_t>(
       mlx5::be32(Ref(&qp.sq_dbrec[mlx5::kSndDbr]).load(std::memory_order_acquire)));
   const auto pending = static_cast<uint16_t>(pi - qp.sq_ci);
@@ -1175,6 +1187,17 @@ void Engine::FinishWqe(Qp& qp, uint16_t index, uint8_t opcode, uint8_t syndrome,
 }
 
 void Engine::RunOffloaded(Offload& o) {
+  {
+    // A QP destroyed while its WQE waited for a worker runs it no more, as
+    // a NIC executes nothing of a destroyed QP.
+    absl::MutexLock lock(&mu_);
+    if (!QpAliveLocked(o.qpn, o.serial)) {
+      Unpin(o.target);
+      Unpin(o.source);
+      Unpin(o.fetch);
+      return;
+    }
+  }
   // Without the lock: the regions are pinned, the spans were taken under it.
   if (o.op.kind == ResponderOp::Kind::kWrite && o.source == nullptr) {
     o.op.source.addr = reinterpret_cast<uintptr_t>(o.inline_bytes.data());
@@ -1197,9 +1220,17 @@ void Engine::RunOffloaded(Offload& o) {
   if (syndrome == 0 && write)
     bytes_written_.fetch_add(o.op.source.length, std::memory_order_relaxed);
   FinishWqe(qp, o.index, o.opcode, syndrome, o.signaled, o.byte_count);
-  // The QP's next WQEs now, not when the engine thread comes round (it may
-  // be asleep); a stopped engine leaves them in the ring.
+  // The QP's next WQEs now, not when the engine thread comes round; a
+  // stopped engine leaves them in the ring.
   if (!stop_.load(std::memory_order_relaxed)) Poll(qp);
+  // The client answers this CQE with its next doorbell within microseconds:
+  // the engine thread spins again instead of sleeping through it.
+  Kick();
+}
+
+bool Engine::QpAliveLocked(uint32_t qpn, uint64_t serial) const {
+  auto it = qps_.find(qpn);
+  return it != qps_.end() && it->second->serial == serial;
 }
 
 // ---- queue pairs connected to another node -------------------------------------
@@ -1413,11 +1444,19 @@ void Engine::SendRemote(Qp& qp, std::vector<RemoteWqe> wqes, RemoteBatch batch) 
                                     absl::StatusOr<std::vector<ResponderResult>> results) {
     absl::MutexLock lock(&mu_);
     FinishRemote(qpn, serial, wqes, results);
+    Kick();
   });
 }
 
 void Engine::SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe> wqes,
                             RemoteBatch batch, const std::vector<RemoteFill>& fills) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!QpAliveLocked(qpn, serial)) {  // destroyed while the job waited
+      for (const RemoteFill& f : fills) Unpin(f.region);
+      return;
+    }
+  }
   // Without the lock: the source regions are pinned, the spans were taken
   // under it.
   size_t failed_op = batch.ops.size();
@@ -1478,10 +1517,14 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
       for (size_t k = 0; ok && k < w.op_count; ++k) ok = (*results)[at + k].syndrome == 0;
       if (!ok) break;
       if (w.atomic) {
-        const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, w.masked ? 4 : 8, kLocalWrite);
-        if (dst != nullptr && dst->Reachable() && dst->kind == MemoryKind::kCuda) {
-          landings.push_back(Landing{dst, dst->Span(w.laddr, w.masked ? 4 : 8), i, w.masked,
-                                     (*results)[at].fetched});
+        const uint32_t width = w.masked ? 4 : 8;
+        const Region* dst = Resolve(qp.pd, w.lkey, w.laddr, width, kLocalWrite);
+        // One that will fail below flushes the WQEs after it: nothing of
+        // theirs is landed.
+        if (dst == nullptr || !dst->Reachable() || !dst->Resident(w.laddr, width)) break;
+        if (dst->kind == MemoryKind::kCuda) {
+          landings.push_back(
+              Landing{dst, dst->Span(w.laddr, width), i, w.masked, (*results)[at].fetched});
         }
       }
       at += w.op_count;
@@ -1497,6 +1540,7 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
         absl::MutexLock lock(&mu_);
         for (const Landing& l : landings) Unpin(l.region);
         FinishRemote(qpn, serial, wqes, results, &done);
+        Kick();
       });
       return;
     }
@@ -1557,6 +1601,12 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
   qp.remote_busy = false;
 }
 
+void Engine::Kick() {
+  kicked_.store(true, std::memory_order_relaxed);
+  absl::MutexLock lock(&kick_mu_);
+  kicked_flag_ = true;
+}
+
 void Engine::Run() {
   using Clock = std::chrono::steady_clock;
   const auto spin = std::chrono::microseconds(options_.spin_us);
@@ -1594,7 +1644,7 @@ void Engine::Run() {
       auto it = qps_.find(qpn);
       if (it != qps_.end() && it->second->state != QpState::kReset) did |= Poll(*it->second);
     }
-    if (did) {
+    if (did || kicked_.exchange(false, std::memory_order_relaxed)) {
       last_work = Clock::now();
       sleep_us = 1;
       continue;
@@ -1604,7 +1654,12 @@ void Engine::Run() {
       std::this_thread::yield();
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+    {
+      // A kick ends the sleep early (Kick).
+      absl::MutexLock lock(&kick_mu_);
+      kick_mu_.AwaitWithTimeout(absl::Condition(&kicked_flag_), absl::Microseconds(sleep_us));
+      kicked_flag_ = false;
+    }
     sleep_us = std::min(sleep_us * 2, max_sleep_us);
   }
 }

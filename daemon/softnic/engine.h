@@ -277,6 +277,12 @@ class Engine {
   bool Offloads(const ByteSpan& target, const ByteSpan& source, bool atomic) const;
   // Runs an offloaded WQE on a GPU worker, then completes it.
   void RunOffloaded(Offload& o);
+  // Whether QP `qpn` is still the one numbered so when `serial` was taken.
+  bool QpAliveLocked(uint32_t qpn, uint64_t serial) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called where a CQE was written off the engine thread (a GPU worker,
+  // another node's answer): the client's next doorbell follows within
+  // microseconds, so the engine thread wakes and spins again.
+  void Kick();
   // Ends the WQE at sq_ci: its CQE (when signaled or failed) and the QP's
   // state.
   void FinishWqe(Qp& qp, uint16_t index, uint8_t opcode, uint8_t syndrome, bool signaled,
@@ -352,6 +358,9 @@ class Engine {
   uint64_t next_serial_ ABSL_GUARDED_BY(mu_) = 1;
   uint32_t next_qpn_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
+  std::atomic<bool> kicked_{false};  // Kick() since the engine thread last looked
+  absl::Mutex kick_mu_;              // wakes the engine thread from its sleep
+  bool kicked_flag_ ABSL_GUARDED_BY(kick_mu_) = false;
   std::atomic<uint64_t> bytes_written_{0};
   std::atomic<uint64_t> fence_waits_{0};
   absl::Mutex thread_mu_;  // serialises Start/Stop

@@ -25,13 +25,18 @@ void GpuWorkers::Submit(PdId pd, std::function<void()> job) {
     ready_count_.store(ready_.size(), std::memory_order_relaxed);
   }
   queue.push_back(std::move(job));
-  if (idle_ == 0 && !ending_ && threads_.size() < max_threads_) {
+  // A thread for each ready domain no idle thread will take: with one idle
+  // thread and two domains made ready in a row, the second must not wait
+  // for the first's job.
+  if (ready_.size() > idle_ + starting_ && !ending_ && threads_.size() < max_threads_) {
+    ++starting_;
     threads_.emplace_back([this] { Work(); });
   }
 }
 
 void GpuWorkers::Work() {
   absl::MutexLock lock(&mu_);
+  --starting_;
   for (;;) {
     ++idle_;
     if (ready_.empty() && !ending_) {

@@ -16,8 +16,9 @@
 // order submitted; jobs of different domains run side by side on up to
 // `threads` threads, taken round-robin by domain, so a domain with many
 // queued jobs delays another by one job at most while a thread is free. A
-// thread is started when a job finds none idle (an engine that never
-// touches GPU memory has none); they end with Drain or the destructor. A
+// thread is started whenever more domains are ready than threads are idle
+// or starting (an engine that never touches GPU memory has none); they end
+// with Drain or the destructor. A
 // thread that finds no job spins for kSpin before it sleeps, as the engine
 // thread does: the next WQE of a QP usually follows within microseconds.
 //
@@ -69,6 +70,7 @@ class GpuWorkers {
   std::atomic<size_t> ready_count_{0};                   // ready_.size(), for spinning threads
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;              // jobs being run now
   size_t idle_ ABSL_GUARDED_BY(mu_) = 0;                 // threads waiting for a job
+  size_t starting_ ABSL_GUARDED_BY(mu_) = 0;             // threads made, not yet in Work
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   absl::Mutex drain_mu_;  // one Drain at a time

@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -38,6 +40,7 @@
 namespace mooncake::softnic {
 namespace {
 
+using namespace std::chrono_literals;
 using drivers::FakeCudaDriver;
 using drivers::FakeGpu;
 using test_util::ClientAllocation;
@@ -166,6 +169,41 @@ TEST(CopyAgentWarmUpTest, EachKindOfCopyRunsOnceAtCreation) {
   EXPECT_FALSE(refused.ok()) << "a driver that cannot copy runs no agent";
   EXPECT_NE(refused.status().message().find("warm-up"), absl::string_view::npos)
       << refused.status();
+}
+
+// Two processes' GPU memory, each written from the other's at the same
+// time (two ranks exchanging, on two GPU workers): each copy needs both
+// links. Taken one inside the other, as a sink of FromDevice once did, the
+// two threads could each hold one link and wait for the other for good.
+TEST_F(CopyAgentLinkTest, TwoProcessesCopyingEachWayAtOnceNeverWaitForEachOther) {
+  auto other_cu = ClientDriver();
+  auto other_agent = CopyAgent::Create(other_cu, PrimaryContext(*other_cu), kStaging);
+  ASSERT_TRUE(other_agent.ok()) << other_agent.status();
+  auto other_link = LinkTo((*other_agent)->fd(), kStaging, ::getpid());
+  ASSERT_TRUE(other_link.ok()) << other_link.status();
+  ClientAllocation mine(*cu_, kGran), theirs(*other_cu, kGran);
+  constexpr uint64_t kBytes = kStaging / 2;
+  for (uint64_t i = 0; i < kBytes; ++i) {
+    mine.data()[i] = PatternByte(i);
+    theirs.data()[i] = PatternByte(i + 1);
+  }
+  constexpr int kRounds = 300;
+  std::atomic<int> failures{0};
+  auto copy = [&](CopyAgentLink& from, uint64_t src, CopyAgentLink& to, uint64_t dst) {
+    for (int i = 0; i < kRounds; ++i) {
+      if (!CopyAgentLink::Between(from, src, to, dst, kBytes).ok()) ++failures;
+    }
+  };
+  auto there = std::async(std::launch::async, copy, std::ref(*link_), mine.va(),
+                          std::ref(**other_link), theirs.va() + kBytes);
+  auto back = std::async(std::launch::async, copy, std::ref(**other_link), theirs.va(),
+                         std::ref(*link_), mine.va() + kBytes);
+  ASSERT_EQ(there.wait_for(60s), std::future_status::ready) << "the two copies wait for each other";
+  ASSERT_EQ(back.wait_for(60s), std::future_status::ready) << "the two copies wait for each other";
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(std::memcmp(theirs.data() + kBytes, mine.data(), kBytes), 0);
+  EXPECT_EQ(std::memcmp(mine.data() + kBytes, theirs.data(), kBytes), 0);
+  EXPECT_EQ((*other_agent)->copies(), 2u * kRounds) << "one copy out, one in, per round";
 }
 
 TEST_F(CopyAgentLinkTest, ACudaErrorFailsOnlyThatCopy) {

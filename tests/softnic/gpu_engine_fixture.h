@@ -23,6 +23,8 @@ class GpuEngineFixture : public ::testing::Test {
   static constexpr PdId kPdA = 11;  // requesters
   static constexpr PdId kPdB = 22;  // the responder
 
+  explicit GpuEngineFixture(EngineOptions options = {}) : engine_(options) {}
+
   // The derived SetUp sets cuda_ first, then calls this.
   void StartEngine() {
     auto host = SharedMapping::Anonymous(64 << 10);

@@ -4,7 +4,10 @@
 // is the fake CUDA driver with atomics that wait at a gate the test opens.
 #include "softnic/gpu_workers.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
@@ -26,6 +30,7 @@
 #include "raw_qp.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
+#include "softnic/shared_mapping.h"
 
 namespace mooncake::softnic {
 namespace {
@@ -130,6 +135,28 @@ TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
   EXPECT_EQ(done, 6);
 }
 
+// Two domains made ready in a row while one thread is idle: that thread
+// takes the first, and a thread must start for the second, not leave it
+// behind the first's job.
+TEST(GpuWorkersTest, AnIdleThreadDoesNotMakeTwoDomainsWaitInTurn) {
+  GpuWorkers workers(2);
+  std::promise<void> warm;
+  workers.Submit(1, [&] { warm.set_value(); });
+  ASSERT_EQ(warm.get_future().wait_for(10s), std::future_status::ready);
+  std::this_thread::sleep_for(20ms);  // past its spin: asleep, idle
+  ASSERT_EQ(workers.threads(), 1u);
+  Gate gate;
+  absl::Cleanup open_gate = [&] { gate.Open(); };
+  std::promise<void> ran;
+  workers.Submit(2, [&] { gate.Pass(); });
+  workers.Submit(3, [&] { ran.set_value(); });
+  EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready)
+      << "domain 3 waited for domain 2's blocked job";
+  EXPECT_TRUE(gate.Arrived(1));
+  gate.Open();
+  workers.Drain();
+}
+
 // ---- the engine: one session's stalled GPU work and everybody else -------------
 
 // Atomics on the fake GPU's words that wait at `gate` first, as an atomic
@@ -154,6 +181,7 @@ class GatedAtomics final : public CudaAtomics {
 
 class EngineGpuWorkersTest : public test_util::GpuEngineFixture {
  protected:
+  explicit EngineGpuWorkersTest(EngineOptions options = {}) : GpuEngineFixture(options) {}
   static constexpr PdId kPdC = 33;  // another session, host memory only
 
   void SetUp() override {
@@ -317,6 +345,94 @@ TEST_F(EngineGpuWorkersTest, DeregisteringARegionWaitsForTheGpuWqeAtWorkInIt) {
   EXPECT_EQ(engine_.DeregisterRegion(kPdB, word_key_).code(), absl::StatusCode::kNotFound);
 }
 
+// Both wait for the same pin; whichever goes second must not look at a
+// region the first freed.
+TEST_F(EngineGpuWorkersTest, DeregisteringARegionAndDestroyingItsDomainAtOnceBothReturn) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_TRUE(gate_.Arrived(1));
+  auto dereg =
+      std::async(std::launch::async, [&] { return engine_.DeregisterRegion(kPdB, word_key_); });
+  auto destroy = std::async(std::launch::async, [&] { engine_.DestroyPd(kPdB); });
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  std::this_thread::sleep_for(50ms);  // both waiting
+  gate_.Open();
+  ASSERT_EQ(dereg.wait_for(10s), std::future_status::ready);
+  ASSERT_EQ(destroy.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(engine_.DeregisterRegion(kPdB, word_key_).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_.ListRegions().size(), 2u) << "kPdA's fetch buffer and kPdC's region";
+  EXPECT_TRUE(OtherSessionWrites(2s));
+}
+
+// A GPU WQE waiting behind its session's stalled one, on a QP destroyed
+// meanwhile, never runs: a NIC executes nothing of a destroyed QP.
+TEST_F(EngineGpuWorkersTest, AQueuedGpuWqeOfADestroyedQpRunsNoMore) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto stalled = PostStalledAtomic(signal_key);
+  ASSERT_NE(stalled, nullptr);
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  ASSERT_TRUE(gate_.Arrived(1));
+  ClientAllocation target(client_cu_, test_util::kGran);
+  const uint32_t target_key = GpuRegion(kPdB, target, kRemoteWrite);
+  auto doomed = NewQp();
+  ASSERT_NE(doomed, nullptr);
+  Wqe64 w;
+  const uint64_t v = 0xdead;
+  mlx5::build_rdma_write_inline(&w, 0, doomed->qpn(), kUpd, target.va(), target_key, &v, 8);
+  doomed->Write(w);
+  doomed->Ring();
+  std::this_thread::sleep_for(50ms);  // the engine thread handed it to the workers
+  ASSERT_TRUE(engine_.DestroyQp(kPdA, doomed->qpn()).ok());
+  gate_.Open();
+  Cqe64 c;
+  ASSERT_TRUE(stalled->Next(&c));
+  ASSERT_TRUE(stalled->Next(&c));
+  EXPECT_TRUE(OtherSessionWrites(2s));  // the workers are past the queued job too
+  uint64_t seen = 1;
+  std::memcpy(&seen, target.data(), 8);
+  EXPECT_EQ(seen, 0u) << "a destroyed QP's WQE wrote into GPU memory";
+}
+
+// An atomic whose fetch destination the client punched out of its memfd
+// fails before it runs: the GPU word keeps its value, and no worker (and
+// no engine thread) waited on the GPU for it.
+TEST_F(EngineGpuWorkersTest, AnAtomicWhoseFetchPageIsGoneFailsBeforeItRuns) {
+  const int fd = ::memfd_create("fetch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  absl::Cleanup close_fd = [fd] { ::close(fd); };
+  const uint64_t page = SharedMapping::PageSize();
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page)), 0);
+  const std::vector<uint8_t> ones(page, 1);
+  ASSERT_EQ(::pwrite(fd, ones.data(), page, 0), static_cast<ssize_t>(page));
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, page);
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  RegionSpec spec;
+  spec.pd = kPdA;
+  spec.iova = 0x7000'0000'0000;
+  spec.length = page;
+  spec.access = kLocalWrite;
+  spec.mapping = *mapping;
+  auto fetch_key = engine_.RegisterRegion(spec);
+  ASSERT_TRUE(fetch_key.ok()) << fetch_key.status();
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, page), 0);
+  gate_.Open();  // were the atomic to run, it would not hang the test
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  Wqe64 w;
+  mlx5::build_atomic_fa64(&w, 0, qp->qpn(), kUpd, word_->va(), word_key_, 2, spec.iova, *fetch_key);
+  qp->Write(w);
+  qp->Ring();
+  Cqe64 c;
+  ASSERT_TRUE(qp->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndLocalProtErr);
+  uint64_t now = 0;
+  std::memcpy(&now, word_->data(), 8);
+  EXPECT_EQ(now, 40u) << "the atomic ran though its old value had nowhere to go";
+  EXPECT_FALSE(gate_.Arrived(1, absl::Milliseconds(10)));
+}
+
 TEST_F(EngineGpuWorkersTest, DestroyingTheSessionWaitsForItsGpuWqeAndWritesNoCqeAfter) {
   const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
   auto qp = PostStalledAtomic(signal_key);
@@ -388,6 +504,45 @@ TEST_F(EngineGpuWorkersTest, LyingRequestsForGpuMemoryAreRefusedBeforeAnyWorkerR
   EXPECT_EQ(now, 40u) << "a refused request changed GPU memory";
   EXPECT_EQ(engine_.gpu_worker_threads(), 0u) << "a refused request reached a GPU worker";
   EXPECT_TRUE(OtherSessionWrites(2s)) << "the engine still serves";
+}
+
+// The engine thread sleeps up to max_idle_sleep_us when it finds no work,
+// and a GPU worker completes a WQE beside it. The client answers that CQE
+// with its next doorbell at once: the worker wakes the engine thread, so
+// the doorbell is not left for the end of a long sleep.
+class EngineKickTest : public EngineGpuWorkersTest {
+ protected:
+  static EngineOptions LongSleeps() {
+    EngineOptions o;
+    o.max_idle_sleep_us = 2'000'000;
+    return o;
+  }
+  EngineKickTest() : EngineGpuWorkersTest(LongSleeps()) {}
+};
+
+TEST_F(EngineKickTest, AWorkerThatCompletesAWqeWakesTheEngineThread) {
+  const uint32_t signal_key = HostRegion(kPdB, 4096, 64, kRemoteWrite);
+  auto qp = PostStalledAtomic(signal_key);
+  ASSERT_NE(qp, nullptr);
+  absl::Cleanup open_gate = [&] { gate_.Open(); };
+  ASSERT_TRUE(gate_.Arrived(1));
+  // The engine thread's sleeps double from 1 us: the one that began about
+  // 1.05 s after its last work lasts another 1.05 s.
+  std::this_thread::sleep_for(1300ms);
+  gate_.Open();
+  Cqe64 c;
+  ASSERT_TRUE(qp->Next(&c));
+  ASSERT_TRUE(qp->Next(&c));
+  Wqe64 w;
+  const uint64_t v = 0x5a;
+  mlx5::build_rdma_write_inline(&w, qp->pi(), qp->qpn(), kUpd, HostIova(4096), signal_key, &v, 8);
+  qp->Write(w);
+  const auto rung = std::chrono::steady_clock::now();
+  qp->Ring();
+  ASSERT_TRUE(qp->Next(&c, 5s));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq);
+  EXPECT_LT(std::chrono::steady_clock::now() - rung, 250ms)
+      << "the doorbell after a worker's CQE waited for the engine thread's sleep";
 }
 
 // ---- CudaMemory's lanes: as many callers at once as it has lanes ------------

@@ -37,7 +37,8 @@ using test_util::RawQp;
 namespace mlx5 = ::mooncake::device::mlx5;
 
 // Delivers batches to `peer` as node `self`, one at a time, on its own
-// thread; `down` makes it fail them as an unreachable node would.
+// thread; `down` makes it fail them as an unreachable node would; while
+// Pause(true) it holds them (a slow network), Pause(false) lets them go.
 class LoopbackLink final : public RemoteLink {
  public:
   LoopbackLink(Engine* peer, std::string self)
@@ -50,11 +51,17 @@ class LoopbackLink final : public RemoteLink {
     thread_.join();
   }
   void Send(RemoteBatch batch, RemoteDone done) override {
+    ++sent;
     absl::MutexLock lock(&mu_);
     jobs_.emplace_back(std::move(batch), std::move(done));
   }
+  void Pause(bool paused) {
+    absl::MutexLock lock(&mu_);
+    paused_ = paused;
+  }
   std::atomic<bool> down{false};
-  std::atomic<int> batches{0};
+  std::atomic<int> sent{0};                  // batches handed to Send
+  std::atomic<int> batches{0};               // batches delivered
   std::atomic<uint64_t> max_batch_bytes{0};  // payload of the largest batch
 
  private:
@@ -63,8 +70,9 @@ class LoopbackLink final : public RemoteLink {
       std::pair<RemoteBatch, RemoteDone> job;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [this]()
-                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !jobs_.empty(); };
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || (!jobs_.empty() && !paused_);
+        };
         mu_.Await(absl::Condition(&ready));
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
@@ -100,6 +108,7 @@ class LoopbackLink final : public RemoteLink {
   const std::string self_;
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<std::pair<RemoteBatch, RemoteDone>> jobs_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
@@ -304,6 +313,29 @@ TEST_F(RemoteTest, GpuPayloadsAndOldValuesIntoGpuMemoryGoThroughAGpuWorker) {
 // batch's worth of it read and sent at a time, never the whole in the
 // heap), lands whole, and completes with one CQE for all of it, in order
 // with what follows.
+// While a batch is out, nothing of the ring moves: a garbage doorbell then
+// (more WQEs than the ring holds) is reported only after the batch's CQEs,
+// never in the CQ room the batch holds, nor as a CQE for its first WQE.
+TEST_F(RemoteTest, AGarbageDoorbellWhileABatchIsOutWaitsForTheBatch) {
+  link_->Pause(true);
+  Write(0, 0, 64);
+  Write(64, 64, 64);
+  requester_->Ring();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (link_->sent.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  requester_->RingRaw((requester_->pi() + 64 + 5) & 0xffffu);  // the ring holds 64
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  mlx5::Cqe64 c;
+  EXPECT_FALSE(requester_->Peek(&c)) << "a CQE came while the batch was out";
+  link_->Pause(false);
+  const std::vector<mlx5::Cqe64> done = SuccessesInOrder(0, 2);
+  EXPECT_EQ(done.size(), 2u);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndLocalQpOpErr) << "the garbage doorbell, after the batch";
+}
+
 TEST_F(RemoteTest, ALongWriteStreamsAcrossBatchesWithOneCqe) {
   constexpr uint32_t kLong = 20u << 20;
   Write(0, 0, kLong);

@@ -263,6 +263,13 @@ class RdmaProvider {
   virtual absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) = 0;
   // Everything of `session`; returns once nothing of it is touched again.
   virtual void SessionEnded(uint64_t session) = 0;
+  // Who `session` belongs to (a number per uid and tenant), told before its
+  // first region or queue pair: a provider that shares threads between
+  // sessions (softnic's GPU workers) keeps one user from taking them all.
+  virtual void SessionOwner(uint64_t session, uint64_t owner) {
+    (void)session;
+    (void)owner;
+  }
 
   // The doorbell hand-off ("gpu-uar"): the session's command fd and UAR,
   // after which the provider never writes that session's UAR (the client

@@ -252,12 +252,17 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     mapping = *std::move(mapped);
   }
 
+  uint64_t owner = 0;
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
     budget_.Charge(session, cost);  // reserved, as in RegisterMemory
     provider_sessions_.insert(session.id);
+    owner = OwnerIdLocked(Principal{session.cred.uid, session.tenant});
   }
+  // Before its first queue pair: the work a QP brings is the owner's
+  // (softnic's GPU workers share threads among owners).
+  provider_->SessionOwner(session.id, owner);
   absl::StatusOr<std::vector<uint32_t>> created =
       in_gpu_memory
           ? provider_->CreateQueuePairsInGpuMemory(session.id, control->fds[0].get(), map_offset,
@@ -533,6 +538,11 @@ absl::Status RdmaResources::AttachCopyAgent(const SessionInfo& session, FdBundle
   budget_.Charge(session, cost);
   provider_sessions_.insert(session.id);
   return absl::OkStatus();
+}
+
+uint64_t RdmaResources::OwnerIdLocked(const Principal& who) {
+  auto [it, fresh] = owner_ids_.try_emplace(who, owner_ids_.size() + 1);
+  return it->second;
 }
 
 void RdmaResources::SessionEnded(uint64_t session) {

@@ -296,6 +296,10 @@ class RdmaResources {
   // (max_doorbell_handoffs_per_uid).
   absl::flat_hash_map<uint64_t, Principal> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Principal, uint32_t> handoffs_by_principal_ ABSL_GUARDED_BY(mu_);
+  // A number per principal that ever created a queue pair, for
+  // RdmaProvider::SessionOwner (kept: one entry per user of the node).
+  absl::flat_hash_map<Principal, uint64_t> owner_ids_ ABSL_GUARDED_BY(mu_);
+  uint64_t OwnerIdLocked(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Per session: held over its calls into the provider, which run without
   // mu_ (so one user's slow NIC call stalls nobody else, nor the listings).
   absl::flat_hash_map<uint64_t, std::shared_ptr<absl::Mutex>> gates_ ABSL_GUARDED_BY(mu_);

@@ -116,6 +116,10 @@ absl::Status SoftnicProvider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
   return engine_.DestroyQp(session, qpn);
 }
 
+void SoftnicProvider::SessionOwner(uint64_t session, uint64_t owner) {
+  engine_.SetPdOwner(session, owner);
+}
+
 void SoftnicProvider::SessionEnded(uint64_t session) {
   {
     absl::MutexLock lock(&mu_);

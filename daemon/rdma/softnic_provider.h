@@ -50,6 +50,7 @@ class SoftnicProvider final : public RdmaProvider {
                        uint32_t remote_qpn) override;
   absl::Status DestroyQueuePair(uint64_t session, uint32_t qpn) override;
   void SessionEnded(uint64_t session) override;
+  void SessionOwner(uint64_t session, uint64_t owner) override;
   absl::Status AttachCopyAgent(uint64_t session,
                                std::shared_ptr<softnic::CopyAgentLink> agent) override {
     return engine_.AttachCopyAgent(session, std::move(agent));

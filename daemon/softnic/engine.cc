@@ -644,9 +644,21 @@ absl::Status Engine::DestroyQp(PdId pd, uint32_t qpn) {
   return absl::OkStatus();
 }
 
+void Engine::SetPdOwner(PdId pd, uint64_t owner) {
+  absl::MutexLock lock(&mu_);
+  owners_[pd] = owner;
+}
+
+uint64_t Engine::OwnerLocked(PdId pd) const {
+  auto it = owners_.find(pd);
+  // Unnamed domains: their own owner, in a range no daemon owner takes.
+  return it != owners_.end() ? it->second : (uint64_t{1} << 63) | pd;
+}
+
 void Engine::DestroyPd(PdId pd) {
   absl::MutexLock lock(&mu_);
   agents_.erase(pd);
+  owners_.erase(pd);
   for (auto it = qps_.begin(); it != qps_.end();) {
     if (it->second->pd == pd) {
       qps_.erase(it++);  // a WQE of it on a GPU worker finds it gone
@@ -1152,7 +1164,8 @@ bool Engine::Poll(Qp& qp) {
       offload.opcode = opcode;
       offload.signaled = (fm_ce_se & mlx5::kCtrlCqUpdate) != 0;
       qp.offloaded = true;
-      workers_.Submit(qp.pd, [this, offload]() mutable { RunOffloaded(offload); });
+      workers_.Submit(qp.pd, OwnerLocked(qp.pd),
+                      [this, offload]() mutable { RunOffloaded(offload); });
       return true;
     }
     if (options_.atomics == AtomicsModel::kHca && syndrome == 0 &&
@@ -1423,10 +1436,11 @@ bool Engine::PollRemote(Qp& qp, uint16_t pending) {
     // GPU payloads: a worker reads them, then sends; the QP waits.
     qp.remote_busy = true;
     for (const RemoteFill& f : fills) Pin(f.region);
-    workers_.Submit(qp.pd, [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes),
-                            batch = std::move(batch), fills = std::move(fills)]() mutable {
-      SendAfterFills(qpn, serial, std::move(wqes), std::move(batch), fills);
-    });
+    workers_.Submit(qp.pd, OwnerLocked(qp.pd),
+                    [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes),
+                     batch = std::move(batch), fills = std::move(fills)]() mutable {
+                      SendAfterFills(qpn, serial, std::move(wqes), std::move(batch), fills);
+                    });
     return true;
   }
   SendRemote(qp, std::move(wqes), std::move(batch));
@@ -1531,17 +1545,18 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
     }
     if (!landings.empty()) {
       for (const Landing& l : landings) Pin(l.region);
-      workers_.Submit(qp.pd, [this, qpn, serial, wqes, results = *results, landings] {
-        std::vector<uint8_t> done(wqes.size(), kNotLanded);
-        for (const Landing& l : landings) {
-          done[l.wqe] = LandFetched(l.span, l.masked, l.fetched);
-          if (done[l.wqe] != 0) break;  // the WQEs after it are flushed
-        }
-        absl::MutexLock lock(&mu_);
-        for (const Landing& l : landings) Unpin(l.region);
-        FinishRemote(qpn, serial, wqes, results, &done);
-        Kick();
-      });
+      workers_.Submit(qp.pd, OwnerLocked(qp.pd),
+                      [this, qpn, serial, wqes, results = *results, landings] {
+                        std::vector<uint8_t> done(wqes.size(), kNotLanded);
+                        for (const Landing& l : landings) {
+                          done[l.wqe] = LandFetched(l.span, l.masked, l.fetched);
+                          if (done[l.wqe] != 0) break;  // the WQEs after it are flushed
+                        }
+                        absl::MutexLock lock(&mu_);
+                        for (const Landing& l : landings) Unpin(l.region);
+                        FinishRemote(qpn, serial, wqes, results, &done);
+                        Kick();
+                      });
       return;
     }
   }

@@ -221,6 +221,11 @@ class Engine {
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
 
+  // Who `pd` belongs to (the daemon's user of the session: uid and tenant,
+  // as one number). One owner's GPU WQEs run on all but one GPU worker at
+  // most (gpu_workers.h). A domain never named here is its own owner.
+  void SetPdOwner(PdId pd, uint64_t owner);
+
   // Everything of `pd` (session end). Returns once no thread of the engine
   // touches any of it (a GPU WQE of another session's into one of its
   // regions runs to its end first): the mappings may then be released.
@@ -277,6 +282,8 @@ class Engine {
   bool Offloads(const ByteSpan& target, const ByteSpan& source, bool atomic) const;
   // Runs an offloaded WQE on a GPU worker, then completes it.
   void RunOffloaded(Offload& o);
+  // SetPdOwner's owner of `pd`, or one of its own.
+  uint64_t OwnerLocked(PdId pd) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether QP `qpn` is still the one numbered so when `serial` was taken.
   bool QpAliveLocked(uint32_t qpn, uint64_t serial) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Called where a CQE was written off the engine thread (a GPU worker,
@@ -350,6 +357,7 @@ class Engine {
   absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PdId, std::shared_ptr<CopyAgentLink>> agents_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<PdId, uint64_t> owners_ ABSL_GUARDED_BY(mu_);
   // The last kRetiredKeys keys deregistered, oldest first (RegisterRegion).
   std::deque<uint32_t> retired_order_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> retired_ ABSL_GUARDED_BY(mu_);

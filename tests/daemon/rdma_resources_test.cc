@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -556,10 +557,15 @@ class RefusingSoftnic final : public RdmaProvider {
     return inner_.DestroyQueuePair(s, qpn);
   }
   void SessionEnded(uint64_t s) override { inner_.SessionEnded(s); }
+  void SessionOwner(uint64_t s, uint64_t owner) override {
+    owners[s] = owner;
+    inner_.SessionOwner(s, owner);
+  }
   std::vector<softnic::QpInfo> ListQps() const override { return inner_.ListQps(); }
   std::vector<softnic::RegionInfo> ListRegions() const override { return inner_.ListRegions(); }
 
   uint32_t refuse_qpn = 0;
+  std::map<uint64_t, uint64_t> owners;  // SessionOwner, by session
 
  private:
   SoftnicProvider inner_;
@@ -601,6 +607,26 @@ TEST_F(RdmaResourcesTest, AConnectRefusedMidwayNamesWhatWasConnected) {
   for (const QpRow& row : rdma.ListQps(1000, false)) {
     if (row.session == a.id) EXPECT_EQ(row.info.state, softnic::QpState::kRts) << row.info.qpn;
   }
+}
+
+// Before its first queue pair, the provider learns who a session belongs
+// to: one number per uid and tenant (softnic's GPU workers keep one owner
+// from taking every thread).
+TEST_F(RdmaResourcesTest, TheProviderLearnsEachSessionsOwnerBeforeItsQueuePairs) {
+  auto provider = std::make_unique<RefusingSoftnic>();
+  RefusingSoftnic* recording = provider.get();
+  RdmaResources rdma(&sessions_, RdmaLimits{}, std::move(provider));
+  SessionInfo a = Open(1000, 30), a2 = Open(1000, 31), b = Open(1001, 32),
+              t = Open(1000, 33, "team-a");
+  const uint32_t depth = 4;
+  const uint64_t bytes = 2ull * depth * 64 + 64;
+  for (const SessionInfo* s : {&a, &a2, &b, &t}) {
+    ASSERT_TRUE(rdma.CreateQueuePairs(*s, Memfd(bytes, true), bytes, {Layout(0, depth)}).ok());
+  }
+  ASSERT_EQ(recording->owners.size(), 4u);
+  EXPECT_EQ(recording->owners[a.id], recording->owners[a2.id]) << "one uid, one owner";
+  EXPECT_NE(recording->owners[a.id], recording->owners[b.id]) << "another uid";
+  EXPECT_NE(recording->owners[a.id], recording->owners[t.id]) << "the same uid of a tenant";
 }
 
 }  // namespace

@@ -91,12 +91,12 @@ TEST(GpuWorkersTest, ADomainsJobsRunInOrderAloneAndOtherDomainsGoOnBesideThem) {
       in_domain_1.fetch_sub(1);
     };
   };
-  workers.Submit(1, domain_1(10, true));
-  workers.Submit(1, domain_1(11, false));
-  workers.Submit(1, domain_1(12, false));
+  workers.Submit(1, 1, domain_1(10, true));
+  workers.Submit(1, 1, domain_1(11, false));
+  workers.Submit(1, 1, domain_1(12, false));
   ASSERT_TRUE(gate.Arrived(1));
   std::promise<void> ran;
-  workers.Submit(2, [&] {
+  workers.Submit(2, 2, [&] {
     record(20);
     ran.set_value();
   });
@@ -118,7 +118,7 @@ TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
   Gate gate;
   std::atomic<int> done{0};
   for (PdId pd = 1; pd <= 5; ++pd) {
-    workers.Submit(pd, [&] {
+    workers.Submit(pd, pd, [&] {
       gate.Pass();
       ++done;
     });
@@ -130,7 +130,7 @@ TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
   EXPECT_EQ(done, 5);
   EXPECT_EQ(workers.threads(), 0u);
   // A job that submits the next one: Drain waits for both.
-  workers.Submit(7, [&] { workers.Submit(7, [&] { ++done; }); });
+  workers.Submit(7, 7, [&] { workers.Submit(7, 7, [&] { ++done; }); });
   workers.Drain();
   EXPECT_EQ(done, 6);
 }
@@ -141,20 +141,40 @@ TEST(GpuWorkersTest, ThreadsStartWhenNeededStayBoundedAndEndWithDrain) {
 TEST(GpuWorkersTest, AnIdleThreadDoesNotMakeTwoDomainsWaitInTurn) {
   GpuWorkers workers(2);
   std::promise<void> warm;
-  workers.Submit(1, [&] { warm.set_value(); });
+  workers.Submit(1, 1, [&] { warm.set_value(); });
   ASSERT_EQ(warm.get_future().wait_for(10s), std::future_status::ready);
   std::this_thread::sleep_for(20ms);  // past its spin: asleep, idle
   ASSERT_EQ(workers.threads(), 1u);
   Gate gate;
   absl::Cleanup open_gate = [&] { gate.Open(); };
   std::promise<void> ran;
-  workers.Submit(2, [&] { gate.Pass(); });
-  workers.Submit(3, [&] { ran.set_value(); });
+  workers.Submit(2, 2, [&] { gate.Pass(); });
+  workers.Submit(3, 3, [&] { ran.set_value(); });
   EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready)
       << "domain 3 waited for domain 2's blocked job";
   EXPECT_TRUE(gate.Arrived(1));
   gate.Open();
   workers.Drain();
+}
+
+// One user with more sessions than there are threads, all stalled: it
+// holds all threads but one, and another user's session runs on that one.
+TEST(GpuWorkersTest, OneOwnerNeverHoldsTheLastThread) {
+  GpuWorkers workers(4);
+  Gate gate;
+  absl::Cleanup open_gate = [&] { gate.Open(); };
+  constexpr uint64_t kGreedy = 1000, kOther = 2000;
+  for (PdId pd = 1; pd <= 6; ++pd) workers.Submit(pd, kGreedy, [&] { gate.Pass(); });
+  ASSERT_TRUE(gate.Arrived(3));
+  EXPECT_FALSE(gate.Arrived(4, absl::Milliseconds(100))) << "one owner took every thread";
+  std::promise<void> ran;
+  workers.Submit(7, kOther, [&] { ran.set_value(); });
+  EXPECT_EQ(ran.get_future().wait_for(10s), std::future_status::ready)
+      << "another owner's session found no thread";
+  EXPECT_LE(workers.threads(), 4u);
+  gate.Open();
+  workers.Drain();
+  EXPECT_TRUE(gate.Arrived(6)) << "the greedy owner's queued jobs all ran in the end";
 }
 
 // ---- the engine: one session's stalled GPU work and everybody else -------------

@@ -9,7 +9,10 @@
 // changes nothing, and an offer cannot replace a connection's. (The peer
 // port itself runs in tests/integration/cluster_groups_test.cc and
 // peer_forgery_test.cc.)
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -309,10 +312,6 @@ TEST_F(RemoteTest, GpuPayloadsAndOldValuesIntoGpuMemoryGoThroughAGpuWorker) {
   EXPECT_EQ(std::memcmp(mem_b_->data() + 256, mem_a_->data() + 256, 64), 0);
 }
 
-// Issue 23 item 6: a WRITE longer than a batch streams across batches (a
-// batch's worth of it read and sent at a time, never the whole in the
-// heap), lands whole, and completes with one CQE for all of it, in order
-// with what follows.
 // While a batch is out, nothing of the ring moves: a garbage doorbell then
 // (more WQEs than the ring holds) is reported only after the batch's CQEs,
 // never in the CQ room the batch holds, nor as a CQE for its first WQE.
@@ -336,6 +335,70 @@ TEST_F(RemoteTest, AGarbageDoorbellWhileABatchIsOutWaitsForTheBatch) {
   EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndLocalQpOpErr) << "the garbage doorbell, after the batch";
 }
 
+// Old values come back for a batch of atomics; the first one's host
+// destination page is gone (the client punched it out), so it fails and
+// the rest are flushed: the GPU worker lands nothing of theirs, though
+// their old values came back.
+TEST_F(RemoteTest, AFailingHostLandingFlushesTheGpuLandingsAfterIt) {
+  using test_util::ClientAllocation;
+  using test_util::kGran;
+  drivers::FakeCudaDriver client_cu;
+  client_cu.addGpu(drivers::FakeGpu::Hopper(0));
+  client_cu.setGranularity(kGran);
+  ASSERT_EQ(client_cu.init(0), drivers::kCudaSuccess);
+  auto cuda = CudaMemory::Create(test_util::FakeOptions(test_util::FakeWithGpus(1)));
+  ClientAllocation gpu(client_cu, kGran);
+  std::memset(gpu.data(), 0xee, 64);
+  auto buffer = cuda->Import(gpu.fd(), gpu.size());
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  auto gpu_key = a_.RegisterRegion(test_util::WholeAllocation(1, gpu, *buffer, kLocalWrite));
+  ASSERT_TRUE(gpu_key.ok()) << gpu_key.status();
+  const int fd = ::memfd_create("fetch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  const uint64_t page = SharedMapping::PageSize();
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page)), 0);
+  const std::vector<uint8_t> ones(page, 1);
+  ASSERT_EQ(::pwrite(fd, ones.data(), page, 0), static_cast<ssize_t>(page));
+  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, page);
+  ASSERT_TRUE(mapping.ok()) << mapping.status();
+  RegionSpec spec;
+  spec.pd = 1;
+  spec.iova = 0x7000'0000'0000;
+  spec.length = page;
+  spec.access = kLocalWrite;
+  spec.mapping = *mapping;
+  auto host_key = a_.RegisterRegion(spec);
+  ASSERT_TRUE(host_key.ok()) << host_key.status();
+
+  link_->Pause(true);  // the page goes while the batch is out
+  mlx5::Wqe64 w;
+  mlx5::build_atomic_fa64(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                          kIova + 4096, key_b_, 1, spec.iova, *host_key);
+  requester_->Write(w);
+  mlx5::build_atomic_fa64(&w, static_cast<uint16_t>(requester_->pi()), requester_->qpn(), kUpd,
+                          kIova + 4104, key_b_, 1, gpu.va(), *gpu_key);
+  requester_->Write(w);
+  requester_->Ring();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (link_->sent.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, page), 0);
+  ::close(fd);
+  link_->Pause(false);
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndLocalProtErr);
+  ASSERT_TRUE(requester_->Next(&c));
+  EXPECT_EQ(CqeSyndrome(c), mlx5::kSyndWrFlushErr);
+  EXPECT_EQ(gpu.data()[0], 0xee) << "a flushed WQE's old value landed in GPU memory";
+}
+
+// Issue 23 item 6: a WRITE longer than a batch streams across batches (a
+// batch's worth of it read and sent at a time, never the whole in the
+// heap), lands whole, and completes with one CQE for all of it, in order
+// with what follows.
 TEST_F(RemoteTest, ALongWriteStreamsAcrossBatchesWithOneCqe) {
   constexpr uint32_t kLong = 20u << 20;
   Write(0, 0, kLong);

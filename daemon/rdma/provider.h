@@ -264,7 +264,8 @@ class RdmaProvider {
   // Everything of `session`; returns once nothing of it is touched again.
   virtual void SessionEnded(uint64_t session) = 0;
   // Who `session` belongs to (a number per uid and tenant), told before its
-  // first region or queue pair: a provider that shares threads between
+  // first queue pair (the work a session brings comes through its queue
+  // pairs): a provider that shares threads between
   // sessions (softnic's GPU workers) keeps one user from taking them all.
   virtual void SessionOwner(uint64_t session, uint64_t owner) {
     (void)session;

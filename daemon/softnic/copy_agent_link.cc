@@ -248,8 +248,13 @@ void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint6
 
 bool CopyAgentLink::MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t n,
                                     absl::FunctionRef<bool()> write) {
-  absl::MutexLock lock(&mu_);
-  MirrorLocked(dst, bytes, n);
+  // Not mu_ across the write: it is a copy in the daemon's context, which
+  // can wait for a time slice, and mu_ answers usable() to the engine.
+  absl::MutexLock pair(&mirror_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    MirrorLocked(dst, bytes, n);
+  }
   return write();
 }
 

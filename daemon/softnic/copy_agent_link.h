@@ -115,9 +115,11 @@ class CopyAgentLink {
   // answered, or when there is none.
   void MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n);
   // MirrorIntoLateCopy, then `write` (the engine's own write of those
-  // bytes), both under the link's lock: no other write into this process's
-  // memory through this path comes between, so the late copy and the
-  // memory end up with the same bytes whoever wrote last. Returns write().
+  // bytes), as one step among such steps (their own mutex, not the link's:
+  // the write can wait for a GPU time slice): no other write into this
+  // process's memory through this path comes between, so the late copy and
+  // the memory end up with the same bytes whoever wrote last. Returns
+  // write().
   bool MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t n,
                        absl::FunctionRef<bool()> write);
   // Whether [dst, dst + n) overlaps a late copy still pending (above).
@@ -145,6 +147,7 @@ class CopyAgentLink {
   const int32_t pid_;
   const CopyAgentLinkOptions options_;
   mutable absl::Mutex mu_;
+  absl::Mutex mirror_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // MirrorThenWrite's steps, one at a time
   uint32_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;

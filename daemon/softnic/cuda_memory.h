@@ -23,11 +23,12 @@
 // where every rank shares the device, the choice is exact.
 //
 // Copies are synchronous and in issue order: each returns once its bytes
-// are in place (every copy and atomic is queued on the calling thread's
-// lane, below, and followed by cuStreamSynchronize on it, since
-// host-to-device copies from pageable memory and device-to-device copies
-// may return early). So a small signal written after earlier data lands
-// after that data, as the host path's release stores guarantee, and a CQE
+// are in place (every copy and atomic is queued on the call's lane, below,
+// which is then polled with cuStreamQuery until done, since host-to-device
+// copies from pageable memory and device-to-device copies may return
+// early). Polling yields for the first 50 us, then sleeps in 20 us steps:
+// several workers waiting out a time slice at once take no core each. So a small signal written
+// after earlier data lands after that data, as the host path's release stores guarantee, and a CQE
 // written after Copy returns never announces bytes still in flight.
 //
 // Lanes: each call borrows a lane, a non-blocking stream of the home
@@ -42,8 +43,8 @@
 // Atomics run on the GPU's atomic units (a GPU kernel of the client, or a
 // peer over NVLink, may update the same word at the same time): a
 // one-thread kernel from the fatbin embedded in CUDA builds
-// (cuda_atomics_kernel.h), followed by cuCtxSynchronize and a copy of the
-// old value back. Builds without CUDA have no kernel: Import then fails
+// (cuda_atomics_kernel.h) on the lane's stream, and a copy of the old value
+// back from the lane's scratch word. Builds without CUDA have no kernel: Import then fails
 // with FailedPrecondition unless CudaMemoryOptions::atomics supplies another
 // implementation (tests pass a host one for the fake driver, whose device
 // pointers are host addresses).
@@ -60,7 +61,7 @@
 // kernel waiting for a CQE is. It completes, it is only slow: signals and
 // CQ polling that must be fast belong in host memory (memfd regions), or
 // the node runs MPS. The engine calls from its GPU workers, so that wait
-// holds up only the QP whose WQE it is (softnic/gpu_workers.h); the one
+// holds up only the QP whose WQE it is (softnic/gpu_workers.h), and the
 // lanes keep two sessions' copies from waiting for each other.
 //
 // Failures: every method returns the CUDA error as a Status naming the call

@@ -1350,9 +1350,12 @@ uint8_t Engine::PrepareRemote(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, 
   out->lkey = Be32At(&wqe[52]);
   out->laddr = Be64At(&wqe[56]);
   if (count != width) return mlx5::kSyndLocalLengthErr;
-  // Checked before the atomic runs there: it cannot be undone.
+  // Checked before the atomic runs there: it cannot be undone. (A page the
+  // client punches out while the batch is out still fails the landing.)
   const Region* dst = Resolve(qp.pd, out->lkey, out->laddr, width, kLocalWrite);
-  if (dst == nullptr || !dst->Reachable()) return mlx5::kSyndLocalProtErr;
+  if (dst == nullptr || !dst->Reachable() || !dst->Resident(out->laddr, width)) {
+    return mlx5::kSyndLocalProtErr;
+  }
   out->atomic = true;
   out->masked = masked;
   ops->push_back(std::move(op));
@@ -1497,6 +1500,7 @@ void Engine::SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe
       FinishRemote(qpn, serial, wqes,
                    std::vector<ResponderResult>(
                        wqes[0].op_count, ResponderResult{.syndrome = mlx5::kSyndLocalProtErr}));
+      Kick();
       return;
     }
     wqes.resize(m);

@@ -257,6 +257,8 @@ class Engine {
   void SetRemoteLink(std::shared_ptr<RemoteLink> link);
   // GPU worker threads running now (tests).
   size_t gpu_worker_threads() const { return workers_.threads(); }
+  // GPU jobs waiting for a worker (not running yet).
+  size_t gpu_jobs_waiting() const { return workers_.waiting(); }
 
  private:
   struct Region;

@@ -16,6 +16,13 @@ size_t GpuWorkers::threads() const {
   return threads_.size();
 }
 
+size_t GpuWorkers::waiting() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [pd, queue] : queued_) n += queue.size();
+  return n;
+}
+
 std::deque<PdId>::iterator GpuWorkers::TakeableLocked() {
   for (auto it = ready_.begin(); it != ready_.end(); ++it) {
     auto running = running_of_.find(owner_of_.at(*it));
@@ -135,8 +142,10 @@ void GpuWorkers::Drain() {
   for (std::thread& t : threads) t.join();
   absl::MutexLock lock(&mu_);
   ending_ = false;
-  // Submitted while the threads were ending: a fresh one takes it.
-  if (!ready_.empty()) StartThreadLocked();
+  // Submitted while the threads were ending: fresh ones take it.
+  while (threads_.size() < max_threads_ && TakeableCountLocked() > idle_ + starting_) {
+    StartThreadLocked();
+  }
 }
 
 }  // namespace mooncake::softnic

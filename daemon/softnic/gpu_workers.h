@@ -25,8 +25,10 @@
 // Owners: each domain belongs to an owner (the daemon's user: uid and
 // tenant). One owner's jobs run on at most threads - 1 threads at once, so
 // however many sessions a user opens, and however long their GPU work
-// stalls, another user's sessions always find a thread. (With one thread
-// the bound is that thread.)
+// stalls, it never holds every thread: the others' sessions share what it
+// leaves (with three owners stalling at once, the third can find none
+// free; the bound is per owner, not a share each). With one thread the
+// bound is that thread.
 //
 // Thread-safety: every method may be called from any thread, jobs included
 // (a job may submit the next one).
@@ -63,6 +65,8 @@ class GpuWorkers {
   void Drain();
   // Threads running now (tests and metrics).
   size_t threads() const;
+  // Jobs submitted and not yet started (tests and metrics).
+  size_t waiting() const;
 
  private:
   void Work();

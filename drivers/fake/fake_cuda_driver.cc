@@ -6,13 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <thread>
 #include <utility>
 
 namespace mooncake::drivers {
@@ -52,7 +50,6 @@ constexpr std::string_view kMethods[] = {"init",
                                          "streamCreate",
                                          "streamDestroy",
                                          "streamQuery",
-                                         "streamSynchronize",
                                          "memcpy",
                                          "memcpyDtoD",
                                          "memHostRegister",
@@ -918,8 +915,8 @@ void FakeCudaDriver::holdStreams(bool hold) {
     hold_streams_ = true;
     return;
   }
-  // The hold ends only once every held copy has landed, so a
-  // streamSynchronize that returns finds its bytes in place.
+  // The hold ends only once every held copy has landed, so a stream that
+  // answers ready has its bytes in place.
   for (;;) {
     std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> land;
     {
@@ -978,22 +975,6 @@ CuResult FakeCudaDriver::memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t by
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
   }
   return memcpy(dst, src, bytes);
-}
-
-CuResult FakeCudaDriver::streamSynchronize(CuStream stream) {
-  {
-    MC_FAKE_ENTER("streamSynchronize");
-    if (!initialized_) return kCudaErrorNotInitialized;
-    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
-  }
-  // While held, wait without mu_: holdStreams(false) takes it.
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!hold_streams_) return kCudaSuccess;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
 }
 
 // --- Legacy IPC, modules, launches: no device code on the host ----------------------------

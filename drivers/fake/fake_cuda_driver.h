@@ -209,9 +209,6 @@ class FakeCudaDriver : public CudaDriver {
   CuResult memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
                          CuStream stream) override;
   CuResult memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes, CuStream stream) override;
-  // Returns once the stream's work is done: at once, or when holdStreams
-  // ends the hold.
-  CuResult streamSynchronize(CuStream stream) override;
   // Streams created and not yet destroyed (tests check nothing leaks).
   int liveStreams() const;
   // A context that holds new work back, as the H200 does while another

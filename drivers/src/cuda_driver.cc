@@ -166,10 +166,6 @@ class RealCudaDriver final : public CudaDriver {
     return fn_.memcpyAsync == nullptr ? kCudaErrorNotSupported
                                       : fn_.memcpyAsync(dst, src, bytes, stream);
   }
-  CuResult streamSynchronize(CuStream stream) override {
-    return fn_.streamSynchronize == nullptr ? kCudaErrorNotSupported
-                                            : fn_.streamSynchronize(stream);
-  }
   CuResult memcpy(CuDevicePtr dst, CuDevicePtr src, size_t bytes) override {
     return fn_.memcpy(dst, src, bytes);
   }

@@ -119,14 +119,12 @@
     false, (void*, ::mooncake::drivers::CuDevicePtr, size_t, ::mooncake::drivers::CuStream))       \
   X(memsetD8Async, "cuMemsetD8Async", cuMemsetD8Async, "cuMemsetD8Async", nullptr, false,          \
     (::mooncake::drivers::CuDevicePtr, unsigned char, size_t, ::mooncake::drivers::CuStream))      \
-  /* Optional too: softnic's copies in mooncaked's context (one stream per */                      \
-  /* calling thread, so one copy waits for no other). cuMemcpyAsync has no */                      \
-  /* _v2 (it came with unified addressing). */                                                     \
+  /* Optional too: softnic's device-to-device copies in mooncaked's */                             \
+  /* context, on a stream per call. cuMemcpyAsync has no _v2 (it came */                           \
+  /* with unified addressing). */                                                                  \
   X(memcpyAsync, "cuMemcpyAsync", cuMemcpyAsync, "cuMemcpyAsync", nullptr, false,                  \
     (::mooncake::drivers::CuDevicePtr, ::mooncake::drivers::CuDevicePtr, size_t,                   \
      ::mooncake::drivers::CuStream))                                                               \
-  X(streamSynchronize, "cuStreamSynchronize", cuStreamSynchronize, "cuStreamSynchronize", nullptr, \
-    false, (::mooncake::drivers::CuStream))                                                        \
   /* The first cuMemHostRegister has the same signature as _v2 (CUDA 6.5). */                      \
   X(memHostRegister, "cuMemHostRegister", cuMemHostRegister, "cuMemHostRegister_v2",               \
     "cuMemHostRegister", true, (void*, size_t, unsigned int))                                      \

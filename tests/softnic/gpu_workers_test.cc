@@ -402,13 +402,20 @@ TEST_F(EngineGpuWorkersTest, AQueuedGpuWqeOfADestroyedQpRunsNoMore) {
   mlx5::build_rdma_write_inline(&w, 0, doomed->qpn(), kUpd, target.va(), target_key, &v, 8);
   doomed->Write(w);
   doomed->Ring();
-  std::this_thread::sleep_for(50ms);  // the engine thread handed it to the workers
+  // The engine thread hands it to the workers, where it waits behind kPdA's
+  // stalled atomic.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (engine_.gpu_jobs_waiting() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(engine_.gpu_jobs_waiting(), 1u);
   ASSERT_TRUE(engine_.DestroyQp(kPdA, doomed->qpn()).ok());
   gate_.Open();
   Cqe64 c;
   ASSERT_TRUE(stalled->Next(&c));
   ASSERT_TRUE(stalled->Next(&c));
-  EXPECT_TRUE(OtherSessionWrites(2s));  // the workers are past the queued job too
+  engine_.Stop();  // every job the workers had has run
+  EXPECT_EQ(engine_.gpu_jobs_waiting(), 0u);
   uint64_t seen = 1;
   std::memcpy(&seen, target.data(), 8);
   EXPECT_EQ(seen, 0u) << "a destroyed QP's WQE wrote into GPU memory";

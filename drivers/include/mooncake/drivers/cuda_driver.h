@@ -267,9 +267,6 @@ class CudaDriver {
   // Between any two device-visible addresses (unified addressing, as memcpy
   // below), queued on `stream`.
   virtual CuResult memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes, CuStream stream) = 0;
-  // Waits until all work queued on `stream` is done; the first error of that
-  // work, if any.
-  virtual CuResult streamSynchronize(CuStream stream) = 0;
   // Copies between any two device-visible addresses (unified addressing:
   // the driver infers each side's memory type from the pointer), and device
   // to device. Device-to-device copies return before the copy is done; a

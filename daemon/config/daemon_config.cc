@@ -347,6 +347,8 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     return ParseU32(key, value, 0, 1000000, &c->softnic_hca_atomic_window_us);
   } else if (key == "softnic_hca_round_trip_us") {
     return ParseU32(key, value, 0, 1000000, &c->softnic_hca_round_trip_us);
+  } else if (key == "softnic_gpu_workers") {
+    return ParseU32(key, value, 1, 64, &c->softnic_gpu_workers);
   } else {
     return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
   }

@@ -110,6 +110,10 @@ struct DaemonConfig {
   std::string softnic_atomics = "device";
   uint32_t softnic_hca_atomic_window_us = 0;
   uint32_t softnic_hca_round_trip_us = 0;
+  // Threads that run softnic's WQEs touching GPU memory (softnic/
+  // gpu_workers.h): one session's stalled GPU copies hold one of them, one
+  // user's all but one.
+  uint32_t softnic_gpu_workers = 4;
 };
 
 // Parses the text of a config file into `config` (keys not present keep

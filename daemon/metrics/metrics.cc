@@ -125,6 +125,20 @@ class DaemonCollector final : public prometheus::Collectable {
           AddCounter(&sb, D(*r->softnic_bytes));
           out->push_back(std::move(sb));
         }
+        if (r->softnic_gpu_workers) {
+          MetricFamily w =
+              Family("mooncake_softnic_gpu_workers",
+                     "Threads the software NIC runs GPU-memory WQEs on now.", MetricType::Gauge);
+          AddGauge(&w, D(*r->softnic_gpu_workers));
+          out->push_back(std::move(w));
+        }
+        if (r->softnic_gpu_waiting) {
+          MetricFamily w =
+              Family("mooncake_softnic_gpu_wqes_waiting",
+                     "GPU-memory WQEs waiting for a software NIC GPU worker.", MetricType::Gauge);
+          AddGauge(&w, D(*r->softnic_gpu_waiting));
+          out->push_back(std::move(w));
+        }
       }
     }
     if (s.cluster_nodes) {

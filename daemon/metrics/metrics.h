@@ -43,6 +43,10 @@ struct RdmaGauges {
   uint64_t registered_bytes = 0;
   // Payload bytes the provider moved itself (softnic); nullopt for a NIC.
   std::optional<uint64_t> softnic_bytes;
+  // softnic's GPU worker threads and the GPU WQEs waiting for one; nullopt
+  // for a NIC.
+  std::optional<uint64_t> softnic_gpu_workers;
+  std::optional<uint64_t> softnic_gpu_waiting;
 };
 
 // What the collector asks at scrape time. Each callback may be empty, and

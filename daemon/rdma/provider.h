@@ -311,6 +311,14 @@ class RdmaProvider {
   // Payload bytes the provider moved itself (softnic, for the metrics);
   // -1 for a NIC, which moves them in hardware. Cheap; any thread.
   virtual int64_t bytes_moved() const { return -1; }
+  // Threads moving GPU memory for the provider (softnic's GPU workers) and
+  // the WQEs waiting for one (the metrics); nullopt for a NIC. Cheap; any
+  // thread.
+  struct GpuWork {
+    uint64_t workers = 0;
+    uint64_t waiting = 0;
+  };
+  virtual std::optional<GpuWork> gpu_work() const { return std::nullopt; }
 };
 
 }  // namespace mooncake::daemon

@@ -227,6 +227,8 @@ class RdmaResources {
   RdmaUsage Totals() const;
   // RdmaProvider::bytes_moved (-1: a NIC moves the bytes).
   int64_t provider_bytes_moved() const { return provider_->bytes_moved(); }
+  // RdmaProvider::gpu_work (nullopt: a NIC).
+  std::optional<RdmaProvider::GpuWork> provider_gpu_work() const { return provider_->gpu_work(); }
   // RdmaProvider::counts_wqes (QpRow::info.wqes_done means something).
   bool provider_counts_wqes() const { return provider_->counts_wqes(); }
 

@@ -60,6 +60,9 @@ class SoftnicProvider final : public RdmaProvider {
   bool counts_wqes() const override { return true; }
   std::vector<QpRingCounters> ListRingCounters() const override;
   int64_t bytes_moved() const override { return static_cast<int64_t>(engine_.bytes_written()); }
+  std::optional<GpuWork> gpu_work() const override {
+    return GpuWork{engine_.gpu_worker_threads(), engine_.gpu_jobs_waiting()};
+  }
 
   softnic::Engine& engine() { return engine_; }
 

@@ -184,6 +184,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(DaemonConfig config) {
                                                 : softnic::AtomicsModel::kDevice;
       eo.hca_atomic_window_us = cfg.softnic_hca_atomic_window_us;
       eo.hca_round_trip_us = cfg.softnic_hca_round_trip_us;
+      eo.gpu_workers = cfg.softnic_gpu_workers;
       auto softnic = std::make_unique<SoftnicProvider>("softnic0", eo);
       d->softnic_engine_ = &softnic->engine();
       provider = std::move(softnic);

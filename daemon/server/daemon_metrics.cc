@@ -43,6 +43,10 @@ metrics::GaugeSources DaemonGaugeSources(const SessionRegistry* sessions, const 
     if (int64_t moved = rdma->provider_bytes_moved(); moved >= 0) {
       g.softnic_bytes = static_cast<uint64_t>(moved);
     }
+    if (auto work = rdma->provider_gpu_work()) {
+      g.softnic_gpu_workers = work->workers;
+      g.softnic_gpu_waiting = work->waiting;
+    }
     return g;
   };
   s.cluster_nodes = [nodes]() -> std::optional<uint64_t> {

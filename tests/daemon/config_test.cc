@@ -151,12 +151,13 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
                               "tenant_policy_file = /etc/mooncake/tenants.policy\n"
                               "max_doorbell_handoffs_per_uid = 9\n"
                               "softnic_atomics = hca\nsoftnic_hca_atomic_window_us = 50\n"
-                              "softnic_hca_round_trip_us = 7\n",
+                              "softnic_hca_round_trip_us = 7\nsoftnic_gpu_workers = 9\n",
                               "t", &c)
                   .ok());
   EXPECT_EQ(c.softnic_atomics, "hca");
   EXPECT_EQ(c.softnic_hca_atomic_window_us, 50u);
   EXPECT_EQ(c.softnic_hca_round_trip_us, 7u);
+  EXPECT_EQ(c.softnic_gpu_workers, 9u);
   EXPECT_EQ(c.tenant_policy_file, "/etc/mooncake/tenants.policy");
   EXPECT_EQ(c.max_doorbell_handoffs_per_uid, 9u);
   EXPECT_EQ(c.etcd_endpoints, "http://a:2379,http://b:2379");
@@ -169,7 +170,8 @@ TEST(ParseConfigTextTest, ClusterAndPeerTlsKeys) {
        {"etcd_prefix = mc\n", "etcd_prefix = /mc/\n", "etcd_lease_ttl_s = 1\n",
         "peer_insecure = yes\n", "tenant_policy_file = tenants.policy\n",
         "max_doorbell_handoffs_per_uid = 0\n", "softnic_atomics = nic\n",
-        "softnic_hca_atomic_window_us = 1000001\n", "softnic_hca_round_trip_us = -1\n"}) {
+        "softnic_hca_atomic_window_us = 1000001\n", "softnic_hca_round_trip_us = -1\n",
+        "softnic_gpu_workers = 0\n", "softnic_gpu_workers = 65\n"}) {
     DaemonConfig d;
     EXPECT_EQ(ParseConfigText(bad, "t", &d).code(), absl::StatusCode::kInvalidArgument) << bad;
   }

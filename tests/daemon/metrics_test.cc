@@ -84,6 +84,8 @@ TEST(MetricsTest, ExpositionOfEveryMetricFromFakeSources) {
     g.mrs = 2;
     g.registered_bytes = 1 << 20;
     g.softnic_bytes = 4096;
+    g.softnic_gpu_workers = 2;
+    g.softnic_gpu_waiting = 7;
     return std::optional<RdmaGauges>(g);
   };
   s.cluster_nodes = [] { return std::optional<uint64_t>(4); };
@@ -114,6 +116,8 @@ TEST(MetricsTest, ExpositionOfEveryMetricFromFakeSources) {
   EXPECT_EQ(v["mooncake_rdma_registered_bytes"], 1 << 20);
   EXPECT_EQ(v["mooncake_rdma_doorbell_mode{mode=\"doorbell-record\",provider=\"softnic\"}"], 1);
   EXPECT_EQ(v["mooncake_softnic_bytes_total"], 4096);
+  EXPECT_EQ(v["mooncake_softnic_gpu_workers"], 2);
+  EXPECT_EQ(v["mooncake_softnic_gpu_wqes_waiting"], 7);
   EXPECT_EQ(v["mooncake_cluster_nodes"], 4);
   EXPECT_EQ(v["mooncake_joins_total{result=\"formed\"}"], 1);
   EXPECT_EQ(v["mooncake_joins_total{result=\"timed_out\"}"], 0);

@@ -27,6 +27,7 @@
 #include "gpu_engine_fixture.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/device/mlx5/wqe.h"
+#include "populated_memfd.h"
 #include "raw_qp.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
@@ -425,14 +426,12 @@ TEST_F(EngineGpuWorkersTest, AQueuedGpuWqeOfADestroyedQpRunsNoMore) {
 // fails before it runs: the GPU word keeps its value, and no worker (and
 // no engine thread) waited on the GPU for it.
 TEST_F(EngineGpuWorkersTest, AnAtomicWhoseFetchPageIsGoneFailsBeforeItRuns) {
-  const int fd = ::memfd_create("fetch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  ASSERT_GE(fd, 0);
-  absl::Cleanup close_fd = [fd] { ::close(fd); };
+  // Populated and sealed, as a client library makes a region's memfd.
   const uint64_t page = SharedMapping::PageSize();
-  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page)), 0);
-  const std::vector<uint8_t> ones(page, 1);
-  ASSERT_EQ(::pwrite(fd, ones.data(), page, 0), static_cast<ssize_t>(page));
-  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  absl::StatusOr<PopulatedMemfd> memfd = CreatePopulatedMemfd("fetch", page, "fetch buffer");
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  absl::Cleanup unmap = [&] { ::munmap(memfd->data, page); };
+  const int fd = memfd->fd.get();
   auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, page);
   ASSERT_TRUE(mapping.ok()) << mapping.status();
   RegionSpec spec;

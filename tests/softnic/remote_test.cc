@@ -22,8 +22,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
 #include "fake_gpu.h"
+#include "populated_memfd.h"
 #include "raw_qp.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
@@ -353,13 +355,12 @@ TEST_F(RemoteTest, AFailingHostLandingFlushesTheGpuLandingsAfterIt) {
   ASSERT_TRUE(buffer.ok()) << buffer.status();
   auto gpu_key = a_.RegisterRegion(test_util::WholeAllocation(1, gpu, *buffer, kLocalWrite));
   ASSERT_TRUE(gpu_key.ok()) << gpu_key.status();
-  const int fd = ::memfd_create("fetch", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  ASSERT_GE(fd, 0);
+  // Populated and sealed, as a client library makes a region's memfd.
   const uint64_t page = SharedMapping::PageSize();
-  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(page)), 0);
-  const std::vector<uint8_t> ones(page, 1);
-  ASSERT_EQ(::pwrite(fd, ones.data(), page, 0), static_cast<ssize_t>(page));
-  ASSERT_EQ(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  absl::StatusOr<PopulatedMemfd> memfd = CreatePopulatedMemfd("fetch", page, "fetch buffer");
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  absl::Cleanup unmap = [&] { ::munmap(memfd->data, page); };
+  const int fd = memfd->fd.get();
   auto mapping = SharedMapping::FromPopulatedMemfd(fd, 0, page);
   ASSERT_TRUE(mapping.ok()) << mapping.status();
   RegionSpec spec;
@@ -385,7 +386,6 @@ TEST_F(RemoteTest, AFailingHostLandingFlushesTheGpuLandingsAfterIt) {
     std::this_thread::yield();
   }
   ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, page), 0);
-  ::close(fd);
   link_->Pause(false);
   mlx5::Cqe64 c;
   ASSERT_TRUE(requester_->Next(&c));

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -650,11 +651,61 @@ int WriteQuietLatency(const std::string& socket, int* status) {
   return 0;
 }
 
+// Two pairs of ranks whose copies run in mooncaked's own CUDA context, each
+// with a kernel spinning on its CQ: softnic's GPU workers run the two
+// sessions' copies on two lanes of that context at once (docs/rdma.md, one
+// session's GPU work holds up no other session), so a pair's WRITE +
+// mc_quiet costs about what it costs alone; copies taken in turn would
+// double it.
+int TwoPairsInDaemonContext(const std::string& socket, int* status) {
+  constexpr int kIters = 10;
+  constexpr size_t kBytes = 8;
+  Rank pairs[2][2];
+  for (int p = 0; p < 2; ++p) {
+    if (!MakePair(socket, "rdma-bench-two-pairs-" + std::to_string(p), mooncake::Route::kRdma,
+                  1 << 20, pairs[p], 16, /*copy_agent=*/false)) {
+      return 2;
+    }
+  }
+  cudaStream_t st[2];
+  for (auto& s : st) BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const auto launch = [&](int p) {
+    auto* buf = static_cast<uint8_t*>(pairs[p][0].comm->buffer());
+    PutQuietKernel<<<1, 1, 0, st[p]>>>(pairs[p][0].comm->ctx(), buf + (1 << 19), buf, kBytes,
+                                       kIters, status);
+  };
+  // Wall time per op: one pair alone, then both pairs at once.
+  std::vector<double> alone, both;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    launch(0);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    alone.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        kIters);
+    t0 = std::chrono::steady_clock::now();
+    launch(0);
+    launch(1);
+    BENCH_CUDA(cudaDeviceSynchronize());
+    both.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        kIters);
+  }
+  for (auto& s : st) cudaStreamDestroy(s);
+  if (CheckStatus(status, "two pairs") != 0) return 1;
+  std::printf("\nWRITE + mc_quiet (8 B) in mooncaked's CUDA context, two sessions at once\n");
+  std::printf("%-34s %14s\n", "pairs", "us/op (median)");
+  std::printf("%-34s %14.1f\n", "one pair alone", mcbench::median(alone));
+  std::printf("%-34s %14.1f\n", "two pairs at once (each)", mcbench::median(both));
+  return 0;
+}
+
 int Latency(const std::string& socket) {
   int* status = nullptr;
   BENCH_CUDA(cudaMalloc(&status, sizeof(int)));
   BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
   if (int rc = WriteQuietLatency(socket, status); rc != 0) return rc;
+  if (int rc = TwoPairsInDaemonContext(socket, status); rc != 0) return rc;
   std::printf("\nmc_signal one-way latency (ping-pong / 2), two ranks on GPU 0\n");
   std::printf("%-34s %12s\n", "route", "us (median)");
   const struct {

@@ -16,10 +16,15 @@
 #include "mooncake/common/status.h"
 #include "populated_memfd.h"
 
+#if MC_CLIENT_HAVE_LANDING_KERNEL
+#include "copy_agent_landing_kernel.h"
+#endif
+
 namespace mooncake {
 namespace {
 
 using copy_agent::Channel;
+using copy_agent::Gate;
 using copy_agent::Op;
 using copy_agent::Phase;
 using copy_agent::Ref;
@@ -57,12 +62,20 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
   // where the application's kernels may spin.
   MC_RETURN_IF_ERROR(
       drivers::CuStatus(cu, cu.streamCreate(&agent->stream_, 0x1), "cuStreamCreate (copy agent)"));
-  agent->pinned_ = cu.memHostRegister(agent->staging(), staging_bytes,
-                                      drivers::kCuMemHostRegisterPortable) == drivers::kCudaSuccess;
+  // The whole channel: the staging area for DMA, and the header because
+  // the landing kernel reads and writes the gate in it.
+  agent->pinned_ =
+      cu.memHostRegister(agent->base_, bytes,
+                         drivers::kCuMemHostRegisterPortable |
+                             drivers::kCuMemHostRegisterDeviceMap) == drivers::kCudaSuccess;
+  if (agent->pinned_ &&
+      cu.memHostGetDevicePointer(&agent->channel_dev_, agent->base_, 0) != drivers::kCudaSuccess) {
+    agent->channel_dev_ = 0;
+  }
   if (!agent->pinned_) {
     MC_LOG(kInfo,
-           "copy agent: the driver did not pin the staging area; copies go from pageable "
-           "memory");
+           "copy agent: the driver did not pin the channel; copies go from pageable memory, "
+           "and without the landing kernel");
   }
   MC_RETURN_IF_ERROR(agent->WarmUp());
   agent->first_seq_ = Ref(c->request_seq).load(std::memory_order_relaxed);
@@ -90,12 +103,14 @@ CopyAgent::~CopyAgent() {
     MC_LOG(kInfo, "copy agent: ", n, " copies for softnic, ", busy_ns_ / n / 1000.0,
            " us each on average from the request to the bytes in place; ", slow_copies_, " over ",
            absl::FormatDuration(absl::FromChrono(kSlowCopy)), "; ", refreshes_,
-           " queued again with newer bytes; ", cancelled_, " skipped, given up on before taken");
+           " queued again with newer bytes; ", cancelled_, " skipped, given up on before taken; ",
+           called_off_, " called off after submission");
   }
   drivers::CudaDriver& cu = *driver_;
-  if (stream_ != nullptr || pinned_) cu.ctxSetCurrent(ctx_);
+  if (stream_ != nullptr || pinned_ || module_ != nullptr) cu.ctxSetCurrent(ctx_);
   if (stream_ != nullptr) cu.streamDestroy(stream_);
-  if (pinned_) cu.memHostUnregister(staging());
+  if (module_ != nullptr) cu.moduleUnload(module_);
+  if (pinned_) cu.memHostUnregister(base_);
   ::munmap(base_, copy_agent::kHeaderBytes + staging_bytes_);
 }
 
@@ -117,11 +132,73 @@ absl::Status CopyAgent::WarmUp() {
       std::this_thread::yield();
     }
   }
+  if (r == drivers::kCudaSuccess) LoadLandingKernel(scratch);
   cu.memFree(scratch);
   return drivers::CuStatus(cu, r, "copy agent warm-up copies");
 }
 
-int32_t CopyAgent::Execute(const Request& r) {
+void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
+#if MC_CLIENT_HAVE_LANDING_KERNEL
+  drivers::CudaDriver& cu = *driver_;
+  if (channel_dev_ == 0) return;  // said at Create
+  const auto fail = [&](const char* step, drivers::CuResult r) {
+    MC_LOG(kInfo, "copy agent: without the landing kernel (", step, ": ", cu.describe(r),
+           "); a copy into GPU memory whose submission blocks can land after softnic gave up "
+           "on it (docs/rdma.md, the copy agent)");
+    if (module_ != nullptr) cu.moduleUnload(module_);
+    module_ = nullptr;
+    land_ = nullptr;
+  };
+  if (drivers::CuResult r = cu.moduleLoadData(&module_, internal::kCopyAgentLandingImage);
+      r != drivers::kCudaSuccess) {
+    module_ = nullptr;
+    return fail("cuModuleLoadData", r);
+  }
+  if (drivers::CuResult r = cu.moduleGetFunction(&land_, module_, copy_agent::kLandingKernel);
+      r != drivers::kCudaSuccess) {
+    return fail("cuModuleGetFunction", r);
+  }
+  // One landing now, checked, so the module's first launch (and a lazy
+  // load of its code) is not the first request's.
+  constexpr uint64_t kProbe = 64;
+  for (uint64_t i = 0; i < kProbe; ++i) staging()[i] = static_cast<uint8_t>(i * 7 + 1);
+  if (drivers::CuResult r = SubmitToDevice(Request{.dst = scratch, .bytes = kProbe}, ~0u);
+      r != drivers::kCudaSuccess) {
+    return fail("cuLaunchKernel", r);
+  }
+  uint8_t back[kProbe] = {};
+  drivers::CuResult r = cu.memcpyDtoHAsync(back, scratch, kProbe, stream_);
+  if (r == drivers::kCudaSuccess) {
+    while ((r = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
+      std::this_thread::yield();
+    }
+  }
+  if (r != drivers::kCudaSuccess) return fail("the warm-up landing", r);
+  if (std::memcmp(back, staging(), kProbe) != 0) {
+    return fail("the warm-up landing moved other bytes", drivers::kCudaErrorInvalidValue);
+  }
+  Ref(channel()->gate.gated).store(1, std::memory_order_release);
+#else
+  (void)scratch;
+#endif
+}
+
+drivers::CuResult CopyAgent::SubmitToDevice(const Request& r, uint32_t seq) {
+  drivers::CudaDriver& cu = *driver_;
+  if (land_ == nullptr) {
+    return cu.memcpyHtoDAsync(r.dst, staging() + r.staging_offset, r.bytes, stream_);
+  }
+  uint64_t dst = r.dst;
+  uint64_t src = channel_dev_ + copy_agent::kHeaderBytes + r.staging_offset;
+  uint64_t bytes = r.bytes;
+  uint64_t gate = channel_dev_ + offsetof(Channel, gate);
+  uint32_t s = seq;
+  void* args[] = {&dst, &src, &bytes, &gate, &s};
+  return cu.launchKernel(land_, copy_agent::LandingBlocks(r.bytes), 1, 1,
+                         copy_agent::kLandingThreads, 1, 1, 0, stream_, args, nullptr);
+}
+
+int32_t CopyAgent::Execute(const Request& r, uint32_t seq) {
   drivers::CudaDriver& cu = *driver_;
   // The request is the daemon's; another process of this uid could write
   // the page too, so it is still checked before it names the staging area.
@@ -136,7 +213,7 @@ int32_t CopyAgent::Execute(const Request& r) {
   uint32_t mirrored = Ref(c->mirror_seq).load(std::memory_order_acquire);
   drivers::CuResult res = drivers::kCudaErrorInvalidValue;
   switch (static_cast<Op>(r.op)) {
-    case Op::kToDevice: res = cu.memcpyHtoDAsync(r.dst, s, r.bytes, stream_); break;
+    case Op::kToDevice: res = SubmitToDevice(r, seq); break;
     case Op::kFromDevice: res = cu.memcpyDtoHAsync(s, r.src, r.bytes, stream_); break;
     default: break;
   }
@@ -149,11 +226,12 @@ int32_t CopyAgent::Execute(const Request& r) {
     // copy again behind the first, so that the copy landing last carries
     // them. Looked at once more after the stream is done: a write seen
     // only then may have reached GPU memory before this stream's last copy.
+    // Not for landings: one the daemon gave up on lands nothing.
     for (;;) {
       res = cu.streamQuery(stream_);
       if (res != drivers::kCudaSuccess && res != drivers::kCudaErrorNotReady) break;
       const uint32_t m = Ref(c->mirror_seq).load(std::memory_order_acquire);
-      if (to_device && m != mirrored) {
+      if (to_device && land_ == nullptr && m != mirrored) {
         mirrored = m;
         ++refreshes_;
         if ((res = cu.memcpyHtoDAsync(r.dst, s, r.bytes, stream_)) != drivers::kCudaSuccess) break;
@@ -162,6 +240,10 @@ int32_t CopyAgent::Execute(const Request& r) {
       if (res == drivers::kCudaSuccess) break;
       __builtin_ia32_pause();
     }
+  }
+  if (to_device && land_ != nullptr &&
+      Ref(c->gate.cancel_seq).load(std::memory_order_acquire) == seq) {
+    ++called_off_;
   }
   Ref(c->phase).store(static_cast<uint32_t>(Phase::kIdle), std::memory_order_relaxed);
   NoteTiming(r, t1 - t0, std::chrono::steady_clock::now() - t1);
@@ -223,7 +305,7 @@ void CopyAgent::Run() {
       Ref(c->busy_since_ns)
           .store(uint64_t(mono.tv_sec) * 1'000'000'000ull + uint64_t(mono.tv_nsec),
                  std::memory_order_relaxed);
-      const int32_t result = Execute(r);
+      const int32_t result = Execute(r, seq);
       Ref(c->busy_since_ns).store(0, std::memory_order_relaxed);
       Ref(c->result).store(result, std::memory_order_relaxed);
       Ref(c->done_seq).store(seq, std::memory_order_release);

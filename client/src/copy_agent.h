@@ -15,9 +15,17 @@
 // registered.
 //
 // The thread spins for a while after each request (copies come in bursts:
-// a kernel's WQEs), then sleeps on a futex the daemon wakes. The staging
-// area is pinned for the context (cuMemHostRegister) so copies go by DMA;
-// where the driver refuses, copies still work, from pageable memory.
+// a kernel's WQEs), then sleeps on a futex the daemon wakes. The channel is
+// pinned and mapped for the context (cuMemHostRegister) so copies go by
+// DMA; where the driver refuses, copies still work, from pageable memory.
+//
+// Copies into GPU memory go through a landing kernel when the CUDA build
+// has one and its warm-up landing worked (gated()): the daemon can call
+// such a copy off after its submission, so a copy whose submit call was
+// blocked never lands after the daemon wrote the bytes itself
+// (mooncake/common/copy_agent_gate.h). Otherwise they are copy-engine
+// copies, queued again with the newest bytes when the daemon writes over
+// one it gave up on (Channel::mirror_seq).
 //
 // Destruction marks the channel closed (the daemon then copies itself),
 // stops the thread and frees everything. Not copyable; thread-safe.
@@ -52,6 +60,8 @@ class CopyAgent {
   uint64_t staging_bytes() const { return staging_bytes_; }
   // Requests answered so far.
   uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
+  // Whether copies into GPU memory go through the landing kernel.
+  bool gated() const { return land_ != nullptr; }
 
  private:
   CopyAgent(std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, UniqueFd fd,
@@ -59,8 +69,13 @@ class CopyAgent {
   void Run();
   // One copy of each kind on the stream, waited for (see the .cc).
   absl::Status WarmUp();
-  // Runs one request; returns its CUDA result (0: done).
-  int32_t Execute(const copy_agent::Request& r);
+  // Loads the landing kernel and lands 64 bytes with it; on any failure
+  // (logged) the agent copies without it. Needs the channel mapped.
+  void LoadLandingKernel(drivers::CuDevicePtr scratch);
+  // Runs request `seq`; returns its CUDA result (0: done).
+  int32_t Execute(const copy_agent::Request& r, uint32_t seq);
+  // Queues request `seq`'s copy into GPU memory on the stream.
+  drivers::CuResult SubmitToDevice(const copy_agent::Request& r, uint32_t seq);
   // Adds one copy's time; logs a slow one, saying which call it sat in.
   void NoteTiming(const copy_agent::Request& r, std::chrono::nanoseconds submit,
                   std::chrono::nanoseconds wait);
@@ -72,16 +87,20 @@ class CopyAgent {
   UniqueFd fd_;
   uint8_t* const base_;
   const uint64_t staging_bytes_;
-  bool pinned_ = false;
-  uint32_t first_seq_ = 0;  // request_seq when the thread starts
+  bool pinned_ = false;                   // the whole channel, header and staging
+  drivers::CuDevicePtr channel_dev_ = 0;  // its device address, when pinned
+  drivers::CuModule module_ = nullptr;
+  drivers::CuFunction land_ = nullptr;  // null: plain copies
+  uint32_t first_seq_ = 0;              // request_seq when the thread starts
   drivers::CuStream stream_ = nullptr;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> copies_{0};
   // The thread's (read after join): time in Execute, copies over kSlowCopy.
   uint64_t busy_ns_ = 0;
   uint64_t slow_copies_ = 0;
-  uint64_t refreshes_ = 0;  // copies queued again with newer bytes (mirror_seq)
-  uint64_t cancelled_ = 0;  // requests the daemon gave up on before they were taken
+  uint64_t refreshes_ = 0;   // copies queued again with newer bytes (mirror_seq)
+  uint64_t cancelled_ = 0;   // requests the daemon gave up on before they were taken
+  uint64_t called_off_ = 0;  // landings the daemon called off after they were submitted
   std::thread thread_;
 };
 

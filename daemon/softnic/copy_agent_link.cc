@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -137,14 +138,14 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
     // still land (copy_agent_channel.h, claim).
     if (copy_agent::Settle(*c, seq, seq | copy_agent::kCancelled) !=
         (seq | copy_agent::kCancelled)) {
-      late_ = LateCopy{seq, op, dst, bytes, start};
+      late_ = LateLocked(seq, op, dst, bytes, start);
     }
     return EndLocked(std::move(why));
   };
   // A CUDA call that blocks: the agent is alive, so the link only pauses
   // until that call returns and the request is answered (RunLocked).
   const auto stalled = [&](absl::Status why) {
-    late_ = LateCopy{seq, op, dst, bytes, start};
+    late_ = LateLocked(seq, op, dst, bytes, start);
     if (!paused_) {
       paused_ = true;
       ++pauses_;
@@ -175,7 +176,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
                                 static_cast<uint32_t>(Phase::kSubmitting);
         return stalled(absl::DeadlineExceededError(absl::StrCat(
             "a ", bytes, "-byte copy has been ",
-            submitting ? "inside the agent's cuMemcpy*Async call"
+            submitting ? "inside the agent's submit call (cuLaunchKernel or cuMemcpy*Async)"
                        : "queued on the agent's stream without running",
             " for ", (mono_ns - busy_since) / 1'000'000, " ms",
             submitting ? ": another thread of the process is probably in a synchronous "
@@ -220,15 +221,45 @@ CopyAgentLink::~CopyAgentLink() {
   }
 }
 
+bool CopyAgentLink::CallOffLocked(uint32_t seq, uint64_t bytes) {
+  copy_agent::Gate& gate = channel()->gate;
+  if (Ref(gate.gated).load(std::memory_order_acquire) != 1) return false;
+  // The daemon's half of the handshake (copy_agent_gate.h): the store, a
+  // full fence, then the blocks' intents.
+  Ref(gate.cancel_seq).store(seq, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.landing);
+  const uint32_t blocks = copy_agent::LandingBlocks(bytes);
+  for (uint32_t b = 0; b < blocks; ++b) {
+    if (Ref(gate.intent[b]).load(std::memory_order_seq_cst) != seq) continue;
+    // This block passed the gate before the cancel: it is writing now.
+    while (Ref(gate.landed[b]).load(std::memory_order_acquire) != seq) {
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::yield();
+    }
+  }
+  return true;
+}
+
+CopyAgentLink::LateCopy CopyAgentLink::LateLocked(uint32_t seq, Op op, uint64_t dst, uint64_t bytes,
+                                                  std::chrono::steady_clock::time_point sent) {
+  LateCopy late{seq, op, dst, bytes, sent};
+  late.may_land = op == Op::kToDevice && !CallOffLocked(seq, bytes);
+  return late;
+}
+
 void CopyAgentLink::SettleLateLocked() const {
   if (late_ && Ref(channel()->done_seq).load(std::memory_order_acquire) == late_->seq) {
-    // It landed: nothing later can be overwritten by it. Logged as the
-    // pauses are (the first, then at powers of two).
+    // It landed (or, called off, ran and wrote nothing): nothing later can
+    // be overwritten by it. Logged as the pauses are (the first, then at
+    // powers of two).
     if ((pauses_ & (pauses_ - 1)) == 0) {
-      MC_LOG(kInfo, "softnic: the copy agent of pid ", pid_, " completed a ", late_->bytes,
+      MC_LOG(kInfo, "softnic: the copy agent of pid ", pid_, " answered a ", late_->bytes,
              "-byte copy ",
              absl::FormatDuration(absl::FromChrono(std::chrono::steady_clock::now() - late_->sent)),
-             " after it was asked (it had been given up on)");
+             " after it was asked (it had been given up on",
+             late_->may_land ? "" : " and called off: it wrote nothing", ")");
     }
     late_.reset();
   }
@@ -237,8 +268,8 @@ void CopyAgentLink::SettleLateLocked() const {
 bool CopyAgentLink::LateCopyOverlaps(uint64_t dst, uint64_t n) const {
   absl::MutexLock lock(&mu_);
   SettleLateLocked();
-  return late_ && late_->op == Op::kToDevice && dst < late_->dst + late_->bytes &&
-         late_->dst < dst + n;
+  return late_ && late_->op == Op::kToDevice && late_->may_land &&
+         dst < late_->dst + late_->bytes && late_->dst < dst + n;
 }
 
 void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n) {
@@ -260,7 +291,7 @@ bool CopyAgentLink::MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t
 
 void CopyAgentLink::MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n) {
   SettleLateLocked();
-  if (!late_ || late_->op != Op::kToDevice) return;
+  if (!late_ || late_->op != Op::kToDevice || !late_->may_land) return;
   const uint64_t lo = std::max(dst, late_->dst);
   const uint64_t hi = std::min(dst + n, late_->dst + late_->bytes);
   if (lo >= hi) return;

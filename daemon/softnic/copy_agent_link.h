@@ -20,9 +20,13 @@
 // copy completes, then serves again. A request the agent answers with a
 // CUDA error fails only that copy (the engine then tries its own context).
 //
-// A copy into GPU memory that the agent took but did not answer may still
-// land later: MirrorIntoLateCopy keeps what it would write equal to what
-// the engine wrote there since, so it cannot undo a later write.
+// A copy into GPU memory that the agent took but did not answer is called
+// off at the gate (mooncake/common/copy_agent_gate.h) when the agent lands
+// through its kernel: then nothing of it lands later. A plain copy may
+// still land later: MirrorIntoLateCopy keeps what it would write equal to
+// what the engine wrote there since, so it cannot undo a later write of
+// the engine's (the application's own later writes it cannot cover: the
+// gate exists for those).
 //
 // Thread-safety: calls are serialized by an internal mutex (the engine
 // calls from its GPU workers, softnic/gpu_workers.h, without its own lock:
@@ -62,6 +66,10 @@ struct CopyAgentLinkOptions {
   // A staged piece of 16 MiB takes about a millisecond; a GPU shared by
   // several processes adds a time slice (2.4 ms) or two.
   absl::Duration stall = absl::Milliseconds(20);
+  // How long a landing kernel that passed the gate before the daemon called
+  // its request off may take to finish (copy_agent_gate.h): it is running,
+  // so microseconds, or a time slice when processes share the GPU.
+  absl::Duration landing = absl::Milliseconds(100);
 };
 
 class CopyAgentLink {
@@ -160,6 +168,9 @@ class CopyAgentLink {
     uint64_t bytes = 0;
     // When the request went out (the log says how late it was).
     std::chrono::steady_clock::time_point sent;
+    // False once the gate called it off: it still holds the agent (the link
+    // stays paused until it is answered) but writes nothing.
+    bool may_land = true;
   };
   // Paused on a blocked CUDA call of the agent (stall): late_ is that
   // request; the link serves again once it is answered.
@@ -170,6 +181,15 @@ class CopyAgentLink {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops late_ once the agent answered it.
   void SettleLateLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls request `seq` (a copy of `bytes` into GPU memory) off at the
+  // gate: true when nothing of it can land any more (the agent lands
+  // through its kernel, and every block that passed the gate first has
+  // finished within options_.landing); false for a plain copy.
+  bool CallOffLocked(uint32_t seq, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The late copy for request `seq`, called off where it can be.
+  LateCopy LateLocked(uint32_t seq, copy_agent::Op op, uint64_t dst, uint64_t bytes,
+                      std::chrono::steady_clock::time_point sent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
 }  // namespace mooncake::softnic

@@ -208,6 +208,32 @@ void FakeCudaDriver::setModulesLoadable(bool loadable) {
   modules_loadable_ = loadable;
 }
 
+void FakeCudaDriver::registerKernel(std::string name, FakeKernel bind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kernels_[std::move(name)] = std::move(bind);
+}
+
+void FakeCudaDriver::pauseSubmissions(bool pause) {
+  {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    submissions_paused_ = pause;
+  }
+  pause_cv_.notify_all();
+}
+
+int FakeCudaDriver::pausedSubmissions() const {
+  std::lock_guard<std::mutex> lock(pause_mu_);
+  return paused_submissions_;
+}
+
+void FakeCudaDriver::waitForSubmissions() {
+  std::unique_lock<std::mutex> lock(pause_mu_);
+  if (!submissions_paused_) return;
+  ++paused_submissions_;
+  pause_cv_.wait(lock, [this] { return !submissions_paused_; });
+  --paused_submissions_;
+}
+
 void FakeCudaDriver::failNext(std::string_view method, CuResult r, int times) {
   CheckMethod(method);
   std::lock_guard<std::mutex> lock(mu_);
@@ -906,7 +932,10 @@ CuResult FakeCudaDriver::streamQuery(CuStream stream) {
 
 std::vector<uint8_t> FakeCudaDriver::lastHeldCopy() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return held_copies_.empty() ? std::vector<uint8_t>{} : held_copies_.back().second;
+  for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
+    if (!it->run) return it->bytes;
+  }
+  return {};
 }
 
 void FakeCudaDriver::holdStreams(bool hold) {
@@ -915,19 +944,25 @@ void FakeCudaDriver::holdStreams(bool hold) {
     hold_streams_ = true;
     return;
   }
-  // The hold ends only once every held copy has landed, so a stream that
-  // answers ready has its bytes in place.
+  // The hold ends only once every held copy has landed and every held
+  // kernel has run, so a stream that answers ready has its work done.
   for (;;) {
-    std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> land;
+    std::vector<HeldWork> land;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (held_copies_.empty()) {
+      if (held_.empty()) {
         hold_streams_ = false;
         return;
       }
-      land.swap(held_copies_);
+      land.swap(held_);
     }
-    for (const auto& [dst, bytes] : land) memcpyHtoD(dst, bytes.data(), bytes.size());
+    for (const HeldWork& w : land) {
+      if (w.run) {
+        w.run();
+      } else {
+        memcpyHtoD(w.dst, w.bytes.data(), w.bytes.size());
+      }
+    }
   }
 }
 
@@ -938,12 +973,13 @@ int FakeCudaDriver::liveStreams() const {
 
 CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
                                          CuStream stream) {
+  waitForSubmissions();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
     if (hold_streams_ && src != nullptr) {
       const auto* p = static_cast<const uint8_t*>(src);
-      held_copies_.emplace_back(dst, std::vector<uint8_t>(p, p + bytes));
+      held_.push_back(HeldWork{dst, std::vector<uint8_t>(p, p + bytes), nullptr});
       return kCudaSuccess;
     }
   }
@@ -952,6 +988,7 @@ CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_
 
 CuResult FakeCudaDriver::memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes,
                                          CuStream stream) {
+  waitForSubmissions();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
@@ -1012,7 +1049,11 @@ CuResult FakeCudaDriver::moduleGetFunction(CuFunction* function, CuModule module
       module != reinterpret_cast<CuModule>(&g_module_token)) {
     return kCudaErrorInvalidValue;
   }
-  *function = reinterpret_cast<CuFunction>(&g_function_token);
+  // A registered stand-in is named by its map node (stable); any other
+  // name by the placeholder, which launchKernel refuses.
+  auto it = kernels_.find(std::string_view(name));
+  *function = it != kernels_.end() ? reinterpret_cast<CuFunction>(&*it)
+                                   : reinterpret_cast<CuFunction>(&g_function_token);
   return kCudaSuccess;
 }
 
@@ -1024,10 +1065,32 @@ CuResult FakeCudaDriver::moduleUnload(CuModule module) {
                                                                : kCudaErrorInvalidValue;
 }
 
-CuResult FakeCudaDriver::launchKernel(CuFunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                      unsigned, unsigned, CuStream, void**, void**) {
-  MC_FAKE_ENTER("launchKernel");
-  return initialized_ ? kCudaErrorNotSupported : kCudaErrorNotInitialized;
+CuResult FakeCudaDriver::launchKernel(CuFunction f, unsigned grid_x, unsigned, unsigned,
+                                      unsigned block_x, unsigned, unsigned, unsigned,
+                                      CuStream stream, void** params, void**) {
+  waitForSubmissions();
+  FakeKernelBody run;
+  {
+    MC_FAKE_ENTER("launchKernel");
+    if (!initialized_) return kCudaErrorNotInitialized;
+    const FakeKernel* bind = nullptr;
+    for (const auto& entry : kernels_) {
+      if (reinterpret_cast<CuFunction>(
+              const_cast<std::pair<const std::string, FakeKernel>*>(&entry)) == f) {
+        bind = &entry.second;
+      }
+    }
+    if (bind == nullptr) return kCudaErrorNotSupported;
+    if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+    if (grid_x == 0 || block_x == 0) return kCudaErrorInvalidValue;
+    run = (*bind)(grid_x, block_x, params);
+    if (hold_streams_) {
+      held_.push_back(HeldWork{0, {}, std::move(run)});
+      return kCudaSuccess;
+    }
+  }
+  run();  // outside mu_: the stand-in may call this driver
+  return kCudaSuccess;
 }
 
 #undef MC_FAKE_ENTER

@@ -43,7 +43,8 @@
 // thread, as with the driver, and shared by every fake in the process.
 // Legacy IPC, modules and kernel launches answer CUDA_ERROR_NOT_SUPPORTED:
 // nothing on the host can run device code (setModulesLoadable lets modules
-// load, for code that loads its kernels at setup; launches still fail).
+// load, for code that loads its kernels at setup; launches fail unless a
+// test registered a host stand-in for the kernel: registerKernel).
 // Fabric handles (kCuMemHandleTypeFabric) export only once
 // setImexChannel(true) says the node has an IMEX channel; without one
 // export and import answer CUDA_ERROR_NOT_SUPPORTED, as on a node without
@@ -60,7 +61,9 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -141,8 +144,25 @@ class FakeCudaDriver : public CudaDriver {
   // test can map it and see the memory the "GPU" writes.
   void setDmabufExport(bool supported);
   // Whether moduleLoadData / moduleGetFunction / moduleUnload succeed (with
-  // placeholder objects); false at first. launchKernel fails either way.
+  // placeholder objects); false at first. launchKernel fails for any
+  // function but a registered stand-in (registerKernel).
   void setModulesLoadable(bool loadable);
+  // A host stand-in for the kernel `name`: moduleGetFunction(name) finds it
+  // (modules loadable) and launchKernel runs it on the stream as the async
+  // copies run (at once, or when a hold ends: holdStreams). `bind` reads
+  // the launch's grid size, block size and arguments (cuLaunchKernel's
+  // kernelParams) during the call and returns what the kernel does when
+  // it runs; the arguments are gone by then.
+  using FakeKernelBody = std::function<void()>;
+  using FakeKernel = std::function<FakeKernelBody(unsigned grid_x, unsigned block_x, void** args)>;
+  void registerKernel(std::string name, FakeKernel bind);
+  // While paused, async submissions (memcpy*Async, launchKernel) wait in
+  // their call until resumed, as a real driver holds every other thread's
+  // submission while one thread sits in a synchronous copy from pageable
+  // memory that waits for a kernel.
+  void pauseSubmissions(bool pause);
+  // Submissions waiting in their call now (pauseSubmissions).
+  int pausedSubmissions() const;
 
   // --- Inspection ------------------------------------------------------------
 
@@ -272,7 +292,21 @@ class FakeCudaDriver : public CudaDriver {
 
   mutable std::mutex mu_;
   bool hold_streams_ = false;  // guarded by mu_ (holdStreams)
-  std::vector<std::pair<CuDevicePtr, std::vector<uint8_t>>> held_copies_;  // guarded by mu_
+  // Work held back (holdStreams), in submission order: a copy (dst, bytes)
+  // or a kernel (run).
+  struct HeldWork {
+    CuDevicePtr dst = 0;
+    std::vector<uint8_t> bytes;
+    FakeKernelBody run;
+  };
+  std::vector<HeldWork> held_;                              // guarded by mu_
+  std::map<std::string, FakeKernel, std::less<>> kernels_;  // guarded by mu_; stable nodes
+  // pauseSubmissions: its own mutex, so paused callers hold nothing of mu_.
+  void waitForSubmissions();
+  mutable std::mutex pause_mu_;
+  std::condition_variable pause_cv_;
+  bool submissions_paused_ = false;  // guarded by pause_mu_
+  int paused_submissions_ = 0;       // guarded by pause_mu_
   std::vector<FakeGpu> gpus_;
   std::map<std::array<int, 3>, int> p2p_;  // (src, dst, attrib) -> value
   int driver_version_ = 13000;

@@ -27,6 +27,7 @@
 
 #include "fake_cuda_driver.h"
 #include "fake_gpu.h"
+#include "fake_landing_kernel.h"
 #include "gpu_engine_fixture.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/device/mlx5/prm.h"
@@ -392,8 +393,7 @@ TEST(CopyAgentStallTest, ABlockedCudaCallPausesTheLinkInMillisecondsAndItsLateCo
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status s = link->ToDevice(dst, old_bytes, 8);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("inside the agent's cuMemcpy*Async call"), absl::string_view::npos)
-      << s;
+  EXPECT_NE(s.message().find("inside the agent's submit call"), absl::string_view::npos) << s;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1))
       << "the stall (20 ms), not the timeout (5 s)";
   EXPECT_FALSE(link->usable()) << "paused";
@@ -460,6 +460,156 @@ TEST(CopyAgentHeldTest, ACopyHeldBackLandsLastWithTheNewestBytes) {
   EXPECT_TRUE((*link)->usable()) << "the held copy completed: the agent serves again";
   EXPECT_FALSE((*link)->LateCopyOverlaps(gpu.va(), 8));
 }
+
+// ---- the gate: copies into GPU memory that can be called off after submission -----
+
+#if MC_CLIENT_HAVE_LANDING_KERNEL
+// An agent whose copies into GPU memory go through the landing kernel (its
+// host stand-in on the fake driver: fake_landing_kernel.h).
+std::unique_ptr<CopyAgent> GatedAgent(const std::shared_ptr<FakeCudaDriver>& cu) {
+  test_util::RegisterFakeLandingKernel(*cu);
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+  EXPECT_TRUE(agent.ok()) << agent.status();
+  if (!agent.ok()) return nullptr;
+  EXPECT_TRUE((*agent)->gated()) << "the warm-up landing failed";
+  return *std::move(agent);
+}
+
+// A gated agent of this process and the daemon's link to it.
+class CopyAgentGateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cu_ = ClientDriver();
+    agent_ = GatedAgent(cu_);
+    ASSERT_NE(agent_, nullptr);
+    auto link = LinkTo(agent_->fd(), kStaging, ::getpid());
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_ = *link;
+  }
+  std::shared_ptr<FakeCudaDriver> cu_;
+  std::unique_ptr<CopyAgent> agent_;
+  std::shared_ptr<CopyAgentLink> link_;
+};
+
+// Waits until the link serves again (the agent answered the request it
+// was blocked in).
+bool ServesAgain(CopyAgentLink& link) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!link.usable()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_F(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
+  std::vector<uint8_t> src(3 * kStaging + 17);
+  ClientAllocation gpu(*cu_, (src.size() + 8 + kGran - 1) / kGran * kGran);
+  for (uint64_t i = 0; i < src.size(); ++i) src[i] = PatternByte(i);
+  // Pieces of the staging size (several blocks each), a tail, odd offsets.
+  for (const auto& [off, n] : std::vector<std::pair<uint64_t, uint64_t>>{
+           {0, 8}, {3, 1}, {16, 4096}, {5, 70'000}, {0, src.size()}}) {
+    std::memset(gpu.data(), 0, src.size() + 8);
+    ASSERT_TRUE(link_->ToDevice(gpu.va() + off, src.data(), n).ok()) << n;
+    EXPECT_EQ(std::memcmp(gpu.data() + off, src.data(), n), 0) << n << " bytes at " << off;
+    EXPECT_EQ(gpu.data()[off + n], 0) << "a byte past the copy was written";
+  }
+  // One landing per staging piece (1 + 1 + 1 + 2 + 4), and the warm-up's.
+  EXPECT_EQ(cu_->calls("launchKernel"), 10);
+}
+
+// The defect seen on the H200 (2026-12-05): the agent's submit call blocks
+// (another thread of its process sits in a synchronous copy from pageable
+// memory while a kernel waits for this copy), the daemon writes the bytes
+// itself, the application writes that memory again, and only then does the
+// call return. The landing it submits then must write nothing.
+TEST_F(CopyAgentGateTest, ACopyBlockedInItsSubmitCallLandsNothingAfterTheApplicationWritesAgain) {
+  ClientAllocation gpu(*cu_, kGran);
+  const std::vector<uint8_t> old_bytes(8, 1), app(8, 7), next(8, 9);
+  cu_->pauseSubmissions(true);
+  const absl::Status s = link_->ToDevice(gpu.va(), old_bytes.data(), 8);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("inside the agent's submit call"), absl::string_view::npos) << s;
+  EXPECT_EQ(cu_->pausedSubmissions(), 1);
+  EXPECT_FALSE(link_->LateCopyOverlaps(gpu.va(), 8)) << "called off: nothing to mirror into";
+  // The daemon writes the bytes itself; the kernel that waited ends; the
+  // application writes its next bytes there.
+  std::memcpy(gpu.data(), old_bytes.data(), 8);
+  std::memcpy(gpu.data(), app.data(), 8);
+  // The blocked call returns: the landing runs, and lands nothing.
+  cu_->pauseSubmissions(false);
+  ASSERT_TRUE(ServesAgain(*link_));
+  EXPECT_EQ(std::memcmp(gpu.data(), app.data(), 8), 0) << "the called-off copy landed late";
+  // The agent serves again.
+  ASSERT_TRUE(link_->ToDevice(gpu.va(), next.data(), 8).ok());
+  EXPECT_EQ(std::memcmp(gpu.data(), next.data(), 8), 0);
+}
+
+// The other kind of late copy: a landing queued behind work the context
+// holds back runs once the kernels end, after the daemon called it off.
+TEST_F(CopyAgentGateTest, ALandingHeldBackWritesNothingOnceCalledOff) {
+  ClientAllocation gpu(*cu_, kGran);
+  const std::vector<uint8_t> old_bytes(200'000, 1), app(200'000, 7);
+  cu_->holdStreams(true);
+  const absl::Status s = link_->ToDevice(gpu.va(), old_bytes.data(), kStaging);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("queued on the agent's stream"), absl::string_view::npos) << s;
+  EXPECT_FALSE(link_->LateCopyOverlaps(gpu.va(), 8));
+  std::memcpy(gpu.data(), app.data(), kStaging);
+  cu_->holdStreams(false);
+  ASSERT_TRUE(ServesAgain(*link_));
+  EXPECT_EQ(std::memcmp(gpu.data(), app.data(), kStaging), 0) << "the called-off landing wrote";
+  EXPECT_TRUE(cu_->lastHeldCopy().empty()) << "no copy was queued again";
+}
+
+// A block that passed the gate before the daemon called the request off is
+// writing: the daemon waits for it (bounded), so its own write comes last.
+// One that never says it landed leaves the copy one that may still land.
+TEST(CopyAgentGateLinkTest, TheDaemonWaitsForABlockThatPassedTheGateAndNoLonger) {
+  for (const bool lands : {true, false}) {
+    auto mapping = ChannelWithoutAgent();
+    ASSERT_NE(mapping, nullptr);
+    auto* c = reinterpret_cast<copy_agent::Channel*>(mapping->data());
+    c->gate.gated = 1;
+    auto link = CopyAgentLink::Create(
+        mapping, kStaging, 1,
+        CopyAgentLinkOptions{.stall = absl::Milliseconds(20), .landing = absl::Milliseconds(300)});
+    ASSERT_TRUE(link.ok()) << link.status();
+    // The test plays the agent and its kernel: takes the request, and the
+    // landing's only block passes the gate while the submission still
+    // looks busy.
+    std::atomic<bool> stop{false};
+    std::thread gpu([&] {
+      while (std::atomic_ref<uint32_t>(c->request_seq).load() == 0) std::this_thread::yield();
+      const uint32_t seq = 1;
+      copy_agent::Settle(*c, seq, seq);
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      std::atomic_ref<uint32_t>(c->phase).store(static_cast<uint32_t>(copy_agent::Phase::kWaiting));
+      std::atomic_ref<uint32_t>(c->gate.intent[0]).store(seq);
+      std::atomic_ref<uint64_t>(c->busy_since_ns)
+          .store(uint64_t(now.tv_sec) * 1'000'000'000ull + uint64_t(now.tv_nsec));
+      // Past the stall: the daemon is calling it off and waits.
+      while (std::atomic_ref<uint32_t>(c->gate.cancel_seq).load() != seq) {
+        std::this_thread::yield();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (lands) std::atomic_ref<uint32_t>(c->gate.landed[0]).store(seq);
+      while (!stop.load()) std::this_thread::yield();
+    });
+    const uint8_t bytes[8] = {3, 3, 3, 3, 3, 3, 3, 3};
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ((*link)->ToDevice(0x9000, bytes, 8).code(), absl::StatusCode::kDeadlineExceeded);
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, std::chrono::milliseconds(70)) << "did not wait for the writing block";
+    EXPECT_EQ((*link)->LateCopyOverlaps(0x9000, 8), !lands)
+        << (lands ? "a copy whose block landed can land no more"
+                  : "a block still writing after the bound may yet land");
+    stop.store(true);
+    gpu.join();
+  }
+}
+#endif  // MC_CLIENT_HAVE_LANDING_KERNEL
 
 // ---- the engine through agents ---------------------------------------------------
 
@@ -636,6 +786,49 @@ TEST_F(AgentEngineTest, ABlockedAgentsLateCopyCannotUndoALaterWrite) {
   std::memcpy(&seen, dst.data() + 64, 8);
   EXPECT_EQ(seen, second) << "the late copy carried the newest bytes";
 }
+
+#if MC_CLIENT_HAVE_LANDING_KERNEL
+// The H200's failing case end to end: a WRITE into the GPU memory of a
+// process whose agent's submit call blocks completes (the daemon writes it
+// after the stall), the application writes there again, the call returns,
+// and the application's bytes stay. Then the agent serves again.
+TEST_F(AgentEngineTest, AWriteWhoseAgentBlockedCannotUndoTheApplicationsNextWrite) {
+  test_util::RegisterFakeLandingKernel(*client_cu_);
+  ClientAllocation dst(*client_cu_, kGran);
+  auto agent = Attach(kPdB, 1000);
+  ASSERT_NE(agent, nullptr);
+  ASSERT_TRUE(agent->gated());
+  const uint32_t dst_key = GpuRegion(kPdB, dst, kRemoteWrite);
+  auto qp = NewQp();
+  ASSERT_NE(qp, nullptr);
+  const uint64_t first = 0x1111111111111111ull, app = 0x7777777777777777ull,
+                 third = 0x3333333333333333ull;
+  client_cu_->pauseSubmissions(true);
+  Wqe64 w;
+  mlx5::build_rdma_write_inline(&w, 0, qp->qpn(), kUpd, dst.va() + 64, dst_key, &first, 8);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  uint64_t seen = 0;
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, first) << "the daemon's own copy, after the stall";
+  const int daemon_copies = DaemonCopies();
+  EXPECT_GE(daemon_copies, 1);
+  std::memcpy(dst.data() + 64, &app, 8);  // the application's next write
+  const uint64_t answered = agent->copies();
+  client_cu_->pauseSubmissions(false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (agent->copies() == answered && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_GT(agent->copies(), answered) << "the blocked request was never answered";
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, app) << "the blocked copy landed over the application's write";
+  mlx5::build_rdma_write_inline(&w, 1, qp->qpn(), kUpd, dst.va() + 64, dst_key, &third, 8);
+  EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
+  std::memcpy(&seen, dst.data() + 64, 8);
+  EXPECT_EQ(seen, third);
+  EXPECT_EQ(DaemonCopies(), daemon_copies) << "the agent serves again";
+}
+#endif  // MC_CLIENT_HAVE_LANDING_KERNEL
 
 TEST_F(AgentEngineTest, OneAgentPerPdAndItGoesWithThePd) {
   auto agent = Attach(kPdB, 1000);

@@ -14,19 +14,21 @@
 // resident pages), and sends it with Rdma.AttachCopyAgent. Layout: the
 // header (this struct) in the first page, the staging area after it.
 //
-// One request at a time (softnic executes one WQE at a time):
+// One request at a time (one WQE of the process's at a time):
 //   daemon  writes `request`, then request_seq = seq (release); if
 //           agent_sleeping, FUTEX_WAKE on request_seq.
 //   agent   sees request_seq change (acquire), takes it (claim), runs the
 //           copy on its stream, waits for it, writes `result`, then
 //           done_seq = seq (release).
 //   daemon  waits for done_seq == seq (acquire), bounded; past the bound it
-//           cancels the request, unless the agent took it first (claim).
+//           cancels the request, unless the agent took it first (claim);
+//           a taken copy into GPU memory it calls off at the gate
+//           (copy_agent_gate.h), so that it lands nothing later.
 // A sleeping agent sets agent_sleeping, re-checks request_seq, then
 // FUTEX_WAITs on it (a shared futex: both processes map the page).
 //
 // Trust: the daemon reads only done_seq, result, state, busy_since_ns,
-// phase and claim from this memory, never a pointer, a length or an
+// phase, claim and the gate's words from this memory, never a pointer, a length or an
 // offset: requests are its own, bounded by the staging size it was told in
 // the RPC and checked against its own mapping. Its one compare-and-swap
 // (claim) is bounded too. An agent can only hurt its own process: it
@@ -39,11 +41,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/copy_agent_gate.h"
 
 namespace mooncake::copy_agent {
 
 inline constexpr uint32_t kMagic = 0x4143434d;  // "MCCA", little-endian
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;         // 3: the gate
 inline constexpr uint64_t kHeaderBytes = 4096;  // the staging area starts here
 inline constexpr uint64_t kMinStagingBytes = uint64_t{64} << 10;
 inline constexpr uint64_t kMaxStagingBytes = uint64_t{16} << 20;
@@ -75,7 +78,7 @@ enum class Op : uint32_t {
 // call a copy that takes too long sits in, for the daemon's message.
 enum class Phase : uint32_t {
   kIdle = 0,
-  kSubmitting = 1,  // inside cuMemcpy*Async
+  kSubmitting = 1,  // inside cuLaunchKernel (a landing) or cuMemcpy*Async
   kWaiting = 2,     // the copy is queued; polling the stream until it ran
 };
 
@@ -131,6 +134,11 @@ struct Channel {
   // skips it. So a request the agent never took cannot land later: only a
   // taken one can (the daemon's "late copy").
   alignas(64) uint64_t claim;
+  // How a taken copy into GPU memory is called off after its submission
+  // (copy_agent_gate.h). When gate.gated is 0, a taken copy that the daemon
+  // gave up on may still land: mirror_seq keeps it carrying the newest
+  // bytes the daemon wrote.
+  Gate gate;
 };
 inline constexpr uint64_t kCancelled = uint64_t{1} << 32;
 static_assert(sizeof(Channel) <= kHeaderBytes);

@@ -1,0 +1,82 @@
+// The copy agent's gate (issue 24 item 11): how a copy into GPU memory that
+// the agent submitted can still be called off after its submission.
+//
+// Why: the agent's CUDA call can block (another thread of its process sits
+// in a synchronous cudaMemcpy from pageable memory while a kernel waits for
+// this very copy). softnic then gives up on the copy and writes the bytes
+// itself, the kernel ends, the application moves on and writes that memory
+// again, and only then does the blocked call return. A copy-engine copy
+// submitted then would land the old bytes over the application's newer
+// ones (seen on the H200, 2026-12-05). So the agent does not submit a copy
+// but a landing kernel, and the decision to write is taken on the GPU when
+// the kernel runs, against the daemon's cancel word, with a Dekker
+// handshake (both sides store, fence, then load the other's word), since
+// a GPU atomic on host memory is not atomic against the CPU over PCIe:
+//
+//   block b (GPU)                      daemon giving up on request `seq`
+//   intent[b] = seq                    cancel_seq = seq
+//   fence.sc.sys                       full fence
+//   if cancel_seq != seq: copy         for each block b of the request:
+//   fence.sc.sys                         if intent[b] == seq:
+//   landed[b] = seq                        wait until landed[b] == seq
+//
+// With both fences at least one side sees the other's store: a block that
+// copies is waited for, and a block the daemon does not wait for sees the
+// cancel and writes nothing. After that the daemon's own write is the last
+// one, and the held kernel, whenever it runs, lands nothing.
+//
+// Plain C++ that nvcc compiles too (the kernel includes it): no absl, no
+// CUDA header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MC_COPY_AGENT_HD __host__ __device__
+#else
+#define MC_COPY_AGENT_HD
+#endif
+
+namespace mooncake::copy_agent {
+
+// A landing kernel runs LandingBlocks(bytes) blocks of kLandingThreads
+// threads; block i copies LandingSlice(bytes, blocks, i).
+inline constexpr uint32_t kMaxLandingBlocks = 64;
+inline constexpr uint32_t kLandingThreads = 256;
+inline constexpr uint64_t kLandingBytesPerBlock = uint64_t{16} << 10;
+// The kernel's name in the agent's embedded module.
+inline constexpr const char* kLandingKernel = "mc_copy_agent_land";
+
+struct Gate {
+  // Written by the daemon: the request it gave up on.
+  alignas(64) uint32_t cancel_seq;
+  // Written by the agent at creation: 1 when its copies into GPU memory go
+  // through landing kernels (the daemon may then call them off); 0 when
+  // they are plain copies (no kernel image, or the warm-up landing failed).
+  uint32_t gated;
+  // Written by the landing kernel's blocks.
+  alignas(64) uint32_t intent[kMaxLandingBlocks];
+  alignas(64) uint32_t landed[kMaxLandingBlocks];
+};
+
+MC_COPY_AGENT_HD constexpr uint32_t LandingBlocks(uint64_t bytes) {
+  const uint64_t blocks = (bytes + kLandingBytesPerBlock - 1) / kLandingBytesPerBlock;
+  return blocks == 0                  ? 1
+         : blocks > kMaxLandingBlocks ? kMaxLandingBlocks
+                                      : static_cast<uint32_t>(blocks);
+}
+
+// Block `i` of `blocks` lands [*begin, *end) of a `bytes`-byte copy: whole
+// 16-byte units, spread evenly; the last slices may be empty.
+MC_COPY_AGENT_HD constexpr void LandingSlice(uint64_t bytes, uint32_t blocks, uint32_t i,
+                                             uint64_t* begin, uint64_t* end) {
+  const uint64_t units = (bytes + 15) / 16;
+  const uint64_t per = (units + blocks - 1) / blocks;
+  const uint64_t b = static_cast<uint64_t>(i) * per * 16;
+  const uint64_t e = b + per * 16;
+  *begin = b < bytes ? b : bytes;
+  *end = e < bytes ? e : bytes;
+}
+
+}  // namespace mooncake::copy_agent

@@ -44,7 +44,8 @@ constexpr std::chrono::milliseconds kSlowCopy{5};
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
-    std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes) {
+    std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes,
+    CopyAgentOptions options) {
   MC_RETURN_IF_ERROR(
       copy_agent::CheckStagingBytes(staging_bytes, static_cast<uint64_t>(::sysconf(_SC_PAGESIZE))));
   const uint64_t bytes = copy_agent::kHeaderBytes + staging_bytes;
@@ -55,7 +56,7 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
   c->version = copy_agent::kVersion;
   c->staging_bytes = staging_bytes;
   std::unique_ptr<CopyAgent> agent(
-      new CopyAgent(std::move(driver), ctx, std::move(m.fd), m.data, staging_bytes));
+      new CopyAgent(std::move(driver), ctx, std::move(m.fd), m.data, staging_bytes, options));
   drivers::CudaDriver& cu = *agent->driver_;
   MC_RETURN_IF_ERROR(drivers::CuStatus(cu, cu.ctxSetCurrent(ctx), "cuCtxSetCurrent (copy agent)"));
   // CU_STREAM_NON_BLOCKING: no implicit wait on the legacy default stream,
@@ -85,12 +86,13 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
 }
 
 CopyAgent::CopyAgent(std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx,
-                     UniqueFd fd, uint8_t* base, uint64_t staging_bytes)
+                     UniqueFd fd, uint8_t* base, uint64_t staging_bytes, CopyAgentOptions options)
     : driver_(std::move(driver)),
       ctx_(ctx),
       fd_(std::move(fd)),
       base_(base),
-      staging_bytes_(staging_bytes) {}
+      staging_bytes_(staging_bytes),
+      options_(options) {}
 
 CopyAgent::~CopyAgent() {
   // Closed first: a daemon waiting on an answer stops waiting, and none
@@ -99,16 +101,22 @@ CopyAgent::~CopyAgent() {
   stop_.store(true, std::memory_order_relaxed);
   ::syscall(SYS_futex, &channel()->request_seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
   if (thread_.joinable()) thread_.join();
+  if (resident_running_) {
+    driver_->ctxSetCurrent(ctx_);
+    StopResident(/*wait=*/true);
+  }
   if (const uint64_t n = copies_.load(std::memory_order_relaxed); n > 0) {
     MC_LOG(kInfo, "copy agent: ", n, " copies for softnic, ", busy_ns_ / n / 1000.0,
            " us each on average from the request to the bytes in place; ", slow_copies_, " over ",
            absl::FormatDuration(absl::FromChrono(kSlowCopy)), "; ", refreshes_,
            " queued again with newer bytes; ", cancelled_, " skipped, given up on before taken; ",
-           called_off_, " called off after submission");
+           called_off_, " called off after submission; ",
+           by_resident_.load(std::memory_order_relaxed), " served by the resident kernel");
   }
   drivers::CudaDriver& cu = *driver_;
   if (stream_ != nullptr || pinned_ || module_ != nullptr) cu.ctxSetCurrent(ctx_);
   if (stream_ != nullptr) cu.streamDestroy(stream_);
+  if (resident_stream_ != nullptr) cu.streamDestroy(resident_stream_);
   if (module_ != nullptr) cu.moduleUnload(module_);
   if (pinned_) cu.memHostUnregister(base_);
   ::munmap(base_, copy_agent::kHeaderBytes + staging_bytes_);
@@ -178,6 +186,32 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
     return fail("the warm-up landing moved other bytes", drivers::kCudaErrorInvalidValue);
   }
   Ref(channel()->gate.gated).store(1, std::memory_order_release);
+  // The resident kernel: loaded and launched once now, told beforehand to
+  // return at its first look.
+  if (options_.resident_max_bytes == 0) return;
+  const auto no_resident = [&](const char* step, drivers::CuResult r) {
+    MC_LOG(kInfo, "copy agent: without the resident kernel (", step, ": ", cu.describe(r),
+           "); each copy is a CUDA call");
+    serve_ = nullptr;
+  };
+  if (drivers::CuResult r = cu.moduleGetFunction(&serve_, module_, copy_agent::kServeKernel);
+      r != drivers::kCudaSuccess) {
+    return no_resident("cuModuleGetFunction", r);
+  }
+  if (drivers::CuResult r = cu.streamCreate(&resident_stream_, 0x1); r != drivers::kCudaSuccess) {
+    resident_stream_ = nullptr;
+    return no_resident("cuStreamCreate", r);
+  }
+  Ref(channel()->resident.stop).store(1, std::memory_order_release);
+  if (drivers::CuResult r = LaunchResident(Ref(channel()->resident.go).load());
+      r != drivers::kCudaSuccess) {
+    return no_resident("cuLaunchKernel", r);
+  }
+  while ((r = cu.streamQuery(resident_stream_)) == drivers::kCudaErrorNotReady) {
+    std::this_thread::yield();
+  }
+  if (r != drivers::kCudaSuccess) return no_resident("the resident kernel's warm-up", r);
+  resident_usable_.store(true, std::memory_order_relaxed);
 #else
   (void)scratch;
 #endif
@@ -198,12 +232,118 @@ drivers::CuResult CopyAgent::SubmitToDevice(const Request& r, uint32_t seq) {
                          copy_agent::kLandingThreads, 1, 1, 0, stream_, args, nullptr);
 }
 
-int32_t CopyAgent::Execute(const Request& r, uint32_t seq) {
+drivers::CuResult CopyAgent::LaunchResident(uint32_t served) {
+  copy_agent::ServeArgs a{};
+  const auto at = [&](auto* field) {
+    return reinterpret_cast<decltype(field)>(channel_dev_ +
+                                             (reinterpret_cast<uint8_t*>(field) - base_));
+  };
+  Channel* c = channel();
+  a.request = at(&c->request);
+  a.done_seq = at(&c->done_seq);
+  a.result = at(&c->result);
+  a.busy_since_ns = at(&c->busy_since_ns);
+  a.gate = at(&c->gate);
+  a.resident = at(&c->resident);
+  a.staging = reinterpret_cast<uint8_t*>(channel_dev_ + copy_agent::kHeaderBytes);
+  a.staging_bytes = staging_bytes_;
+  a.served = served;
+  void* args[] = {&a};
+  return driver_->launchKernel(serve_, 1, 1, 1, copy_agent::kServeThreads, 1, 1, 0,
+                               resident_stream_, args, nullptr);
+}
+
+void CopyAgent::DropResident(const char* why, drivers::CuResult r) {
+  MC_LOG(kWarning, "copy agent: the resident kernel is used no more (", why, ": ",
+         driver_->describe(r), "); each copy is a CUDA call from now on");
+  serve_ = nullptr;
+  resident_usable_.store(false, std::memory_order_relaxed);
+}
+
+void CopyAgent::StopResident(bool wait) {
+  if (!resident_running_) return;
+  Ref(channel()->resident.stop).store(1, std::memory_order_release);
+  if (!wait) return;  // seen to have returned at the next request
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (driver_->streamQuery(resident_stream_) == drivers::kCudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  resident_running_ = false;
+}
+
+int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered) {
   drivers::CudaDriver& cu = *driver_;
+  Channel* c = channel();
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint32_t before = resident_served_;
+  // Told to stop when this thread last went idle: it serves on if it has
+  // not looked yet, or has returned (then launched again below).
+  Ref(c->resident.stop).store(0, std::memory_order_relaxed);
+  bool relaunched = false;
+  drivers::CuResult res = drivers::kCudaSuccess;
+  if (!resident_running_) {
+    Ref(c->phase).store(static_cast<uint32_t>(Phase::kSubmitting), std::memory_order_relaxed);
+    if ((res = LaunchResident(before)) != drivers::kCudaSuccess) {
+      DropResident("cuLaunchKernel", res);
+      return res;
+    }
+    resident_running_ = true;
+    relaunched = true;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  Ref(c->phase).store(static_cast<uint32_t>(Phase::kResident), std::memory_order_relaxed);
+  Ref(c->resident.go).store(seq, std::memory_order_release);
+  resident_served_ = seq;
+  for (uint32_t spins = 1; Ref(c->done_seq).load(std::memory_order_acquire) != seq; ++spins) {
+    if (stop_.load(std::memory_order_relaxed)) return drivers::kCudaErrorInvalidValue;
+    if ((spins & 255) != 0) {
+      __builtin_ia32_pause();
+      continue;
+    }
+    // Now and then: is it still there? One told to stop may have returned
+    // before it saw this request: launched again, once.
+    res = cu.streamQuery(resident_stream_);
+    if (res == drivers::kCudaErrorNotReady) continue;
+    if (Ref(c->done_seq).load(std::memory_order_acquire) == seq) break;
+    resident_running_ = false;
+    if (res == drivers::kCudaSuccess && !relaunched) {
+      Ref(c->phase).store(static_cast<uint32_t>(Phase::kSubmitting), std::memory_order_relaxed);
+      if ((res = LaunchResident(before)) == drivers::kCudaSuccess) {
+        resident_running_ = true;
+        relaunched = true;
+        Ref(c->phase).store(static_cast<uint32_t>(Phase::kResident), std::memory_order_relaxed);
+        continue;
+      }
+    }
+    DropResident("it returned without answering",
+                 res == drivers::kCudaSuccess ? drivers::kCudaErrorInvalidValue : res);
+    return res == drivers::kCudaSuccess ? drivers::kCudaErrorInvalidValue : res;
+  }
+  *answered = true;
+  by_resident_.fetch_add(1, std::memory_order_relaxed);
+  if (static_cast<Op>(r.op) == Op::kToDevice &&
+      Ref(c->gate.cancel_seq).load(std::memory_order_acquire) == seq) {
+    ++called_off_;
+  }
+  Ref(c->phase).store(static_cast<uint32_t>(Phase::kIdle), std::memory_order_relaxed);
+  NoteTiming(r, t1 - t0, std::chrono::steady_clock::now() - t1);
+  return 0;
+}
+
+int32_t CopyAgent::Execute(const Request& r, uint32_t seq, bool* answered) {
+  drivers::CudaDriver& cu = *driver_;
+  *answered = false;
   // The request is the daemon's; another process of this uid could write
   // the page too, so it is still checked before it names the staging area.
   if (r.staging_offset > staging_bytes_ || r.bytes > staging_bytes_ - r.staging_offset) {
     return drivers::kCudaErrorInvalidValue;
+  }
+  if (serve_ != nullptr && r.bytes <= options_.resident_max_bytes &&
+      (static_cast<Op>(r.op) == Op::kToDevice || static_cast<Op>(r.op) == Op::kFromDevice)) {
+    const int32_t res = ServeResident(r, seq, answered);
+    if (*answered || serve_ != nullptr) return res;
+    // It failed before taking this one: run it here.
   }
   Channel* c = channel();
   uint8_t* const s = staging() + r.staging_offset;
@@ -305,10 +445,13 @@ void CopyAgent::Run() {
       Ref(c->busy_since_ns)
           .store(uint64_t(mono.tv_sec) * 1'000'000'000ull + uint64_t(mono.tv_nsec),
                  std::memory_order_relaxed);
-      const int32_t result = Execute(r, seq);
-      Ref(c->busy_since_ns).store(0, std::memory_order_relaxed);
-      Ref(c->result).store(result, std::memory_order_relaxed);
-      Ref(c->done_seq).store(seq, std::memory_order_release);
+      bool answered = false;
+      const int32_t result = Execute(r, seq, &answered);
+      if (!answered) {
+        Ref(c->busy_since_ns).store(0, std::memory_order_relaxed);
+        Ref(c->result).store(result, std::memory_order_relaxed);
+        Ref(c->done_seq).store(seq, std::memory_order_release);
+      }
       copies_.fetch_add(1, std::memory_order_relaxed);
       last = std::chrono::steady_clock::now();
       continue;
@@ -317,8 +460,11 @@ void CopyAgent::Run() {
       __builtin_ia32_pause();
       continue;
     }
-    // Sleep: say so, then look once more (the daemon stores request_seq
-    // and then reads agent_sleeping; copy_agent_channel.h).
+    // Sleep: the resident kernel returns (a cudaDeviceSynchronize of the
+    // process waits for it otherwise); say so, then look once more (the
+    // daemon stores request_seq and then reads agent_sleeping;
+    // copy_agent_channel.h).
+    StopResident(/*wait=*/false);
     Ref(c->agent_sleeping).store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (Ref(c->request_seq).load(std::memory_order_relaxed) == seen &&

@@ -27,6 +27,14 @@
 // copies, queued again with the newest bytes when the daemon writes over
 // one it gave up on (Channel::mirror_seq).
 //
+// Requests of at most CopyAgentOptions::resident_max_bytes go, both ways,
+// to the agent's resident kernel (gated builds): one block of 256 threads,
+// launched on a stream of its own when such a request comes, serving each
+// one the thread hands it by number, with no CUDA call per request; told
+// to return when the thread goes to sleep (kSpin after the last request).
+// While it runs, a cudaDeviceSynchronize of the process waits for it too:
+// up to kSpin after the last request.
+//
 // Destruction marks the channel closed (the daemon then copies itself),
 // stops the thread and frees everything. Not copyable; thread-safe.
 #pragma once
@@ -44,6 +52,11 @@
 
 namespace mooncake {
 
+struct CopyAgentOptions {
+  // Requests up to this size go to the resident kernel; 0: none do.
+  uint64_t resident_max_bytes = uint64_t{64} << 10;
+};
+
 class CopyAgent {
  public:
   // Makes the channel (a sealed, populated memfd of kHeaderBytes +
@@ -51,7 +64,8 @@ class CopyAgent {
   // the agent. InvalidArgument for a staging size the daemon would refuse;
   // the errno or CUDA error of a setup step, named.
   static absl::StatusOr<std::unique_ptr<CopyAgent>> Create(
-      std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes);
+      std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, uint64_t staging_bytes,
+      CopyAgentOptions options = {});
   ~CopyAgent();
   CopyAgent(const CopyAgent&) = delete;
   CopyAgent& operator=(const CopyAgent&) = delete;
@@ -62,18 +76,33 @@ class CopyAgent {
   uint64_t copies() const { return copies_.load(std::memory_order_relaxed); }
   // Whether copies into GPU memory go through the landing kernel.
   bool gated() const { return land_ != nullptr; }
+  // Whether small requests go to the resident kernel (false too once it
+  // failed), and how many it served.
+  bool resident() const { return resident_usable_.load(std::memory_order_relaxed); }
+  uint64_t served_by_resident() const { return by_resident_.load(std::memory_order_relaxed); }
 
  private:
   CopyAgent(std::shared_ptr<drivers::CudaDriver> driver, drivers::CuContext ctx, UniqueFd fd,
-            uint8_t* base, uint64_t staging_bytes);
+            uint8_t* base, uint64_t staging_bytes, CopyAgentOptions options);
   void Run();
   // One copy of each kind on the stream, waited for (see the .cc).
   absl::Status WarmUp();
   // Loads the landing kernel and lands 64 bytes with it; on any failure
   // (logged) the agent copies without it. Needs the channel mapped.
   void LoadLandingKernel(drivers::CuDevicePtr scratch);
-  // Runs request `seq`; returns its CUDA result (0: done).
-  int32_t Execute(const copy_agent::Request& r, uint32_t seq);
+  // Runs request `seq`; returns its CUDA result (0: done). *answered: the
+  // resident kernel answered it in the channel already.
+  int32_t Execute(const copy_agent::Request& r, uint32_t seq, bool* answered);
+  // Hands request `seq` to the resident kernel (launched first when not
+  // running) and waits for its answer. *answered false: it could not, and
+  // the resident kernel is used no more (logged); the caller runs the
+  // request itself.
+  int32_t ServeResident(const copy_agent::Request& r, uint32_t seq, bool* answered);
+  drivers::CuResult LaunchResident(uint32_t served);
+  // Tells the resident kernel to return (it does once it looks); `wait`:
+  // until it has, up to a second.
+  void StopResident(bool wait);
+  void DropResident(const char* why, drivers::CuResult r);
   // Queues request `seq`'s copy into GPU memory on the stream.
   drivers::CuResult SubmitToDevice(const copy_agent::Request& r, uint32_t seq);
   // Adds one copy's time; logs a slow one, saying which call it sat in.
@@ -91,7 +120,15 @@ class CopyAgent {
   drivers::CuDevicePtr channel_dev_ = 0;  // its device address, when pinned
   drivers::CuModule module_ = nullptr;
   drivers::CuFunction land_ = nullptr;  // null: plain copies
-  uint32_t first_seq_ = 0;              // request_seq when the thread starts
+  const CopyAgentOptions options_;
+  // The resident kernel (the thread's, but for the flags read by tests).
+  drivers::CuFunction serve_ = nullptr;  // null: not used (none, or it failed)
+  drivers::CuStream resident_stream_ = nullptr;
+  bool resident_running_ = false;  // launched and not yet seen to return
+  uint32_t resident_served_ = 0;   // the last request handed to it
+  std::atomic<bool> resident_usable_{false};
+  std::atomic<uint64_t> by_resident_{0};
+  uint32_t first_seq_ = 0;  // request_seq when the thread starts
   drivers::CuStream stream_ = nullptr;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> copies_{0};

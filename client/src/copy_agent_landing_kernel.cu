@@ -1,9 +1,13 @@
-// The copy agent's landing kernel (copy_agent_landing_kernel.h): moves the
-// bytes of one request from the staging area (host memory) into the
-// process's GPU memory, unless the daemon called the request off first
-// (the Dekker handshake of mooncake/common/copy_agent_gate.h). Each block
-// decides for itself: a block the daemon did not see start writes nothing,
-// and the daemon waits for every block it saw start before it writes.
+// The copy agent's kernels (copy_agent_landing_kernel.h):
+//   mc_copy_agent_land   moves the bytes of one request from the staging
+//                        area (host memory) into the process's GPU memory,
+//                        unless the daemon called the request off first;
+//   mc_copy_agent_serve  the resident kernel: one block that stays while
+//                        requests come and serves the small ones both ways.
+// The call-off is the Dekker handshake of mooncake/common/copy_agent_gate.h.
+// Each block decides for itself: a block the daemon did not see start
+// writes nothing, and the daemon waits for every block it saw start before
+// it writes.
 #include <cstdint>
 
 #include "mooncake/common/copy_agent_gate.h"
@@ -11,18 +15,37 @@
 namespace {
 
 using mooncake::copy_agent::Gate;
+using mooncake::copy_agent::Op;
+using mooncake::copy_agent::Request;
+using mooncake::copy_agent::ServeArgs;
 
 __device__ __forceinline__ void StoreRelaxedSys(uint32_t* p, uint32_t v) {
   asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void StoreRelaxedSys64(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void StoreReleaseSys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ uint32_t LoadRelaxedSys(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+__device__ __forceinline__ uint32_t LoadAcquireSys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint64_t LoadRelaxedSys64(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void FenceScSys() { asm volatile("fence.sc.sys;" ::: "memory"); }
-// 16 bytes of the staging area, read again from memory (never a line an
-// earlier request's landing left in a cache).
+// 16 bytes read again from memory (never a line an earlier request left in
+// a cache): the staging area is host memory another process writes.
 __device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -31,52 +54,58 @@ __device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
   return v;
 }
 
+// The block's half of the handshake for request `seq` (thread 0 only):
+// whether the daemon had not called it off.
+__device__ __forceinline__ bool PassGate(Gate* gate, uint32_t b, uint32_t seq) {
+  StoreRelaxedSys(&gate->intent[b], seq);
+  FenceScSys();
+  return LoadRelaxedSys(&gate->cancel_seq) != seq;
+}
+
+// This block's threads copy [0, n) from `src` to `dst`, 16 bytes at a time
+// where both are aligned, four loads in flight per thread before their
+// stores: each load from host memory is a round trip over PCIe (about a
+// microsecond), so one at a time would make 64 KiB cost tens of
+// microseconds.
+__device__ void BlockCopy(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    constexpr uint32_t kUnroll = 4;
+    const uint64_t units = n / 16;
+    uint64_t u = threadIdx.x;
+    for (; u + (kUnroll - 1) * blockDim.x < units; u += kUnroll * blockDim.x) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (uint32_t k = 0; k < kUnroll; ++k) v[k] = LoadVolatile16(src + 16 * (u + k * blockDim.x));
+#pragma unroll
+      for (uint32_t k = 0; k < kUnroll; ++k) {
+        *reinterpret_cast<uint4*>(dst + 16 * (u + k * blockDim.x)) = v[k];
+      }
+    }
+    for (; u < units; u += blockDim.x) {
+      *reinterpret_cast<uint4*>(dst + 16 * u) = LoadVolatile16(src + 16 * u);
+    }
+    for (uint64_t i = units * 16 + threadIdx.x; i < n; i += blockDim.x) {
+      dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
+    }
+  } else {
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" __global__ void mc_copy_agent_land(uint8_t* dst, const uint8_t* src, uint64_t bytes,
                                               Gate* gate, uint32_t seq) {
   __shared__ int go;
   const uint32_t b = blockIdx.x;
-  if (threadIdx.x == 0) {
-    StoreRelaxedSys(&gate->intent[b], seq);
-    FenceScSys();
-    go = LoadRelaxedSys(&gate->cancel_seq) != seq;
-  }
+  if (threadIdx.x == 0) go = PassGate(gate, b, seq);
   __syncthreads();
   if (go) {
     uint64_t begin = 0, end = 0;
     mooncake::copy_agent::LandingSlice(bytes, gridDim.x, b, &begin, &end);
-    // The staging area is host memory another process writes between
-    // requests: volatile loads, never a cached copy of an earlier request.
-    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | begin) & 15) == 0) {
-      // Four loads in flight per thread before their stores: each is a
-      // round trip over PCIe (about a microsecond), so one at a time would
-      // make a 64 KiB slice cost tens of microseconds.
-      constexpr uint32_t kUnroll = 4;
-      const uint64_t units = (end - begin) / 16;
-      const uint8_t* s = src + begin;
-      uint8_t* d = dst + begin;
-      uint64_t u = threadIdx.x;
-      for (; u + (kUnroll - 1) * blockDim.x < units; u += kUnroll * blockDim.x) {
-        uint4 v[kUnroll];
-#pragma unroll
-        for (uint32_t k = 0; k < kUnroll; ++k) v[k] = LoadVolatile16(s + 16 * (u + k * blockDim.x));
-#pragma unroll
-        for (uint32_t k = 0; k < kUnroll; ++k) {
-          *reinterpret_cast<uint4*>(d + 16 * (u + k * blockDim.x)) = v[k];
-        }
-      }
-      for (; u < units; u += blockDim.x) {
-        *reinterpret_cast<uint4*>(d + 16 * u) = LoadVolatile16(s + 16 * u);
-      }
-      for (uint64_t i = begin + units * 16 + threadIdx.x; i < end; i += blockDim.x) {
-        dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
-      }
-    } else {
-      for (uint64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-        dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
-      }
-    }
+    BlockCopy(dst + begin, src + begin, end - begin);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -84,5 +113,61 @@ extern "C" __global__ void mc_copy_agent_land(uint8_t* dst, const uint8_t* src, 
     // itself once it sees it.
     FenceScSys();
     StoreRelaxedSys(&gate->landed[b], seq);
+  }
+}
+
+extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
+  __shared__ uint32_t seq;
+  __shared__ int stop, go;
+  __shared__ Request r;
+  uint32_t served = a.served;
+  for (;;) {
+    if (threadIdx.x == 0) {
+      // Each look is a read of host memory over PCIe: that paces the loop.
+      uint32_t g;
+      while ((g = LoadAcquireSys(&a.resident->go)) == served &&
+             LoadRelaxedSys(&a.resident->stop) == 0) {
+      }
+      seq = g;
+      stop = g == served;
+      if (!stop) {
+        // After `go` (acquire): the agent handed it over once it read the
+        // daemon's request.
+        r.op = LoadRelaxedSys(&a.request->op);
+        r.dst = LoadRelaxedSys64(&a.request->dst);
+        r.src = LoadRelaxedSys64(&a.request->src);
+        r.bytes = LoadRelaxedSys64(&a.request->bytes);
+        r.staging_offset = LoadRelaxedSys64(&a.request->staging_offset);
+        // Checked as the agent checks it: another process of this uid can
+        // write the page too.
+        const bool valid =
+            r.staging_offset <= a.staging_bytes && r.bytes <= a.staging_bytes - r.staging_offset &&
+            (static_cast<Op>(r.op) == Op::kToDevice || static_cast<Op>(r.op) == Op::kFromDevice);
+        if (!valid) r.op = 0;
+        go = valid && (static_cast<Op>(r.op) == Op::kFromDevice || PassGate(a.gate, 0, g));
+      }
+    }
+    __syncthreads();
+    if (stop) return;
+    if (go) {
+      uint8_t* staged = a.staging + r.staging_offset;
+      if (static_cast<Op>(r.op) == Op::kToDevice) {
+        BlockCopy(reinterpret_cast<uint8_t*>(r.dst), staged, r.bytes);
+      } else {
+        BlockCopy(staged, reinterpret_cast<const uint8_t*>(r.src), r.bytes);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      FenceScSys();
+      if (static_cast<Op>(r.op) == Op::kToDevice) StoreRelaxedSys(&a.gate->landed[0], seq);
+      // Answered as the agent answers: busy no more, the result, then
+      // done_seq (release: the bytes before it). 1: CUDA_ERROR_INVALID_VALUE.
+      StoreRelaxedSys64(a.busy_since_ns, 0);
+      StoreRelaxedSys(reinterpret_cast<uint32_t*>(a.result), r.op == 0 ? 1u : 0u);
+      StoreReleaseSys(a.done_seq, seq);
+    }
+    served = seq;
+    __syncthreads();
   }
 }

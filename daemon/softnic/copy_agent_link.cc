@@ -172,19 +172,25 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
       ::clock_gettime(CLOCK_MONOTONIC, &mono);
       const uint64_t mono_ns = uint64_t(mono.tv_sec) * 1'000'000'000ull + uint64_t(mono.tv_nsec);
       if (mono_ns > busy_since && mono_ns - busy_since > stall_ns) {
-        const bool submitting = Ref(c->phase).load(std::memory_order_relaxed) ==
-                                static_cast<uint32_t>(Phase::kSubmitting);
-        return stalled(absl::DeadlineExceededError(absl::StrCat(
-            "a ", bytes, "-byte copy has been ",
-            submitting ? "inside the agent's submit call (cuLaunchKernel or cuMemcpy*Async)"
-                       : "queued on the agent's stream without running",
-            " for ", (mono_ns - busy_since) / 1'000'000, " ms",
-            submitting ? ": another thread of the process is probably in a synchronous "
-                         "CUDA call that waits for the kernel (cudaMemcpy into pageable "
-                         "memory, for one)"
-                       : ": the context probably holds new work until its kernels end "
-                         "(another thread loading a kernel for the first time under "
-                         "CUDA's lazy loading; CUDA_MODULE_LOADING=EAGER avoids it)")));
+        const auto phase = static_cast<Phase>(Ref(c->phase).load(std::memory_order_relaxed));
+        const char* where =
+            phase == Phase::kSubmitting ? "inside the agent's submit call (cuLaunchKernel or "
+                                          "cuMemcpy*Async)"
+            : phase == Phase::kResident ? "with the agent's resident kernel, unserved"
+                                        : "queued on the agent's stream without running";
+        const char* why =
+            phase == Phase::kSubmitting
+                ? ": another thread of the process is probably in a synchronous CUDA call that "
+                  "waits for the kernel (cudaMemcpy into pageable memory, for one)"
+            : phase == Phase::kResident
+                ? ": the GPU is not running that kernel (every SM taken, or another process's "
+                  "time slice)"
+                : ": the context probably holds new work until its kernels end (another thread "
+                  "loading a kernel for the first time under CUDA's lazy loading; "
+                  "CUDA_MODULE_LOADING=EAGER avoids it)";
+        return stalled(absl::DeadlineExceededError(
+            absl::StrCat("a ", bytes, "-byte copy has been ", where, " for ",
+                         (mono_ns - busy_since) / 1'000'000, " ms", why)));
       }
     }
     if (Ref(c->state).load(std::memory_order_relaxed) == static_cast<uint32_t>(State::kClosed)) {

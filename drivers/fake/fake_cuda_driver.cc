@@ -138,6 +138,12 @@ FakeGpu FakeGpu::Hopper(int i) {
 FakeCudaDriver::FakeCudaDriver() = default;
 
 FakeCudaDriver::~FakeCudaDriver() {
+  std::map<CuStream, std::unique_ptr<KernelStream>> kernel_streams;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kernel_streams.swap(kernel_streams_);
+  }
+  for (auto& [stream, ks] : kernel_streams) JoinKernelStream(std::move(ks));
   // Unmapping a reservation also removes the mappings inside it; the
   // allocations close their fds as the maps go.
   for (const auto& [base, reservation] : reservations_) ::munmap(AsPtr(base), reservation.size);
@@ -224,6 +230,57 @@ void FakeCudaDriver::pauseSubmissions(bool pause) {
 int FakeCudaDriver::pausedSubmissions() const {
   std::lock_guard<std::mutex> lock(pause_mu_);
   return paused_submissions_;
+}
+
+int FakeCudaDriver::busyKernelStreams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [stream, ks] : kernel_streams_) n += ks->running || !ks->queue.empty();
+  return n;
+}
+
+void FakeCudaDriver::QueueKernelLocked(CuStream stream, FakeKernelBody body) {
+  std::unique_ptr<KernelStream>& ks = kernel_streams_[stream];
+  if (ks == nullptr) {
+    ks = std::make_unique<KernelStream>();
+    ks->thread = std::thread([this, k = ks.get()] { RunKernelStream(k); });
+  }
+  ks->queue.push_back(std::move(body));
+  ks->cv.notify_all();
+}
+
+void FakeCudaDriver::RunKernelStream(KernelStream* ks) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    ks->cv.wait(lock, [ks] { return ks->quit || !ks->queue.empty(); });
+    if (ks->queue.empty()) return;  // quit, with nothing left to run
+    FakeKernelBody body = std::move(ks->queue.front());
+    ks->queue.pop_front();
+    ks->running = true;
+    lock.unlock();
+    body();  // without mu_: the stand-in calls this driver
+    lock.lock();
+    ks->running = false;
+    ks->cv.notify_all();  // copies queued behind it (waitForKernels)
+  }
+}
+
+void FakeCudaDriver::waitForKernels(CuStream stream) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = kernel_streams_.find(stream);
+  if (it == kernel_streams_.end()) return;
+  KernelStream* ks = it->second.get();
+  ks->cv.wait(lock, [ks] { return !ks->running && ks->queue.empty(); });
+}
+
+void FakeCudaDriver::JoinKernelStream(std::unique_ptr<KernelStream> ks) {
+  if (ks == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ks->quit = true;
+    ks->cv.notify_all();
+  }
+  ks->thread.join();
 }
 
 void FakeCudaDriver::waitForSubmissions() {
@@ -916,10 +973,19 @@ CuResult FakeCudaDriver::streamCreate(CuStream* stream, unsigned flags) {
 }
 
 CuResult FakeCudaDriver::streamDestroy(CuStream stream) {
-  MC_FAKE_ENTER("streamDestroy");
-  if (!initialized_) return kCudaErrorNotInitialized;
-  if (streams_.erase(stream) != 1) return kCudaErrorInvalidHandle;
-  delete reinterpret_cast<char*>(stream);
+  std::unique_ptr<KernelStream> ks;
+  {
+    MC_FAKE_ENTER("streamDestroy");
+    if (!initialized_) return kCudaErrorNotInitialized;
+    if (streams_.erase(stream) != 1) return kCudaErrorInvalidHandle;
+    delete reinterpret_cast<char*>(stream);
+    if (auto it = kernel_streams_.find(stream); it != kernel_streams_.end()) {
+      ks = std::move(it->second);
+      kernel_streams_.erase(it);
+    }
+  }
+  // As cuStreamDestroy: the work queued on it still runs.
+  JoinKernelStream(std::move(ks));
   return kCudaSuccess;
 }
 
@@ -927,6 +993,10 @@ CuResult FakeCudaDriver::streamQuery(CuStream stream) {
   MC_FAKE_ENTER("streamQuery");
   if (!initialized_) return kCudaErrorNotInitialized;
   if (hold_streams_) return kCudaErrorNotReady;  // mu_ is held (MC_FAKE_ENTER)
+  if (auto it = kernel_streams_.find(stream);
+      it != kernel_streams_.end() && (it->second->running || !it->second->queue.empty())) {
+    return kCudaErrorNotReady;
+  }
   return stream == nullptr || streams_.count(stream) ? kCudaSuccess : kCudaErrorInvalidHandle;
 }
 
@@ -945,7 +1015,8 @@ void FakeCudaDriver::holdStreams(bool hold) {
     return;
   }
   // The hold ends only once every held copy has landed and every held
-  // kernel has run, so a stream that answers ready has its work done.
+  // kernel is queued on its stream, so a stream that answers ready has its
+  // work done.
   for (;;) {
     std::vector<HeldWork> land;
     {
@@ -956,9 +1027,11 @@ void FakeCudaDriver::holdStreams(bool hold) {
       }
       land.swap(held_);
     }
-    for (const HeldWork& w : land) {
+    // Copies land here; kernels go to their streams' threads, in order.
+    for (HeldWork& w : land) {
       if (w.run) {
-        w.run();
+        std::lock_guard<std::mutex> lock(mu_);
+        QueueKernelLocked(w.stream, std::move(w.run));
       } else {
         memcpyHtoD(w.dst, w.bytes.data(), w.bytes.size());
       }
@@ -974,12 +1047,13 @@ int FakeCudaDriver::liveStreams() const {
 CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
                                          CuStream stream) {
   waitForSubmissions();
+  waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
     if (hold_streams_ && src != nullptr) {
       const auto* p = static_cast<const uint8_t*>(src);
-      held_.push_back(HeldWork{dst, std::vector<uint8_t>(p, p + bytes), nullptr});
+      held_.push_back(HeldWork{dst, std::vector<uint8_t>(p, p + bytes), nullptr, stream});
       return kCudaSuccess;
     }
   }
@@ -989,6 +1063,7 @@ CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_
 CuResult FakeCudaDriver::memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t bytes,
                                          CuStream stream) {
   waitForSubmissions();
+  waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
@@ -998,6 +1073,7 @@ CuResult FakeCudaDriver::memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t byte
 
 CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
                                        CuStream stream) {
+  waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
@@ -1007,6 +1083,7 @@ CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, siz
 
 CuResult FakeCudaDriver::memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes,
                                      CuStream stream) {
+  waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
@@ -1069,7 +1146,6 @@ CuResult FakeCudaDriver::launchKernel(CuFunction f, unsigned grid_x, unsigned, u
                                       unsigned block_x, unsigned, unsigned, unsigned,
                                       CuStream stream, void** params, void**) {
   waitForSubmissions();
-  FakeKernelBody run;
   {
     MC_FAKE_ENTER("launchKernel");
     if (!initialized_) return kCudaErrorNotInitialized;
@@ -1083,13 +1159,13 @@ CuResult FakeCudaDriver::launchKernel(CuFunction f, unsigned grid_x, unsigned, u
     if (bind == nullptr) return kCudaErrorNotSupported;
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
     if (grid_x == 0 || block_x == 0) return kCudaErrorInvalidValue;
-    run = (*bind)(grid_x, block_x, params);
+    FakeKernelBody run = (*bind)(grid_x, block_x, params);
     if (hold_streams_) {
-      held_.push_back(HeldWork{0, {}, std::move(run)});
-      return kCudaSuccess;
+      held_.push_back(HeldWork{0, {}, std::move(run), stream});
+    } else {
+      QueueKernelLocked(stream, std::move(run));
     }
   }
-  run();  // outside mu_: the stand-in may call this driver
   return kCudaSuccess;
 }
 

@@ -63,6 +63,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -70,6 +71,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -148,11 +150,16 @@ class FakeCudaDriver : public CudaDriver {
   // function but a registered stand-in (registerKernel).
   void setModulesLoadable(bool loadable);
   // A host stand-in for the kernel `name`: moduleGetFunction(name) finds it
-  // (modules loadable) and launchKernel runs it on the stream as the async
-  // copies run (at once, or when a hold ends: holdStreams). `bind` reads
-  // the launch's grid size, block size and arguments (cuLaunchKernel's
-  // kernelParams) during the call and returns what the kernel does when
-  // it runs; the arguments are gone by then.
+  // (modules loadable) and launchKernel queues it on its stream, where a
+  // thread of the fake runs the stream's kernels one after another, beside
+  // the caller, as a GPU runs them (a held launch is queued when the hold
+  // ends: holdStreams); streamQuery answers not ready until the stream's
+  // kernels have run. Copies still run in their call. `bind` reads the
+  // launch's grid size, block size and arguments (cuLaunchKernel's
+  // kernelParams) during the call and returns what the kernel does when it
+  // runs; the arguments are gone by then. A body that never returns keeps
+  // its stream busy: streamDestroy and the fake's destructor wait for it,
+  // as does an async copy on that stream (stream order).
   using FakeKernelBody = std::function<void()>;
   using FakeKernel = std::function<FakeKernelBody(unsigned grid_x, unsigned block_x, void** args)>;
   void registerKernel(std::string name, FakeKernel bind);
@@ -163,6 +170,8 @@ class FakeCudaDriver : public CudaDriver {
   void pauseSubmissions(bool pause);
   // Submissions waiting in their call now (pauseSubmissions).
   int pausedSubmissions() const;
+  // Streams whose kernels (registerKernel) are running or queued now.
+  int busyKernelStreams() const;
 
   // --- Inspection ------------------------------------------------------------
 
@@ -298,7 +307,24 @@ class FakeCudaDriver : public CudaDriver {
     CuDevicePtr dst = 0;
     std::vector<uint8_t> bytes;
     FakeKernelBody run;
+    CuStream stream = nullptr;  // run's
   };
+  // The kernels of one stream (registerKernel) and the thread running them.
+  struct KernelStream {
+    std::deque<FakeKernelBody> queue;  // guarded by mu_
+    bool running = false;              // guarded by mu_
+    bool quit = false;                 // guarded by mu_
+    std::condition_variable cv;        // with mu_
+    std::thread thread;
+  };
+  std::map<CuStream, std::unique_ptr<KernelStream>> kernel_streams_;  // guarded by mu_
+  void QueueKernelLocked(CuStream stream, FakeKernelBody body);
+  // Stream order: an async copy waits in its call for the kernels queued
+  // on its stream before it (the copies themselves run in the call).
+  void waitForKernels(CuStream stream);
+  void RunKernelStream(KernelStream* ks);
+  // Ends and joins `ks`'s thread once its queue has run (without mu_ held).
+  void JoinKernelStream(std::unique_ptr<KernelStream> ks);
   std::vector<HeldWork> held_;                              // guarded by mu_
   std::map<std::string, FakeKernel, std::less<>> kernels_;  // guarded by mu_; stable nodes
   // pauseSubmissions: its own mutex, so paused callers hold nothing of mu_.

@@ -377,13 +377,13 @@ TEST_F(FakeCudaDriverTest, ModulesLoadOnlyWhenAllowed) {
   EXPECT_EQ(cu_.moduleUnload(module), kCudaSuccess);
 }
 
-// A registered stand-in runs at launch with the launch's arguments, or,
-// while streams are held, only when the hold ends, after the copies held
-// before it; a paused submission waits in its call.
+// A registered stand-in runs on its stream's thread, in launch order, with
+// the launch's arguments; while streams are held, only once the hold ends;
+// a paused submission waits in its call.
 TEST_F(FakeCudaDriverTest, RegisteredKernelsRunInStreamOrderAndSubmissionsCanBePaused) {
   ASSERT_EQ(cu_.init(0), kCudaSuccess);
   cu_.setModulesLoadable(true);
-  std::vector<int> ran;
+  std::vector<int> ran;  // read once streamQuery (under the fake's lock) said done
   cu_.registerKernel("record", [&ran](unsigned grid, unsigned block, void** args) {
     const int v = *static_cast<int*>(args[0]);
     EXPECT_EQ(grid, 2u);
@@ -395,27 +395,35 @@ TEST_F(FakeCudaDriverTest, RegisteredKernelsRunInStreamOrderAndSubmissionsCanBeP
   ASSERT_EQ(cu_.moduleLoadData(&module, kImage), kCudaSuccess);
   CuFunction f = nullptr;
   ASSERT_EQ(cu_.moduleGetFunction(&f, module, "record"), kCudaSuccess);
+  const auto drain = [&] {
+    while (cu_.streamQuery(nullptr) == kCudaErrorNotReady) std::this_thread::yield();
+  };
   int v = 1;
   void* args[] = {&v};
   ASSERT_EQ(cu_.launchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), kCudaSuccess);
-  EXPECT_EQ(ran, std::vector<int>({1}));
-  cu_.holdStreams(true);
   v = 2;
   ASSERT_EQ(cu_.launchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), kCudaSuccess);
-  v = 3;  // the launch read its arguments already
-  EXPECT_EQ(ran, std::vector<int>({1}));
+  drain();
+  EXPECT_EQ(ran, std::vector<int>({1, 2}));
+  cu_.holdStreams(true);
+  v = 3;
+  ASSERT_EQ(cu_.launchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), kCudaSuccess);
+  v = 4;  // the launch read its arguments already
   EXPECT_EQ(cu_.streamQuery(nullptr), kCudaErrorNotReady);
   cu_.holdStreams(false);
-  EXPECT_EQ(ran, std::vector<int>({1, 2}));
+  drain();
+  EXPECT_EQ(ran, std::vector<int>({1, 2, 3}));
   cu_.pauseSubmissions(true);
   std::thread launcher([&] {
     EXPECT_EQ(cu_.launchKernel(f, 2, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), kCudaSuccess);
   });
   while (cu_.pausedSubmissions() == 0) std::this_thread::yield();
-  EXPECT_EQ(ran, std::vector<int>({1, 2})) << "a paused submission ran";
+  drain();
+  EXPECT_EQ(ran, std::vector<int>({1, 2, 3})) << "a paused submission ran";
   cu_.pauseSubmissions(false);
   launcher.join();
-  EXPECT_EQ(ran, std::vector<int>({1, 2, 3}));
+  drain();
+  EXPECT_EQ(ran, std::vector<int>({1, 2, 3, 4}));
   EXPECT_EQ(cu_.moduleUnload(module), kCudaSuccess);
 }
 

@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
+#include "fake_copy_agent_kernels.h"
 #include "fake_cuda_driver.h"
 #include "fake_gpu.h"
-#include "fake_landing_kernel.h"
 #include "gpu_engine_fixture.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/device/mlx5/prm.h"
@@ -464,27 +464,48 @@ TEST(CopyAgentHeldTest, ACopyHeldBackLandsLastWithTheNewestBytes) {
 // ---- the gate: copies into GPU memory that can be called off after submission -----
 
 #if MC_CLIENT_HAVE_LANDING_KERNEL
-// An agent whose copies into GPU memory go through the landing kernel (its
-// host stand-in on the fake driver: fake_landing_kernel.h).
-std::unique_ptr<CopyAgent> GatedAgent(const std::shared_ptr<FakeCudaDriver>& cu) {
-  test_util::RegisterFakeLandingKernel(*cu);
-  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging);
+// An agent whose copies into GPU memory go through the landing kernel, and
+// its small requests to the resident kernel unless `resident` is false
+// (their host stand-ins on the fake driver: fake_copy_agent_kernels.h).
+std::unique_ptr<CopyAgent> GatedAgent(const std::shared_ptr<FakeCudaDriver>& cu,
+                                      bool resident = true) {
+  test_util::RegisterFakeCopyAgentKernels(*cu);
+  CopyAgentOptions options;
+  if (!resident) options.resident_max_bytes = 0;
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging, options);
   EXPECT_TRUE(agent.ok()) << agent.status();
   if (!agent.ok()) return nullptr;
   EXPECT_TRUE((*agent)->gated()) << "the warm-up landing failed";
+  EXPECT_EQ((*agent)->resident(), resident) << "the resident kernel's warm-up";
   return *std::move(agent);
 }
 
-// A gated agent of this process and the daemon's link to it.
-class CopyAgentGateTest : public ::testing::Test {
+// How many requests `agent`'s resident kernel served, once that is `n` (or
+// 5 s passed): the agent counts a request only after the kernel's answer
+// reached the daemon.
+uint64_t ServedByResident(const CopyAgent& agent, uint64_t n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (agent.served_by_resident() < n && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+  return agent.served_by_resident();
+}
+
+// A gated agent of this process and the daemon's link to it; each request
+// through the resident kernel (GetParam() true) or a landing kernel each.
+class CopyAgentGateTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     cu_ = ClientDriver();
-    agent_ = GatedAgent(cu_);
+    agent_ = GatedAgent(cu_, GetParam());
     ASSERT_NE(agent_, nullptr);
     auto link = LinkTo(agent_->fd(), kStaging, ::getpid());
     ASSERT_TRUE(link.ok()) << link.status();
     link_ = *link;
+  }
+  // What the daemon's message names while the request waits unserved.
+  const char* Unserved() const {
+    return GetParam() ? "with the agent's resident kernel" : "queued on the agent's stream";
   }
   std::shared_ptr<FakeCudaDriver> cu_;
   std::unique_ptr<CopyAgent> agent_;
@@ -502,7 +523,7 @@ bool ServesAgain(CopyAgentLink& link) {
   return true;
 }
 
-TEST_F(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
+TEST_P(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
   std::vector<uint8_t> src(3 * kStaging + 17);
   ClientAllocation gpu(*cu_, (src.size() + 8 + kGran - 1) / kGran * kGran);
   for (uint64_t i = 0; i < src.size(); ++i) src[i] = PatternByte(i);
@@ -514,8 +535,15 @@ TEST_F(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
     EXPECT_EQ(std::memcmp(gpu.data() + off, src.data(), n), 0) << n << " bytes at " << off;
     EXPECT_EQ(gpu.data()[off + n], 0) << "a byte past the copy was written";
   }
-  // One landing per staging piece (1 + 1 + 1 + 2 + 4), and the warm-up's.
-  EXPECT_EQ(cu_->calls("launchKernel"), 10);
+  // One request per staging piece (1 + 1 + 1 + 2 + 4): a landing each, or
+  // all to the resident kernel (launched once, or again after an idle gap).
+  if (GetParam()) {
+    EXPECT_EQ(ServedByResident(*agent_, 9), 9u);
+    EXPECT_LE(cu_->calls("launchKernel"), 2 + 9);
+  } else {
+    EXPECT_EQ(agent_->served_by_resident(), 0u);
+    EXPECT_EQ(cu_->calls("launchKernel"), 1 + 9) << "the warm-up's and one per piece";
+  }
 }
 
 // The defect seen on the H200 (2026-12-05): the agent's submit call blocks
@@ -523,7 +551,7 @@ TEST_F(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
 // memory while a kernel waits for this copy), the daemon writes the bytes
 // itself, the application writes that memory again, and only then does the
 // call return. The landing it submits then must write nothing.
-TEST_F(CopyAgentGateTest, ACopyBlockedInItsSubmitCallLandsNothingAfterTheApplicationWritesAgain) {
+TEST_P(CopyAgentGateTest, ACopyBlockedInItsSubmitCallLandsNothingAfterTheApplicationWritesAgain) {
   ClientAllocation gpu(*cu_, kGran);
   const std::vector<uint8_t> old_bytes(8, 1), app(8, 7), next(8, 9);
   cu_->pauseSubmissions(true);
@@ -547,19 +575,79 @@ TEST_F(CopyAgentGateTest, ACopyBlockedInItsSubmitCallLandsNothingAfterTheApplica
 
 // The other kind of late copy: a landing queued behind work the context
 // holds back runs once the kernels end, after the daemon called it off.
-TEST_F(CopyAgentGateTest, ALandingHeldBackWritesNothingOnceCalledOff) {
+TEST_P(CopyAgentGateTest, ALandingHeldBackWritesNothingOnceCalledOff) {
   ClientAllocation gpu(*cu_, kGran);
   const std::vector<uint8_t> old_bytes(200'000, 1), app(200'000, 7);
   cu_->holdStreams(true);
   const absl::Status s = link_->ToDevice(gpu.va(), old_bytes.data(), kStaging);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("queued on the agent's stream"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(Unserved()), absl::string_view::npos) << s;
   EXPECT_FALSE(link_->LateCopyOverlaps(gpu.va(), 8));
   std::memcpy(gpu.data(), app.data(), kStaging);
   cu_->holdStreams(false);
   ASSERT_TRUE(ServesAgain(*link_));
   EXPECT_EQ(std::memcmp(gpu.data(), app.data(), kStaging), 0) << "the called-off landing wrote";
   EXPECT_TRUE(cu_->lastHeldCopy().empty()) << "no copy was queued again";
+}
+
+INSTANTIATE_TEST_SUITE_P(ResidentOrOneLaunchEach, CopyAgentGateTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Resident" : "OneLaunchEach";
+                         });
+
+// The resident kernel serves small requests both ways without a CUDA call
+// each, returns once the agent goes idle (so a synchronize of the process
+// does not wait for it), and is launched again by the next request; bigger
+// requests still go one launch (or copy) each.
+TEST(CopyAgentResidentTest, ServesBothWaysReturnsWhenIdleAndComesBack) {
+  auto cu = ClientDriver();
+  test_util::RegisterFakeCopyAgentKernels(*cu);
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging,
+                                 CopyAgentOptions{.resident_max_bytes = 4096});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  ASSERT_TRUE((*agent)->resident());
+  auto link = LinkTo((*agent)->fd(), kStaging, ::getpid());
+  ASSERT_TRUE(link.ok()) << link.status();
+  ClientAllocation gpu(*cu, kGran);
+  const int launches = cu->calls("launchKernel");
+  for (uint64_t round = 0; round < 100; ++round) {
+    const uint64_t v = round * 0x0101010101010101ull;
+    ASSERT_TRUE(
+        (*link)->ToDevice(gpu.va() + 8 * round, reinterpret_cast<const uint8_t*>(&v), 8).ok());
+    uint64_t back = 0;
+    ASSERT_TRUE((*link)
+                    ->FromDevice(gpu.va() + 8 * round, 8,
+                                 [&](const uint8_t* piece, uint64_t, uint64_t n) {
+                                   std::memcpy(&back, piece, n);
+                                   return true;
+                                 })
+                    .ok());
+    ASSERT_EQ(back, v);
+  }
+  const auto counted = [&](uint64_t n) { return ServedByResident(**agent, n); };
+  EXPECT_EQ(counted(200), 200u);
+  // Launched again only after the agent idled past its spin between two
+  // requests (on a loaded machine, now and then); never once per request.
+  EXPECT_LE(cu->calls("launchKernel") - launches, 100) << "a launch per request";
+  // Idle past the agent's spin (0.5 ms): the resident kernel returns.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (cu->busyKernelStreams() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(cu->busyKernelStreams(), 0) << "the resident kernel did not return when idle";
+  const int before = cu->calls("launchKernel");
+  const uint8_t one[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  ASSERT_TRUE((*link)->ToDevice(gpu.va(), one, 8).ok());
+  EXPECT_EQ(std::memcmp(gpu.data(), one, 8), 0);
+  EXPECT_EQ(cu->calls("launchKernel"), before + 1) << "launched again";
+  // Bigger than resident_max_bytes: a landing of its own.
+  const uint64_t served = counted(201);
+  EXPECT_EQ(served, 201u);
+  const std::vector<uint8_t> big(8192, 7);
+  ASSERT_TRUE((*link)->ToDevice(gpu.va(), big.data(), big.size()).ok());
+  EXPECT_EQ(std::memcmp(gpu.data(), big.data(), big.size()), 0);
+  EXPECT_EQ((*agent)->served_by_resident(), served);
+  EXPECT_EQ(cu->calls("launchKernel"), before + 2);
 }
 
 // A block that passed the gate before the daemon called the request off is
@@ -793,7 +881,7 @@ TEST_F(AgentEngineTest, ABlockedAgentsLateCopyCannotUndoALaterWrite) {
 // after the stall), the application writes there again, the call returns,
 // and the application's bytes stay. Then the agent serves again.
 TEST_F(AgentEngineTest, AWriteWhoseAgentBlockedCannotUndoTheApplicationsNextWrite) {
-  test_util::RegisterFakeLandingKernel(*client_cu_);
+  test_util::RegisterFakeCopyAgentKernels(*client_cu_);
   ClientAllocation dst(*client_cu_, kGran);
   auto agent = Attach(kPdB, 1000);
   ASSERT_NE(agent, nullptr);

@@ -19,7 +19,9 @@
 //           agent_sleeping, FUTEX_WAKE on request_seq.
 //   agent   sees request_seq change (acquire), takes it (claim), runs the
 //           copy on its stream, waits for it, writes `result`, then
-//           done_seq = seq (release).
+//           done_seq = seq (release). A small request it hands to its
+//           resident kernel instead (copy_agent_gate.h, Resident), which
+//           writes busy_since_ns = 0, `result`, then done_seq itself.
 //   daemon  waits for done_seq == seq (acquire), bounded; past the bound it
 //           cancels the request, unless the agent took it first (claim);
 //           a taken copy into GPU memory it calls off at the gate
@@ -66,20 +68,13 @@ inline absl::Status CheckStagingBytes(uint64_t staging, uint64_t page) {
                                                  kMinStagingBytes, " to ", kMaxStagingBytes));
 }
 
-// What the agent does for a request. Addresses are the agent process's own
-// (CUDA unified addressing); staging offsets are from the staging area.
-enum class Op : uint32_t {
-  kNone = 0,
-  kToDevice = 1,    // staging[staging_offset, +bytes) -> dst
-  kFromDevice = 2,  // src -> staging[staging_offset, +bytes)
-};
-
 // Where the agent is in the current request (Channel::phase): which CUDA
 // call a copy that takes too long sits in, for the daemon's message.
 enum class Phase : uint32_t {
   kIdle = 0,
   kSubmitting = 1,  // inside cuLaunchKernel (a landing) or cuMemcpy*Async
   kWaiting = 2,     // the copy is queued; polling the stream until it ran
+  kResident = 3,    // handed to the agent's resident kernel, not yet served
 };
 
 // The agent's state, which it writes.
@@ -87,15 +82,6 @@ enum class State : uint32_t {
   kStarting = 0,
   kServing = 1,  // answering requests
   kClosed = 2,   // gone for good: the daemon copies itself from now on
-};
-
-struct alignas(64) Request {
-  uint32_t op = 0;  // Op
-  uint32_t reserved = 0;
-  uint64_t dst = 0;
-  uint64_t src = 0;
-  uint64_t bytes = 0;
-  uint64_t staging_offset = 0;
 };
 
 struct Channel {
@@ -139,6 +125,9 @@ struct Channel {
   // gave up on may still land: mirror_seq keeps it carrying the newest
   // bytes the daemon wrote.
   Gate gate;
+  // The agent's and its resident kernel's alone (copy_agent_gate.h); the
+  // daemon never reads it.
+  Resident resident;
 };
 inline constexpr uint64_t kCancelled = uint64_t{1} << 32;
 static_assert(sizeof(Channel) <= kHeaderBytes);

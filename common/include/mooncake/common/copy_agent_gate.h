@@ -25,8 +25,13 @@
 // cancel and writes nothing. After that the daemon's own write is the last
 // one, and the held kernel, whenever it runs, lands nothing.
 //
-// Plain C++ that nvcc compiles too (the kernel includes it): no absl, no
-// CUDA header.
+// The same handshake serves the agent's resident kernel (Resident below):
+// one block that stays on the GPU while requests come and serves the small
+// ones itself, both ways, so that they need no CUDA call at all.
+//
+// This header holds what the GPU reads of the channel (the request, the
+// gate, the resident kernel's words): plain C++ that nvcc compiles too (the
+// kernels include it): no absl, no CUDA header.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +53,23 @@ inline constexpr uint64_t kLandingBytesPerBlock = uint64_t{16} << 10;
 // The kernel's name in the agent's embedded module.
 inline constexpr const char* kLandingKernel = "mc_copy_agent_land";
 
+// What the agent does for a request. Addresses are the agent process's own
+// (CUDA unified addressing); staging offsets are from the staging area.
+enum class Op : uint32_t {
+  kNone = 0,
+  kToDevice = 1,    // staging[staging_offset, +bytes) -> dst
+  kFromDevice = 2,  // src -> staging[staging_offset, +bytes)
+};
+
+struct alignas(64) Request {
+  uint32_t op = 0;  // Op
+  uint32_t reserved = 0;
+  uint64_t dst = 0;
+  uint64_t src = 0;
+  uint64_t bytes = 0;
+  uint64_t staging_offset = 0;
+};
+
 struct Gate {
   // Written by the daemon: the request it gave up on.
   alignas(64) uint32_t cancel_seq;
@@ -58,6 +80,32 @@ struct Gate {
   // Written by the landing kernel's blocks.
   alignas(64) uint32_t intent[kMaxLandingBlocks];
   alignas(64) uint32_t landed[kMaxLandingBlocks];
+};
+
+// The agent's resident kernel (mc_copy_agent_serve): launched when a small
+// request comes and the kernel is not running, told to return when the
+// agent goes to sleep. Between, the agent hands it each small request by
+// its number, and the kernel answers it in the channel as the agent would
+// (result, then done_seq), having cleared busy_since_ns.
+struct Resident {
+  alignas(64) uint32_t go;  // agent -> kernel: serve request `go`
+  uint32_t stop;            // agent -> kernel: return once nothing is handed over
+};
+inline constexpr const char* kServeKernel = "mc_copy_agent_serve";
+inline constexpr uint32_t kServeThreads = 256;
+
+// The resident kernel's one parameter: device addresses of the channel's
+// words (mapped host memory) and the staging area.
+struct ServeArgs {
+  Request* request;
+  uint32_t* done_seq;
+  int32_t* result;
+  uint64_t* busy_since_ns;
+  Gate* gate;
+  Resident* resident;
+  uint8_t* staging;
+  uint64_t staging_bytes;
+  uint32_t served;  // the last request handed to a resident kernel before this launch
 };
 
 MC_COPY_AGENT_HD constexpr uint32_t LandingBlocks(uint64_t bytes) {

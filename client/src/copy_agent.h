@@ -27,8 +27,9 @@
 // copies, queued again with the newest bytes when the daemon writes over
 // one it gave up on (Channel::mirror_seq).
 //
-// Requests of at most CopyAgentOptions::resident_max_bytes go, both ways,
-// to the agent's resident kernel (gated builds): one block of 256 threads,
+// Requests of at most CopyAgentOptions::resident_max_bytes (0 by default:
+// off until it has run on a GPU) go, both ways, to the agent's resident
+// kernel (gated builds): one block of 256 threads,
 // launched on a stream of its own when such a request comes, serving each
 // one the thread hands it by number, with no CUDA call per request; told
 // to return when the thread goes to sleep (kSpin after the last request).
@@ -52,9 +53,14 @@
 
 namespace mooncake {
 
+// What a resident kernel serves when it is on (MOONCAKE_COPY_AGENT_RESIDENT=1).
+inline constexpr uint64_t kResidentMaxBytes = uint64_t{64} << 10;
+
 struct CopyAgentOptions {
-  // Requests up to this size go to the resident kernel; 0: none do.
-  uint64_t resident_max_bytes = uint64_t{64} << 10;
+  // Requests up to this size go to the resident kernel; 0 (the default
+  // until the kernel has run on a GPU): none do, each copy is a launch or
+  // a copy-engine copy.
+  uint64_t resident_max_bytes = 0;
 };
 
 class CopyAgent {

@@ -312,8 +312,14 @@ void DaemonRdmaTransport::StartCopyAgent() {
   drivers::CuContext ctx = nullptr;
   absl::Status s = drivers::CuStatus(*driver, driver->ctxGetCurrent(&ctx), "cuCtxGetCurrent");
   if (s.ok() && ctx == nullptr) s = absl::FailedPreconditionError("no CUDA context is current");
+  // The resident kernel is opt-in until it has run on a GPU (copy_agent.h).
+  CopyAgentOptions agent_options;
+  if (const char* e = std::getenv("MOONCAKE_COPY_AGENT_RESIDENT");
+      e != nullptr && std::string(e) == "1") {
+    agent_options.resident_max_bytes = kResidentMaxBytes;
+  }
   absl::StatusOr<std::unique_ptr<CopyAgent>> agent =
-      s.ok() ? CopyAgent::Create(driver, ctx, copy_agent::kDefaultStagingBytes)
+      s.ok() ? CopyAgent::Create(driver, ctx, copy_agent::kDefaultStagingBytes, agent_options)
              : absl::StatusOr<std::unique_ptr<CopyAgent>>(s);
   if (agent.ok()) s = client_->attachCopyAgent((*agent)->fd(), (*agent)->staging_bytes());
   if (!agent.ok() || !s.ok()) {

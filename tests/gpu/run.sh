@@ -270,8 +270,10 @@ if want rdma; then
     # collectives (mc_put_lanes_block) do, and are checked here.
     # check-agent: the same checks with softnic's copy agents on, the
     # back-pressure cases 20 times (a copy held back by the first launch of
-    # a kernel must not land stale: docs/rdma.md, the copy agent).
-    modes="check check-agent post bound doorbell bw lat"
+    # a kernel must not land stale: docs/rdma.md, the copy agent);
+    # check-resident: the same with the agents' resident kernels (opt-in
+    # until this has passed on a GPU: client/src/copy_agent.h).
+    modes="check check-agent check-resident post bound doorbell bw lat"
     if [[ -z "$sandbox" ]] && command -v compute-sanitizer >/dev/null; then
       modes="$modes memcheck racecheck"
     elif want sanitizer; then
@@ -286,6 +288,7 @@ if want rdma; then
       for _ in $(seq 100); do [[ -S "$rtmp/d.sock" ]] && break; sleep 0.05; done
       cmd=("$bin/rdma_bench" --socket "$rtmp/d.sock" $mode)
       [[ $mode == check-agent ]] && cmd=(env MOONCAKE_COPY_AGENT=1 MC_RDMA_BACKPRESSURE_REPEAT=20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
+      [[ $mode == check-resident ]] && cmd=(env MOONCAKE_COPY_AGENT=1 MOONCAKE_COPY_AGENT_RESIDENT=1 MC_RDMA_BACKPRESSURE_REPEAT=20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       [[ $mode == memcheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       [[ $mode == racecheck ]] && cmd=(env MC_RDMA_SWEEP_MAX=1048581 compute-sanitizer --tool racecheck --racecheck-report hazard --error-exitcode 99 "$bin/rdma_bench" --socket "$rtmp/d.sock" check)
       if timed "${cmd[@]}"; then ok 1; else bad 1 "rdma_bench $mode"; cat "$rtmp/daemon.log"; fi

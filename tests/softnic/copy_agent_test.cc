@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -471,7 +472,7 @@ std::unique_ptr<CopyAgent> GatedAgent(const std::shared_ptr<FakeCudaDriver>& cu,
                                       bool resident = true) {
   test_util::RegisterFakeCopyAgentKernels(*cu);
   CopyAgentOptions options;
-  if (!resident) options.resident_max_bytes = 0;
+  options.resident_max_bytes = resident ? kResidentMaxBytes : 0;
   auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging, options);
   EXPECT_TRUE(agent.ok()) << agent.status();
   if (!agent.ok()) return nullptr;
@@ -499,7 +500,10 @@ class CopyAgentGateTest : public ::testing::TestWithParam<bool> {
     cu_ = ClientDriver();
     agent_ = GatedAgent(cu_, GetParam());
     ASSERT_NE(agent_, nullptr);
-    auto link = LinkTo(agent_->fd(), kStaging, ::getpid());
+    // A stall bound a loaded machine's scheduling cannot reach (the fake
+    // runs each kernel on a thread of its own); the stalls below are real.
+    auto link =
+        LinkTo(agent_->fd(), kStaging, ::getpid(), absl::Seconds(2), absl::Milliseconds(250));
     ASSERT_TRUE(link.ok()) << link.status();
     link_ = *link;
   }
@@ -606,7 +610,7 @@ TEST(CopyAgentResidentTest, ServesBothWaysReturnsWhenIdleAndComesBack) {
                                  CopyAgentOptions{.resident_max_bytes = 4096});
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_TRUE((*agent)->resident());
-  auto link = LinkTo((*agent)->fd(), kStaging, ::getpid());
+  auto link = LinkTo((*agent)->fd(), kStaging, ::getpid(), absl::Seconds(5), absl::Seconds(2));
   ASSERT_TRUE(link.ok()) << link.status();
   ClientAllocation gpu(*cu, kGran);
   const int launches = cu->calls("launchKernel");
@@ -712,11 +716,16 @@ class AgentEngineTest : public test_util::GpuEngineFixture {
   }
 
   // An agent for `pd`, as if its session's process were `pid`.
-  std::unique_ptr<CopyAgent> Attach(PdId pd, int32_t pid) {
+  // `stall`: the link's bound on a busy agent (a kernel on the fake runs on
+  // a thread of its own, which a loaded machine may not schedule for tens
+  // of milliseconds).
+  std::unique_ptr<CopyAgent> Attach(PdId pd, int32_t pid,
+                                    absl::Duration stall = absl::Milliseconds(20)) {
     auto agent = CopyAgent::Create(client_cu_, ctx_, kStaging);
     EXPECT_TRUE(agent.ok()) << agent.status();
     if (!agent.ok()) return nullptr;
-    auto link = LinkTo((*agent)->fd(), kStaging, pid, absl::Milliseconds(200));
+    auto link =
+        LinkTo((*agent)->fd(), kStaging, pid, std::max(absl::Milliseconds(200), 2 * stall), stall);
     EXPECT_TRUE(link.ok()) << link.status();
     if (!link.ok()) return nullptr;
     EXPECT_TRUE(engine_.AttachCopyAgent(pd, *link).ok());
@@ -883,7 +892,7 @@ TEST_F(AgentEngineTest, ABlockedAgentsLateCopyCannotUndoALaterWrite) {
 TEST_F(AgentEngineTest, AWriteWhoseAgentBlockedCannotUndoTheApplicationsNextWrite) {
   test_util::RegisterFakeCopyAgentKernels(*client_cu_);
   ClientAllocation dst(*client_cu_, kGran);
-  auto agent = Attach(kPdB, 1000);
+  auto agent = Attach(kPdB, 1000, absl::Milliseconds(250));
   ASSERT_NE(agent, nullptr);
   ASSERT_TRUE(agent->gated());
   const uint32_t dst_key = GpuRegion(kPdB, dst, kRemoteWrite);

@@ -89,10 +89,13 @@ struct DaemonRdmaOptions {
   // slice while a kernel spins (milliseconds). One thread of this process,
   // asleep when idle, and a pinned staging area of 4 MiB. Off: the daemon
   // copies. A NIC moves the bytes itself: no agent whatever this says.
-  // Off by default for now (docs/rdma.md, "the copy agent": a process that
-  // synchronizes its context while its kernel waits on softnic blocks the
-  // agent, and rdma_bench check still loses a word then); the environment
-  // variable MOONCAKE_COPY_AGENT=1 (or 0) overrides this field.
+  // Off by default for now (docs/rdma.md, "the copy agent": its copies
+  // into GPU memory can now be called off after submission, so a blocked
+  // one no longer lands late, but a landing kernel per copy costs about
+  // 12 us more than a copy-engine copy, and the resident kernel that
+  // avoids it, MOONCAKE_COPY_AGENT_RESIDENT=1, has not run on a GPU yet);
+  // the environment variable MOONCAKE_COPY_AGENT=1 (or 0) overrides this
+  // field.
   bool copy_agent = false;
 };
 

@@ -101,9 +101,15 @@ CopyAgent::~CopyAgent() {
   stop_.store(true, std::memory_order_relaxed);
   ::syscall(SYS_futex, &channel()->request_seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
   if (thread_.joinable()) thread_.join();
+  // A resident kernel that has not returned (never scheduled, or the GPU
+  // is wedged) may still read and write the channel when it runs: its
+  // module, registration and mapping are then left in place (a leak, said
+  // once) rather than freed under it.
+  bool kernel_may_run = false;
   if (resident_running_) {
     driver_->ctxSetCurrent(ctx_);
     StopResident(/*wait=*/true);
+    kernel_may_run = resident_running_;
   }
   if (const uint64_t n = copies_.load(std::memory_order_relaxed); n > 0) {
     MC_LOG(kInfo, "copy agent: ", n, " copies for softnic, ", busy_ns_ / n / 1000.0,
@@ -117,6 +123,14 @@ CopyAgent::~CopyAgent() {
   if (stream_ != nullptr || pinned_ || module_ != nullptr) cu.ctxSetCurrent(ctx_);
   if (stream_ != nullptr) cu.streamDestroy(stream_);
   if (resident_stream_ != nullptr) cu.streamDestroy(resident_stream_);
+  if (kernel_may_run) {
+    MC_LOG(kWarning,
+           "copy agent: the resident kernel did not return within 1 s; its channel "
+           "(",
+           (copy_agent::kHeaderBytes + staging_bytes_) >> 10,
+           " KiB) and module stay mapped for it");
+    return;
+  }
   if (module_ != nullptr) cu.moduleUnload(module_);
   if (pinned_) cu.memHostUnregister(base_);
   ::munmap(base_, copy_agent::kHeaderBytes + staging_bytes_);
@@ -265,11 +279,12 @@ void CopyAgent::StopResident(bool wait) {
   Ref(channel()->resident.stop).store(1, std::memory_order_release);
   if (!wait) return;  // seen to have returned at the next request
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (driver_->streamQuery(resident_stream_) == drivers::kCudaErrorNotReady &&
+  drivers::CuResult r;
+  while ((r = driver_->streamQuery(resident_stream_)) == drivers::kCudaErrorNotReady &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::yield();
   }
-  resident_running_ = false;
+  resident_running_ = r == drivers::kCudaErrorNotReady;
 }
 
 int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered) {
@@ -296,7 +311,10 @@ int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered)
   Ref(c->resident.go).store(seq, std::memory_order_release);
   resident_served_ = seq;
   for (uint32_t spins = 1; Ref(c->done_seq).load(std::memory_order_acquire) != seq; ++spins) {
-    if (stop_.load(std::memory_order_relaxed)) return drivers::kCudaErrorInvalidValue;
+    if (stop_.load(std::memory_order_relaxed)) {
+      *answered = true;  // left to the daemon's call-off (Execute)
+      return drivers::kCudaErrorInvalidValue;
+    }
     if ((spins & 255) != 0) {
       __builtin_ia32_pause();
       continue;

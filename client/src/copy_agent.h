@@ -32,9 +32,10 @@
 // kernel (gated builds): one block of 256 threads,
 // launched on a stream of its own when such a request comes, serving each
 // one the thread hands it by number, with no CUDA call per request; told
-// to return when the thread goes to sleep (kSpin after the last request).
-// While it runs, a cudaDeviceSynchronize of the process waits for it too:
-// up to kSpin after the last request.
+// to return when the thread goes to sleep (kSpin after the last request),
+// and returning by itself after 0.5 ms idle or 2 ms alive
+// (copy_agent_gate.h): a cudaDeviceSynchronize of the process waits for it
+// too, that long at most once requests stop coming.
 //
 // Destruction marks the channel closed (the daemon then copies itself),
 // stops the thread and frees everything. Not copyable; thread-safe.
@@ -97,7 +98,10 @@ class CopyAgent {
   // (logged) the agent copies without it. Needs the channel mapped.
   void LoadLandingKernel(drivers::CuDevicePtr scratch);
   // Runs request `seq`; returns its CUDA result (0: done). *answered: the
-  // resident kernel answered it in the channel already.
+  // caller must not answer it: the resident kernel did, or the agent is
+  // closing while the kernel still holds it (the daemon, seeing the
+  // channel closed, calls it off at the gate; an answer would make it
+  // write over a landing still to come).
   int32_t Execute(const copy_agent::Request& r, uint32_t seq, bool* answered);
   // Hands request `seq` to the resident kernel (launched first when not
   // running) and waits for its answer. *answered false: it could not, and

@@ -16,7 +16,7 @@ namespace {
 
 using mooncake::copy_agent::Gate;
 using mooncake::copy_agent::Op;
-using mooncake::copy_agent::Request;
+using mooncake::copy_agent::Request;  // its layout, read field by field
 using mooncake::copy_agent::ServeArgs;
 
 __device__ __forceinline__ void StoreRelaxedSys(uint32_t* p, uint32_t v) {
@@ -44,6 +44,11 @@ __device__ __forceinline__ uint64_t LoadRelaxedSys64(const uint64_t* p) {
   return v;
 }
 __device__ __forceinline__ void FenceScSys() { asm volatile("fence.sc.sys;" ::: "memory"); }
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 // 16 bytes read again from memory (never a line an earlier request left in
 // a cache): the staging area is host memory another process writes.
 __device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
@@ -119,14 +124,34 @@ extern "C" __global__ void mc_copy_agent_land(uint8_t* dst, const uint8_t* src, 
 extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
   __shared__ uint32_t seq;
   __shared__ int stop, go;
-  __shared__ Request r;
+  // The request's fields (plain scalars: a __shared__ variable takes no
+  // initializer, and Request has default member initializers).
+  struct Fields {
+    uint32_t op;
+    uint64_t dst, src, bytes, staging_offset;
+  };
+  __shared__ Fields r;
   uint32_t served = a.served;
+  // It also returns on its own, whatever the agent thread does: idle for
+  // kResidentIdleNs, or alive kResidentLifeNs with nothing handed over. A
+  // cudaDeviceSynchronize of the process waits for this kernel, and the
+  // agent thread that would tell it to stop may itself be blocked in a
+  // CUDA call behind that synchronize. The agent launches it again on its
+  // next request.
+  const uint64_t born = GlobalTimerNs();
+  uint64_t last = born;
   for (;;) {
     if (threadIdx.x == 0) {
       // Each look is a read of host memory over PCIe: that paces the loop.
       uint32_t g;
-      while ((g = LoadAcquireSys(&a.resident->go)) == served &&
-             LoadRelaxedSys(&a.resident->stop) == 0) {
+      for (;;) {
+        g = LoadAcquireSys(&a.resident->go);
+        if (g != served || LoadRelaxedSys(&a.resident->stop) != 0) break;
+        const uint64_t now = GlobalTimerNs();
+        if (now - last > mooncake::copy_agent::kResidentIdleNs ||
+            now - born > mooncake::copy_agent::kResidentLifeNs) {
+          break;
+        }
       }
       seq = g;
       stop = g == served;
@@ -168,6 +193,7 @@ extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
       StoreReleaseSys(a.done_seq, seq);
     }
     served = seq;
+    last = GlobalTimerNs();
     __syncthreads();
   }
 }

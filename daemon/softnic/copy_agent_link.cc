@@ -118,7 +118,8 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   Ref(c->request.src).store(src, std::memory_order_relaxed);
   Ref(c->request.bytes).store(bytes, std::memory_order_relaxed);
   Ref(c->request.staging_offset).store(0, std::memory_order_relaxed);
-  const uint32_t seq = ++seq_;
+  uint32_t seq = ++seq_;
+  while (seq == 0 || seq == called_off_seq_) seq = ++seq_;
   Ref(c->request_seq).store(seq, std::memory_order_release);
   // The agent sets agent_sleeping, then re-reads request_seq before it
   // sleeps; this side stores request_seq, then reads agent_sleeping. With a
@@ -232,6 +233,7 @@ bool CopyAgentLink::CallOffLocked(uint32_t seq, uint64_t bytes) {
   if (Ref(gate.gated).load(std::memory_order_acquire) != 1) return false;
   // The daemon's half of the handshake (copy_agent_gate.h): the store, a
   // full fence, then the blocks' intents.
+  called_off_seq_ = seq;
   Ref(gate.cancel_seq).store(seq, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const auto deadline =

@@ -69,7 +69,10 @@ struct CopyAgentLinkOptions {
   // How long a landing kernel that passed the gate before the daemon called
   // its request off may take to finish (copy_agent_gate.h): it is running,
   // so microseconds, or a time slice when processes share the GPU.
-  absl::Duration landing = absl::Milliseconds(100);
+  // Past it the copy counts as one that may land (mirrored; but a landing
+  // has read its bytes already): long, so that only a GPU that stopped
+  // running the block gets there.
+  absl::Duration landing = absl::Seconds(2);
 };
 
 class CopyAgentLink {
@@ -157,6 +160,10 @@ class CopyAgentLink {
   mutable absl::Mutex mu_;
   absl::Mutex mirror_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // MirrorThenWrite's steps, one at a time
   uint32_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last request called off at the gate: never a request number again
+  // (nor 0, the gate's first value), or its landing would skip after the
+  // 32-bit sequence wraps.
+  uint32_t called_off_seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t round_trip_ns_ ABSL_GUARDED_BY(mu_) = 0;

@@ -138,12 +138,16 @@ FakeGpu FakeGpu::Hopper(int i) {
 FakeCudaDriver::FakeCudaDriver() = default;
 
 FakeCudaDriver::~FakeCudaDriver() {
-  std::map<CuStream, std::unique_ptr<KernelStream>> kernel_streams;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    kernel_streams.swap(kernel_streams_);
+  // Until none is left: a kernel body may launch on another stream.
+  for (;;) {
+    std::map<CuStream, std::unique_ptr<KernelStream>> kernel_streams;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kernel_streams.swap(kernel_streams_);
+    }
+    if (kernel_streams.empty()) break;
+    for (auto& [stream, ks] : kernel_streams) JoinKernelStream(std::move(ks));
   }
-  for (auto& [stream, ks] : kernel_streams) JoinKernelStream(std::move(ks));
   // Unmapping a reservation also removes the mappings inside it; the
   // allocations close their fds as the maps go.
   for (const auto& [base, reservation] : reservations_) ::munmap(AsPtr(base), reservation.size);
@@ -270,7 +274,10 @@ void FakeCudaDriver::waitForKernels(CuStream stream) {
   auto it = kernel_streams_.find(stream);
   if (it == kernel_streams_.end()) return;
   KernelStream* ks = it->second.get();
+  ++ks->waiters;  // JoinKernelStream frees ks only once none is left
   ks->cv.wait(lock, [ks] { return !ks->running && ks->queue.empty(); });
+  --ks->waiters;
+  ks->cv.notify_all();
 }
 
 void FakeCudaDriver::JoinKernelStream(std::unique_ptr<KernelStream> ks) {
@@ -281,6 +288,11 @@ void FakeCudaDriver::JoinKernelStream(std::unique_ptr<KernelStream> ks) {
     ks->cv.notify_all();
   }
   ks->thread.join();
+  // A copy waiting for this stream's kernels (waitForKernels) leaves
+  // before ks goes.
+  std::unique_lock<std::mutex> lock(mu_);
+  ks->cv.notify_all();
+  ks->cv.wait(lock, [&ks] { return ks->waiters == 0; });
 }
 
 void FakeCudaDriver::waitForSubmissions() {
@@ -1003,7 +1015,7 @@ CuResult FakeCudaDriver::streamQuery(CuStream stream) {
 std::vector<uint8_t> FakeCudaDriver::lastHeldCopy() const {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = held_.rbegin(); it != held_.rend(); ++it) {
-    if (!it->run) return it->bytes;
+    if (!it->run) return it->bytes;  // a host-to-device copy
   }
   return {};
 }
@@ -1027,11 +1039,17 @@ void FakeCudaDriver::holdStreams(bool hold) {
       }
       land.swap(held_);
     }
-    // Copies land here; kernels go to their streams' threads, in order.
+    // In submission order: kernels go to their streams' threads, and a
+    // copy lands once its stream's kernels before it have run.
     for (HeldWork& w : land) {
-      if (w.run) {
+      if (w.kernel) {
         std::lock_guard<std::mutex> lock(mu_);
         QueueKernelLocked(w.stream, std::move(w.run));
+        continue;
+      }
+      waitForKernels(w.stream);
+      if (w.run) {
+        w.run();  // a device-to-host copy
       } else {
         memcpyHtoD(w.dst, w.bytes.data(), w.bytes.size());
       }
@@ -1053,7 +1071,7 @@ CuResult FakeCudaDriver::memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
     if (hold_streams_ && src != nullptr) {
       const auto* p = static_cast<const uint8_t*>(src);
-      held_.push_back(HeldWork{dst, std::vector<uint8_t>(p, p + bytes), nullptr, stream});
+      held_.push_back(HeldWork{dst, std::vector<uint8_t>(p, p + bytes), nullptr, stream, false});
       return kCudaSuccess;
     }
   }
@@ -1067,12 +1085,18 @@ CuResult FakeCudaDriver::memcpyDtoHAsync(void* dst, CuDevicePtr src, size_t byte
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;
+    if (hold_streams_ && dst != nullptr) {
+      held_.push_back(
+          HeldWork{0, {}, [this, dst, src, bytes] { memcpyDtoH(dst, src, bytes); }, stream, false});
+      return kCudaSuccess;
+    }
   }
   return memcpyDtoH(dst, src, bytes);
 }
 
 CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, size_t count,
                                        CuStream stream) {
+  waitForSubmissions();
   waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1083,6 +1107,7 @@ CuResult FakeCudaDriver::memsetD8Async(CuDevicePtr dst, unsigned char value, siz
 
 CuResult FakeCudaDriver::memcpyAsync(CuDevicePtr dst, CuDevicePtr src, size_t bytes,
                                      CuStream stream) {
+  waitForSubmissions();
   waitForKernels(stream);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1161,7 +1186,7 @@ CuResult FakeCudaDriver::launchKernel(CuFunction f, unsigned grid_x, unsigned, u
     if (grid_x == 0 || block_x == 0) return kCudaErrorInvalidValue;
     FakeKernelBody run = (*bind)(grid_x, block_x, params);
     if (hold_streams_) {
-      held_.push_back(HeldWork{0, {}, std::move(run), stream});
+      held_.push_back(HeldWork{0, {}, std::move(run), stream, true});
     } else {
       QueueKernelLocked(stream, std::move(run));
     }

@@ -243,8 +243,9 @@ class FakeCudaDriver : public CudaDriver {
   // A context that holds new work back, as the H200 does while another
   // thread loads a kernel for the first time (lazy loading) and a kernel
   // runs: while held, an async host-to-device copy takes its bytes at
-  // submission and lands only when the hold ends, in submission order, and
-  // streamQuery answers not ready.
+  // submission and lands only when the hold ends, in submission order (a
+  // device-to-host copy reads then too), and streamQuery answers not
+  // ready.
   void holdStreams(bool hold);
   // The bytes of the copy held last (empty: none held).
   std::vector<uint8_t> lastHeldCopy() const;
@@ -306,14 +307,16 @@ class FakeCudaDriver : public CudaDriver {
   struct HeldWork {
     CuDevicePtr dst = 0;
     std::vector<uint8_t> bytes;
-    FakeKernelBody run;
-    CuStream stream = nullptr;  // run's
+    FakeKernelBody run;  // a kernel, or a device-to-host copy
+    CuStream stream = nullptr;
+    bool kernel = false;
   };
   // The kernels of one stream (registerKernel) and the thread running them.
   struct KernelStream {
     std::deque<FakeKernelBody> queue;  // guarded by mu_
     bool running = false;              // guarded by mu_
     bool quit = false;                 // guarded by mu_
+    int waiters = 0;                   // guarded by mu_ (waitForKernels)
     std::condition_variable cv;        // with mu_
     std::thread thread;
   };

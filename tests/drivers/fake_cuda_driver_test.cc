@@ -427,6 +427,49 @@ TEST_F(FakeCudaDriverTest, RegisteredKernelsRunInStreamOrderAndSubmissionsCanBeP
   EXPECT_EQ(cu_.moduleUnload(module), kCudaSuccess);
 }
 
+// Stream order across a hold: a kernel held before a copy on the same
+// stream runs first when the hold ends, and a device-to-host copy held
+// behind it reads what the kernel wrote.
+TEST_F(FakeCudaDriverTest, AHeldKernelRunsBeforeTheCopiesHeldBehindIt) {
+  ASSERT_EQ(cu_.init(0), kCudaSuccess);
+  CuContext ctx = nullptr;
+  ASSERT_EQ(cu_.devicePrimaryCtxRetain(&ctx, FakeCudaDriver::kHandleBase), kCudaSuccess);
+  ASSERT_EQ(cu_.ctxSetCurrent(ctx), kCudaSuccess);
+  cu_.setModulesLoadable(true);
+  CuDevicePtr word = 0;
+  ASSERT_EQ(cu_.memAlloc(&word, 8), kCudaSuccess);
+  cu_.registerKernel("store", [this](unsigned, unsigned, void** args) {
+    const CuDevicePtr at = *static_cast<CuDevicePtr*>(args[0]);
+    const uint64_t v = *static_cast<uint64_t*>(args[1]);
+    return FakeCudaDriver::FakeKernelBody([this, at, v] { cu_.memcpyHtoD(at, &v, 8); });
+  });
+  static const char kImage[] = "not a fatbin";
+  CuModule module = nullptr;
+  ASSERT_EQ(cu_.moduleLoadData(&module, kImage), kCudaSuccess);
+  CuFunction f = nullptr;
+  ASSERT_EQ(cu_.moduleGetFunction(&f, module, "store"), kCudaSuccess);
+  CuStream stream = nullptr;
+  ASSERT_EQ(cu_.streamCreate(&stream, 0x1), kCudaSuccess);
+  cu_.holdStreams(true);
+  uint64_t v = 7;
+  void* args[] = {&word, &v};
+  ASSERT_EQ(cu_.launchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr), kCudaSuccess);
+  uint64_t back = 0;
+  ASSERT_EQ(cu_.memcpyDtoHAsync(&back, word, 8, stream), kCudaSuccess);
+  const uint64_t nine = 9;
+  ASSERT_EQ(cu_.memcpyHtoDAsync(word, &nine, 8, stream), kCudaSuccess);
+  EXPECT_EQ(back, 0u) << "a held copy read early";
+  cu_.holdStreams(false);
+  while (cu_.streamQuery(stream) == kCudaErrorNotReady) std::this_thread::yield();
+  EXPECT_EQ(back, 7u) << "the held copy did not read behind the kernel";
+  uint64_t last = 0;
+  ASSERT_EQ(cu_.memcpyDtoH(&last, word, 8), kCudaSuccess);
+  EXPECT_EQ(last, 9u) << "the kernel ran after the copy held behind it";
+  EXPECT_EQ(cu_.streamDestroy(stream), kCudaSuccess);
+  EXPECT_EQ(cu_.memFree(word), kCudaSuccess);
+  EXPECT_EQ(cu_.moduleUnload(module), kCudaSuccess);
+}
+
 TEST_F(FakeCudaDriverTest, CopiesBetweenEveryKindOfDeviceMemory) {
   ASSERT_EQ(cu_.init(0), kCudaSuccess);
   CuContext ctx = nullptr;

@@ -84,14 +84,19 @@ struct Gate {
 
 // The agent's resident kernel (mc_copy_agent_serve): launched when a small
 // request comes and the kernel is not running, told to return when the
-// agent goes to sleep. Between, the agent hands it each small request by
-// its number, and the kernel answers it in the channel as the agent would
-// (result, then done_seq), having cleared busy_since_ns.
+// agent goes to sleep (and returning by itself: kResidentIdleNs). Between, the agent hands it each
+// small request by its number, and the kernel answers it in the channel as the agent would (result,
+// then done_seq), having cleared busy_since_ns.
 struct Resident {
   alignas(64) uint32_t go;  // agent -> kernel: serve request `go`
   uint32_t stop;            // agent -> kernel: return once nothing is handed over
 };
 inline constexpr const char* kServeKernel = "mc_copy_agent_serve";
+// The resident kernel returns on its own after this long with nothing
+// handed over, or once this old with nothing pending: a synchronize of the
+// process waits for it no longer than that.
+inline constexpr uint64_t kResidentIdleNs = 500'000;
+inline constexpr uint64_t kResidentLifeNs = 2'000'000;
 inline constexpr uint32_t kServeThreads = 256;
 
 // The resident kernel's one parameter: device addresses of the channel's

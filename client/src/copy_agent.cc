@@ -24,7 +24,6 @@ namespace mooncake {
 namespace {
 
 using copy_agent::Channel;
-using copy_agent::Gate;
 using copy_agent::Op;
 using copy_agent::Phase;
 using copy_agent::Ref;
@@ -40,6 +39,19 @@ constexpr timespec kSleep{0, 100'000'000};
 // A copy that takes longer is logged: a staged piece of 16 MiB takes about
 // a millisecond at PCIe speed.
 constexpr std::chrono::milliseconds kSlowCopy{5};
+
+// Waits (yielding) until `stream`'s work is done or `bound` passed: its
+// result, kCudaErrorNotReady past the bound. The warm-ups and a stop.
+drivers::CuResult WaitForStream(drivers::CudaDriver& cu, drivers::CuStream stream,
+                                std::chrono::nanoseconds bound = std::chrono::hours(1)) {
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  drivers::CuResult r;
+  while ((r = cu.streamQuery(stream)) == drivers::kCudaErrorNotReady &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  return r;
+}
 
 }  // namespace
 
@@ -149,11 +161,7 @@ absl::Status CopyAgent::WarmUp() {
       drivers::CuStatus(cu, cu.memAlloc(&scratch, 256), "cuMemAlloc (copy agent warm-up)"));
   drivers::CuResult r = cu.memcpyHtoDAsync(scratch, staging(), 64, stream_);
   if (r == drivers::kCudaSuccess) r = cu.memcpyDtoHAsync(staging(), scratch, 64, stream_);
-  if (r == drivers::kCudaSuccess) {
-    while ((r = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
-      std::this_thread::yield();
-    }
-  }
+  if (r == drivers::kCudaSuccess) r = WaitForStream(cu, stream_);
   if (r == drivers::kCudaSuccess) LoadLandingKernel(scratch);
   cu.memFree(scratch);
   return drivers::CuStatus(cu, r, "copy agent warm-up copies");
@@ -190,11 +198,7 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
   }
   uint8_t back[kProbe] = {};
   drivers::CuResult r = cu.memcpyDtoHAsync(back, scratch, kProbe, stream_);
-  if (r == drivers::kCudaSuccess) {
-    while ((r = cu.streamQuery(stream_)) == drivers::kCudaErrorNotReady) {
-      std::this_thread::yield();
-    }
-  }
+  if (r == drivers::kCudaSuccess) r = WaitForStream(cu, stream_);
   if (r != drivers::kCudaSuccess) return fail("the warm-up landing", r);
   if (std::memcmp(back, staging(), kProbe) != 0) {
     return fail("the warm-up landing moved other bytes", drivers::kCudaErrorInvalidValue);
@@ -221,10 +225,9 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
       r != drivers::kCudaSuccess) {
     return no_resident("cuLaunchKernel", r);
   }
-  while ((r = cu.streamQuery(resident_stream_)) == drivers::kCudaErrorNotReady) {
-    std::this_thread::yield();
+  if ((r = WaitForStream(cu, resident_stream_)) != drivers::kCudaSuccess) {
+    return no_resident("the resident kernel's warm-up", r);
   }
-  if (r != drivers::kCudaSuccess) return no_resident("the resident kernel's warm-up", r);
   resident_usable_.store(true, std::memory_order_relaxed);
 #else
   (void)scratch;
@@ -278,13 +281,8 @@ void CopyAgent::StopResident(bool wait) {
   if (!resident_running_) return;
   Ref(channel()->resident.stop).store(1, std::memory_order_release);
   if (!wait) return;  // seen to have returned at the next request
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  drivers::CuResult r;
-  while ((r = driver_->streamQuery(resident_stream_)) == drivers::kCudaErrorNotReady &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::yield();
-  }
-  resident_running_ = r == drivers::kCudaErrorNotReady;
+  resident_running_ = WaitForStream(*driver_, resident_stream_, std::chrono::seconds(1)) ==
+                      drivers::kCudaErrorNotReady;
 }
 
 int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered) {

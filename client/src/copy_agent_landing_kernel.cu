@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "mooncake/common/copy_agent_gate.h"
+#include "mooncake/device/platform.h"  // the ordered loads and stores, the fence, the clock
 
 namespace {
 
@@ -18,37 +19,13 @@ using mooncake::copy_agent::Gate;
 using mooncake::copy_agent::Op;
 using mooncake::copy_agent::Request;  // its layout, read field by field
 using mooncake::copy_agent::ServeArgs;
+using mooncake::device::mc_fence_sc_sys;
+using mooncake::device::mc_ld_acquire;
+using mooncake::device::mc_ld_relaxed;
+using mooncake::device::mc_st_relaxed;
+using mooncake::device::mc_st_release;
+using mooncake::device::mc_time_ns;
 
-__device__ __forceinline__ void StoreRelaxedSys(uint32_t* p, uint32_t v) {
-  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void StoreRelaxedSys64(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-__device__ __forceinline__ void StoreReleaseSys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ uint32_t LoadRelaxedSys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint32_t LoadAcquireSys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t LoadRelaxedSys64(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void FenceScSys() { asm volatile("fence.sc.sys;" ::: "memory"); }
-__device__ __forceinline__ uint64_t GlobalTimerNs() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 // 16 bytes read again from memory (never a line an earlier request left in
 // a cache): the staging area is host memory another process writes.
 __device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
@@ -62,9 +39,9 @@ __device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
 // The block's half of the handshake for request `seq` (thread 0 only):
 // whether the daemon had not called it off.
 __device__ __forceinline__ bool PassGate(Gate* gate, uint32_t b, uint32_t seq) {
-  StoreRelaxedSys(&gate->intent[b], seq);
-  FenceScSys();
-  return LoadRelaxedSys(&gate->cancel_seq) != seq;
+  mc_st_relaxed<uint32_t>(&gate->intent[b], seq);
+  mc_fence_sc_sys();
+  return mc_ld_relaxed<uint32_t>(&gate->cancel_seq) != seq;
 }
 
 // This block's threads copy [0, n) from `src` to `dst`, 16 bytes at a time
@@ -116,8 +93,8 @@ extern "C" __global__ void mc_copy_agent_land(uint8_t* dst, const uint8_t* src, 
   if (threadIdx.x == 0) {
     // Every thread's stores to dst before `landed`: the daemon writes dst
     // itself once it sees it.
-    FenceScSys();
-    StoreRelaxedSys(&gate->landed[b], seq);
+    mc_fence_sc_sys();
+    mc_st_relaxed<uint32_t>(&gate->landed[b], seq);
   }
 }
 
@@ -138,16 +115,16 @@ extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
   // agent thread that would tell it to stop may itself be blocked in a
   // CUDA call behind that synchronize. The agent launches it again on its
   // next request.
-  const uint64_t born = GlobalTimerNs();
+  const uint64_t born = mc_time_ns();
   uint64_t last = born;
   for (;;) {
     if (threadIdx.x == 0) {
       // Each look is a read of host memory over PCIe: that paces the loop.
       uint32_t g;
       for (;;) {
-        g = LoadAcquireSys(&a.resident->go);
-        if (g != served || LoadRelaxedSys(&a.resident->stop) != 0) break;
-        const uint64_t now = GlobalTimerNs();
+        g = mc_ld_acquire<uint32_t>(&a.resident->go);
+        if (g != served || mc_ld_relaxed<uint32_t>(&a.resident->stop) != 0) break;
+        const uint64_t now = mc_time_ns();
         if (now - last > mooncake::copy_agent::kResidentIdleNs ||
             now - born > mooncake::copy_agent::kResidentLifeNs) {
           break;
@@ -158,11 +135,11 @@ extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
       if (!stop) {
         // After `go` (acquire): the agent handed it over once it read the
         // daemon's request.
-        r.op = LoadRelaxedSys(&a.request->op);
-        r.dst = LoadRelaxedSys64(&a.request->dst);
-        r.src = LoadRelaxedSys64(&a.request->src);
-        r.bytes = LoadRelaxedSys64(&a.request->bytes);
-        r.staging_offset = LoadRelaxedSys64(&a.request->staging_offset);
+        r.op = mc_ld_relaxed<uint32_t>(&a.request->op);
+        r.dst = mc_ld_relaxed<uint64_t>(&a.request->dst);
+        r.src = mc_ld_relaxed<uint64_t>(&a.request->src);
+        r.bytes = mc_ld_relaxed<uint64_t>(&a.request->bytes);
+        r.staging_offset = mc_ld_relaxed<uint64_t>(&a.request->staging_offset);
         // Checked as the agent checks it: another process of this uid can
         // write the page too.
         const bool valid =
@@ -184,16 +161,16 @@ extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      FenceScSys();
-      if (static_cast<Op>(r.op) == Op::kToDevice) StoreRelaxedSys(&a.gate->landed[0], seq);
+      mc_fence_sc_sys();
+      if (static_cast<Op>(r.op) == Op::kToDevice) mc_st_relaxed<uint32_t>(&a.gate->landed[0], seq);
       // Answered as the agent answers: busy no more, the result, then
       // done_seq (release: the bytes before it). 1: CUDA_ERROR_INVALID_VALUE.
-      StoreRelaxedSys64(a.busy_since_ns, 0);
-      StoreRelaxedSys(reinterpret_cast<uint32_t*>(a.result), r.op == 0 ? 1u : 0u);
-      StoreReleaseSys(a.done_seq, seq);
+      mc_st_relaxed<uint64_t>(a.busy_since_ns, 0);
+      mc_st_relaxed<uint32_t>(reinterpret_cast<uint32_t*>(a.result), r.op == 0 ? 1u : 0u);
+      mc_st_release<uint32_t>(a.done_seq, seq);
     }
     served = seq;
-    last = GlobalTimerNs();
+    last = mc_time_ns();
     __syncthreads();
   }
 }

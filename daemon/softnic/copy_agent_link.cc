@@ -276,8 +276,7 @@ void CopyAgentLink::SettleLateLocked() const {
 bool CopyAgentLink::LateCopyOverlaps(uint64_t dst, uint64_t n) const {
   absl::MutexLock lock(&mu_);
   SettleLateLocked();
-  return late_ && late_->op == Op::kToDevice && late_->may_land &&
-         dst < late_->dst + late_->bytes && late_->dst < dst + n;
+  return late_ && late_->may_land && dst < late_->dst + late_->bytes && late_->dst < dst + n;
 }
 
 void CopyAgentLink::MirrorIntoLateCopy(uint64_t dst, const uint8_t* bytes, uint64_t n) {
@@ -299,7 +298,7 @@ bool CopyAgentLink::MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t
 
 void CopyAgentLink::MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n) {
   SettleLateLocked();
-  if (!late_ || late_->op != Op::kToDevice || !late_->may_land) return;
+  if (!late_ || !late_->may_land) return;
   const uint64_t lo = std::max(dst, late_->dst);
   const uint64_t hi = std::min(dst + n, late_->dst + late_->bytes);
   if (lo >= hi) return;

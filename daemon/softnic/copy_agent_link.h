@@ -175,8 +175,10 @@ class CopyAgentLink {
     uint64_t bytes = 0;
     // When the request went out (the log says how late it was).
     std::chrono::steady_clock::time_point sent;
-    // False once the gate called it off: it still holds the agent (the link
-    // stays paused until it is answered) but writes nothing.
+    // Whether it can still write GPU memory: a copy into it (kToDevice)
+    // the gate could not call off. False otherwise: it still holds the
+    // agent (the link stays paused until it is answered) but writes
+    // nothing the engine must mirror.
     bool may_land = true;
   };
   // Paused on a blocked CUDA call of the agent (stall): late_ is that

@@ -1174,12 +1174,10 @@ CuResult FakeCudaDriver::launchKernel(CuFunction f, unsigned grid_x, unsigned, u
   {
     MC_FAKE_ENTER("launchKernel");
     if (!initialized_) return kCudaErrorNotInitialized;
+    // A stand-in's handle is its map node (moduleGetFunction).
     const FakeKernel* bind = nullptr;
     for (const auto& entry : kernels_) {
-      if (reinterpret_cast<CuFunction>(
-              const_cast<std::pair<const std::string, FakeKernel>*>(&entry)) == f) {
-        bind = &entry.second;
-      }
+      if (static_cast<const void*>(&entry) == static_cast<const void*>(f)) bind = &entry.second;
     }
     if (bind == nullptr) return kCudaErrorNotSupported;
     if (stream != nullptr && !streams_.count(stream)) return kCudaErrorInvalidHandle;

@@ -20,12 +20,17 @@
 # falls back to a GPU-only project made of bench/gpu and tests/gpu, and says so.
 #
 # Usage: deploy/make-gpu-bundle.sh [--build-dir DIR] [--prefix DIR] [--jobs N] [--gpu-only]
-#                                  [--targets "T1 T2 ..."]
+#                                  [--targets "T1 T2 ..."] [--pack]
 # --targets builds only those targets (and what they need), e.g.
 # "mooncaked mooncake_client" for tests/gpu/python_check.sh; the
 # install step then skips the directories whose targets were not built.
+# --pack also writes .gpu/bundle.tar.gz (gzip, about a third of the prefix;
+# prefix/ inside). What travels to the GPU machine is the working tree plus
+# what is carried, 64 MiB in all: the prefix with bin/etcd (for the cluster
+# and elastic steps) and the tree exceed it, the tarball and the tree do not.
+# Carry .gpu/bundle.tar.gz alone and hand it to run.sh, which unpacks it.
 # Then, on the GPU machine, from the repository root:
-#   tests/gpu/run.sh .gpu/prefix
+#   tests/gpu/run.sh .gpu/prefix            (or: tests/gpu/run.sh .gpu/bundle.tar.gz)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +38,7 @@ build="$root/build-gpu"
 prefix="$root/.gpu/prefix"
 jobs=2
 gpu_only=0
+pack=0
 targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -41,7 +47,8 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs="$2"; shift 2 ;;
     --gpu-only) gpu_only=1; shift ;;
     --targets) read -r -a targets <<<"$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --pack) pack=1; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "make-gpu-bundle: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -184,5 +191,23 @@ fi
 if [[ $build_rc -ne 0 && "${MC_BUNDLE_PARTIAL_OK:-0}" != 1 ]]; then
   log "ERROR: some targets failed to build (see above); bin/ may hold stale binaries of them"
   exit 1
+fi
+# What the tree itself sends (tracked and untracked-not-ignored files).
+tree_bytes=$(cd "$root" && git ls-files -co --exclude-standard -z 2>/dev/null |
+  xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+if [[ $pack -eq 1 ]]; then
+  tarball="$(dirname "$prefix")/bundle.tar.gz"
+  tar -C "$(dirname "$prefix")" -czf "$tarball" "$(basename "$prefix")"
+  packed=$(stat -c %s "$tarball")
+  log "packed $tarball: $((packed / 1024 / 1024)) MiB; with the tree ($((tree_bytes / 1024 / 1024)) MiB)" \
+    "$(((packed + tree_bytes) / 1024 / 1024)) MiB travel (limit 64)"
+  log "on the GPU machine: tests/gpu/run.sh ${tarball#"$root"/} (carry it alone, not ${prefix#"$root"/})"
+  if [[ $((packed + tree_bytes)) -ge $limit_bytes ]]; then
+    log "ERROR: the tarball and the tree are over 64 MiB together"
+    exit 1
+  fi
+elif [[ $((size + tree_bytes)) -ge $limit_bytes ]]; then
+  log "NOTE: the prefix and the tree ($((tree_bytes / 1024 / 1024)) MiB) are over 64 MiB together:" \
+    "carry less, or run again with --pack and carry the tarball"
 fi
 exit 0

@@ -55,6 +55,14 @@ class ByteReader {
     uint16_t lo = U8();
     return static_cast<uint16_t>(lo | (U8() << 8));
   }
+  uint32_t U32() {
+    uint32_t lo = U16();
+    return lo | (static_cast<uint32_t>(U16()) << 16);
+  }
+  uint64_t U64() {
+    uint64_t lo = U32();
+    return lo | (static_cast<uint64_t>(U32()) << 32);
+  }
   // Up to `n` bytes (fewer at the end of the input).
   absl::string_view Bytes(size_t n) {
     n = std::min(n, remaining());

@@ -622,6 +622,81 @@ void ClusterSeeds() {
             COp(cAnswer, 0, "\1") + COp(cList, 0));
 }
 
+// ---- copy_agent_fuzzer: flags, four u32 words, two agent scripts, then
+// daemon steps (copy_agent_fuzzer.cc, hostile_copy_agent.h).
+std::string U64(uint64_t v) { return U32(v & 0xffffffffu) + U32(v >> 32); }
+// An agent step: kind, arg, value. Word w written with value mode m is arg
+// w + 20 * m (hostile_copy_agent.h).
+std::string AStep(int kind, int arg, uint64_t value = 0) {
+  return std::string{static_cast<char>(kind), static_cast<char>(arg)} + U64(value);
+}
+std::string AScript(const std::vector<std::string>& steps) {
+  std::string out(1, static_cast<char>(steps.size()));
+  for (const auto& step : steps) out += step;
+  return out;
+}
+// A daemon step: kind (0 ToDevice, 1 FromDevice, 2 WithinDevice, 3 Between,
+// 4 Mirror, 5 MirrorThenWrite, 6 usable, 7 punch staging, 8 punch header),
+// link (0 A, 1 B), whole staging pieces, x, y, n.
+std::string DStep(int kind, int link, int pieces, uint64_t x, uint64_t y, uint16_t n) {
+  return std::string{static_cast<char>(kind), static_cast<char>(link | (pieces << 1))} + U64(x) +
+         U64(y) + U16(n);
+}
+
+void CopyAgentSeeds() {
+  const std::string t = "copy_agent_fuzzer";
+  enum { kWait, kWrite, kSleep, kServe, kPassGate, kClose, kFutexSleep };
+  const std::string none = AScript({});
+  const auto head = [](int flags, uint32_t a_seq = 0, uint32_t b_seq = 0) {
+    return std::string(1, static_cast<char>(flags)) + U32(a_seq) + U32(0) + U32(b_seq) + U32(0);
+  };
+  const std::string honest = head(1 | 2 | 4 | 8) + none + none;
+  Write(t, "honest_both_ways",
+        honest + DStep(0, 0, 0, 0x1000, 0, 100) + DStep(1, 0, 1, 0x2000, 9, 4464) +
+            DStep(2, 1, 0, 0x3000, 0x4000, 5000) + DStep(3, 0, 2, 0x5000, 0x6000, 7) +
+            DStep(4, 0, 0, 0x1000, 0, 64) + DStep(6, 1, 0, 0, 0, 0));
+  Write(t, "silent_agent",
+        head(0) + none + none + DStep(0, 0, 0, 0x1000, 0, 64) + DStep(0, 0, 0, 0x1000, 0, 64) +
+            DStep(6, 0, 0, 0x1000, 0, 64));
+  // The agent sits in a CUDA call (busy since 50 ms ago), then serves.
+  Write(t, "stalled_then_served",
+        head(1 | 4) +
+            AScript(
+                {AStep(kWait, 0), AStep(kWrite, 3 + 20 * 3, 50'000'000), AStep(kSleep, 0, 1500)}) +
+            none + DStep(0, 0, 0, 0x1000, 0, 4096) + DStep(5, 0, 0, 0x1000, 1, 4096) +
+            DStep(0, 0, 0, 0x1000, 0, 4096) + DStep(6, 0, 0, 0x1000, 0, 4096));
+  // A block passes the gate and never says it landed; the agent took the
+  // request and stalls: the daemon waits out its landing bound.
+  Write(t, "gate_passed_never_landed",
+        head(4) +
+            AScript({AStep(kWait, 0), AStep(kPassGate, 1, 1), AStep(kWrite, 5 + 20 * 1),
+                     AStep(kWrite, 3 + 20 * 3, 10'000'000)}) +
+            none + DStep(0, 0, 0, 0x1000, 0, 16) + DStep(4, 0, 0, 0x1000, 0, 8) +
+            DStep(5, 0, 0, 0x1008, 0, 8) + DStep(6, 0, 0, 0x1000, 0, 16));
+  Write(t, "closes_mid_request",
+        head(0) + AScript({AStep(kWait, 0), AStep(kClose, 0)}) + none +
+            DStep(0, 0, 0, 0x1000, 0, 64) + DStep(3, 1, 0, 0, 0, 64));
+  Write(t, "punched_staging",
+        head(1 | 2) + none + none + DStep(7, 0, 0, 0, 3, 0) + DStep(0, 0, 1, 0x1000, 0, 0) +
+            DStep(4, 0, 0, 0x1000, 0, 4096) + DStep(8, 1, 0, 0, 0, 0) +
+            DStep(1, 1, 0, 0x1000, 0, 64));
+  Write(t, "sequence_wraps",
+        head(1 | 2 | 4 | 8, 0xfffffffeu, 0xffffffffu) + none + none + DStep(0, 0, 0, 0x1000, 0, 8) +
+            DStep(0, 0, 0, 0x1000, 0, 8) + DStep(2, 1, 0, 0x1000, 0x2000, 8) +
+            DStep(0, 1, 0, 0x1000, 0, 8));
+  // A futex sleep, a CUDA error for the answer (left 1.5 ms for the daemon
+  // to read), then words no agent writes: the gate, the magic, and the
+  // daemon's own request number.
+  Write(t, "lying_words",
+        head(1) +
+            AScript({AStep(kFutexSleep, 0), AStep(kWait, 0), AStep(kWrite, 1, 7),
+                     AStep(kWrite, 0 + 20 * 1), AStep(kSleep, 0, 1500), AStep(kWrite, 7, 1),
+                     AStep(kWrite, 8 + 20 * 1), AStep(kWrite, 13, 0),
+                     AStep(kWrite, 11 + 20 * 4, 1)}) +
+            none + DStep(0, 0, 0, 0x1000, 0, 64) + DStep(0, 0, 0, 0x1000, 0, 64) +
+            DStep(1, 0, 0, 0x1000, 0, 64));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR   (writes CORPUS_DIR/<fuzzer>/<seed>)\n", argv[0]);
@@ -636,6 +711,7 @@ int main(int argc, char** argv) {
   ConfigSeeds();
   EscapeSeeds();
   HandleSeeds();
+  CopyAgentSeeds();
   std::printf("wrote %d seeds under %s\n", written, out_dir.c_str());
   return 0;
 }

@@ -17,6 +17,8 @@
 #   set -o pipefail; tests/gpu/run.sh [PREFIX] 2>&1 | tee $OUT/log
 # PREFIX defaults to .gpu/prefix (made by deploy/make-gpu-bundle.sh), or to
 # the prefix this script is installed in (PREFIX/share/mooncake/gpu/run.sh).
+# It may also be the .tar.gz that make-gpu-bundle.sh --pack writes (carry
+# that alone when the prefix with etcd and the tree exceed 64 MiB).
 #
 # Environment:
 #   MC_GPU_STEPS      comma list of steps to run (default: all):
@@ -33,7 +35,17 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-if [[ $# -ge 1 ]]; then
+if [[ $# -ge 1 && -f "$1" && "$1" == *.tar.gz ]]; then
+  # A bundle packed by make-gpu-bundle.sh --pack (prefix/ inside): unpacked
+  # beside itself; the binaries find their libraries through $ORIGIN.
+  unpack_to=$(dirname "$1")/unpacked
+  if ! { rm -rf "$unpack_to" && mkdir -p "$unpack_to" && tar -C "$unpack_to" -xzf "$1"; }; then
+    echo "run.sh: cannot unpack $1 into $unpack_to" >&2
+    exit 1
+  fi
+  prefix=$(cd "$unpack_to"/* && pwd)
+  echo "run.sh: unpacked $1 into $prefix"
+elif [[ $# -ge 1 ]]; then
   prefix=$(cd "$1" && pwd)
 elif [[ -d "$here/../../../bin" && "$(basename "$(dirname "$here")")" == mooncake ]]; then
   prefix=$(cd "$here/../../.." && pwd)

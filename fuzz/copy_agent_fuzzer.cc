@@ -283,8 +283,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mooncake::softnic;
-  const size_t fds_before = mooncake::fuzz::OpenFdCount();
-  {
+  mooncake::fuzz::ExpectFdsKept([&] {
     ByteReader in(data, size);
     const uint8_t flags = in.U8();
     Side a, b;
@@ -299,9 +298,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     b.agent = std::make_unique<mooncake::fuzz::HostileAgent>(b.channel(), std::move(b_script),
                                                              (flags & 2) != 0);
     for (size_t i = 0; i < kMaxOps && !in.empty(); ++i) Step(in, a, b);
-  }
-  const size_t fds_after = mooncake::fuzz::OpenFdCount();
-  FUZZ_CHECK(fds_after == fds_before, "fds: ", fds_before, " before the input, ", fds_after,
-             " after");
+  });
   return 0;
 }

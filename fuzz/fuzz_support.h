@@ -93,6 +93,16 @@ inline size_t OpenFdCount() {
   return n - 1;
 }
 
+// Runs one input's work (`input`, which closes whatever it opens before it
+// returns) and checks the process has exactly the fds it had before.
+template <class F>
+void ExpectFdsKept(F&& input) {
+  const size_t before = OpenFdCount();
+  input();
+  const size_t after = OpenFdCount();
+  FUZZ_CHECK(after == before, "fds: ", before, " before the input, ", after, " after");
+}
+
 // Daemon log lines at info level and protobuf's complaints about malformed
 // input would cost more than the code under test: errors only.
 inline void QuietLogs() {

@@ -13,6 +13,7 @@
 
 #include "buffer_handle.h"
 #include "mooncake/common/version.h"
+#include "mooncake/device/mlx5/wqe.h"
 #include "mooncake/v1/admin.pb.h"
 #include "mooncake/v1/fd_channel.pb.h"
 #include "mooncake/v1/local.pb.h"
@@ -697,6 +698,87 @@ void CopyAgentSeeds() {
             DStep(1, 0, 0, 0x1000, 0, 64));
 }
 
+// ---- wqe_ring_fuzzer: flags, then steps (wqe_ring_fuzzer.cc). WQEs are
+// built with index, QPN and keys 0; the fix bits put the right ones in, and
+// addresses say where in the region the picks name (Near: offset o inside
+// is o << 2, o bytes before its end (o << 2) | 1).
+uint64_t In(uint64_t offset) { return offset << 2; }
+uint64_t BeforeEnd(uint64_t back) { return (back << 2) | 1; }
+std::string Wqe(int fix, int picks, const mooncake::device::mlx5::Wqe64& w) {
+  std::string out{'\0', static_cast<char>(fix), static_cast<char>(picks)};
+  out.append(reinterpret_cast<const char*>(&w), sizeof(w));
+  return out;
+}
+std::string Doorbell(int how, uint16_t v = 0) {
+  return std::string{'\1', static_cast<char>(how)} + U16(v);
+}
+std::string CqBehind(uint16_t k) { return std::string(1, '\2') + U16(k); }
+const std::string kDrain(1, '\3');
+
+void WqeRingSeeds() {
+  namespace mlx5 = mooncake::device::mlx5;
+  const std::string t = "wqe_ring_fuzzer";
+  constexpr int kIdx = 1, kCqe = 2, kRemote = 4, kLocal = 8, kLocal2 = 16, kSecond = 32,
+                kFence = 128;
+  const auto depth = [](int log4) { return static_cast<char>(log4 << 3); };
+  mlx5::Wqe64 write, imm, inl, fa64, fa32, nop;
+  mlx5::build_rdma_write(&write, 0, 0, 0, In(16), 0, In(32), 0, 1000);
+  mlx5::build_rdma_write_imm(&imm, 0, 0, 0, In(2048), 0, In(0), 0, 64, 0x1234);
+  const uint8_t payload[20] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  mlx5::build_rdma_write_inline(&inl, 0, 0, 0, In(100), 0, payload, sizeof(payload));
+  mlx5::build_atomic_fa64(&fa64, 0, 0, 0, In(64), 0, 5, In(8), 0);
+  mlx5::build_masked_fa32(&fa32, 0, 0, 0, In(4), 0, 7, In(16), 0);
+  mlx5::build_nop(&nop, 0, 0, 0);
+  const int ok_write = kIdx | kCqe | kRemote | kLocal;
+  const int ok_atomic = kIdx | kCqe | kRemote | kLocal2;
+  // picks: remote (picks % 8) 0 = dst, 1 = dst_nowrite, 2 = dst_noatomic,
+  // 3 = a_remote; local ((picks >> 3) % 8) 0 = src, 1 = src_ro, 2 = fetch.
+  const int fetch = 2 << 3;
+  Write(t, "every_kind",
+        std::string(1, depth(2)) + Wqe(ok_write, 0, write) + Wqe(ok_write, 0, imm) +
+            Wqe(kIdx | kCqe | kRemote, 0, inl) + Wqe(ok_atomic, fetch, fa64) +
+            Wqe(ok_atomic, 1 | fetch, fa32) + Wqe(kIdx | kCqe, 0, nop) + Doorbell(0) + kDrain);
+  // Keys as the bytes say (0): the first WQE fails, the rest flush.
+  Write(t, "unknown_keys",
+        std::string(1, depth(2)) + Wqe(kIdx | kCqe, 0, write) + Wqe(ok_write, 0, write) +
+            Doorbell(0) + kDrain);
+  // Each right missing: WRITE into dst_nowrite, an atomic on dst_noatomic,
+  // the fetch into src_ro, the other pd's regions.
+  Write(t, "rights_write",
+        std::string(1, depth(1)) + Wqe(ok_write, 1, write) + Doorbell(0) + kDrain);
+  Write(t, "rights_atomic",
+        std::string(1, depth(1)) + Wqe(ok_atomic, 2 | fetch, fa64) + Doorbell(0) + kDrain);
+  Write(t, "rights_fetch_read_only",
+        std::string(1, depth(1)) + Wqe(ok_atomic, 1 << 3, fa64) + Doorbell(0) + kDrain);
+  Write(t, "rights_other_domain",
+        std::string(1, depth(1)) + Wqe(ok_write, 3, write) + Doorbell(0) + kDrain);
+  // At the very end of dst (fits), then 4 bytes past it (fails).
+  mlx5::Wqe64 at_end, past_end;
+  mlx5::build_rdma_write(&at_end, 0, 0, 0, BeforeEnd(8), 0, In(0), 0, 8);
+  mlx5::build_rdma_write(&past_end, 0, 0, 0, BeforeEnd(4), 0, In(0), 0, 8);
+  Write(t, "write_at_and_past_the_end",
+        std::string(1, depth(1)) + Wqe(ok_write, 0, at_end) + Wqe(ok_write, 0, past_end) +
+            Doorbell(0) + kDrain);
+  // A doorbell far past the ring, then more work.
+  Write(t, "garbage_doorbell",
+        std::string(1, depth(1)) + Wqe(ok_write, 0, write) + Doorbell(1, 1000) + kDrain +
+            Wqe(ok_write, 0, write) + Doorbell(0) + kDrain);
+  // kHca with a round trip: an atomic, then a fenced WRITE waits for it.
+  Write(t, "fence_after_atomic",
+        std::string(1, static_cast<char>(1 | 2 | depth(2))) + Wqe(ok_atomic, fetch, fa64) +
+            Wqe(ok_write | kFence, 0, write) + Wqe(ok_atomic | kFence, fetch, fa64) + Doorbell(0) +
+            kDrain);
+  // Two requesters, a deeper CQ, and a consumer index behind what was read.
+  Write(t, "two_qps_cq_behind",
+        std::string(1, static_cast<char>(4 | 32 | depth(1))) + Wqe(ok_write, 0, write) +
+            Wqe(ok_write | kSecond, 0, imm) + Doorbell(0) + Doorbell(1 * 3 + 0) + CqBehind(3) +
+            kDrain);
+  // A ring of one WQE: index and owner bits wrap on every post.
+  std::string wraps(1, depth(0));
+  for (int i = 0; i < 24; ++i) wraps += Wqe(kIdx | kCqe | kRemote, 0, inl) + Doorbell(0) + kDrain;
+  Write(t, "ring_of_one_wraps", wraps);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s CORPUS_DIR   (writes CORPUS_DIR/<fuzzer>/<seed>)\n", argv[0]);
@@ -712,6 +794,7 @@ int main(int argc, char** argv) {
   EscapeSeeds();
   HandleSeeds();
   CopyAgentSeeds();
+  WqeRingSeeds();
   std::printf("wrote %d seeds under %s\n", written, out_dir.c_str());
   return 0;
 }

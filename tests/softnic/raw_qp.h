@@ -60,6 +60,9 @@ class RawQp {
   uint64_t cqes_seen() const { return ci_; }
   uint8_t* sq() const { return sq_; }
   mlx5::Cqe64* cq() const { return reinterpret_cast<mlx5::Cqe64*>(cq_); }
+  // The CQ doorbell record (its kCqSetCi word is the consumer index the
+  // engine reads; Consume writes it).
+  uint32_t* cq_dbrec() const { return cq_dbrec_; }
 
   // Writes `w` at the next index (w's index/qpn are used as they are).
   void Write(const mlx5::Wqe64& w) {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "guarded_regions.h"
 #include "mooncake/device/mlx5/prm.h"
 #include "raw_qp.h"
 #include "softnic/engine.h"
@@ -38,30 +39,17 @@ using mlx5::Wqe64;
 
 constexpr PdId kPdA = 11;  // the requesters' pd
 constexpr PdId kPdB = 22;  // the responder's pd
-constexpr uint64_t kGuard = 128;
-constexpr uint8_t kSentinel = 0xA5;
+constexpr uint8_t kSentinel = test_util::GuardedRegions::kSentinel;
 constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
-// Regions get iovas unlike their daemon addresses, so translation is tested.
-constexpr uint64_t kIovaBase = 0x7000'0000'0000ull;
 
 uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 8)); }
 
-struct Reg {
-  uint32_t key = 0;
-  uint64_t iova = 0;
-  uint64_t off = 0;  // in the data mapping
-  uint64_t len = 0;
-};
+using Reg = test_util::GuardedRegion;
 
 class WqeTest : public ::testing::Test {
  protected:
   explicit WqeTest(EngineOptions options = {}) : engine_(options) {}
   void SetUp() override {
-    auto m = SharedMapping::Anonymous(1 << 20);
-    ASSERT_TRUE(m.ok()) << m.status();
-    data_ = *m;
-    std::memset(data_->data(), kSentinel, data_->size());
-    next_ = kGuard;
     src_ = Add(kPdA, 4096, kLocalWrite);
     src_ro_ = Add(kPdA, 256, 0);
     fetch_ = Add(kPdA, 64, kLocalWrite);
@@ -74,7 +62,7 @@ class WqeTest : public ::testing::Test {
     cuda_src_ = AddCuda(kPdA, kLocalWrite);
     cuda_dst_ = AddCuda(kPdB, kRemoteWrite | kRemoteAtomic);
     for (uint64_t i = 0; i < src_.len; ++i) Host(src_)[i] = PatternByte(i);
-    snapshot_.assign(data_->data(), data_->data() + data_->size());
+    regions_.Snapshot();
 
     responder_ = RawQp::Create(engine_, kPdB, 1, 1);
     ASSERT_NE(responder_, nullptr);
@@ -85,28 +73,14 @@ class WqeTest : public ::testing::Test {
   void TearDown() override { engine_.Stop(); }
 
   Reg Add(PdId pd, uint64_t len, uint32_t access) {
-    Reg r;
-    r.off = next_;
-    r.len = len;
-    r.iova = kIovaBase + next_;
-    next_ += len + kGuard;
-    RegionSpec spec;
-    spec.pd = pd;
-    spec.iova = r.iova;
-    spec.length = len;
-    spec.access = access;
-    spec.mapping = data_;
-    spec.offset = r.off;
-    auto key = engine_.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    r.key = key.ok() ? *key : 0;
+    const Reg r = regions_.Add(engine_, pd, len, access);
+    EXPECT_NE(r.key, 0u) << "region of " << len << " bytes refused";
     return r;
   }
   Reg AddCuda(PdId pd, uint32_t access) {
     Reg r;
     r.len = 4096;
-    r.iova = 0x5000'0000'0000ull + next_;
-    next_ += 64;
+    r.iova = 0x5000'0000'0000ull + regions_.Reserve(0);
     RegionSpec spec;
     spec.pd = pd;
     spec.kind = MemoryKind::kCuda;
@@ -119,7 +93,7 @@ class WqeTest : public ::testing::Test {
     r.key = key.ok() ? *key : 0;
     return r;
   }
-  uint8_t* Host(const Reg& r) { return data_->data() + r.off; }
+  uint8_t* Host(const Reg& r) { return regions_.Host(r); }
 
   // A requester QP of kPdA connected to the responder (kPdB).
   std::unique_ptr<RawQp> NewQp(uint32_t sq = 16, uint32_t cq = 16) {
@@ -141,15 +115,7 @@ class WqeTest : public ::testing::Test {
   }
 
   // Bytes of the data mapping that differ from the snapshot outside `allowed`.
-  size_t Changed(std::initializer_list<Reg> allowed) const {
-    size_t changed = 0;
-    for (uint64_t i = 0; i < data_->size(); ++i) {
-      bool ok = false;
-      for (const Reg& r : allowed) ok |= i >= r.off && i < r.off + r.len;
-      if (!ok && data_->data()[i] != snapshot_[i]) ++changed;
-    }
-    return changed;
-  }
+  size_t Changed(std::initializer_list<Reg> allowed) const { return regions_.Changed(allowed); }
 
   // The bystander: one write on the healthy QP completes and lands.
   void ExpectHealthyQpServed(uint32_t seed) {
@@ -207,9 +173,7 @@ class WqeTest : public ::testing::Test {
   }
 
   Engine engine_;
-  std::shared_ptr<SharedMapping> data_;
-  std::vector<uint8_t> snapshot_;
-  uint64_t next_ = 0;
+  test_util::GuardedRegions regions_{1 << 20};
   Reg src_, src_ro_, fetch_, a_remote_, b_local_, dst_, dst_nowrite_, dst_noatomic_, healthy_dst_;
   Reg cuda_src_, cuda_dst_;
   std::unique_ptr<RawQp> responder_;
@@ -285,7 +249,7 @@ TEST_F(WqeTest, FetchAdd64) {
   auto qp = NewQp();
   uint64_t start = 40;
   std::memcpy(Host(dst_) + 128, &start, 8);
-  snapshot_.assign(data_->data(), data_->data() + data_->size());
+  regions_.Snapshot();
   Wqe64 w;
   mlx5::build_atomic_fa64(&w, 0, qp->qpn(), kUpd | mlx5::kCtrlFence, dst_.iova + 128, dst_.key,
                           0x100000002ull, fetch_.iova + 8, fetch_.key);

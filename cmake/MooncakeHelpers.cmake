@@ -43,10 +43,14 @@ function(mooncake_embed_cuda_kernel out_var)
   foreach(dir IN LISTS K_INCLUDES)
     list(APPEND includes -I${dir})
   endforeach()
+  # nvcc writes the headers it read into a depfile, so a change to any of
+  # them (the Device API's ordered ops, say) rebuilds the image: DEPENDS
+  # alone would list only what someone remembered.
   add_custom_command(OUTPUT ${fatbin}
     COMMAND ${CMAKE_CUDA_COMPILER} ${ccbin} -fatbin -std=c++20 -O3 ${gencode} ${includes}
-            -o ${fatbin} ${K_SOURCE}
+            -MD -MF ${fatbin}.d -o ${fatbin} ${K_SOURCE}
     DEPENDS ${K_SOURCE} ${K_DEPENDS}
+    DEPFILE ${fatbin}.d
     COMMENT "nvcc: ${K_NAME} fatbin (${MOONCAKE_CUDA_ARCHITECTURES})"
     VERBATIM)
   add_custom_command(OUTPUT ${image}

@@ -265,6 +265,7 @@ drivers::CuResult CopyAgent::LaunchResident(uint32_t served) {
   a.staging = reinterpret_cast<uint8_t*>(channel_dev_ + copy_agent::kHeaderBytes);
   a.staging_bytes = staging_bytes_;
   a.served = served;
+  a.launch = ++launches_;
   void* args[] = {&a};
   return driver_->launchKernel(serve_, 1, 1, 1, copy_agent::kServeThreads, 1, 1, 0,
                                resident_stream_, args, nullptr);
@@ -290,9 +291,20 @@ int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered)
   Channel* c = channel();
   const auto t0 = std::chrono::steady_clock::now();
   const uint32_t before = resident_served_;
+  // A kernel that said it returns reads `go` no more: the next one is
+  // launched below, behind it on the stream.
+  const auto said_it_returns = [&] {
+    return Ref(c->resident.exited).load(std::memory_order_acquire) == launches_;
+  };
+  if (resident_running_ && said_it_returns()) resident_running_ = false;
   // Told to stop when this thread last went idle: it serves on if it has
-  // not looked yet, or has returned (then launched again below).
+  // not looked yet. Handed over before any launch, so that a kernel
+  // launched for this request sees it at its first look (one launched
+  // first could reach its idle bound before this thread stores `go`, if
+  // this thread is descheduled between the two).
   Ref(c->resident.stop).store(0, std::memory_order_relaxed);
+  Ref(c->resident.go).store(seq, std::memory_order_release);
+  resident_served_ = seq;
   bool relaunched = false;
   drivers::CuResult res = drivers::kCudaSuccess;
   if (!resident_running_) {
@@ -306,20 +318,20 @@ int32_t CopyAgent::ServeResident(const Request& r, uint32_t seq, bool* answered)
   }
   const auto t1 = std::chrono::steady_clock::now();
   Ref(c->phase).store(static_cast<uint32_t>(Phase::kResident), std::memory_order_relaxed);
-  Ref(c->resident.go).store(seq, std::memory_order_release);
-  resident_served_ = seq;
   for (uint32_t spins = 1; Ref(c->done_seq).load(std::memory_order_acquire) != seq; ++spins) {
     if (stop_.load(std::memory_order_relaxed)) {
       *answered = true;  // left to the daemon's call-off (Execute)
       return drivers::kCudaErrorInvalidValue;
     }
-    if ((spins & 255) != 0) {
+    // The kernel may have returned before it saw this request: it says so
+    // (then it is launched again at once, once), or, had it failed, its
+    // stream does (looked at now and then).
+    const bool returned = said_it_returns();
+    if (!returned && (spins & 255) != 0) {
       __builtin_ia32_pause();
       continue;
     }
-    // Now and then: is it still there? One told to stop may have returned
-    // before it saw this request: launched again, once.
-    res = cu.streamQuery(resident_stream_);
+    res = returned ? drivers::kCudaSuccess : cu.streamQuery(resident_stream_);
     if (res == drivers::kCudaErrorNotReady) continue;
     if (Ref(c->done_seq).load(std::memory_order_acquire) == seq) break;
     resident_running_ = false;

@@ -136,6 +136,7 @@ class CopyAgent {
   drivers::CuStream resident_stream_ = nullptr;
   bool resident_running_ = false;  // launched and not yet seen to return
   uint32_t resident_served_ = 0;   // the last request handed to it
+  uint32_t launches_ = 0;          // resident kernels launched (Resident::exited)
   std::atomic<bool> resident_usable_{false};
   std::atomic<uint64_t> by_resident_{0};
   uint32_t first_seq_ = 0;  // request_seq when the thread starts

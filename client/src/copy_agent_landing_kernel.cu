@@ -110,29 +110,36 @@ extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {
   __shared__ Fields r;
   uint32_t served = a.served;
   // It also returns on its own, whatever the agent thread does: idle for
-  // kResidentIdleNs, or alive kResidentLifeNs with nothing handed over. A
-  // cudaDeviceSynchronize of the process waits for this kernel, and the
-  // agent thread that would tell it to stop may itself be blocked in a
-  // CUDA call behind that synchronize. The agent launches it again on its
-  // next request.
+  // kResidentIdleNs, or kResidentLifeNs old (checked before each look at
+  // `go`, so under steady traffic too). A cudaDeviceSynchronize of the
+  // process waits for this kernel, and the agent thread that would tell it
+  // to stop may itself be blocked in a CUDA call behind that synchronize.
+  // It says it returns (Resident::exited) before it does; the agent
+  // launches the next one on its next request.
   const uint64_t born = mc_time_ns();
   uint64_t last = born;
+  bool first_look = true;  // a launch looks at `go` once whatever the clock says
   for (;;) {
     if (threadIdx.x == 0) {
       // Each look is a read of host memory over PCIe: that paces the loop.
-      uint32_t g;
+      uint32_t g = served;
       for (;;) {
-        g = mc_ld_acquire<uint32_t>(&a.resident->go);
-        if (g != served || mc_ld_relaxed<uint32_t>(&a.resident->stop) != 0) break;
         const uint64_t now = mc_time_ns();
-        if (now - last > mooncake::copy_agent::kResidentIdleNs ||
-            now - born > mooncake::copy_agent::kResidentLifeNs) {
+        if (!first_look && (now - born > mooncake::copy_agent::kResidentLifeNs ||
+                            now - last > mooncake::copy_agent::kResidentIdleNs)) {
           break;
         }
+        first_look = false;
+        g = mc_ld_acquire<uint32_t>(&a.resident->go);
+        if (g != served || mc_ld_relaxed<uint32_t>(&a.resident->stop) != 0) break;
       }
       seq = g;
       stop = g == served;
-      if (!stop) {
+      if (stop) {
+        // `go` is read no more: a request handed over from now on is the
+        // next launch's.
+        mc_st_release<uint32_t>(&a.resident->exited, a.launch);
+      } else {
         // After `go` (acquire): the agent handed it over once it read the
         // daemon's request.
         r.op = mc_ld_relaxed<uint32_t>(&a.request->op);

@@ -653,6 +653,49 @@ TEST(CopyAgentResidentTest, ServesBothWaysReturnsWhenIdleAndComesBack) {
   EXPECT_EQ(cu->calls("launchKernel"), before + 2);
 }
 
+// The resident kernel returns by itself (age under steady traffic, idle
+// between requests), saying so first; the agent launches the next one at
+// once, behind it. Every request is served once, by a resident kernel, and
+// the agent keeps using them.
+TEST(CopyAgentResidentTest, KernelsThatReturnByThemselvesAreReplacedAndServeEveryRequestOnce) {
+  auto cu = ClientDriver();
+  test_util::RegisterFakeCopyAgentKernels(*cu, test_util::FakeResidentBounds::Real());
+  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging,
+                                 CopyAgentOptions{.resident_max_bytes = 4096});
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  auto link = LinkTo((*agent)->fd(), kStaging, ::getpid(), absl::Seconds(5), absl::Seconds(2));
+  ASSERT_TRUE(link.ok()) << link.status();
+  ClientAllocation gpu(*cu, kGran);
+  const int launches = cu->calls("launchKernel");
+  uint64_t requests = 0;
+  // Back to back for 20 ms and 200 requests at least: past the kernel's age
+  // bound (2 ms) several times.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < until || requests < 200) {
+    const uint64_t v = requests * 0x0001000100010001ull;
+    ASSERT_TRUE(
+        (*link)
+            ->ToDevice(gpu.va() + 8 * (requests % 64), reinterpret_cast<const uint8_t*>(&v), 8)
+            .ok());
+    ASSERT_EQ(std::memcmp(gpu.data() + 8 * (requests % 64), &v, 8), 0);
+    ++requests;
+  }
+  // Then with gaps past its idle bound (0.5 ms) and the agent's spin.
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const uint64_t v = ~requests;
+    ASSERT_TRUE((*link)->ToDevice(gpu.va(), reinterpret_cast<const uint8_t*>(&v), 8).ok());
+    ASSERT_EQ(std::memcmp(gpu.data(), &v, 8), 0);
+    ++requests;
+  }
+  EXPECT_EQ(ServedByResident(**agent, requests), requests);
+  EXPECT_TRUE((*agent)->resident()) << "the agent stopped using resident kernels";
+  // One kernel per gap at least, and one for the first request. (How many
+  // for age depends on how fast the machine serves: a loaded one can take
+  // a launch per request, each kernel outliving its bounds.)
+  EXPECT_GE(cu->calls("launchKernel") - launches, 11) << "a gap without a launch";
+}
+
 // A block that passed the gate before the daemon called the request off is
 // writing: the daemon waits for it (bounded), so its own write comes last.
 // One that never says it landed leaves the copy one that may still land.

@@ -7,12 +7,18 @@
 //   or writes nothing;
 // - the resident kernel: polls the handed-over request number and the stop
 //   word, and serves each request both ways as the real one does (the gate
-//   for copies into GPU memory), answering in the channel.
+//   for copies into GPU memory), answering in the channel; it returns by
+//   itself past an idle and an age bound (on the host clock), and says so
+//   first (Resident::exited). The bounds are the real kernel's only where a
+//   test asks (FakeResidentBounds::Real()): on a loaded 2-core machine a
+//   stand-in thread waits milliseconds for a core, and with the real ones
+//   most requests would find their kernel gone.
 // The real kernels run on the H200 (tests/gpu/, `rdma_bench check` with
 // agents).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 
@@ -37,7 +43,18 @@ inline bool PassGate(copy_agent::Gate* gate, uint32_t b, uint32_t seq) {
 
 }  // namespace copy_agent_fake
 
-inline void RegisterFakeCopyAgentKernels(drivers::FakeCudaDriver& cu) {
+// When the resident stand-in returns by itself.
+struct FakeResidentBounds {
+  std::chrono::nanoseconds idle{std::chrono::milliseconds(50)};
+  std::chrono::nanoseconds life{std::chrono::milliseconds(200)};
+  static FakeResidentBounds Real() {
+    return {std::chrono::nanoseconds(copy_agent::kResidentIdleNs),
+            std::chrono::nanoseconds(copy_agent::kResidentLifeNs)};
+  }
+};
+
+inline void RegisterFakeCopyAgentKernels(drivers::FakeCudaDriver& cu,
+                                         FakeResidentBounds bounds = {}) {
   using copy_agent_fake::At;
   using copy_agent_fake::PassGate;
   cu.setModulesLoadable(true);
@@ -60,17 +77,29 @@ inline void RegisterFakeCopyAgentKernels(drivers::FakeCudaDriver& cu) {
       }
     });
   });
-  cu.registerKernel(copy_agent::kServeKernel, [&cu](unsigned, unsigned, void** args) {
+  cu.registerKernel(copy_agent::kServeKernel, [&cu, bounds](unsigned, unsigned, void** args) {
     const copy_agent::ServeArgs a = *static_cast<copy_agent::ServeArgs*>(args[0]);
-    return drivers::FakeCudaDriver::FakeKernelBody([&cu, a] {
+    return drivers::FakeCudaDriver::FakeKernelBody([&cu, a, bounds] {
       uint32_t served = a.served;
+      const auto born = std::chrono::steady_clock::now();
+      auto last = born;
+      bool first_look = true;  // a launch looks at `go` once whatever the clock says
       for (;;) {
-        uint32_t g;
-        while ((g = At(a.resident->go).load(std::memory_order_acquire)) == served &&
-               At(a.resident->stop).load(std::memory_order_acquire) == 0) {
+        uint32_t g = served;
+        for (;;) {
+          const auto now = std::chrono::steady_clock::now();
+          if (!first_look && (now - born > bounds.life || now - last > bounds.idle)) {
+            break;
+          }
+          first_look = false;
+          g = At(a.resident->go).load(std::memory_order_acquire);
+          if (g != served || At(a.resident->stop).load(std::memory_order_acquire) != 0) break;
           std::this_thread::yield();
         }
-        if (g == served) return;  // told to stop
+        if (g == served) {  // told to stop, or idle or old
+          At(a.resident->exited).store(a.launch, std::memory_order_release);
+          return;
+        }
         copy_agent::Request r;
         r.op = At(a.request->op).load(std::memory_order_relaxed);
         r.dst = At(a.request->dst).load(std::memory_order_relaxed);
@@ -94,6 +123,7 @@ inline void RegisterFakeCopyAgentKernels(drivers::FakeCudaDriver& cu) {
         At(*a.result).store(valid ? 0 : 1, std::memory_order_relaxed);
         At(*a.done_seq).store(g, std::memory_order_release);
         served = g;
+        last = std::chrono::steady_clock::now();
       }
     });
   });

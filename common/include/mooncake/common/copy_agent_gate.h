@@ -84,17 +84,28 @@ struct Gate {
 
 // The agent's resident kernel (mc_copy_agent_serve): launched when a small
 // request comes and the kernel is not running, told to return when the
-// agent goes to sleep (and returning by itself: kResidentIdleNs). Between, the agent hands it each
-// small request by its number, and the kernel answers it in the channel as the agent would (result,
-// then done_seq), having cleared busy_since_ns.
+// agent goes to sleep (and returning by itself: kResidentIdleNs,
+// kResidentLifeNs). Between, the agent hands it each small request by its
+// number, and the kernel answers it in the channel as the agent would
+// (result, then done_seq), having cleared busy_since_ns.
+//
+// The agent stores `go` before it launches a kernel, and a kernel looks at
+// `go` once before it minds its clock, so a kernel launched for a request
+// serves it however late it starts. A kernel
+// that decides to return stores its launch number in `exited` first and
+// reads `go` no more: the agent may then launch the next one at once (it
+// queues behind the last on their stream) instead of waiting to see the
+// stream empty; a request handed over meanwhile goes to the new one.
 struct Resident {
   alignas(64) uint32_t go;  // agent -> kernel: serve request `go`
   uint32_t stop;            // agent -> kernel: return once nothing is handed over
+  uint32_t exited;          // kernel -> agent: launch `exited` returns and serves no more
 };
 inline constexpr const char* kServeKernel = "mc_copy_agent_serve";
 // The resident kernel returns on its own after this long with nothing
-// handed over, or once this old with nothing pending: a synchronize of the
-// process waits for it no longer than that.
+// handed over, or once this old (checked before each look at `go`, so also
+// under steady traffic): a synchronize of the process waits for it no
+// longer than that and the request it is serving.
 inline constexpr uint64_t kResidentIdleNs = 500'000;
 inline constexpr uint64_t kResidentLifeNs = 2'000'000;
 inline constexpr uint32_t kServeThreads = 256;
@@ -111,6 +122,7 @@ struct ServeArgs {
   uint8_t* staging;
   uint64_t staging_bytes;
   uint32_t served;  // the last request handed to a resident kernel before this launch
+  uint32_t launch;  // this launch's number, stored in Resident::exited when it returns
 };
 
 MC_COPY_AGENT_HD constexpr uint32_t LandingBlocks(uint64_t bytes) {

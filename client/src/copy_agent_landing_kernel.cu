@@ -10,6 +10,7 @@
 // it writes.
 #include <cstdint>
 
+#include "copy_agent_block_copy.h"
 #include "mooncake/common/copy_agent_gate.h"
 #include "mooncake/device/platform.h"  // the ordered loads and stores, the fence, the clock
 
@@ -26,15 +27,26 @@ using mooncake::device::mc_st_relaxed;
 using mooncake::device::mc_st_release;
 using mooncake::device::mc_time_ns;
 
-// 16 bytes read again from memory (never a line an earlier request left in
-// a cache): the staging area is host memory another process writes.
-__device__ __forceinline__ uint4 LoadVolatile16(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// Loads read again from memory (never a line an earlier request left in a
+// cache): one side of every copy is the staging area, host memory another
+// process writes. For copy_agent_block_copy.h.
+struct VolatileLoads {
+  __device__ __forceinline__ uint4 operator()(const uint4* p) const {
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+  }
+  template <class T>
+  __device__ __forceinline__ T operator()(const T* p) const {
+    return *reinterpret_cast<const volatile T*>(p);
+  }
+  __device__ __forceinline__ uint8_t Byte(const uint8_t* p) const {
+    return *reinterpret_cast<const volatile uint8_t*>(p);
+  }
+};
 
 // The block's half of the handshake for request `seq` (thread 0 only):
 // whether the daemon had not called it off.
@@ -44,36 +56,11 @@ __device__ __forceinline__ bool PassGate(Gate* gate, uint32_t b, uint32_t seq) {
   return mc_ld_relaxed<uint32_t>(&gate->cancel_seq) != seq;
 }
 
-// This block's threads copy [0, n) from `src` to `dst`, 16 bytes at a time
-// where both are aligned, four loads in flight per thread before their
-// stores: each load from host memory is a round trip over PCIe (about a
-// microsecond), so one at a time would make 64 KiB cost tens of
-// microseconds.
-__device__ void BlockCopy(uint8_t* dst, const uint8_t* src, uint64_t n) {
-  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
-    constexpr uint32_t kUnroll = 4;
-    const uint64_t units = n / 16;
-    uint64_t u = threadIdx.x;
-    for (; u + (kUnroll - 1) * blockDim.x < units; u += kUnroll * blockDim.x) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (uint32_t k = 0; k < kUnroll; ++k) v[k] = LoadVolatile16(src + 16 * (u + k * blockDim.x));
-#pragma unroll
-      for (uint32_t k = 0; k < kUnroll; ++k) {
-        *reinterpret_cast<uint4*>(dst + 16 * (u + k * blockDim.x)) = v[k];
-      }
-    }
-    for (; u < units; u += blockDim.x) {
-      *reinterpret_cast<uint4*>(dst + 16 * u) = LoadVolatile16(src + 16 * u);
-    }
-    for (uint64_t i = units * 16 + threadIdx.x; i < n; i += blockDim.x) {
-      dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
-    }
-  } else {
-    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      dst[i] = *reinterpret_cast<const volatile uint8_t*>(src + i);
-    }
-  }
+// This block's threads copy [0, n) from `src` to `dst`
+// (copy_agent_block_copy.h: the widest unit both are aligned to, four loads
+// in flight per thread).
+__device__ __forceinline__ void BlockCopy(uint8_t* dst, const uint8_t* src, uint64_t n) {
+  mooncake::copy_agent::BlockCopy(dst, src, n, threadIdx.x, blockDim.x, VolatileLoads{});
 }
 
 }  // namespace

@@ -39,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -808,7 +809,7 @@ __global__ void CompareKernel(const uint8_t* got, size_t dst_off, const uint8_t*
   }
 }
 
-// Puts of 1 B to 256 MiB at odd source and destination offsets, each one
+// Puts of 1 B to 256 MiB at unaligned source and destination offsets, each one
 // WQE (inline up to 28 bytes) then mc_quiet, checked byte for byte with
 // the bytes around the destination untouched.
 int SizeSweep(const std::string& socket,
@@ -831,13 +832,24 @@ int SizeSweep(const std::string& socket,
   // instrumented compare of 256 MiB takes minutes).
   const char* cap_env = std::getenv("MC_RDMA_SWEEP_MAX");
   const size_t cap = cap_env != nullptr ? std::strtoull(cap_env, nullptr, 10) : max_n;
-  const size_t sizes[] = {1, 3, 28, 29, 4097, (1 << 20) + 5, (64ull << 20) + 7, max_n};
-  const std::pair<size_t, size_t> offsets[] = {{0, 64}, {1, 71}, {13, 66}, {7, 77}};
+  // 64 KiB and one byte more: the largest request a resident kernel serves
+  // (copy agents) and the smallest that takes a landing of its own.
+  const size_t sizes[] = {1,    3, 28, 29, 4097, 65536, 65537, (1 << 20) + 5, (64ull << 20) + 7,
+                          max_n};
+  // Destinations 0, 7, 2 and 13 bytes past a 16-byte boundary, then (up to
+  // 2 MiB) 8 and 4 past one, with sources alike or not: the units a copy
+  // agent's kernel moves between them and its 16-byte aligned staging area
+  // (client/src/copy_agent_block_copy.h).
+  const std::pair<size_t, size_t> offsets[] = {{0, 64}, {1, 71}, {13, 66},
+                                               {7, 77}, {8, 72}, {4, 84}};
+  constexpr size_t kAllOffsetsUpTo = 2 << 20;
   int cases = 0, wrong_cases = 0;
   unsigned long long worst = 0;
   for (size_t n : sizes) {
     if (n > cap) continue;
-    for (auto [src_off, dst_off] : offsets) {
+    for (size_t o = 0; o < std::size(offsets); ++o) {
+      if (o >= 4 && n > kAllOffsetsUpTo) break;
+      const auto [src_off, dst_off] = offsets[o];
       BENCH_CUDA(cudaMemset(b1, 0, dst_off + n + 64));
       BENCH_CUDA(cudaMemset(status, 0, sizeof(int)));
       BENCH_CUDA(cudaMemset(bad, 0, sizeof(unsigned long long)));

@@ -74,7 +74,7 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
   // CU_STREAM_NON_BLOCKING: no implicit wait on the legacy default stream,
   // where the application's kernels may spin.
   MC_RETURN_IF_ERROR(
-      drivers::CuStatus(cu, cu.streamCreate(&agent->stream_, 0x1), "cuStreamCreate (copy agent)"));
+      drivers::CuStatus(cu, agent->CreateStream(&agent->stream_), "cuStreamCreate (copy agent)"));
   // The whole channel: the staging area for DMA, and the header because
   // the landing kernel reads and writes the gate in it.
   agent->pinned_ =
@@ -216,7 +216,7 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
       r != drivers::kCudaSuccess) {
     return no_resident("cuModuleGetFunction", r);
   }
-  if (drivers::CuResult r = cu.streamCreate(&resident_stream_, 0x1); r != drivers::kCudaSuccess) {
+  if (drivers::CuResult r = CreateStream(&resident_stream_); r != drivers::kCudaSuccess) {
     resident_stream_ = nullptr;
     return no_resident("cuStreamCreate", r);
   }
@@ -232,6 +232,21 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
 #else
   (void)scratch;
 #endif
+}
+
+drivers::CuResult CopyAgent::CreateStream(drivers::CuStream* stream) {
+  // The highest priority the context has: when an SM slot frees, a landing
+  // or the resident kernel goes before the rest of a grid that waits, as
+  // its spinning blocks do, for this very copy. A driver without
+  // priorities gets a plain stream.
+  drivers::CudaDriver& cu = *driver_;
+  int least = 0, greatest = 0;
+  if (cu.ctxGetStreamPriorityRange(&least, &greatest) == drivers::kCudaSuccess &&
+      cu.streamCreateWithPriority(stream, drivers::kCuStreamNonBlocking, greatest) ==
+          drivers::kCudaSuccess) {
+    return drivers::kCudaSuccess;
+  }
+  return cu.streamCreate(stream, drivers::kCuStreamNonBlocking);
 }
 
 drivers::CuResult CopyAgent::SubmitToDevice(const Request& r, uint32_t seq) {

@@ -137,6 +137,8 @@ class CopyAgent {
   bool resident_running_ = false;  // launched and not yet seen to return
   uint32_t resident_served_ = 0;   // the last request handed to it
   uint32_t launches_ = 0;          // resident kernels launched (Resident::exited)
+  // A non-blocking stream of the context's highest priority.
+  drivers::CuResult CreateStream(drivers::CuStream* stream);
   std::atomic<bool> resident_usable_{false};
   std::atomic<uint64_t> by_resident_{0};
   uint32_t first_seq_ = 0;  // request_seq when the thread starts

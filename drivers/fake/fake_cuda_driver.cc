@@ -48,6 +48,8 @@ constexpr std::string_view kMethods[] = {"init",
                                          "memcpyDtoH",
                                          "memsetD8",
                                          "streamCreate",
+                                         "streamCreateWithPriority",
+                                         "ctxGetStreamPriorityRange",
                                          "streamDestroy",
                                          "streamQuery",
                                          "memcpy",
@@ -984,12 +986,44 @@ CuResult FakeCudaDriver::streamCreate(CuStream* stream, unsigned flags) {
   return kCudaSuccess;
 }
 
+CuResult FakeCudaDriver::streamCreateWithPriority(CuStream* stream, unsigned flags, int priority) {
+  CuResult r = streamCreate(stream, flags);
+  MC_FAKE_ENTER("streamCreateWithPriority");
+  if (r != kCudaSuccess) return r;
+  // As the driver: a priority outside the range is clamped to it.
+  stream_priorities_[*stream] = std::clamp(priority, kGreatestStreamPriority, kLeastStreamPriority);
+  return kCudaSuccess;
+}
+
+CuResult FakeCudaDriver::ctxGetStreamPriorityRange(int* least, int* greatest) {
+  MC_FAKE_ENTER("ctxGetStreamPriorityRange");
+  if (!initialized_) return kCudaErrorNotInitialized;
+  if (t_current_context == nullptr) return kCudaErrorInvalidContext;
+  if (least != nullptr) *least = kLeastStreamPriority;
+  if (greatest != nullptr) *greatest = kGreatestStreamPriority;
+  return kCudaSuccess;
+}
+
+int FakeCudaDriver::streamPriority(CuStream stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = stream_priorities_.find(stream);
+  return it == stream_priorities_.end() ? 0 : it->second;
+}
+
+int FakeCudaDriver::streamsAtPriority(int priority) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [stream, p] : stream_priorities_) n += p == priority ? 1 : 0;
+  return n;
+}
+
 CuResult FakeCudaDriver::streamDestroy(CuStream stream) {
   std::unique_ptr<KernelStream> ks;
   {
     MC_FAKE_ENTER("streamDestroy");
     if (!initialized_) return kCudaErrorNotInitialized;
     if (streams_.erase(stream) != 1) return kCudaErrorInvalidHandle;
+    stream_priorities_.erase(stream);
     delete reinterpret_cast<char*>(stream);
     if (auto it = kernel_streams_.find(stream); it != kernel_streams_.end()) {
       ks = std::move(it->second);

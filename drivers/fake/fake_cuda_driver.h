@@ -172,6 +172,13 @@ class FakeCudaDriver : public CudaDriver {
   int pausedSubmissions() const;
   // Streams whose kernels (registerKernel) are running or queued now.
   int busyKernelStreams() const;
+  // The priority `stream` was created with (0: streamCreate's), and the
+  // range ctxGetStreamPriorityRange reports (an H100's: 0 down to -5).
+  int streamPriority(CuStream stream) const;
+  // Live streams created with `priority`.
+  int streamsAtPriority(int priority) const;
+  static constexpr int kLeastStreamPriority = 0;
+  static constexpr int kGreatestStreamPriority = -5;
 
   // --- Inspection ------------------------------------------------------------
 
@@ -230,6 +237,8 @@ class FakeCudaDriver : public CudaDriver {
   CuResult memcpyDtoH(void* dst, CuDevicePtr src, size_t bytes) override;
   CuResult memsetD8(CuDevicePtr dst, unsigned char value, size_t count) override;
   CuResult streamCreate(CuStream* stream, unsigned flags) override;
+  CuResult streamCreateWithPriority(CuStream* stream, unsigned flags, int priority) override;
+  CuResult ctxGetStreamPriorityRange(int* least, int* greatest) override;
   CuResult streamDestroy(CuStream stream) override;
   CuResult streamQuery(CuStream stream) override;
   CuResult memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,
@@ -346,6 +355,7 @@ class FakeCudaDriver : public CudaDriver {
   bool imex_device_files_ = true;
   bool dmabuf_export_ = false;
   std::set<CuStream> streams_;
+  std::map<CuStream, int> stream_priorities_;  // guarded by mu_; absent: 0
   bool modules_loadable_ = false;
   std::map<std::string, std::vector<CuResult>, std::less<>> fail_next_;  // front = next
   std::map<std::string, CuResult, std::less<>> results_;

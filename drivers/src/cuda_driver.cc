@@ -145,6 +145,16 @@ class RealCudaDriver final : public CudaDriver {
   CuResult streamDestroy(CuStream stream) override {
     return fn_.streamDestroy == nullptr ? kCudaErrorNotSupported : fn_.streamDestroy(stream);
   }
+  CuResult streamCreateWithPriority(CuStream* stream, unsigned flags, int priority) override {
+    return fn_.streamCreateWithPriority == nullptr
+               ? kCudaErrorNotSupported
+               : fn_.streamCreateWithPriority(stream, flags, priority);
+  }
+  CuResult ctxGetStreamPriorityRange(int* least, int* greatest) override {
+    return fn_.ctxGetStreamPriorityRange == nullptr
+               ? kCudaErrorNotSupported
+               : fn_.ctxGetStreamPriorityRange(least, greatest);
+  }
   CuResult streamQuery(CuStream stream) override {
     return fn_.streamQuery == nullptr ? kCudaErrorNotSupported : fn_.streamQuery(stream);
   }

@@ -109,6 +109,12 @@
   /* Optional: only rings in GPU memory use them (client/src/gpu_rings.h). */                      \
   X(streamCreate, "cuStreamCreate", cuStreamCreate, "cuStreamCreate", nullptr, false,              \
     (::mooncake::drivers::CuStream*, unsigned int))                                                \
+  /* Optional: the copy agent's streams ask for the highest priority. */                           \
+  X(streamCreateWithPriority, "cuStreamCreateWithPriority", cuStreamCreateWithPriority,            \
+    "cuStreamCreateWithPriority", nullptr, false,                                                  \
+    (::mooncake::drivers::CuStream*, unsigned int, int))                                           \
+  X(ctxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange", cuCtxGetStreamPriorityRange,         \
+    "cuCtxGetStreamPriorityRange", nullptr, false, (int*, int*))                                   \
   X(streamDestroy, "cuStreamDestroy", cuStreamDestroy, "cuStreamDestroy_v2", nullptr, false,       \
     (::mooncake::drivers::CuStream))                                                               \
   X(streamQuery, "cuStreamQuery", cuStreamQuery, "cuStreamQuery", nullptr, false,                  \

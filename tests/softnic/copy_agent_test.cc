@@ -609,6 +609,9 @@ TEST(CopyAgentResidentTest, ServesBothWaysReturnsWhenIdleAndComesBack) {
                                  CopyAgentOptions{.resident_max_bytes = 4096});
   ASSERT_TRUE(agent.ok()) << agent.status();
   ASSERT_TRUE((*agent)->resident());
+  // Its stream and the resident kernel's: the context's highest priority,
+  // so their kernels take an SM slot before the rest of a waiting grid.
+  EXPECT_EQ(cu->streamsAtPriority(drivers::FakeCudaDriver::kGreatestStreamPriority), 2);
   auto link = LinkTo((*agent)->fd(), kStaging, ::getpid(), absl::Seconds(5), absl::Seconds(2));
   ASSERT_TRUE(link.ok()) << link.status();
   ClientAllocation gpu(*cu, kGran);

@@ -257,6 +257,11 @@ class CudaDriver {
   // lacks one answers kCudaErrorNotSupported). streamQuery: kCudaSuccess
   // once all work is done, kCudaErrorNotReady before.
   virtual CuResult streamCreate(CuStream* stream, unsigned flags) = 0;
+  // A stream whose work the GPU schedules before lower priorities' when an
+  // SM slot frees. Priorities run from `least` (0) down to `greatest`
+  // (negative: a lower number is a higher priority) in the current context.
+  virtual CuResult streamCreateWithPriority(CuStream* stream, unsigned flags, int priority) = 0;
+  virtual CuResult ctxGetStreamPriorityRange(int* least, int* greatest) = 0;
   virtual CuResult streamDestroy(CuStream stream) = 0;
   virtual CuResult streamQuery(CuStream stream) = 0;
   virtual CuResult memcpyHtoDAsync(CuDevicePtr dst, const void* src, size_t bytes,

@@ -198,12 +198,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const size_t before = mooncake::fuzz::OpenFdCount();
-  {
+  mooncake::fuzz::ExpectFdsKept([&] {
     mooncake::fuzz::ByteReader in(data, size);
     mooncake::daemon::RunOne(in);
-  }
-  const size_t after = mooncake::fuzz::OpenFdCount();
-  FUZZ_CHECK(after == before, "fd leak: ", before, " open fds before the input, ", after, " after");
+  });
   return 0;
 }

@@ -192,6 +192,9 @@ class FuzzRemoteConnections final : public daemon::RemoteConnections {
     if (node == "node-b") return absl::OkStatus();
     return absl::NotFoundError("not a live node of the cluster");
   }
+  bool AcceptsOfferFrom(uint64_t, const std::string& node, absl::Duration) override {
+    return node == "node-b";
+  }
   absl::StatusOr<daemon::QpEndpoint> Offer(const std::string& node, uint32_t qpn, uint32_t,
                                            uint32_t, const std::string&, const std::string& secret,
                                            const daemon::QpEndpoint& mine) override {

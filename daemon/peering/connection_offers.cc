@@ -1,6 +1,7 @@
 #include "peering/connection_offers.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "mooncake/common/grpc_status.h"
 #include "peering/qp_endpoint_wire.h"
 
@@ -17,6 +18,20 @@ absl::Status ConnectionOffers::CheckNode(uint64_t session, const std::string& no
                      ": queue pairs go only to nodes of the caller's groups (join first)"));
   }
   return peers_->Get(node).status();
+}
+
+bool ConnectionOffers::AcceptsOfferFrom(uint64_t session, const std::string& node,
+                                        absl::Duration wait) {
+  if (shares_group_(session, node)) return true;
+  if (offer_waiters_.fetch_add(1, std::memory_order_relaxed) >= kMaxOfferWaiters) wait = {};
+  const absl::Time deadline = absl::Now() + wait;
+  bool shares = false;
+  while (!shares && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+    shares = shares_group_(session, node);
+  }
+  offer_waiters_.fetch_sub(1, std::memory_order_relaxed);
+  return shares;
 }
 
 absl::StatusOr<QpEndpoint> ConnectionOffers::Offer(const std::string& node, uint32_t qpn,

@@ -6,6 +6,7 @@
 // etcd or the client. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -29,6 +30,10 @@ class ConnectionOffers final : public RemoteConnections {
         call_timeout_(call_timeout) {}
 
   absl::Status CheckNode(uint64_t session, const std::string& node) override;
+  // At most kMaxOfferWaiters calls wait at once (each holds a peer-port
+  // thread); beyond that the answer is the one of the moment.
+  static constexpr int kMaxOfferWaiters = 16;
+  bool AcceptsOfferFrom(uint64_t session, const std::string& node, absl::Duration wait) override;
   absl::StatusOr<QpEndpoint> Offer(const std::string& node, uint32_t qpn, uint32_t remote_qpn,
                                    uint32_t uid, const std::string& tenant,
                                    const std::string& secret, const QpEndpoint& mine) override;
@@ -37,6 +42,7 @@ class ConnectionOffers final : public RemoteConnections {
   const std::shared_ptr<TrustedPeers> peers_;
   const std::function<bool(uint64_t, const std::string&)> shares_group_;
   const absl::Duration call_timeout_;
+  std::atomic<int> offer_waiters_{0};
 };
 
 }  // namespace mooncake::daemon::peering

@@ -720,6 +720,13 @@ absl::StatusOr<QpEndpoint> RdmaResources::AcceptOffer(const std::string& node, u
     }
     session = it->second.owner.session;
   }
+  // Only a node of the session's groups: any other node with a certificate
+  // of the cluster's CA could otherwise plant its secret on a waiting QP
+  // (breaking the connection its owner is making) or learn its endpoint.
+  if (remote_ == nullptr || !remote_->AcceptsOfferFrom(session, node, kOfferMemberWait)) {
+    return absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " of uid ", uid,
+                                            " waits for node ", node, "'s queue pair ", their_qpn));
+  }
   if (theirs.provider != provider_->name()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "node ", node, "'s queue pair ", their_qpn, " is on its ",

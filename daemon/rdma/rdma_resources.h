@@ -196,10 +196,14 @@ class RdmaResources {
   // of its QP `their_qpn`, whose endpoint is `theirs`, to this node's QP
   // `qpn`, for a session of `uid` on the socket of `tenant`. NotFound
   // unless `qpn` is a QP of that owner (a node vouches for its own
-  // sessions; the same answer for a missing QP and another owner's);
-  // FailedPrecondition when the two ends are on different providers. The
+  // sessions) and a group of that QP's session has a live rank on `node`
+  // (RemoteConnections::AcceptsOfferFrom, waiting up to kOfferMemberWait
+  // for it to show): the same answer for a missing QP, another owner's and
+  // a node outside the session's groups. FailedPrecondition when the two
+  // ends are on different providers. The
   // provider takes the offer (AcceptRemote) and the answer is `qpn`'s
   // endpoint, which `node` connects with.
+  static constexpr absl::Duration kOfferMemberWait = absl::Seconds(2);
   absl::StatusOr<QpEndpoint> AcceptOffer(const std::string& node, uint32_t their_qpn, uint32_t qpn,
                                          uint32_t uid, const std::string& tenant,
                                          std::string secret, const QpEndpoint& theirs);

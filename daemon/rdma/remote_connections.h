@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "rdma/provider.h"
 
 namespace mooncake::daemon {
@@ -23,6 +24,15 @@ class RemoteConnections {
   // out, or for one no group of the session spans; NotFound for a node the
   // cluster does not list; Unavailable when it does not answer.
   virtual absl::Status CheckNode(uint64_t session, const std::string& node) = 0;
+  // Whether `node`, the authenticated caller of Peer.OfferConnection, may
+  // offer connections to `session`'s queue pairs: a group of the session
+  // has a live rank there (its policy and proof checked), as CheckNode asks
+  // of the other direction. Without it any node holding a certificate of
+  // the cluster's CA could plant secrets on (and learn the endpoints of)
+  // any user's waiting queue pairs. Waits up to `wait` for the rank to
+  // show: the offering node may have seen this node's rank a moment
+  // before this node's etcd watch brings the other's.
+  virtual bool AcceptsOfferFrom(uint64_t session, const std::string& node, absl::Duration wait) = 0;
   // Hands `secret`, the connection secret of this node's QP `qpn` to
   // `node`'s QP `remote_qpn` (the secret `remote_qpn`'s batches to `qpn`
   // must carry), to that node over the authenticated peer channel. The

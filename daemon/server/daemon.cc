@@ -424,6 +424,11 @@ absl::Status Daemon::StartPeerServer() {
   peer_service_ = std::make_unique<PeerService>(&node_, security.mode);
   peer_service_->set_softnic(softnic_engine_);
   peer_service_->set_rdma(rdma_.get());
+  if (nodes_) {
+    peer_service_->set_live_node([registry = nodes_.get()](const std::string& node) {
+      return registry->Node(node).has_value();
+    });
+  }
   if (group_directory_) {
     // Endpoints of this node's ranks, only to nodes of the same group.
     peer_service_->set_endpoint_source(

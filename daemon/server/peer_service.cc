@@ -168,12 +168,18 @@ grpc::Status PeerService::SoftnicExecute(grpc::ServerContext* ctx, const v1::Sof
 }
 
 grpc::Status PeerService::GetPeerTopology(grpc::ServerContext* ctx,
-                                          const v1::GetPeerTopologyRequest*, v1::Topology* resp) {
-  // Any node of the cluster may read it (the handshake proved the CA);
-  // over plaintext only with peer_insecure.
-  if (mode_ == peering::PeerMode::kTlsRequired) {
-    absl::StatusOr<std::string> caller = Caller(*ctx, "GetPeerTopology", "");
-    return ToGrpc(caller.status());
+                                          const v1::GetPeerTopologyRequest* req,
+                                          v1::Topology* resp) {
+  // A live node of the cluster, which its certificate names (any holder of
+  // a certificate of the CA was enough before: a retired node's, or one
+  // naming no node); over plaintext only with peer_insecure.
+  absl::StatusOr<std::string> caller = Caller(*ctx, "GetPeerTopology", req->node_id());
+  if (!caller.ok()) return ToGrpc(caller.status());
+  if (!live_ || !live_(*caller)) {
+    const std::string why = absl::StrCat("node ", EscapeForDisplay(*caller, 64),
+                                         " is not a live node of this cluster (etcd)");
+    LogRefusal(Refusal::kIdentity, *ctx, "GetPeerTopology", why);
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
   }
   *resp = node_->topology;
   return grpc::Status::OK;

@@ -60,6 +60,10 @@ class PeerService final : public v1::Peer::Service {
       const std::string& node, uint32_t uid, const std::string& tenant, const std::string& group,
       const std::vector<uint32_t>& ranks)>;
   void set_endpoint_source(EndpointSource source) { endpoints_ = std::move(source); }
+  // Whether `node` is a live node of the cluster (NodeRegistry::Node):
+  // GetPeerTopology answers only those, so a retired node's certificate
+  // reads nothing. Set before serving; without it (no cluster), none.
+  void set_live_node(std::function<bool(const std::string&)> live) { live_ = std::move(live); }
 
  private:
   // The authenticated node of a request naming `claimed`; a refusal is
@@ -76,6 +80,7 @@ class PeerService final : public v1::Peer::Service {
   softnic::Engine* softnic_ = nullptr;
   RdmaResources* rdma_ = nullptr;
   EndpointSource endpoints_;
+  std::function<bool(const std::string&)> live_;
   RateLimitedLog identity_refusals_;    // who the caller is
   RateLimitedLog connection_refusals_;  // secrets and offers
 };

@@ -254,6 +254,10 @@ struct Engine::Qp {
   std::string remote_node;
   bool remote_busy = false;
   uint64_t serial = 0;
+  // Connected to a QP of this node (Connect): that QP's serial, so that a
+  // QPN destroyed and reused meanwhile (perhaps by another user, whose
+  // protection domain its rkeys would then be looked up in) is not it.
+  uint64_t remote_serial = 0;
   // Connection secrets (ConnectRemote, AcceptConnectionSecret): what
   // batches from the peer must carry, and what the peer's node offered for
   // this QP's batches to (send_secret_node, send_secret_qpn).
@@ -261,6 +265,15 @@ struct Engine::Qp {
   std::string send_secret;
   std::string send_secret_node;
   uint32_t send_secret_qpn = 0;
+  // While in RESET: the offers so far, one per (node, QPN), at most
+  // kOffersPerNode of each node; ConnectRemote takes the one of its peer.
+  // Kept apart so that no offer, however late, displaces another's.
+  struct Offer {
+    std::string node;
+    uint32_t qpn = 0;
+    std::string secret;
+  };
+  std::vector<Offer> offers;
   // When this QP's first WQE found no secret to send with (zero: not waiting).
   std::chrono::steady_clock::time_point offer_wait_since{};
   // kHca: when the responses of this QP's atomics so far are back (a WQE
@@ -573,6 +586,7 @@ absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId re
         absl::StrCat("QP ", qpn, " is ", QpStateName(qp.state), ", not RESET: connect it once"));
   }
   qp.remote_qpn = remote_qpn;
+  qp.remote_serial = remote->second->serial;
   qp.state = QpState::kRts;
   return absl::OkStatus();
 }
@@ -601,6 +615,14 @@ absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& nod
   qp.remote_node = node;
   qp.remote_qpn = remote_qpn;
   qp.expect_secret = std::move(expect_secret);
+  for (Qp::Offer& o : qp.offers) {
+    if (o.node == node && o.qpn == remote_qpn) {
+      qp.send_secret = std::move(o.secret);
+      qp.send_secret_node = node;
+      qp.send_secret_qpn = remote_qpn;
+    }
+  }
+  qp.offers = {};
   qp.state = QpState::kRts;
   return absl::OkStatus();
 }
@@ -628,9 +650,32 @@ absl::Status Engine::AcceptConnectionSecret(const std::string& node, uint32_t pe
     return absl::AlreadyExistsError(
         absl::StrCat("queue pair ", qpn, " already holds another secret for its connection"));
   }
-  qp.send_secret = std::move(secret);
-  qp.send_secret_node = node;
-  qp.send_secret_qpn = peer_qpn;
+  if (ours) {
+    qp.send_secret = std::move(secret);
+    qp.send_secret_node = node;
+    qp.send_secret_qpn = peer_qpn;
+    return absl::OkStatus();
+  }
+  // In RESET: kept beside the others (a node's newest offer for the same
+  // QP replaces its older one; a node's oldest goes when it has too many).
+  auto& offers = qp.offers;
+  size_t of_node = 0;
+  for (auto o = offers.begin(); o != offers.end(); ++o) {
+    if (o->node == node && o->qpn == peer_qpn) {
+      o->secret = std::move(secret);
+      return absl::OkStatus();
+    }
+    of_node += o->node == node;
+  }
+  if (of_node >= kOffersPerNode) {
+    offers.erase(std::find_if(offers.begin(), offers.end(),
+                              [&](const Qp::Offer& o) { return o.node == node; }));
+  } else if (offers.size() >= kMaxOffers) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue pair ", qpn, " holds offers from ", offers.size(),
+                     " peers already: connect it, or destroy it and create another"));
+  }
+  offers.push_back(Qp::Offer{node, peer_qpn, std::move(secret)});
   return absl::OkStatus();
 }
 
@@ -766,8 +811,11 @@ ResponderResult Engine::ExecuteAsResponderLocked(const ResponderOp& op) {
 uint8_t Engine::ResolveResponder(const ResponderOp& op, const Region** target,
                                  ByteSpan* span) const {
   auto it = qps_.find(op.remote_qpn);
-  // Nobody answers: a ConnectX retries, then reports this.
-  if (it == qps_.end()) return mlx5::kSyndTransportRetryExcErr;
+  // Nobody answers: a ConnectX retries, then reports this. So for a peer
+  // destroyed since the connect whose number another QP has now.
+  if (it == qps_.end() || (op.remote_serial != 0 && it->second->serial != op.remote_serial)) {
+    return mlx5::kSyndTransportRetryExcErr;
+  }
   const PdId pd = it->second->pd;
   if (op.kind == ResponderOp::Kind::kWrite) {
     const Region* r = Resolve(pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
@@ -911,6 +959,7 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
 
   ResponderOp op;
   op.remote_qpn = qp.remote_qpn;
+  op.remote_serial = qp.remote_serial;
   op.raddr = Be64At(&wqe[16]);
   op.rkey = Be32At(&wqe[24]);
 
@@ -1043,7 +1092,10 @@ uint8_t Engine::ExecuteWqe(Qp& qp, const uint8_t (&wqe)[64], uint16_t index, uin
 bool Engine::HostToHostLocked(const ResponderOp& op) const {
   if (op.source.kind != MemoryKind::kHost) return false;
   auto responder = qps_.find(op.remote_qpn);
-  if (responder == qps_.end()) return true;  // fails in the executor anyway
+  if (responder == qps_.end() ||
+      (op.remote_serial != 0 && responder->second->serial != op.remote_serial)) {
+    return true;  // fails in the executor anyway
+  }
   const Region* dst =
       Resolve(responder->second->pd, op.rkey, op.raddr, op.source.length, kRemoteWrite);
   return dst == nullptr || dst->kind == MemoryKind::kHost;

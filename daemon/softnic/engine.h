@@ -203,11 +203,16 @@ class Engine {
                              std::string expect_secret);
   // Another node's QP `peer_qpn` offers the secret that `qpn`'s batches to
   // it must carry. `node` is the authenticated caller. While `qpn` is in
-  // RESET the latest offer is kept; once `qpn` is connected, only to
-  // exactly (node, peer_qpn) and only once (AlreadyExists after: a QPN
-  // reused on that node cannot replace its predecessor's connection).
-  // NotFound: no such QP, or connected elsewhere. InvalidArgument: the
-  // secret is not kSecretBytes.
+  // RESET every offer is kept apart, one per (node, peer_qpn), at most
+  // kOffersPerNode per node (its oldest goes) and kMaxOffers in all
+  // (ResourceExhausted past it), and ConnectRemote takes its peer's: an
+  // offer from elsewhere, before or after, displaces nothing. Once `qpn` is
+  // connected, only to exactly (node, peer_qpn) and only once
+  // (AlreadyExists after: a QPN reused on that node cannot replace its
+  // predecessor's connection). NotFound: no such QP, or connected
+  // elsewhere. InvalidArgument: the secret is not kSecretBytes.
+  static constexpr size_t kOffersPerNode = 4;
+  static constexpr size_t kMaxOffers = 64;
   absl::Status AcceptConnectionSecret(const std::string& node, uint32_t peer_qpn, uint32_t qpn,
                                       std::string secret);
   // The copy agent of `pd`'s process (copy_agent_link.h): from now on the
@@ -220,6 +225,12 @@ class Engine {
   // NotFound unless `qpn` is a QP of `pd`. QPs connected to it complete
   // their later WQEs with TRANSPORT_RETRY_EXC_ERR.
   absl::Status DestroyQp(PdId pd, uint32_t qpn);
+  // Tests: the number the next QP gets if free (QPNs are handed out in
+  // sequence from a random start; reaching one again takes 2^24 creates).
+  void set_next_qpn_for_testing(uint32_t qpn) {
+    absl::MutexLock lock(&mu_);
+    next_qpn_ = qpn;
+  }
 
   // Who `pd` belongs to (the daemon's user of the session: uid and tenant,
   // as one number). One owner's GPU WQEs run on all but one GPU worker at

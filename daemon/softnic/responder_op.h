@@ -35,6 +35,10 @@ struct ResponderOp {
   enum class Kind { kWrite, kFetchAdd64, kMaskedFetchAdd32 };
   Kind kind = Kind::kWrite;
   uint32_t remote_qpn = 0;  // the responder QP (the requester's connected peer)
+  // A local peer's incarnation (Engine::Connect): a QPN destroyed and
+  // handed to another user meanwhile is not it. 0: not checked (a peer
+  // node's batch, checked by its node, QPN and secret instead).
+  uint64_t remote_serial = 0;
   uint64_t raddr = 0;
   uint32_t rkey = 0;
   // kWrite: the source bytes (already checked against the requester's lkey,

@@ -904,6 +904,9 @@ class Bridge final : public RemoteConnections {
   absl::Status CheckNode(uint64_t, const std::string& node) override {
     return node == other_->id ? absl::OkStatus() : absl::NotFoundError("not in the cluster");
   }
+  bool AcceptsOfferFrom(uint64_t, const std::string& node, absl::Duration) override {
+    return node == other_->id;
+  }
   absl::StatusOr<QpEndpoint> Offer(const std::string&, uint32_t qpn, uint32_t remote_qpn,
                                    uint32_t uid, const std::string& tenant,
                                    const std::string& secret, const QpEndpoint& mine) override {
@@ -1046,6 +1049,24 @@ TEST_F(Mlx5TwoNodesTest, QueuePairsConnectAcrossNodesOnBothLinkLayers) {
   // What went over the channel: mlx5's endpoints, never a key or address.
   ASSERT_FALSE(to_b_->offered.empty());
   EXPECT_EQ(to_b_->offered[0].provider, "mlx5");
+}
+
+// Review of issue 23: the mlx5 provider took offers for a connected QP
+// from anyone, and answered with its endpoint (the PSN included, which
+// stands where softnic checks a secret). Once connected, only its peer.
+TEST_F(Mlx5TwoNodesTest, AConnectedQueuePairAnswersOnlyItsPeersOffer) {
+  SessionInfo sa = Open(a_, 1000, "mlx5_0"), sb = Open(b_, 1000, "mlx5_0");
+  const uint32_t qa = OneQp(a_, sa), qb = OneQp(b_, sb);
+  ASSERT_TRUE(a_.rdma->Connect(sa, {{qa, qb, "node-b"}}).ok());
+  ASSERT_TRUE(b_.rdma->Connect(sb, {{qb, qa, "node-a"}}).ok());
+  QpEndpoint mlx5;
+  mlx5.provider = "mlx5";
+  const std::string secret(16, 's');
+  // Its peer, retrying a connect whose reply it lost: answered.
+  EXPECT_TRUE(a_.rdma->AcceptOffer("node-b", qb, qa, 1000, "", secret, mlx5).ok());
+  // Another QP of that node: as missing.
+  EXPECT_EQ(a_.rdma->AcceptOffer("node-b", qb + 1, qa, 1000, "", secret, mlx5).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(Mlx5TwoNodesTest, EndsThatCannotMeetAreRefusedNamingBoth) {

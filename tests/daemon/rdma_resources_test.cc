@@ -157,6 +157,7 @@ TEST_F(RdmaResourcesTest, ConnectsOnlyToQpsOfTheSameUid) {
 class LossyRemote final : public RemoteConnections {
  public:
   absl::Status CheckNode(uint64_t, const std::string&) override { return absl::OkStatus(); }
+  bool AcceptsOfferFrom(uint64_t, const std::string&, absl::Duration) override { return true; }
   absl::StatusOr<QpEndpoint> Offer(const std::string&, uint32_t qpn, uint32_t, uint32_t,
                                    const std::string&, const std::string& secret,
                                    const QpEndpoint& mine) override {

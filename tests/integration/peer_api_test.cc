@@ -84,10 +84,22 @@ TEST(PeerApi, UnderMutualTlsANodeIsServedAsTheNodeItsCertificateNames) {
               grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
+    // The topology goes only to a live node of the cluster that the
+    // certificate names: this daemon is in none.
     grpc::ClientContext ctx;
     Deadline(&ctx);
+    v1::GetPeerTopologyRequest req;
+    req.set_node_id("other-node");
     v1::Topology topo;
-    EXPECT_TRUE(peer->GetPeerTopology(&ctx, {}, &topo).ok());
+    grpc::Status s = peer->GetPeerTopology(&ctx, req, &topo);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("not a live node"), std::string::npos) << s.error_message();
+    EXPECT_EQ(topo.ByteSizeLong(), 0u);
+    grpc::ClientContext unnamed;
+    Deadline(&unnamed);
+    s = peer->GetPeerTopology(&unnamed, {}, &topo);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("DNS:other-node"), std::string::npos) << s.error_message();
   }
   ExpectNoLocalApi(channel);
   {

@@ -45,6 +45,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -447,6 +448,82 @@ TEST_F(PeerForgeryTest, UnderMutualTlsNoOutsiderNorOtherNodeWritesOrReadsTheMemo
   EXPECT_NE(b_->child().WaitForLine("without its connection's secret", 5000), "");
   EXPECT_TRUE(b_->running());
   EXPECT_EQ(GetStatus(b_->socket()).node_id(), "node-b");
+}
+
+// Review of issue 24: OfferConnection took any certified node's word for
+// the QP's owner and never asked whether that node holds a rank of the
+// QP's session's groups; the QP, waiting in RESET, kept the last offer. So
+// node C (a node of the cluster, but of none of the groups), or node A
+// naming another of its QPs, could replace node A's real offer between it
+// and node B's connect: B's QP then sent nothing (every WQE retry-exceeded
+// after 2 s). Now C's offers read as a missing QP, A's others are kept
+// apart, and the pair connects and carries a WRITE. The topology goes only
+// to live nodes too.
+TEST_F(PeerForgeryTest, NoOtherNodeCanPlantOrDisplaceTheOfferAWaitingQueuePairConnectsWith) {
+  const TestCertificates a = Certs("tls", "node-a");
+  const TestCertificates b = Certs("tls", "node-b");
+  const TestCertificates c = Certs("tls", "node-c");  // of the cluster's CA, never started
+  a_ = StartNode("node-a", PeerTlsConfig(a), &a_addr_);
+  b_ = StartNode("node-b", PeerTlsConfig(b), &b_addr_);
+  a_side_.Open(a_->socket());
+  b_side_.Open(b_->socket());
+  a_side_.RegisterTarget();
+  b_side_.RegisterTarget();
+  JoinBoth();
+  // Node A connects first: its offer waits on B's QP, still in RESET.
+  grpc::Status s = a_side_.ConnectWhenSeen("node-b", b_side_.qpn);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto offer = [&](const TestCertificates& as, const std::string& node, uint32_t from_qpn) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 10000);
+    v1::OfferConnectionRequest req;
+    req.set_node_id(node);
+    req.set_qpn(from_qpn);
+    req.set_peer_qpn(b_side_.qpn);
+    req.set_secret(std::string(16, 'z'));
+    req.set_uid(::getuid());
+    req.mutable_endpoint()->set_provider("softnic");
+    v1::OfferConnectionResponse resp;
+    const grpc::Status st =
+        v1::Peer::NewStub(PeerChannelTo(b_addr_, TlsAs(b.ca_file, as), "node-b"))
+            ->OfferConnection(&ctx, req, &resp);
+    EXPECT_EQ(resp.endpoint().ByteSizeLong() == 0, !st.ok()) << "an endpoint with a refusal";
+    return st;
+  };
+  // Node C: as if B's QP did not exist (and after the wait for its rank).
+  s = offer(c, "node-c", a_side_.qpn);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+  // Node A naming other QPs of its own: kept apart, displacing nothing
+  // (up to softnic's kOffersPerNode, 4, a node's own: past that, its
+  // oldest goes, which only a process of the QP's owner could cause).
+  for (uint32_t other = 1; other <= 3; ++other) {
+    s = offer(a, "node-a", a_side_.qpn + other);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  s = b_side_.ConnectWhenSeen("node-a", a_side_.qpn);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // B's QP sends with A's real offer: a WRITE lands.
+  std::memset(a_side_.memory, 0, kRegionBytes);
+  device::mlx5::Cqe64 cqe;
+  ASSERT_TRUE(PostWriteAndWait(b_side_, a_side_.rkey, kRegionBytes, 20, &cqe));
+  EXPECT_EQ(device::mlx5::cqe_opcode(cqe.op_own), device::mlx5::kCqeReq)
+      << "syndrome " << int(reinterpret_cast<const uint8_t*>(&cqe)[device::mlx5::kCqeSyndromeByte]);
+  EXPECT_EQ(std::memcmp(a_side_.memory, b_side_.memory, kRegionBytes), 0);
+
+  // The topology: node A (live) reads it; node C's certificate does not.
+  for (const auto& [as, node, code] :
+       {std::tuple{a, "node-a", grpc::StatusCode::OK},
+        std::tuple{c, "node-c", grpc::StatusCode::PERMISSION_DENIED}}) {
+    grpc::ClientContext ctx;
+    Deadline(&ctx);
+    v1::GetPeerTopologyRequest req;
+    req.set_node_id(node);
+    v1::Topology topo;
+    s = v1::Peer::NewStub(PeerChannelTo(b_addr_, TlsAs(b.ca_file, as), "node-b"))
+            ->GetPeerTopology(&ctx, req, &topo);
+    EXPECT_EQ(s.error_code(), code) << node << ": " << s.error_message();
+  }
+  EXPECT_TRUE(b_->running());
 }
 
 // Issue 23 item 6: a queue pair goes only to a node where a group of the

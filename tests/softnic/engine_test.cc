@@ -345,6 +345,43 @@ TEST(Responder, PublicEntryPointChecksTheResponderPd) {
   EXPECT_EQ(engine.ExecuteAsResponder(op).syndrome, mlx5::kSyndTransportRetryExcErr);
 }
 
+// Review of issue 24: a QP stays connected to its local peer's
+// incarnation, not its number. Destroyed, and the number handed to another
+// user's new QP, the old connection must not reach that QP (and look its
+// rkeys up in that user's protection domain): a NIC drops packets for a
+// QP that is gone.
+TEST(Qps, AConnectionDoesNotFollowItsPeersNumberToAnotherQp) {
+  Engine engine;
+  auto m = Anon(4096);
+  auto mallory = RawQp::Create(engine, 1, 4, 4);
+  auto decoy = RawQp::Create(engine, 1, 4, 4);
+  ASSERT_TRUE(mallory && decoy);
+  ASSERT_TRUE(engine.Connect(1, mallory->qpn(), decoy->qpn()).ok());
+  const uint32_t reused = decoy->qpn();
+  ASSERT_TRUE(engine.DestroyQp(1, reused).ok());
+  engine.set_next_qpn_for_testing(reused);
+  auto victim = RawQp::Create(engine, 2, 4, 4);
+  ASSERT_NE(victim, nullptr);
+  ASSERT_EQ(victim->qpn(), reused);
+  RegionSpec spec = HostRegion(2, m, 1024, 256);
+  spec.access = kRemoteWrite;
+  absl::StatusOr<uint32_t> victim_key = engine.RegisterRegion(spec);
+  ASSERT_TRUE(victim_key.ok());
+  engine.Start();
+  mlx5::Wqe64 w;
+  const char text[] = "owned";
+  mlx5::build_rdma_write_inline(&w, 0, mallory->qpn(), mlx5::kCtrlCqUpdate,
+                                reinterpret_cast<uintptr_t>(m->data()) + 1024, *victim_key, text,
+                                5);
+  mallory->Write(w);
+  mallory->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(mallory->Next(&c));
+  EXPECT_EQ(test_util::CqeSyndrome(c), mlx5::kSyndTransportRetryExcErr);
+  EXPECT_NE(std::memcmp(m->data() + 1024, "owned", 5), 0) << "reached the victim's memory";
+  engine.Stop();
+}
+
 // Issue 23 item 6: a long local WRITE is copied a piece at a time, and the
 // engine lets go of its lock between pieces: a small WRITE on another QP,
 // posted behind it, completes while the long one is still copying (before,

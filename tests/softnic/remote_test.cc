@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "fake_gpu.h"
 #include "populated_memfd.h"
@@ -519,6 +520,50 @@ TEST_F(RemoteTest, AnOfferCannotReplaceAConnectionsSecretButMayRepeatIt) {
   ASSERT_TRUE(requester_->Next(&c));
   EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << int(CqeSyndrome(c));
   EXPECT_EQ(std::memcmp(mem_b_->data() + 20, mem_a_->data() + 20, 44), 0);
+}
+
+// Review of issue 23: an offer to a QP still in RESET replaced the one
+// before it, so any node (or the peer node naming another QP) offering
+// between the peer's offer and the owner's connect broke the connection.
+// Offers are now kept apart and the connect takes its peer's.
+TEST_F(RemoteTest, OffersToAWaitingQueuePairAreKeptApartAndTheConnectTakesItsPeers) {
+  auto q = RawQp::Create(a_, 1, 4, 4);
+  auto peer = RawQp::Create(b_, 2, 4, 4);
+  ASSERT_NE(q, nullptr);
+  ASSERT_NE(peer, nullptr);
+  // node-b's daemon connects its QP first and offers what it expects.
+  ASSERT_TRUE(b_.ConnectRemote(2, peer->qpn(), "node-a", q->qpn(), Secret('e')).ok());
+  ASSERT_TRUE(a_.AcceptConnectionSecret("node-b", peer->qpn(), q->qpn(), Secret('e')).ok());
+  // Then offers from another node, and from node-b for other QPs.
+  EXPECT_TRUE(a_.AcceptConnectionSecret("node-c", peer->qpn(), q->qpn(), Secret('y')).ok());
+  for (uint32_t other = 1; other <= 2 * Engine::kOffersPerNode; ++other) {
+    EXPECT_TRUE(
+        a_.AcceptConnectionSecret("node-b", peer->qpn() + other, q->qpn(), Secret('x')).ok());
+  }
+  // node-b's own offer for peer went as its oldest; offered again (a
+  // retried connect), it is back.
+  ASSERT_TRUE(a_.AcceptConnectionSecret("node-b", peer->qpn(), q->qpn(), Secret('e')).ok());
+  ASSERT_TRUE(a_.ConnectRemote(1, q->qpn(), "node-b", peer->qpn(), Secret('f')).ok());
+  mlx5::Wqe64 w;
+  mlx5::build_rdma_write(&w, 0, q->qpn(), kUpd, kIova + 512, key_b_, kIova + 512, key_a_, 64);
+  q->Write(w);
+  q->Ring();
+  mlx5::Cqe64 c;
+  ASSERT_TRUE(q->Next(&c));
+  EXPECT_EQ(CqeOpcode(c), mlx5::kCqeReq) << int(CqeSyndrome(c));
+  EXPECT_EQ(std::memcmp(mem_b_->data() + 512, mem_a_->data() + 512, 64), 0);
+
+  // Bounded: kMaxOffers nodes, then refused; none of it once connected.
+  auto waiting = RawQp::Create(a_, 1, 4, 4);
+  ASSERT_NE(waiting, nullptr);
+  for (size_t n = 0; n < Engine::kMaxOffers; ++n) {
+    ASSERT_TRUE(
+        a_.AcceptConnectionSecret(absl::StrCat("node-", n), 7, waiting->qpn(), Secret('o')).ok());
+  }
+  EXPECT_EQ(a_.AcceptConnectionSecret("node-late", 7, waiting->qpn(), Secret('o')).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(a_.AcceptConnectionSecret("node-3", 7, waiting->qpn(), Secret('p')).ok())
+      << "a node's offer made again replaces its own";
 }
 
 TEST(RemoteConnect, NeedsALinkARemoteQpnAndASecret) {

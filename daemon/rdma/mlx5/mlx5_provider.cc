@@ -419,11 +419,16 @@ absl::Status Mlx5Provider::AcceptRemote(uint64_t session, uint32_t qpn, const st
                                         uint32_t remote_qpn, std::string secret) {
   // The NIC matches the peer's packets by QPN, GID (or LID) and PSN, with
   // the random PSNs standing where softnic checks a batch's secret; nothing
-  // is kept of the offer. The QP must still be this session's.
-  (void)node, (void)remote_qpn, (void)secret;
+  // is kept of the offer. The QP must still be this session's, and once
+  // connected, connected to exactly that peer (its endpoint, PSN included,
+  // goes to no one else; the same answer as for a missing QP).
+  (void)secret;
   std::shared_ptr<Session> s = Find(session);
   absl::MutexLock lock(&mu_);
-  if (s == nullptr || !s->qps.contains(qpn)) {
+  auto it = s == nullptr ? decltype(s->qps)::iterator{} : s->qps.find(qpn);
+  if (s == nullptr || it == s->qps.end() ||
+      (it->second.info.state != softnic::QpState::kReset &&
+       (it->second.remote_node != node || it->second.info.remote_qpn != remote_qpn))) {
     return absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " on this mlx5 provider"));
   }
   return absl::OkStatus();
@@ -470,6 +475,8 @@ absl::Status Mlx5Provider::ConnectRemote(uint64_t session, uint32_t qpn, const s
   remote.mtu = peer.mtu;
   absl::Status st = ConnectTo(session, s, qpn, remote);
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("to ", whose, ": ", st.message()));
+  absl::MutexLock lock(&mu_);
+  if (auto it = s->qps.find(qpn); it != s->qps.end()) it->second.remote_node = node;
   return st;
 }
 

@@ -146,7 +146,8 @@ class Mlx5Provider final : public RdmaProvider {
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
     std::shared_ptr<softnic::SharedMapping> control;
-    uint32_t psn = 0;  // its initial send PSN (random; the peer's next_rcv_psn)
+    uint32_t psn = 0;         // its initial send PSN (random; the peer's next_rcv_psn)
+    std::string remote_node;  // connected to another node's QP ("": none, or this node's)
   };
   struct Session {
     std::unique_ptr<NicSession> mlx5;

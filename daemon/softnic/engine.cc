@@ -29,6 +29,13 @@ namespace {
 // A local WRITE is copied at most this much per visit of its QP (the
 // engine lock is let go between visits).
 constexpr uint64_t kLocalPieceBytes = 4u << 20;
+// WQEs one visit of a QP executes at most before the engine lets go of its
+// lock (and visits the others).
+constexpr uint16_t kMaxWqesPerVisit = 1024;
+// How long (in yields, a microsecond or so each) the engine thread lets
+// callers waiting for its lock go first before its next visit: a flood of
+// API calls delays the rings by this much per visit at most.
+constexpr int kYieldsToCallers = 200;
 
 // 32 bits from the kernel's CSPRNG.
 uint32_t RandomKey() {
@@ -332,7 +339,7 @@ struct Engine::Offload {
 
 Engine::Engine(EngineOptions options) : options_(options), workers_(options.gpu_workers) {
   std::random_device rd;
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   next_qpn_ = rd() & kQpnMask;
 }
 
@@ -356,7 +363,7 @@ void Engine::Stop() {
 }
 
 void Engine::SetRemoteLink(std::shared_ptr<RemoteLink> link) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   link_ = std::move(link);
 }
 
@@ -399,7 +406,7 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
     base = spec.offset;
   }
 
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   // Random keys: a peer that learned one key (or a region's address) learns
   // nothing of the others. Live regions are far fewer than 2^32, so a
   // repeat is rare and drawn again.
@@ -424,7 +431,7 @@ absl::StatusOr<uint32_t> Engine::RegisterRegion(RegionSpec spec) {
 
 absl::Status Engine::AttachCopyAgent(PdId pd, std::shared_ptr<CopyAgentLink> agent) {
   if (agent == nullptr) return absl::InvalidArgumentError("no copy agent");
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   if (agents_.contains(pd)) {
     return absl::AlreadyExistsError(
         absl::StrCat("pd ", pd, " already has a copy agent (one per session)"));
@@ -437,13 +444,13 @@ absl::Status Engine::AttachCopyAgent(PdId pd, std::shared_ptr<CopyAgentLink> age
 }
 
 bool Engine::HasCopyAgent(PdId pd) const {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = agents_.find(pd);
   return it != agents_.end() && it->second->usable();
 }
 
 absl::Status Engine::DeregisterRegion(PdId pd, uint32_t key) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = regions_.find(key);
   if (it == regions_.end() || it->second->pd != pd || it->second->dying) {
     return absl::NotFoundError(
@@ -554,7 +561,7 @@ absl::StatusOr<uint32_t> Engine::CreateQp(QpSpec spec) {
   qp->cq_dbrec = reinterpret_cast<uint32_t*>(base + spec.cq_dbrec_offset);
   qp->mapping = std::move(spec.mapping);
 
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   if (qps_.size() >= kQpnMask - 1) return absl::ResourceExhaustedError("every QPN is in use");
   uint32_t qpn;
   do {
@@ -568,7 +575,7 @@ absl::StatusOr<uint32_t> Engine::CreateQp(QpSpec spec) {
 }
 
 absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId remote_pd) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->pd != pd) {
     return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
@@ -594,7 +601,7 @@ absl::Status Engine::Connect(PdId pd, uint32_t qpn, uint32_t remote_qpn, PdId re
 absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& node,
                                    uint32_t remote_qpn, std::string expect_secret) {
   MC_RETURN_IF_ERROR(CheckSecretSize(expect_secret));
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->pd != pd) {
     return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
@@ -630,7 +637,7 @@ absl::Status Engine::ConnectRemote(PdId pd, uint32_t qpn, const std::string& nod
 absl::Status Engine::AcceptConnectionSecret(const std::string& node, uint32_t peer_qpn,
                                             uint32_t qpn, std::string secret) {
   MC_RETURN_IF_ERROR(CheckSecretSize(secret));
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = qps_.find(qpn);
   const bool open = it != qps_.end() && it->second->state == QpState::kReset;
   const bool ours = it != qps_.end() && it->second->state != QpState::kReset &&
@@ -680,7 +687,7 @@ absl::Status Engine::AcceptConnectionSecret(const std::string& node, uint32_t pe
 }
 
 absl::Status Engine::DestroyQp(PdId pd, uint32_t qpn) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->pd != pd) {
     return absl::NotFoundError(absl::StrCat("no QP ", qpn, " in pd ", pd));
@@ -690,7 +697,7 @@ absl::Status Engine::DestroyQp(PdId pd, uint32_t qpn) {
 }
 
 void Engine::SetPdOwner(PdId pd, uint64_t owner) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   owners_[pd] = owner;
 }
 
@@ -701,7 +708,7 @@ uint64_t Engine::OwnerLocked(PdId pd) const {
 }
 
 void Engine::DestroyPd(PdId pd) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   agents_.erase(pd);
   owners_.erase(pd);
   for (auto it = qps_.begin(); it != qps_.end();) {
@@ -740,7 +747,7 @@ void Engine::DestroyPd(PdId pd) {
 
 std::vector<QpInfo> Engine::ListQps() const {
   std::vector<QpInfo> out;
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   out.reserve(qps_.size());
   for (const auto& [qpn, qp] : qps_) {
     out.push_back(QpInfo{qpn, qp->pd, qp->state, qp->remote_qpn, qp->remote_node, qp->sq_wqe_cnt,
@@ -752,7 +759,7 @@ std::vector<QpInfo> Engine::ListQps() const {
 
 std::vector<RegionInfo> Engine::ListRegions() const {
   std::vector<RegionInfo> out;
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   out.reserve(regions_.size());
   for (const auto& [key, r] : regions_) {
     out.push_back(RegionInfo{key, r->pd, r->iova, r->length, r->access, r->kind});
@@ -765,13 +772,13 @@ std::vector<RegionInfo> Engine::ListRegions() const {
 // ---- the responder --------------------------------------------------------------
 
 ResponderResult Engine::ExecuteAsResponder(const ResponderOp& op) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   return ExecuteAsResponderLocked(op);
 }
 
 ResponderResult Engine::ExecuteForPeer(const std::string& requester_node, uint32_t requester_qpn,
                                        const std::string& secret, const ResponderOp& op) {
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   auto it = qps_.find(op.remote_qpn);
   if (it == qps_.end() || it->second->state != QpState::kRts ||
       it->second->remote_node != requester_node || it->second->remote_qpn != requester_qpn) {
@@ -1177,7 +1184,16 @@ bool Engine::Poll(Qp& qp) {
   if (!qp.remote_node.empty() && qp.state == QpState::kRts) return PollRemote(qp, pending);
 
   bool did = false;
+  uint64_t moved = 0;  // bytes this visit copied under the lock
   for (uint16_t n = 0; n < pending; ++n) {
+    // One visit holds the engine lock for at most about kLocalPieceBytes
+    // of copying, or kMaxWqesPerVisit WQEs: a ring full of 4 MiB WRITEs
+    // (each one piece) held it for 128 GiB of memcpy before, stalling
+    // every user's QPs, the peer port and the API.
+    if (moved >= kLocalPieceBytes || n >= kMaxWqesPerVisit) {
+      did = true;
+      break;
+    }
     // A WQE is taken only when its CQE (if it gets one) has a slot: it may
     // fail, and an error always completes with a CQE.
     if (!CqHasRoom(qp)) break;
@@ -1230,6 +1246,7 @@ bool Engine::Poll(Qp& qp) {
       break;
     }
     FinishWqe(qp, index, opcode, syndrome, (fm_ce_se & mlx5::kCtrlCqUpdate) != 0, bytes);
+    moved += bytes;
     did = true;
   }
   return did;
@@ -1255,7 +1272,7 @@ void Engine::RunOffloaded(Offload& o) {
   {
     // A QP destroyed while its WQE waited for a worker runs it no more, as
     // a NIC executes nothing of a destroyed QP.
-    absl::MutexLock lock(&mu_);
+    CallerLock lock(this);
     if (!QpAliveLocked(o.qpn, o.serial)) {
       Unpin(o.target);
       Unpin(o.source);
@@ -1273,7 +1290,7 @@ void Engine::RunOffloaded(Offload& o) {
     syndrome =
         LandFetched(o.fetch_span, o.op.kind == ResponderOp::Kind::kMaskedFetchAdd32, r.fetched);
   }
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   Unpin(o.target);
   Unpin(o.source);
   Unpin(o.fetch);
@@ -1511,7 +1528,7 @@ void Engine::SendRemote(Qp& qp, std::vector<RemoteWqe> wqes, RemoteBatch batch) 
   qp.remote_busy = true;
   link_->Send(std::move(batch), [this, qpn = qp.qpn, serial = qp.serial, wqes = std::move(wqes)](
                                     absl::StatusOr<std::vector<ResponderResult>> results) {
-    absl::MutexLock lock(&mu_);
+    CallerLock lock(this);
     FinishRemote(qpn, serial, wqes, results);
     Kick();
   });
@@ -1520,7 +1537,7 @@ void Engine::SendRemote(Qp& qp, std::vector<RemoteWqe> wqes, RemoteBatch batch) 
 void Engine::SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe> wqes,
                             RemoteBatch batch, const std::vector<RemoteFill>& fills) {
   {
-    absl::MutexLock lock(&mu_);
+    CallerLock lock(this);
     if (!QpAliveLocked(qpn, serial)) {  // destroyed while the job waited
       for (const RemoteFill& f : fills) Unpin(f.region);
       return;
@@ -1537,7 +1554,7 @@ void Engine::SendAfterFills(uint32_t qpn, uint64_t serial, std::vector<RemoteWqe
       break;
     }
   }
-  absl::MutexLock lock(&mu_);
+  CallerLock lock(this);
   for (const RemoteFill& f : fills) Unpin(f.region);
   auto it = qps_.find(qpn);
   if (it == qps_.end() || it->second->serial != serial) return;  // destroyed meanwhile
@@ -1608,7 +1625,7 @@ void Engine::FinishRemote(uint32_t qpn, uint64_t serial, const std::vector<Remot
                           done[l.wqe] = LandFetched(l.span, l.masked, l.fetched);
                           if (done[l.wqe] != 0) break;  // the WQEs after it are flushed
                         }
-                        absl::MutexLock lock(&mu_);
+                        CallerLock lock(this);
                         for (const Landing& l : landings) Unpin(l.region);
                         FinishRemote(qpn, serial, wqes, results, &done);
                         Kick();
@@ -1709,8 +1726,12 @@ void Engine::Run() {
       }
     }
     // The lock is taken per QP, not per round: a long WRITE's piece holds
-    // up the others by one piece at most (issue 23 item 6).
+    // up the others by one piece at most (issue 23 item 6). Callers
+    // waiting for it go first (CallerLock), for up to kYieldsToCallers.
     for (uint32_t qpn : round) {
+      for (int i = 0; i < kYieldsToCallers && waiting_.load(std::memory_order_relaxed) > 0; ++i) {
+        std::this_thread::yield();
+      }
       absl::MutexLock lock(&mu_);
       auto it = qps_.find(qpn);
       if (it != qps_.end() && it->second->state != QpState::kReset) did |= Poll(*it->second);

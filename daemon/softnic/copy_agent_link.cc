@@ -89,6 +89,19 @@ absl::Status CopyAgentLink::EndLocked(absl::Status why) {
   return why;
 }
 
+absl::Status CopyAgentLink::PaceLocked(std::chrono::nanoseconds spent, uint64_t moved,
+                                       uint64_t total) {
+  const double allowed_s = absl::ToDoubleSeconds(options_.timeout) +
+                           static_cast<double>(moved) / static_cast<double>(std::max<uint64_t>(
+                                                            1, options_.min_bytes_per_second));
+  const double spent_s = std::chrono::duration<double>(spent).count();
+  if (spent_s <= allowed_s) return absl::OkStatus();
+  return EndLocked(absl::DeadlineExceededError(
+      absl::StrCat("a ", total, "-byte copy moved ", moved, " bytes in ",
+                   absl::FormatDuration(absl::Seconds(spent_s)), ", slower than ",
+                   options_.min_bytes_per_second >> 20, " MiB/s")));
+}
+
 absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_t bytes,
                                       const uint8_t* stage_in) {
   if (ended_) return absl::FailedPreconditionError("the copy agent link has ended");
@@ -313,19 +326,26 @@ void CopyAgentLink::MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n)
 
 absl::Status CopyAgentLink::ToDevice(uint64_t dst, const uint8_t* host, uint64_t n) {
   absl::MutexLock lock(&mu_);
+  const auto start = std::chrono::steady_clock::now();
   for (uint64_t off = 0; off < n;) {
     const uint64_t len = std::min(n - off, staging_bytes_);
     if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, host + off); !s.ok()) return s;
     off += len;
+    MC_RETURN_IF_ERROR(PaceLocked(std::chrono::steady_clock::now() - start, off, n));
   }
   return absl::OkStatus();
 }
 
 absl::Status CopyAgentLink::FromDevice(uint64_t src, uint64_t n, const Sink& sink) {
   absl::MutexLock lock(&mu_);
+  // The sink's time is the engine's, not the agent's.
+  std::chrono::nanoseconds spent{0};
   for (uint64_t off = 0; off < n;) {
     const uint64_t len = std::min(n - off, staging_bytes_);
+    const auto t0 = std::chrono::steady_clock::now();
     if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
+    spent += std::chrono::steady_clock::now() - t0;
+    MC_RETURN_IF_ERROR(PaceLocked(spent, off + len, n));
     if (!sink(staging(), off, len)) return absl::AbortedError("the copy's destination refused");
     off += len;
   }
@@ -341,19 +361,28 @@ absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyA
   CopyAgentLink* second = first == &src ? &dst : &src;
   absl::MutexLock lock_first(&first->mu_);
   absl::MutexLock lock_second(&second->mu_);
+  // Each side's pace on its own time: a slow agent ends its own link, not
+  // the other process's.
+  std::chrono::nanoseconds out_spent{0}, in_spent{0};
   for (uint64_t off = 0; off < n;) {
     const uint64_t len = std::min(n - off, src.staging_bytes_);
+    auto t0 = std::chrono::steady_clock::now();
     if (absl::Status s = src.RunLocked(Op::kFromDevice, 0, src_addr + off, len, nullptr); !s.ok()) {
       return s;
     }
+    out_spent += std::chrono::steady_clock::now() - t0;
+    MC_RETURN_IF_ERROR(src.PaceLocked(out_spent, off + len, n));
     for (uint64_t in = 0; in < len;) {
       const uint64_t piece = std::min(len - in, dst.staging_bytes_);
+      t0 = std::chrono::steady_clock::now();
       if (absl::Status s =
               dst.RunLocked(Op::kToDevice, dst_addr + off + in, 0, piece, src.staging() + in);
           !s.ok()) {
         return s;
       }
+      in_spent += std::chrono::steady_clock::now() - t0;
       in += piece;
+      MC_RETURN_IF_ERROR(dst.PaceLocked(in_spent, off + in, n));
     }
     off += len;
   }
@@ -362,12 +391,14 @@ absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyA
 
 absl::Status CopyAgentLink::WithinDevice(uint64_t dst, uint64_t src, uint64_t n) {
   absl::MutexLock lock(&mu_);
+  const auto start = std::chrono::steady_clock::now();
   for (uint64_t off = 0; off < n;) {
     const uint64_t len = std::min(n - off, staging_bytes_);
     // Out to the staging area, then in from it: the bytes stay there.
     if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
     if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, nullptr); !s.ok()) return s;
     off += len;
+    MC_RETURN_IF_ERROR(PaceLocked(std::chrono::steady_clock::now() - start, off, n));
   }
   return absl::OkStatus();
 }

@@ -73,6 +73,13 @@ struct CopyAgentLinkOptions {
   // has read its bytes already): long, so that only a GPU that stopped
   // running the block gets there.
   absl::Duration landing = absl::Seconds(2);
+  // The slowest pace a call (ToDevice, FromDevice, WithinDevice, one side
+  // of Between) may keep: after moving k bytes it may have taken `timeout`
+  // plus k at this rate. Each request alone is bounded by `timeout`, so an
+  // agent answering every piece just inside it held a GPU worker for hours
+  // on one large WRITE (a 2 GiB WRITE through a 64 KiB staging area is
+  // 32768 requests). Slower ends the link: softnic copies itself after.
+  uint64_t min_bytes_per_second = 64ull << 20;
 };
 
 class CopyAgentLink {
@@ -150,6 +157,10 @@ class CopyAgentLink {
                          const uint8_t* stage_in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the link for good, logging why once.
   absl::Status EndLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK while `spent` on this link's requests of a call that moved `moved`
+  // of its `total` bytes keeps min_bytes_per_second; else ends the link.
+  absl::Status PaceLocked(std::chrono::nanoseconds spent, uint64_t moved, uint64_t total)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   copy_agent::Channel* channel() const;
   uint8_t* staging() const;
 

@@ -301,6 +301,47 @@ TEST(CopyAgentLinkSilentTest, ASilentAgentTimesOutOnceAndIsNotAskedAgain) {
   EXPECT_FALSE((*link)->usable());
 }
 
+// Review of issue 24: each request was bounded, the call was not. An
+// agent answering every 64 KiB piece just inside the timeout held the
+// link (and a GPU worker) for hours on a large copy. The call's pace now
+// ends the link once it falls behind timeout + bytes / 64 MiB/s.
+TEST(CopyAgentLinkSlowTest, AnAgentThatAnswersEachPieceJustInTimeEndsTheLinkWithinTheCall) {
+  std::shared_ptr<SharedMapping> blank = ChannelWithoutAgent();
+  ASSERT_NE(blank, nullptr);
+  auto* c = reinterpret_cast<copy_agent::Channel*>(blank->data());
+  auto link = CopyAgentLink::Create(blank, kStaging, 1,
+                                    CopyAgentLinkOptions{.timeout = absl::Milliseconds(60)});
+  ASSERT_TRUE(link.ok()) << link.status();
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::thread slow([&] {
+    uint32_t seen = 0;
+    while (!stop.load()) {
+      const uint32_t seq = std::atomic_ref<uint32_t>(c->request_seq).load();
+      if (seq == seen) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        continue;
+      }
+      seen = seq;
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));  // inside the 60 ms
+      std::atomic_ref<int32_t>(c->result).store(0);
+      std::atomic_ref<uint32_t>(c->done_seq).store(seq, std::memory_order_release);
+      ++answered;
+    }
+  });
+  std::vector<uint8_t> host(64 * kStaging, 1);  // 64 pieces: 2.5 s at this agent's pace
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = (*link)->ToDevice(0x1000, host.data(), host.size());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  stop = true;
+  slow.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("slower than 64 MiB/s"), absl::string_view::npos) << s;
+  EXPECT_FALSE((*link)->usable());
+  EXPECT_LE(answered.load(), 3);
+  EXPECT_LT(took, std::chrono::milliseconds(500));
+}
+
 // The agent's side: a request the daemon cancelled before the agent took
 // it is skipped (answered, nothing copied); the next one runs.
 TEST(CopyAgentClaimTest, ARequestCancelledBeforeItWasTakenIsSkipped) {

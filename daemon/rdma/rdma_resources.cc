@@ -243,12 +243,21 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
   // GPU memory is the provider's to reach (a dmabuf umem); host memory the
-  // daemon maps, sealed against shrinking under it.
+  // daemon maps, sealed against shrinking under it, and only with every
+  // page of the span in memory: softnic reads the rings and writes the CQs,
+  // and a NIC pins the whole span, so each hole would be a page charged to
+  // the daemon's cgroup (a sparse memfd with rings far apart: gigabytes).
+  // The mapping is the client's pages from then on (resident(): softnic
+  // fails a queue pair whose rings were punched out rather than fault
+  // them back in).
   std::shared_ptr<softnic::SharedMapping> mapping;
   if (!in_gpu_memory) {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapped =
-        softnic::SharedMapping::FromSealedMemfd(control->fds[0].get(), map_offset, map_bytes);
-    if (!mapped.ok()) return mapped.status();
+        softnic::SharedMapping::FromPopulatedMemfd(control->fds[0].get(), map_offset, map_bytes);
+    if (!mapped.ok()) {
+      return absl::Status(mapped.status().code(),
+                          absl::StrCat("RDMA control memory: ", mapped.status().message()));
+    }
     mapping = *std::move(mapped);
   }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "mooncake/common/log.h"
 #include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
 #include "mooncake/device/mlx5/prm.h"
@@ -32,6 +33,8 @@ constexpr uint64_t kLocalPieceBytes = 4u << 20;
 // WQEs one visit of a QP executes at most before the engine lets go of its
 // lock (and visits the others).
 constexpr uint16_t kMaxWqesPerVisit = 1024;
+// How often a QP's doorbell records' pages are checked for residency.
+constexpr auto kRecordsCheck = std::chrono::milliseconds(1);
 // How long (in yields, a microsecond or so each) the engine thread lets
 // callers waiting for its lock go first before its next visit: a flood of
 // API calls delays the rings by this much per visit at most.
@@ -293,6 +296,11 @@ struct Engine::Qp {
   uint64_t wqe_offset = 0;
   // The WQE at sq_ci is on a GPU worker (Offload): the QP waits for it.
   bool offloaded = false;
+  // A page of its rings or doorbell records was punched out of the
+  // client's memfd: the QP is in error and its memory is touched no more
+  // (RingsResident). When its doorbell records' pages were last looked at.
+  bool rings_lost = false;
+  std::chrono::steady_clock::time_point records_checked_at{};
   bool HasSendSecret() const {
     return !send_secret.empty() && send_secret_node == remote_node && send_secret_qpn == remote_qpn;
   }
@@ -1121,6 +1129,12 @@ bool Engine::CqHasRoom(const Qp& qp) const {
 
 void Engine::WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t syndrome,
                       uint32_t byte_count) {
+  if (qp.rings_lost) return;
+  uint8_t* const at = qp.cq + (qp.cq_pi & (qp.cq_cqe_cnt - 1)) * mlx5::kCqeBytes;
+  if (!qp.mapping->resident(at, mlx5::kCqeBytes)) {
+    LoseRings(qp, "its completion queue");
+    return;
+  }
   uint8_t cqe[mlx5::kCqeBytes] = {};
   const uint8_t owner = mlx5::cqe_expected_owner(qp.cq_pi, qp.cq_cqe_cnt);
   const uint32_t sop_drop_qpn =
@@ -1153,15 +1167,71 @@ void Engine::WriteCqe(Qp& qp, uint16_t wqe_counter, uint8_t wqe_opcode, uint8_t 
 
 // ---- the engine thread -------------------------------------------------------------
 
+void Engine::LoseRings(Qp& qp, const char* what) {
+  if (qp.rings_lost) return;
+  qp.rings_lost = true;
+  if (qp.state != QpState::kError) {
+    qp.state = QpState::kError;
+    qp.last_syndrome = mlx5::kSyndLocalProtErr;
+  }
+  if ((++rings_lost_ & (rings_lost_ - 1)) == 0) {
+    MC_LOG(kWarning, "softnic: queue pair ", qp.qpn, " (pd ", qp.pd, "): a page of ", what,
+           " is no longer in memory (punched out of its memfd): the queue pair is failed and "
+           "its memory touched no more, rather than faulted back in on mooncaked's account (",
+           rings_lost_, " such queue pairs so far)");
+  }
+}
+
+bool Engine::RingsResident(Qp& qp, uint32_t wqes, uint32_t cqes) {
+  // The slots this visit may read and write, [first, first + n) of a ring
+  // of `cnt` 64-byte entries at `base`: one or two ranges (wrapping).
+  const auto resident = [&](uint8_t* base, uint32_t cnt, uint64_t first, uint32_t n) {
+    if (n == 0) return true;
+    n = std::min(n, cnt);
+    const uint32_t at = static_cast<uint32_t>(first & (cnt - 1));
+    const uint32_t head = std::min(n, cnt - at);
+    return qp.mapping->resident(base + uint64_t{at} * 64, uint64_t{head} * 64) &&
+           (head == n || qp.mapping->resident(base, uint64_t{n - head} * 64));
+  };
+  if (!resident(qp.sq, qp.sq_wqe_cnt, qp.sq_ci, wqes)) {
+    LoseRings(qp, "its send queue");
+    return false;
+  }
+  if (!resident(qp.cq, qp.cq_cqe_cnt, qp.cq_pi, cqes)) {
+    LoseRings(qp, "its completion queue");
+    return false;
+  }
+  return true;
+}
+
 bool Engine::Poll(Qp& qp) {
   // A GPU worker has the WQE at sq_ci, or a batch from sq_ci is out to
   // another node: nothing of the ring moves until it is back (not even a
   // garbage doorbell's error CQE, which would take the batch's CQ room).
-  if (qp.offloaded || qp.remote_busy) return false;
+  if (qp.offloaded || qp.remote_busy || qp.rings_lost) return false;
+  // The doorbell records are read on every poll: their pages are looked at
+  // every kRecordsCheck (a page punched out just after a look is faulted
+  // in once, one page per QP, until the next).
+  const auto now = std::chrono::steady_clock::now();
+  if (now - qp.records_checked_at >= kRecordsCheck) {
+    qp.records_checked_at = now;
+    if (!qp.mapping->resident(reinterpret_cast<const uint8_t*>(qp.sq_dbrec), 8) ||
+        !qp.mapping->resident(reinterpret_cast<const uint8_t*>(qp.cq_dbrec), 8)) {
+      LoseRings(qp, "its doorbell records");
+      return true;
+    }
+  }
   const auto pi = static_cast<uint16_t>(
       mlx5::be32(Ref(&qp.sq_dbrec[mlx5::kSndDbr]).load(std::memory_order_acquire)));
   const auto pending = static_cast<uint16_t>(pi - qp.sq_ci);
   if (pending == 0) return false;
+  // What this visit reads and writes of the rings, looked at first (one
+  // mincore or two each): never a page faulted in on the daemon's account.
+  {
+    const uint32_t wqes =
+        pending > qp.sq_wqe_cnt ? 0u : std::min<uint32_t>(pending, kMaxWqesPerVisit);
+    if (!RingsResident(qp, wqes, std::max<uint32_t>(wqes, 1))) return true;
+  }
 
   auto fail = [&qp](uint8_t syndrome) {
     if (qp.state != QpState::kError) {

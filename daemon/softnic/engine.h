@@ -319,6 +319,13 @@ class Engine {
   void Run();
   // Processes what the doorbell of `qp` announces; true if it did anything.
   bool Poll(Qp& qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the next `wqes` send-queue slots and `cqes` CQ slots of `qp`
+  // are in memory (the client's pages: SharedMapping::resident); if not,
+  // LoseRings.
+  bool RingsResident(Qp& qp, uint32_t wqes, uint32_t cqes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails `qp` for good without touching its memory again (logged, rate
+  // limited): a page of `what` was punched out of the client's memfd.
+  void LoseRings(Qp& qp, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A QP connected to another node: sends the next batch of its WQEs.
   struct RemoteWqe;
   bool PollRemote(Qp& qp, uint16_t pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -388,6 +395,7 @@ class Engine {
     const Engine* const e_;
   };
   mutable std::atomic<int> waiting_{0};
+  uint64_t rings_lost_ ABSL_GUARDED_BY(mu_) = 0;  // LoseRings so far (logged at powers of two)
   absl::flat_hash_map<uint32_t, std::unique_ptr<Region>> regions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<PdId, std::shared_ptr<CopyAgentLink>> agents_ ABSL_GUARDED_BY(mu_);

@@ -116,6 +116,29 @@ TEST_F(RdmaResourcesTest, LimitsNameTheirConfigKey) {
 // softnic reads rings with the CPU: rings in GPU memory (a dmabuf) are
 // refused before anything is mapped or charged, and the reason says what
 // to send instead.
+// Review of issue 24: control memory (the rings) was mapped without the
+// rule for registered regions, so rings laid out far apart in a sparse
+// memfd had softnic (and a NIC's umem pin, of the whole span) fault every
+// hole in on the daemon's account. Every page of the span must hold data.
+TEST_F(RdmaResourcesTest, RefusesControlMemoryWithHoles) {
+  const SessionInfo s = Open(1000, 1);
+  constexpr uint32_t kDepth = 64;
+  const QpLayout far = Layout(4096, kDepth);  // about 32 MiB in
+  const uint64_t bytes = far.cq_dbrec_offset + 4096;
+  FdBundlePtr sparse = Memfd(bytes, true);
+  // Only what the first QP's rings use is written; the rest is a hole.
+  ASSERT_EQ(::fallocate(sparse->fds[0].get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 65536,
+                        static_cast<off_t>(bytes - 65536)),
+            0);
+  auto q = rdma_.CreateQueuePairs(s, sparse, bytes, {Layout(0, kDepth), far});
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kFailedPrecondition) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "RDMA control memory")) << q.status();
+  EXPECT_TRUE(absl::StrContains(q.status().message(), "hold no memory")) << q.status();
+  EXPECT_TRUE(rdma_.UsageOfSession(s.id).empty()) << "a refused call holds nothing";
+  // Written whole: taken.
+  EXPECT_TRUE(rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, kDepth), far}).ok());
+}
+
 TEST_F(RdmaResourcesTest, SoftnicRefusesRingsInGpuMemory) {
   SessionInfo s = Open(1000, 10);
   const uint32_t depth = 4;

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,9 +16,11 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "mooncake/common/unique_fd.h"
 #include "raw_qp.h"
 #include "softnic/shared_mapping.h"
 
@@ -450,6 +453,59 @@ TEST(Engine, ALongLocalWriteGoesInPiecesWhileOtherQpsComplete) {
   EXPECT_EQ(std::memcmp((*dst)->data(), (*src)->data(), kBig), 0);
   EXPECT_EQ(FindQp(engine, big->qpn()).wqes_done, 1u);
   engine.Stop();
+}
+
+// Review of issue 24: ring memory was mapped without the residency rule of
+// registered regions, so a client that punched its rings' pages out of
+// the memfd had the engine fault them back in on the daemon's account
+// (every WQE read, every CQE written). Now the engine looks first, fails
+// the queue pair and touches its memory no more; the holes stay holes.
+TEST(Qps, RingsPunchedOutOfTheMemfdFailTheQueuePairAndStayHoles) {
+  const uint64_t page = SharedMapping::PageSize();
+  for (const char* punched : {"send queue", "completion queue"}) {
+    SCOPED_TRACE(punched);
+    // SQ on page 0, CQ on page 1, doorbell records on page 2 (64 entries of
+    // 64 bytes fill a page of 4 KiB).
+    const uint32_t cnt = static_cast<uint32_t>(page / 64);
+    UniqueFd fd(::memfd_create("rings", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    ASSERT_TRUE(fd.valid());
+    ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(3 * page)), 0);
+    ASSERT_EQ(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    const std::string fill(3 * page, '\0');
+    ASSERT_EQ(::pwrite(fd.get(), fill.data(), fill.size(), 0), static_cast<ssize_t>(fill.size()));
+    auto rings = SharedMapping::FromPopulatedMemfd(fd.get(), 0, 3 * page);
+    ASSERT_TRUE(rings.ok()) << rings.status();
+    Engine engine;
+    auto m = Anon(4096);
+    auto key = engine.RegisterRegion(HostRegion(1, m, 0, 4096));
+    ASSERT_TRUE(key.ok());
+    auto qp = RawQp::Create(engine, 1, cnt, cnt, *rings);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_TRUE(engine.Connect(1, qp->qpn(), qp->qpn()).ok());
+    mlx5::Wqe64 w;
+    mlx5::build_rdma_write(&w, 0, qp->qpn(), mlx5::kCtrlCqUpdate,
+                           reinterpret_cast<uintptr_t>(m->data()) + 64, *key,
+                           reinterpret_cast<uintptr_t>(m->data()), *key, 64);
+    qp->Write(w);
+    const off_t hole = punched == std::string("send queue") ? 0 : static_cast<off_t>(page);
+    ASSERT_EQ(::fallocate(fd.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, hole,
+                          static_cast<off_t>(page)),
+              0);
+    struct stat before {};
+    ASSERT_EQ(::fstat(fd.get(), &before), 0);
+    engine.Start();
+    qp->Ring();  // the doorbell record's page is still there
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (FindQp(engine, qp->qpn()).state != QpState::kError &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    engine.Stop();
+    EXPECT_EQ(FindQp(engine, qp->qpn()).state, QpState::kError);
+    struct stat after {};
+    ASSERT_EQ(::fstat(fd.get(), &after), 0);
+    EXPECT_EQ(after.st_blocks, before.st_blocks) << "the engine faulted a punched page back in";
+  }
 }
 
 // Review of issue 24: only a WRITE over 4 MiB went in pieces; a ring of

@@ -23,15 +23,23 @@ namespace mlx5 = ::mooncake::device::mlx5;
 // A QP's rings as a client lays them out: [sq][cq][sq dbrec][cq dbrec].
 class RawQp {
  public:
-  static std::unique_ptr<RawQp> Create(Engine& engine, PdId pd, uint32_t sq_cnt, uint32_t cq_cnt) {
+  // `rings`: the memory to lay the rings out in (SQ, CQ, then the two
+  // doorbell records; at least sq_cnt * 64 + cq_cnt * 64 + 64 bytes), or
+  // anonymous memory of the test's own.
+  static std::unique_ptr<RawQp> Create(Engine& engine, PdId pd, uint32_t sq_cnt, uint32_t cq_cnt,
+                                       std::shared_ptr<SharedMapping> rings = nullptr) {
     auto qp = std::unique_ptr<RawQp>(new RawQp());
     qp->pd_ = pd;
     qp->sq_cnt_ = sq_cnt;
     qp->cq_cnt_ = cq_cnt;
     const uint64_t sq_bytes = uint64_t{sq_cnt} * 64, cq_bytes = uint64_t{cq_cnt} * 64;
-    auto mapping = SharedMapping::Anonymous(sq_bytes + cq_bytes + 64);
-    if (!mapping.ok()) return nullptr;
-    qp->ctl_ = *mapping;
+    if (rings == nullptr) {
+      auto mapping = SharedMapping::Anonymous(sq_bytes + cq_bytes + 64);
+      if (!mapping.ok()) return nullptr;
+      rings = *mapping;
+    }
+    if (rings->size() < sq_bytes + cq_bytes + 64) return nullptr;
+    qp->ctl_ = std::move(rings);
     uint8_t* base = qp->ctl_->data();
     qp->sq_ = base;
     qp->cq_ = base + sq_bytes;

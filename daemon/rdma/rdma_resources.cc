@@ -1,5 +1,9 @@
 #include "rdma/rdma_resources.h"
 
+#include <poll.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -568,9 +572,12 @@ void RdmaResources::SessionEnded(uint64_t session) {
     // failed, or by the doorbell hand-off): the provider is told either way.
     held = budget_.EndSession(session);
     if (auto h = doorbell_handed_out_.find(session); h != doorbell_handed_out_.end()) {
-      auto n = handoffs_by_principal_.find(h->second);
-      if (n != handoffs_by_principal_.end() && --n->second == 0) handoffs_by_principal_.erase(n);
+      // Charged until its process exits (the client holds the context).
+      auto pidfd = handoff_pidfds_.extract(session);
+      lingering_handoffs_.push_back(
+          LingeringHandoff{h->second, pidfd.empty() ? UniqueFd() : std::move(pidfd.mapped())});
       doorbell_handed_out_.erase(h);
+      ReapHandoffsLocked();
     }
     if (provider_sessions_.erase(session) == 0) return;
     absl::erase_if(qp_owner_, [&](const auto& kv) { return kv.second.owner.session == session; });
@@ -601,14 +608,16 @@ absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionIn
     // Counted per (uid, tenant), as every budget; root on the main socket
     // is counted, never refused.
     const Principal who{session.cred.uid, session.tenant};
+    ReapHandoffsLocked();
     auto held = handoffs_by_principal_.find(who);
     const uint32_t n = held == handoffs_by_principal_.end() ? 0 : held->second;
     if (!AdmissionCounter::Privileged(who) && n >= limits_.max_doorbell_handoffs_per_uid) {
       return absl::ResourceExhaustedError(absl::StrCat(
           who.Describe(), " holds ", n,
-          " doorbell hand-offs (a verbs context each, held by its sessions); the limit is ",
+          " doorbell hand-offs (a verbs context each, held by its processes until they exit); "
+          "the limit is ",
           limits_.max_doorbell_handoffs_per_uid,
-          " (max_doorbell_handoffs_per_uid in mooncaked.conf): end sessions that are done, or "
+          " (max_doorbell_handoffs_per_uid in mooncaked.conf): end processes that are done, or "
           "keep the cpu-assisted doorbell"));
     }
     provider_sessions_.insert(session.id);
@@ -620,6 +629,12 @@ absl::StatusOr<DoorbellAccess> RdmaResources::OpenDoorbellAccess(const SessionIn
     const Principal who{session.cred.uid, session.tenant};
     doorbell_handed_out_.emplace(session.id, who);
     ++handoffs_by_principal_[who];
+    // The process to outlive (SO_PEERCRED's pid; 0 when it is in a pid
+    // namespace this daemon cannot see: released with the session then).
+    if (session.cred.pid > 0) {
+      const int fd = static_cast<int>(::syscall(SYS_pidfd_open, session.cred.pid, 0));
+      if (fd >= 0) handoff_pidfds_.emplace(session.id, UniqueFd(fd));
+    }
   }
   MC_LOG(kInfo, "session ", session.id, " (uid ", session.cred.uid, ", pid ", session.cred.pid,
          "): doorbell hand-off on ", access->device, ": its kernels ring the NIC (gpu-uar)");
@@ -746,6 +761,18 @@ absl::StatusOr<QpEndpoint> RdmaResources::AcceptOffer(const std::string& node, u
   }
   MC_RETURN_IF_ERROR(provider_->AcceptRemote(session, qpn, node, their_qpn, std::move(secret)));
   return provider_->EndpointOf(session, qpn);
+}
+
+void RdmaResources::ReapHandoffsLocked() {
+  std::erase_if(lingering_handoffs_, [&](const LingeringHandoff& h) {
+    if (h.pidfd.valid()) {
+      pollfd p{h.pidfd.get(), POLLIN, 0};
+      if (::poll(&p, 1, 0) == 0) return false;  // still running
+    }
+    auto n = handoffs_by_principal_.find(h.who);
+    if (n != handoffs_by_principal_.end() && --n->second == 0) handoffs_by_principal_.erase(n);
+    return true;
+  });
 }
 
 RdmaUsage RdmaResources::UsageOf(const Principal& who) const {

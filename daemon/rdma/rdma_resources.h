@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "fdchannel/ticket_store.h"
+#include "mooncake/common/unique_fd.h"
 #include "rdma/nic_choice.h"
 #include "rdma/provider.h"
 #include "rdma/rdma_budget.h"
@@ -302,6 +303,21 @@ class RdmaResources {
   // (max_doorbell_handoffs_per_uid).
   absl::flat_hash_map<uint64_t, Principal> doorbell_handed_out_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Principal, uint32_t> handoffs_by_principal_ ABSL_GUARDED_BY(mu_);
+  // A hand-off outlives its session: the client's copy of the command fd
+  // keeps the verbs context (and its UAR pages) alive. So its charge stays
+  // until the process the session belonged to has exited (a pidfd that
+  // polls readable), not just the session: a loop of connect, hand-off,
+  // disconnect in one process no longer piles up contexts uncounted.
+  // A process that passed the fd on before exiting (SCM_RIGHTS, or a
+  // child) still escapes the count; docs/limits.md says so.
+  struct LingeringHandoff {
+    Principal who;
+    UniqueFd pidfd;  // invalid: the pid was not visible, released at once
+  };
+  absl::flat_hash_map<uint64_t, UniqueFd> handoff_pidfds_ ABSL_GUARDED_BY(mu_);
+  std::vector<LingeringHandoff> lingering_handoffs_ ABSL_GUARDED_BY(mu_);
+  // Releases the charge of lingering hand-offs whose process has exited.
+  void ReapHandoffsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A number per principal that ever created a queue pair, for
   // RdmaProvider::SessionOwner (kept: one entry per user of the node).
   absl::flat_hash_map<Principal, uint64_t> owner_ids_ ABSL_GUARDED_BY(mu_);

@@ -11,7 +11,9 @@
 #include "rdma/mlx5/mlx5_provider.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -276,6 +278,9 @@ LocalEndpoint RocePort(uint32_t gid_index) {
   return e;
 }
 
+// Pids above the kernel's pid_max (4194304 at most): no such process.
+constexpr int32_t kNoSuchPid = 1 << 23;
+
 class Mlx5FakeTest : public ::testing::Test {
  protected:
   Mlx5FakeTest() {
@@ -305,8 +310,11 @@ class Mlx5FakeTest : public ::testing::Test {
     rdma_ = std::make_unique<RdmaResources>(&sessions_, limits_, std::move(p));
     service_ = std::make_unique<RdmaService>(nullptr, &sessions_, &fds_, rdma_.get());
   }
-  SessionInfo Open(uint32_t uid, int conn) {
-    absl::StatusOr<SessionInfo> s = sessions_.Open(PeerCred{100 + conn, uid, uid}, conn, "t");
+  // `pid`: the client process (a hand-off stays charged until it exits);
+  // by default one that does not exist.
+  SessionInfo Open(uint32_t uid, int conn, int32_t pid = 0) {
+    absl::StatusOr<SessionInfo> s =
+        sessions_.Open(PeerCred{pid != 0 ? pid : kNoSuchPid - conn, uid, uid}, conn, "t");
     EXPECT_TRUE(s.ok()) << s.status();
     return *s;
   }
@@ -683,10 +691,19 @@ TEST_F(Mlx5FakeTest, AHandOffIsRefusedWhileTheDaemonHoldsRawCapabilities) {
 // Issue 24 item 8: each hand-off is a verbs context the client holds (with
 // UAR pages, of which a NIC has few), so how many one uid's sessions hold
 // is counted and bounded; root on the main socket is counted, not refused.
-TEST_F(Mlx5FakeTest, DoorbellHandOffsAreCountedPerUid) {
+// The client keeps the context after its session ends (its copy of the
+// command fd): the charge stays until the process has exited (review of
+// issue 24: a loop of connect, hand-off, disconnect piled them up).
+TEST_F(Mlx5FakeTest, DoorbellHandOffsAreCountedPerUidUntilTheProcessExits) {
   limits_.max_doorbell_handoffs_per_uid = 2;
   Make();
-  SessionInfo a1 = Open(1000, 1), a2 = Open(1000, 2), a3 = Open(1000, 3);
+  const pid_t client = ::fork();
+  ASSERT_GE(client, 0);
+  if (client == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  SessionInfo a1 = Open(1000, 1, client), a2 = Open(1000, 2), a3 = Open(1000, 3);
   ASSERT_TRUE(rdma_->OpenDoorbellAccess(a1).ok());
   ASSERT_TRUE(rdma_->OpenDoorbellAccess(a2).ok());
   absl::StatusOr<DoorbellAccess> third = rdma_->OpenDoorbellAccess(a3);
@@ -699,9 +716,13 @@ TEST_F(Mlx5FakeTest, DoorbellHandOffsAreCountedPerUid) {
   EXPECT_TRUE(rdma_->OpenDoorbellAccess(b).ok());
   SessionInfo r1 = Open(0, 5), r2 = Open(0, 6), r3 = Open(0, 7);
   for (const SessionInfo& r : {r1, r2, r3}) EXPECT_TRUE(rdma_->OpenDoorbellAccess(r).ok());
-  // A session that ends gives its hand-off back.
+  // A session that ends gives its hand-off back once its process is gone.
   sessions_.Close(a1.id);
   rdma_->SessionEnded(a1.id);
+  EXPECT_EQ(rdma_->OpenDoorbellAccess(a3).status().code(), absl::StatusCode::kResourceExhausted)
+      << "the process still holds the context";
+  ASSERT_EQ(::kill(client, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(client, nullptr, 0), client);
   EXPECT_TRUE(rdma_->OpenDoorbellAccess(a3).ok());
 }
 

@@ -118,6 +118,20 @@ RegionSpec HostRegion(PdId pd, std::shared_ptr<SharedMapping> m, uint64_t offset
   return s;
 }
 
+// All of `m` as a region of pd 1 at `iova`: its key (0 after a failure).
+uint32_t WholeRegion(Engine& engine, std::shared_ptr<SharedMapping> m, uint64_t iova, uint64_t len,
+                     uint32_t access) {
+  RegionSpec spec;
+  spec.pd = 1;
+  spec.iova = iova;
+  spec.length = len;
+  spec.access = access;
+  spec.mapping = std::move(m);
+  absl::StatusOr<uint32_t> key = engine.RegisterRegion(spec);
+  EXPECT_TRUE(key.ok()) << key.status();
+  return key.value_or(0);
+}
+
 TEST(Regions, Validation) {
   Engine engine;
   auto m = Anon(4096);
@@ -402,21 +416,9 @@ TEST(Engine, ALongLocalWriteGoesInPiecesWhileOtherQpsComplete) {
   for (uint64_t i = 0; i < kBig; i += 4096) (*src)->data()[i] = static_cast<uint8_t>(i >> 12);
   (*src)->data()[0] = 0xaa;
   (*src)->data()[kBig - 1] = 0x5a;
-  auto region = [&](std::shared_ptr<SharedMapping> m, uint64_t iova, uint64_t len,
-                    uint32_t access) {
-    RegionSpec spec;
-    spec.pd = 1;
-    spec.iova = iova;
-    spec.length = len;
-    spec.access = access;
-    spec.mapping = std::move(m);
-    absl::StatusOr<uint32_t> key = engine.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.value_or(0);
-  };
-  const uint32_t lkey = region(*src, kIova, kBig, kLocalWrite);
+  const uint32_t lkey = WholeRegion(engine, *src, kIova, kBig, kLocalWrite);
   const uint64_t dst_iova = kIova + (1ull << 32);
-  const uint32_t rkey = region(*dst, dst_iova, kBig + 4096, kRemoteWrite);
+  const uint32_t rkey = WholeRegion(engine, *dst, dst_iova, kBig + 4096, kRemoteWrite);
   auto big = RawQp::Create(engine, 1, 4, 4);
   auto small = RawQp::Create(engine, 1, 4, 4);
   auto big_peer = RawQp::Create(engine, 1, 4, 4);
@@ -525,21 +527,9 @@ TEST(Engine, ARingOfLargeWritesLetsOtherQpsThroughBetweenThem) {
   ASSERT_TRUE(src.ok() && dst.ok());
   std::memset((*src)->data(), 0xaa, kPiece);
   std::memset((*dst)->data(), 0, kPiece + 4096);
-  auto region = [&](std::shared_ptr<SharedMapping> m, uint64_t iova, uint64_t len,
-                    uint32_t access) {
-    RegionSpec spec;
-    spec.pd = 1;
-    spec.iova = iova;
-    spec.length = len;
-    spec.access = access;
-    spec.mapping = std::move(m);
-    absl::StatusOr<uint32_t> key = engine.RegisterRegion(spec);
-    EXPECT_TRUE(key.ok()) << key.status();
-    return key.value_or(0);
-  };
-  const uint32_t lkey = region(*src, kIova, kPiece, kLocalWrite);
+  const uint32_t lkey = WholeRegion(engine, *src, kIova, kPiece, kLocalWrite);
   const uint64_t dst_iova = kIova + (1ull << 32);
-  const uint32_t rkey = region(*dst, dst_iova, kPiece + 4096, kRemoteWrite);
+  const uint32_t rkey = WholeRegion(engine, *dst, dst_iova, kPiece + 4096, kRemoteWrite);
   auto big = RawQp::Create(engine, 1, kDepth, kDepth);
   auto small = RawQp::Create(engine, 1, 4, 4);
   ASSERT_TRUE(big && small);

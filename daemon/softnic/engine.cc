@@ -35,10 +35,11 @@ constexpr uint64_t kLocalPieceBytes = 4u << 20;
 constexpr uint16_t kMaxWqesPerVisit = 1024;
 // How often a QP's doorbell records' pages are checked for residency.
 constexpr auto kRecordsCheck = std::chrono::milliseconds(1);
-// How long (in yields, a microsecond or so each) the engine thread lets
-// callers waiting for its lock go first before its next visit: a flood of
-// API calls delays the rings by this much per visit at most.
-constexpr int kYieldsToCallers = 200;
+// How long the engine thread lets callers waiting for its lock go first,
+// in all, per round over the QPs: a flood of API calls delays the rings by
+// this much per round at most (not per QP: 64 QPs would make it 64 times
+// as much).
+constexpr auto kYieldToCallersPerRound = std::chrono::microseconds(50);
 
 // 32 bits from the kernel's CSPRNG.
 uint32_t RandomKey() {
@@ -1797,9 +1798,11 @@ void Engine::Run() {
     }
     // The lock is taken per QP, not per round: a long WRITE's piece holds
     // up the others by one piece at most (issue 23 item 6). Callers
-    // waiting for it go first (CallerLock), for up to kYieldsToCallers.
+    // waiting for it go first (CallerLock), for kYieldToCallersPerRound in
+    // all.
+    const Clock::time_point yield_until = Clock::now() + kYieldToCallersPerRound;
     for (uint32_t qpn : round) {
-      for (int i = 0; i < kYieldsToCallers && waiting_.load(std::memory_order_relaxed) > 0; ++i) {
+      while (waiting_.load(std::memory_order_relaxed) > 0 && Clock::now() < yield_until) {
         std::this_thread::yield();
       }
       absl::MutexLock lock(&mu_);

@@ -376,7 +376,8 @@ class Engine {
   mutable absl::Mutex mu_;
   // mu_ for every caller but the engine thread's visits (the API, the peer
   // port, GPU workers): it counts itself in `waiting_` while it waits, and
-  // the engine thread lets such callers go first between visits. An
+  // the engine thread lets such callers go first between visits (50 us a
+  // round at most, engine.cc). An
   // absl::Mutex lets the unlocking thread take it again before a woken
   // waiter runs: a busy engine, relocking at once, kept those callers
   // waiting for tens of milliseconds on two cores.

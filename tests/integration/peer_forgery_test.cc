@@ -930,8 +930,16 @@ TEST_F(PeerForgeryTest, ThePeerPortFuzzedWithEveryOutsidersCredentialChangesNoth
           break;
         }
         default: {
+          v1::GetPeerTopologyRequest req;
+          if (parsed) (void)req.ParseFromString(random_bytes(128));
+          if (rng() % 4 != 0) req.set_node_id(node_name());
           v1::Topology resp;
-          st = stub->GetPeerTopology(&ctx, {}, &resp);
+          st = stub->GetPeerTopology(&ctx, req, &resp);
+          // Node C (not live) and outsiders read nothing; node A (live,
+          // named by its certificate) may.
+          if (std::string(cred.name) != "node A without the secret") {
+            EXPECT_EQ(resp.ByteSizeLong(), 0u) << cred.name;
+          }
           break;
         }
       }

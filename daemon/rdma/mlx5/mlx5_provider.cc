@@ -423,14 +423,16 @@ absl::Status Mlx5Provider::AcceptRemote(uint64_t session, uint32_t qpn, const st
   // connected, connected to exactly that peer (its endpoint, PSN included,
   // goes to no one else; the same answer as for a missing QP).
   (void)secret;
+  const absl::Status missing =
+      absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " on this mlx5 provider"));
   std::shared_ptr<Session> s = Find(session);
+  if (s == nullptr) return missing;
   absl::MutexLock lock(&mu_);
-  auto it = s == nullptr ? decltype(s->qps)::iterator{} : s->qps.find(qpn);
-  if (s == nullptr || it == s->qps.end() ||
-      (it->second.info.state != softnic::QpState::kReset &&
-       (it->second.remote_node != node || it->second.info.remote_qpn != remote_qpn))) {
-    return absl::NotFoundError(absl::StrCat("no queue pair ", qpn, " on this mlx5 provider"));
-  }
+  auto it = s->qps.find(qpn);
+  if (it == s->qps.end()) return missing;
+  const Qp& qp = it->second;
+  const bool connected = qp.info.state != softnic::QpState::kReset;
+  if (connected && (qp.remote_node != node || qp.info.remote_qpn != remote_qpn)) return missing;
   return absl::OkStatus();
 }
 

@@ -250,6 +250,8 @@ absl::Status Apply(absl::string_view key, absl::string_view value, DaemonConfig*
     c->peer_tls_cert_file = std::string(value);
   } else if (key == "peer_tls_key_file") {
     c->peer_tls_key_file = std::string(value);
+  } else if (key == "peer_tls_crl_file") {
+    c->peer_tls_crl_file = std::string(value);
   } else if (key == "tenant_policy_file") {
     if (!value.empty() && value.front() != '/') {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -48,6 +48,8 @@ struct DaemonConfig {
   std::string peer_advertise;
   // mTLS on the peer port (peering/peer_tls.h): all three PEM files, or none.
   std::string peer_tls_ca_file, peer_tls_cert_file, peer_tls_key_file;
+  // The CA's revocation list (PEM CRL), re-read when it changes; empty: none.
+  std::string peer_tls_crl_file;
   // Which nodes each tenant's groups may span (broker/tenant_span_policy.h;
   // re-read on SIGHUP); empty: no policy, every node of the cluster.
   std::string tenant_policy_file;

@@ -35,10 +35,21 @@ std::string Listed(const std::vector<std::string>& names) {
   return absl::StrCat("DNS:", absl::StrJoin(shown, ", DNS:"), names.size() > 4 ? ", ..." : "");
 }
 
+// The verified certificate's revocation, under `revocations` (OK without).
+absl::Status NotRevoked(const grpc::AuthContext* auth, PeerRevocations* revocations) {
+  if (revocations == nullptr) return absl::OkStatus();
+  if (auth == nullptr) return absl::PermissionDeniedError("no certificate");
+  const std::vector<grpc::string_ref> pem =
+      auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pem.empty()) return absl::PermissionDeniedError("no certificate");
+  return revocations->Check(absl::string_view(pem.front().data(), pem.front().size()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> AuthenticatePeer(PeerMode mode, const grpc::ServerContext& ctx,
-                                             const std::string& claimed) {
+                                             const std::string& claimed,
+                                             PeerRevocations* revocations) {
   switch (mode) {
     case PeerMode::kInsecure: return claimed;
     case PeerMode::kTlsRequired:
@@ -55,11 +66,15 @@ absl::StatusOr<std::string> AuthenticatePeer(PeerMode mode, const grpc::ServerCo
         absl::StrCat("the caller names node '", EscapeForDisplay(claimed, 64),
                      "' but its certificate is for ", Listed(names)));
   }
+  if (absl::Status r = NotRevoked(auth.get(), revocations); !r.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("node ", EscapeForDisplay(claimed, 64), ": ", r.message()));
+  }
   return claimed;
 }
 
 absl::Status CheckServerIdentity(PeerMode mode, const grpc::ClientContext& ctx,
-                                 const std::string& node_id) {
+                                 const std::string& node_id, PeerRevocations* revocations) {
   if (mode != PeerMode::kMutualTls) return absl::OkStatus();
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   const std::vector<std::string> names =
@@ -67,6 +82,9 @@ absl::Status CheckServerIdentity(PeerMode mode, const grpc::ClientContext& ctx,
   if (!Names(names, node_id)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the server reached for node ", node_id, " presented a certificate for ", Listed(names)));
+  }
+  if (absl::Status r = NotRevoked(auth.get(), revocations); !r.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat("node ", node_id, ": ", r.message()));
   }
   return absl::OkStatus();
 }

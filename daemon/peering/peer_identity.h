@@ -6,10 +6,12 @@
 // server takes a requester's node id from the request only when the
 // caller's verified certificate lists it among its DNS names; a
 // certificate of node C therefore cannot act as node A. The caller dials
-// with the node id as the TLS target name, so gRPC's own handshake refuses
-// a server whose certificate does not name the node meant (an etcd record
-// that points node A at another host cannot pass), and
-// CheckServerIdentity repeats the check on the answer of PeerHello.
+// with the node id as the TLS target name, so the handshake refuses a
+// server whose certificate does not name the node meant (an etcd record
+// that points node A at another host cannot pass; peer_tls.cc), and
+// CheckServerIdentity repeats the check on the answer of PeerHello. A
+// certificate on peer_tls_crl_file's list is refused in both directions
+// (peer_revocation.h).
 //
 // The CA must be the cluster's own: every certificate it signs for a name
 // acts as the node of that name.
@@ -23,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "peering/peer_revocation.h"
 #include "peering/peer_tls.h"
 
 namespace mooncake::daemon::peering {
@@ -32,17 +35,21 @@ namespace mooncake::daemon::peering {
 std::vector<std::string> CertificateNodeNames(const grpc::AuthContext& auth);
 
 // The node a peer call comes from, given the node id the request names.
-//   kMutualTls: `claimed` when the certificate names it; PermissionDenied
-//               naming both otherwise.
+//   kMutualTls: `claimed` when the certificate names it and is not on
+//               `revocations` (may be null); PermissionDenied naming why
+//               otherwise. Checked on every call, so a list that changes
+//               reaches connections already open.
 //   kInsecure: `claimed`, on trust.
 //   kTlsRequired: PermissionDenied ("TLS required", with the keys to set).
 absl::StatusOr<std::string> AuthenticatePeer(PeerMode mode, const grpc::ServerContext& ctx,
-                                             const std::string& claimed);
+                                             const std::string& claimed,
+                                             PeerRevocations* revocations);
 
 // After a call to node `node_id` under kMutualTls: FailedPrecondition
-// unless the server's certificate named it. OK in the plaintext modes.
+// unless the server's certificate named it and is not on `revocations`
+// (may be null). OK in the plaintext modes.
 absl::Status CheckServerIdentity(PeerMode mode, const grpc::ClientContext& ctx,
-                                 const std::string& node_id);
+                                 const std::string& node_id, PeerRevocations* revocations);
 
 // A channel to node `node_id` at `address` (host:port, ValidatePeerAddress):
 // under kMutualTls its TLS target name is the node id. `max_message_bytes`

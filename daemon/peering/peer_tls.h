@@ -7,7 +7,9 @@
 //                fail the handshake. A caller is the node its certificate
 //                names (peer_identity.h). The daemon dials other nodes with
 //                the same certificate and accepts only a server whose
-//                certificate names the node it meant to reach.
+//                certificate names the node it meant to reach. With
+//                peer_tls_crl_file, certificates the CA revoked are refused
+//                both ways (peer_revocation.h).
 //   kInsecure    peer_insecure = true (with or without the files): plaintext,
 //                every method served, requester names taken on trust. For
 //                isolated test networks only; logged loudly at start.
@@ -27,6 +29,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "peering/peer_revocation.h"
 
 namespace mooncake::daemon::peering {
 
@@ -34,6 +37,7 @@ struct PeerTlsFiles {
   std::string ca_file;    // PEM: the cluster's CA
   std::string cert_file;  // PEM: this node's certificate (server and client)
   std::string key_file;   // PEM: its private key
+  std::string crl_file;   // PEM CRL of the CA (optional; peer_revocation.h)
   bool insecure = false;  // peer_insecure: plaintext even with the files
 };
 
@@ -60,8 +64,16 @@ absl::StatusOr<PeerSecurity> DescribePeerSecurity(const PeerTlsFiles& files);
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PeerServerCredentials(
     const PeerTlsFiles& files);
 
-// Credentials to dial another node's peer port with (same files).
+// The revocation list of peer_tls_crl_file, checked against the CA; null
+// when no list is configured (or without TLS). An unreadable or foreign
+// list is an error naming it (the daemon does not start).
+absl::StatusOr<std::shared_ptr<PeerRevocations>> LoadPeerRevocations(const PeerTlsFiles& files);
+
+// Credentials to dial another node's peer port with (same files). Under
+// mTLS the handshake accepts a server only when its certificate, signed by
+// the CA, names the node dialled (the channel's target name) and is not on
+// `revocations` (may be null).
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerChannelCredentials(
-    const PeerTlsFiles& files);
+    const PeerTlsFiles& files, std::shared_ptr<PeerRevocations> revocations);
 
 }  // namespace mooncake::daemon::peering

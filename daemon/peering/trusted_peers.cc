@@ -28,11 +28,12 @@ absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> TrustedPeers::Get(const std::str
     return absl::NotFoundError(
         absl::StrCat("node ", EscapeForDisplay(node, 64), " is not a live node of the cluster"));
   }
+  const uint64_t revocations = RevocationsNow();
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(node);
     if (it != entries_.end() && it->second.instance_id == record->instance_id() &&
-        it->second.address == record->peer_address()) {
+        it->second.address == record->peer_address() && it->second.revocations == revocations) {
       if (it->second.stub) return it->second.stub;
       if (absl::Now() - it->second.failed_at < kRetryAfter) return it->second.failure;
     }
@@ -47,6 +48,7 @@ absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> TrustedPeers::Get(const std::str
   Entry& e = entries_[node];
   e.instance_id = record->instance_id();
   e.address = record->peer_address();
+  e.revocations = revocations;
   if (verified.ok()) {
     e.stub = *verified;
     e.failure = absl::OkStatus();
@@ -99,7 +101,8 @@ absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> TrustedPeers::Verify(const v1::N
         absl::StrCat("node ", node, " at ", record.peer_address(), ": ", why));
   };
   if (!resp.refusal().empty()) return refuse(EscapeForDisplay(resp.refusal(), 256));
-  if (absl::Status id = CheckServerIdentity(options_.mode, ctx, node); !id.ok()) {
+  if (absl::Status id = CheckServerIdentity(options_.mode, ctx, node, options_.revocations.get());
+      !id.ok()) {
     return refuse(std::string(id.message()));
   }
   if (resp.node_id() != node || resp.instance_id() != record.instance_id()) {
@@ -111,6 +114,10 @@ absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> TrustedPeers::Verify(const v1::N
   MC_LOG(kInfo, "peer: node ", node, " at ", record.peer_address(), " verified (",
          options_.mode == PeerMode::kMutualTls ? "mTLS" : "plaintext, peer_insecure", ")");
   return stub;
+}
+
+uint64_t TrustedPeers::RevocationsNow() const {
+  return options_.revocations ? options_.revocations->generation() : 0;
 }
 
 void TrustedPeers::EvictVanishedLocked() {

@@ -8,7 +8,8 @@
 // (peer_identity.h). The record is only where to look: an etcd record that
 // points node A at another host fails the handshake, and a record that
 // survives its daemon's restart (a new instance id) is verified again. The
-// verified channel is kept per node until the node's record changes.
+// verified channel is kept per node until the node's record changes or a
+// new revocation list is taken (peer_revocation.h).
 //
 // Bounded: entries exist only for nodes the cluster view lists (at most
 // kMaxPeers; entries of vanished nodes are dropped first), and a node that
@@ -28,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "mooncake/v1/peer.grpc.pb.h"
+#include "peering/peer_revocation.h"
 #include "peering/peer_tls.h"
 
 namespace mooncake::daemon::peering {
@@ -37,6 +39,9 @@ struct TrustedPeersOptions {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   std::string self_node;
   int max_message_bytes = 0;  // of the channels (0: gRPC's defaults)
+  // peer_tls_crl_file's list (null: none). A node verified under an older
+  // list is verified again, on a new channel, before its next use.
+  std::shared_ptr<PeerRevocations> revocations;
   absl::Duration hello_timeout = absl::Seconds(3);
 };
 
@@ -64,12 +69,14 @@ class TrustedPeers {
   struct Entry {
     std::string instance_id;
     std::string address;
+    uint64_t revocations = 0;              // the list's generation it was verified under
     std::shared_ptr<v1::Peer::Stub> stub;  // null: verification failed at `failed_at`
     absl::Status failure;
     absl::Time failed_at;
   };
   absl::StatusOr<std::shared_ptr<v1::Peer::Stub>> Verify(const v1::NodeRecord& record);
   void EvictVanishedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t RevocationsNow() const;
 
   const TrustedPeersOptions options_;
   const std::function<std::optional<v1::NodeRecord>(const std::string&)> record_of_;

@@ -352,7 +352,9 @@ absl::Status Daemon::JoinCluster() {
   // Other nodes are reached only once they prove who they are.
   peering::TrustedPeersOptions po;
   po.mode = security->mode;
-  MC_ASSIGN_OR_RETURN(po.credentials, peering::PeerChannelCredentials(PeerTls()));
+  MC_ASSIGN_OR_RETURN(po.credentials,
+                      peering::PeerChannelCredentials(PeerTls(), peer_revocations_));
+  po.revocations = peer_revocations_;
   po.self_node = node_.node_id;
   po.max_message_bytes = peering::SoftnicPeerLink::kMaxMessageBytes;
   trusted_peers_ = std::make_shared<peering::TrustedPeers>(
@@ -423,6 +425,7 @@ absl::Status Daemon::StartPeerServer() {
   peer_security_ = security.description;
   peer_service_ = std::make_unique<PeerService>(&node_, security.mode);
   peer_service_->set_softnic(softnic_engine_);
+  peer_service_->set_revocations(peer_revocations_);
   peer_service_->set_rdma(rdma_.get());
   if (nodes_) {
     peer_service_->set_live_node([registry = nodes_.get()](const std::string& node) {
@@ -475,7 +478,8 @@ absl::Status Daemon::StartPeerServer() {
 
 peering::PeerTlsFiles Daemon::PeerTls() const {
   return peering::PeerTlsFiles{config_.peer_tls_ca_file, config_.peer_tls_cert_file,
-                               config_.peer_tls_key_file, config_.peer_insecure};
+                               config_.peer_tls_key_file, config_.peer_tls_crl_file,
+                               config_.peer_insecure};
 }
 
 absl::Status Daemon::Start() {
@@ -483,6 +487,10 @@ absl::Status Daemon::Start() {
     // Checked before anything starts: half the TLS files is a config error.
     MC_ASSIGN_OR_RETURN(peering::PeerSecurity security, peering::DescribePeerSecurity(PeerTls()));
     peer_security_ = security.description;
+    MC_ASSIGN_OR_RETURN(peer_revocations_, peering::LoadPeerRevocations(PeerTls()));
+    if (peer_revocations_) {
+      MC_LOG(kInfo, "peer_tls_crl_file: ", peer_revocations_->Describe());
+    }
   }
   if (!config_.etcd_endpoints.empty()) MC_RETURN_IF_ERROR(JoinCluster());
   local_service_ = std::make_unique<LocalService>(&node_, connections_.get(), sessions_.get(),

@@ -94,6 +94,8 @@ class Daemon {
   // The other nodes, each verified before it is sent anything (a cluster
   // member with a peer port); shared with rdma_'s RemoteConnections.
   std::shared_ptr<peering::TrustedPeers> trusted_peers_;
+  // peer_tls_crl_file's list, shared by the peer port and the dialling side.
+  std::shared_ptr<peering::PeerRevocations> peer_revocations_;
   // softnic's way to QPs on other nodes (a cluster member); destroyed before rdma_.
   std::shared_ptr<peering::SoftnicPeerLink> softnic_link_;
   std::unique_ptr<GroupBroker> broker_;

@@ -20,7 +20,8 @@ void PeerService::LogRefusal(Refusal kind, const grpc::ServerContext& ctx, const
 
 absl::StatusOr<std::string> PeerService::Caller(const grpc::ServerContext& ctx, const char* method,
                                                 const std::string& claimed) {
-  absl::StatusOr<std::string> node = peering::AuthenticatePeer(mode_, ctx, claimed);
+  absl::StatusOr<std::string> node =
+      peering::AuthenticatePeer(mode_, ctx, claimed, revocations_.get());
   if (!node.ok()) LogRefusal(Refusal::kIdentity, ctx, method, node.status().message());
   return node;
 }

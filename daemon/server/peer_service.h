@@ -49,6 +49,9 @@ class PeerService final : public v1::Peer::Service {
   // The node's softnic engine (null: this node's provider is not softnic):
   // SoftnicExecute. Set before serving.
   void set_softnic(softnic::Engine* engine) { softnic_ = engine; }
+  // peer_tls_crl_file's list: callers whose certificate it names are
+  // refused on every method (null: no list). Set before serving.
+  void set_revocations(std::shared_ptr<peering::PeerRevocations> r) { revocations_ = std::move(r); }
   // Where offers of connections go (RdmaResources::AcceptOffer; null: RDMA
   // off, every offer FAILED_PRECONDITION). Not owned. Set before serving.
   void set_rdma(RdmaResources* rdma) { rdma_ = rdma; }
@@ -77,6 +80,7 @@ class PeerService final : public v1::Peer::Service {
 
   const NodeIdentity* const node_;
   const peering::PeerMode mode_;
+  std::shared_ptr<peering::PeerRevocations> revocations_;
   softnic::Engine* softnic_ = nullptr;
   RdmaResources* rdma_ = nullptr;
   EndpointSource endpoints_;

@@ -27,10 +27,11 @@ absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::s
                           absl::StrCat(dir, "/", name, ".key")};
 }
 
-absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
-                                                     const std::string& node_id) {
-  const std::string cmd = absl::StrCat(
-      MOONCAKE_DEPLOY_DIR, "/make-cluster-certs.sh --days 2 --out ", dir, " ", node_id, " 2>&1");
+namespace {
+
+absl::Status RunCertScript(const std::string& args) {
+  const std::string cmd =
+      absl::StrCat(MOONCAKE_DEPLOY_DIR, "/make-cluster-certs.sh --days 2 ", args, " 2>&1");
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return absl::InternalError(absl::StrCat("cannot run ", cmd));
   std::string output;
@@ -39,8 +40,24 @@ absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
   if (::pclose(p) != 0) {
     return absl::InternalError(absl::StrCat(cmd, " failed: ", output));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
+                                                     const std::string& node_id) {
+  if (absl::Status s = RunCertScript(absl::StrCat("--out ", dir, " ", node_id)); !s.ok()) return s;
   return TestCertificates{absl::StrCat(dir, "/ca.pem"), absl::StrCat(dir, "/", node_id, ".pem"),
                           absl::StrCat(dir, "/", node_id, ".key")};
+}
+
+absl::StatusOr<std::string> RevokeNodeCertificate(const std::string& dir,
+                                                  const std::string& node_id) {
+  if (absl::Status s = RunCertScript(absl::StrCat("--out ", dir, " --revoke ", node_id)); !s.ok()) {
+    return s;
+  }
+  return absl::StrCat(dir, "/crl.pem");
 }
 
 std::string PeerTlsConfig(const TestCertificates& certs) {

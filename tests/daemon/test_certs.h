@@ -30,6 +30,13 @@ absl::StatusOr<TestCertificates> MakeTestCa(const std::string& dir, const std::s
 absl::StatusOr<TestCertificates> MakeNodeCertificate(const std::string& dir,
                                                      const std::string& node_id);
 
+// Revokes the nodes' certificates with deploy/make-cluster-certs.sh
+// --revoke (the CA made by MakeNodeCertificate in `dir`): <dir>/crl.pem
+// lists them afterwards and their files move to <dir>/revoked/. Returns the
+// list's path; Internal with the script's output when it fails.
+absl::StatusOr<std::string> RevokeNodeCertificate(const std::string& dir,
+                                                  const std::string& node_id);
+
 // The lines of mooncaked.conf that give a node those files.
 std::string PeerTlsConfig(const TestCertificates& certs);
 

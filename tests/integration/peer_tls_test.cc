@@ -5,10 +5,16 @@
 // refused; without the files the port serves plaintext PeerHello only and
 // says so; peer_insecure = true serves plaintext to anyone, loudly; half
 // the files stop the start; reflection is never served on the peer port.
+// With peer_tls_crl_file, a node the CA revoked is refused on every call,
+// on its open connection too, within a second of the new list and with no
+// restart; a list of another CA stops the start.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "daemon_process.h"
@@ -116,6 +122,86 @@ TEST(PeerTls, HalfTheFilesStopTheStartNamingWhatIsMissing) {
   EXPECT_NE(c.Wait(20000), 0) << c.output();
   EXPECT_NE(c.output().find("peer_tls_cert_file"), std::string::npos) << c.output();
   EXPECT_NE(c.output().find("peer_tls_key_file"), std::string::npos) << c.output();
+}
+
+// PeerHello as `node` over `stub`.
+grpc::Status HelloAs(v1::Peer::Stub* stub, const std::string& node) {
+  grpc::ClientContext ctx;
+  Deadline(&ctx, 3000);
+  v1::PeerHelloRequest req;
+  req.set_protocol_version(kProtocolVersion);
+  req.set_node_id(node);
+  v1::PeerHelloResponse resp;
+  return stub->PeerHello(&ctx, req, &resp);
+}
+
+TEST(PeerTls, ARevokedNodeIsRefusedOnEveryCallWithinASecondWithoutARestart) {
+  TempDir dir;
+  const std::string cluster = dir.path() + "/cluster";
+  const absl::StatusOr<TestCertificates> server = MakeNodeCertificate(cluster, "testnode");
+  const absl::StatusOr<TestCertificates> other = MakeNodeCertificate(cluster, "other-node");
+  const absl::StatusOr<TestCertificates> third = MakeNodeCertificate(cluster, "third-node");
+  ASSERT_TRUE(server.ok() && other.ok() && third.ok());
+  // The node's own copy of the CA's list (none revoked yet).
+  const std::string crl = dir.path() + "/crl.pem";
+  std::ofstream(crl) << ReadFile(cluster + "/crl.pem");
+  const std::string addr = absl::StrCat("127.0.0.1:", PickFreePort());
+  std::ofstream(dir.path() + "/tls.conf")
+      << PeerTlsConfig(*server) << "peer_tls_crl_file = " << crl << "\n";
+  DaemonProcess d(dir.path(), {"--config", dir.path() + "/tls.conf", "--peer-listen", addr});
+  const v1::DaemonStatus st = GetStatus(d.socket());
+  EXPECT_NE(st.peer_security().find("not revoked by " + crl), std::string::npos)
+      << st.peer_security();
+
+  // Credentials read before the revocation moves the files away.
+  auto as_other =
+      v1::Peer::NewStub(PeerChannelTo(addr, TlsAs(server->ca_file, *other), "testnode"));
+  auto as_third =
+      v1::Peer::NewStub(PeerChannelTo(addr, TlsAs(server->ca_file, *third), "testnode"));
+  // Connects on its first call, after the revocation.
+  auto again = v1::Peer::NewStub(PeerChannelTo(addr, TlsAs(server->ca_file, *other), "testnode"));
+  ASSERT_TRUE(HelloAs(as_other.get(), "other-node").ok());
+  ASSERT_TRUE(HelloAs(as_third.get(), "third-node").ok());
+
+  const absl::StatusOr<std::string> revoked = RevokeNodeCertificate(cluster, "other-node");
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  {
+    // Copied in place whole (write, then rename), as an operator would.
+    std::ofstream(crl + ".new") << ReadFile(*revoked);
+    std::rename((crl + ".new").c_str(), crl.c_str());
+  }
+  // The open connection: refused once the daemon looks again (<= 1 s).
+  grpc::Status s;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while ((s = HelloAs(as_other.get(), "other-node")).ok() &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("is revoked by"), std::string::npos) << s.error_message();
+  // A new connection with that certificate: refused too.
+  EXPECT_EQ(HelloAs(again.get(), "other-node").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  // Every other node: served as before.
+  EXPECT_TRUE(HelloAs(as_third.get(), "third-node").ok());
+  EXPECT_TRUE(d.running());
+}
+
+TEST(PeerTls, ARevocationListOfAnotherCaStopsTheStart) {
+  TempDir dir;
+  const absl::StatusOr<TestCertificates> server =
+      MakeNodeCertificate(dir.path() + "/cluster", "testnode");
+  const absl::StatusOr<TestCertificates> rogue =
+      MakeNodeCertificate(dir.path() + "/rogue", "testnode");
+  ASSERT_TRUE(server.ok() && rogue.ok());
+  std::ofstream(dir.path() + "/tls.conf")
+      << PeerTlsConfig(*server) << "peer_tls_crl_file = " << dir.path() << "/rogue/crl.pem\n";
+  const std::string cmd =
+      absl::StrCat(BinDir(), "/mooncaked --socket ", dir.path(), "/x.sock --config ", dir.path(),
+                   "/tls.conf --peer-listen 127.0.0.1:", PickFreePort(), " 2>&1");
+  Child c = Child::Spawn({"/bin/sh", "-c", cmd});
+  EXPECT_NE(c.Wait(20000), 0) << c.output();
+  EXPECT_NE(c.output().find("peer_tls_crl_file"), std::string::npos) << c.output();
+  EXPECT_NE(c.output().find("not signed by the cluster CA"), std::string::npos) << c.output();
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 //   client->attachCopyAgent(agent->fd(), agent->staging_bytes());
 //
 // DaemonRdmaTransport does this on the CUDA platform when the daemon's
-// provider is softnic and the agent is asked for (DaemonRdmaOptions::
-// copy_agent, MOONCAKE_COPY_AGENT=1), before the first GPU region is
+// provider is softnic, unless the agent is turned off (DaemonRdmaOptions::
+// copy_agent, MOONCAKE_COPY_AGENT=0), before the first GPU region is
 // registered.
 //
 // The thread spins for a while after each request (copies come in bursts:

@@ -315,6 +315,10 @@ if want rdma; then
     # The same steps from CUDA kernels, per ring placement (softnic refuses
     # GPU rings: reported as not supported, no failure).
     if timed "$bin/mcctl" --socket "$rtmp/d.sock" selftest rdma --gpu 0; then ok 1; else bad 1 "mcctl selftest rdma --gpu 0"; cat "$rtmp/daemon.log"; fi
+    # The same without copy agents: mooncaked's own CUDA context copies
+    # (the fallback when an agent stalls or cannot start), every byte
+    # checked as above.
+    if timed env MOONCAKE_COPY_AGENT=0 "$bin/mcctl" --socket "$rtmp/d.sock" selftest rdma --gpu 0; then ok 1; else bad 1 "MOONCAKE_COPY_AGENT=0 mcctl selftest rdma --gpu 0"; cat "$rtmp/daemon.log"; fi
     kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null
     rm -rf "$rtmp"
   fi

@@ -118,9 +118,9 @@ struct CommunicatorOptions {
   uint32_t rdma_sq_depth = 256;  // WQEs per QP
   uint32_t rdma_cqe_every = 16;  // a completion per this many WQEs (DaemonRdmaOptions)
   // softnic: this process's copy agent moves the bytes of its GPU buffer
-  // (DaemonRdmaOptions::copy_agent, off by default); off: the daemon's
-  // context does.
-  bool rdma_copy_agent = false;
+  // (DaemonRdmaOptions::copy_agent, on by default); off: the daemon's
+  // context does, milliseconds per WQE while a kernel spins.
+  bool rdma_copy_agent = true;
   // NICs this rank's QPs may go on (upstream's createIbgdaDeviceTransport
   // filter: "mlx5_0", "softnic0"); empty = any the daemon serves, the one
   // closest to the rank's GPU first. Overrides the daemon's choice for

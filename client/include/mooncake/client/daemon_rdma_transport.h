@@ -89,14 +89,13 @@ struct DaemonRdmaOptions {
   // slice while a kernel spins (milliseconds). One thread of this process,
   // asleep when idle, and a pinned staging area of 4 MiB. Off: the daemon
   // copies. A NIC moves the bytes itself: no agent whatever this says.
-  // Off by default for now (docs/rdma.md, "the copy agent": its copies
-  // into GPU memory can now be called off after submission, so a blocked
-  // one no longer lands late, but a landing kernel per copy costs about
-  // 12 us more than a copy-engine copy, and the resident kernel that
-  // avoids it, MOONCAKE_COPY_AGENT_RESIDENT=1, has not run on a GPU yet);
-  // the environment variable MOONCAKE_COPY_AGENT=1 (or 0) overrides this
-  // field.
-  bool copy_agent = false;
+  // On by default: on the H200 a WRITE + mc_quiet with a spinning kernel
+  // takes 44 us with the agent and 2390 us without it, and its copies into
+  // GPU memory are called off at the gate when they stall, so none lands
+  // late (docs/rdma.md, "the copy agent";
+  // bench/results/2026-12-05-h200-quiet-sweep.md). The environment
+  // variable MOONCAKE_COPY_AGENT=0 (or 1) overrides this field.
+  bool copy_agent = true;
 };
 
 struct GpuControlMemory;  // client/src/gpu_rings.h

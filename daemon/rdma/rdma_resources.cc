@@ -129,6 +129,11 @@ absl::StatusOr<RdmaResources::Registered> RdmaResources::RegisterMemory(
                                                                "): ", buffer.status().message()));
     }
     memory.cuda = *std::move(buffer);
+  } else if (std::shared_ptr<softnic::SharedMapping> sealed =
+                 sealed_.Find(fds->fds[0].get(), map_offset, map_bytes)) {
+    // Control memory the daemon sealed: it can be mapped writable only
+    // through the mapping that is there.
+    memory.host = std::move(sealed);
   } else {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapping =
         softnic::SharedMapping::FromPopulatedMemfd(fds->fds[0].get(), map_offset, map_bytes);
@@ -247,17 +252,17 @@ absl::StatusOr<std::vector<uint32_t>> RdmaResources::CreateQueuePairs(
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
   // GPU memory is the provider's to reach (a dmabuf umem); host memory the
-  // daemon maps, sealed against shrinking under it, and only with every
-  // page of the span in memory: softnic reads the rings and writes the CQs,
-  // and a NIC pins the whole span, so each hole would be a page charged to
-  // the daemon's cgroup (a sparse memfd with rings far apart: gigabytes).
-  // The mapping is the client's pages from then on (resident(): softnic
-  // fails a queue pair whose rings were punched out rather than fault
-  // them back in).
+  // daemon maps (sealed_memfd_mappings.h: mapped whole, then sealed against
+  // hole punching, with every page of the span in memory): softnic reads
+  // the rings and writes the CQs, and a NIC pins the whole span, so each
+  // hole would be a page charged to the daemon's cgroup (a sparse memfd
+  // with rings far apart: gigabytes). The span's pages are the client's
+  // and stay in memory while mapped.
   std::shared_ptr<softnic::SharedMapping> mapping;
   if (!in_gpu_memory) {
     absl::StatusOr<std::shared_ptr<softnic::SharedMapping>> mapped =
-        softnic::SharedMapping::FromPopulatedMemfd(control->fds[0].get(), map_offset, map_bytes);
+        sealed_.Map(session.id, control->fds[0].get(), map_offset, map_bytes,
+                    SealedMemfdMappings::Purpose::kControl);
     if (!mapped.ok()) {
       return absl::Status(mapped.status().code(),
                           absl::StrCat("RDMA control memory: ", mapped.status().message()));
@@ -534,10 +539,12 @@ absl::Status RdmaResources::AttachCopyAgent(const SessionInfo& session, FdBundle
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckOpenAndBudget(session, cost); !s.ok()) return s;
   }
-  // Populated: the daemon writes the header and the staging area, and
-  // must not fault in pages on its own account (shared_mapping.h).
-  MC_ASSIGN_OR_RETURN(std::shared_ptr<softnic::SharedMapping> mapping,
-                      softnic::SharedMapping::FromPopulatedMemfd(fds->fds[0].get(), 0, bytes));
+  // Populated and sealed (sealed_memfd_mappings.h): the daemon writes the
+  // header and the staging area, and must not fault in pages on its own
+  // account.
+  MC_ASSIGN_OR_RETURN(
+      std::shared_ptr<softnic::SharedMapping> mapping,
+      sealed_.Map(session.id, fds->fds[0].get(), 0, bytes, SealedMemfdMappings::Purpose::kChannel));
   MC_ASSIGN_OR_RETURN(std::shared_ptr<softnic::CopyAgentLink> link,
                       softnic::CopyAgentLink::Create(
                           std::move(mapping), staging_bytes, session.cred.pid,
@@ -571,6 +578,7 @@ void RdmaResources::SessionEnded(uint64_t session) {
     // hold state no budget counts (an mlx5 context opened by a call that then
     // failed, or by the doorbell hand-off): the provider is told either way.
     held = budget_.EndSession(session);
+    sealed_.SessionEnded(session);
     if (auto h = doorbell_handed_out_.find(session); h != doorbell_handed_out_.end()) {
       // Charged until its process exits (the client holds the context).
       auto pidfd = handoff_pidfds_.extract(session);

@@ -37,6 +37,7 @@
 #include "rdma/provider.h"
 #include "rdma/rdma_budget.h"
 #include "rdma/remote_connections.h"
+#include "rdma/sealed_memfd_mappings.h"
 #include "session/session_registry.h"
 #include "softnic/cuda_memory.h"
 #include "softnic/engine.h"
@@ -227,6 +228,8 @@ class RdmaResources {
   // Sessions holding anything; control mappings alive (tests, the fuzzer).
   size_t SessionsHolding() const;
   size_t ControlMappings() const;
+  // Memfds mapped and sealed now (sealed_memfd_mappings.h; tests).
+  size_t SealedMemfdsMapped() { return sealed_.mapped(); }
   // Over every session (the metrics): qps, mrs = registered regions (not
   // QP control memory), bytes = what those regions map.
   RdmaUsage Totals() const;
@@ -326,6 +329,8 @@ class RdmaResources {
   // mu_ (so one user's slow NIC call stalls nobody else, nor the listings).
   absl::flat_hash_map<uint64_t, std::shared_ptr<absl::Mutex>> gates_ ABSL_GUARDED_BY(mu_);
   RdmaBudget budget_ ABSL_GUARDED_BY(mu_);
+  // Control memory and copy-agent channels, mapped and sealed once each.
+  SealedMemfdMappings sealed_;
 };
 
 }  // namespace mooncake::daemon

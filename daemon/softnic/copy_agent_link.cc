@@ -112,9 +112,10 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   }
   Channel* c = channel();
   // The daemon writes the header and the staging area: pages the client
-  // punched out since would be faulted in on the daemon's account. Only
-  // what this request touches is checked (a mincore of 1000 pages costs
-  // microseconds on every WQE).
+  // punched out since would be faulted in on the daemon's account. A
+  // channel the daemon sealed (rdma/sealed_memfd_mappings.h) cannot lose
+  // pages and needs no look; otherwise only what this request touches is
+  // looked at (a mincore of 1000 pages costs microseconds on every WQE).
   const uint64_t touched = copy_agent::kHeaderBytes + bytes;
   if (!mapping_->resident(mapping_->data(), touched)) {
     return EndLocked(

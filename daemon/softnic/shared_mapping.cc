@@ -98,12 +98,9 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromSealedMemfd(in
   return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
 }
 
-namespace {
-
-// The offset of the first page of [p, p + len) that is not in memory
-// (mincore: for a tmpfs mapping, a page never written nor fallocated, or
-// punched out), or len when all are.
-uint64_t FirstAbsent(const uint8_t* p, uint64_t len) {
+// mincore: for a tmpfs mapping, a page never written nor fallocated, or
+// punched out, is not in memory.
+uint64_t SharedMapping::FirstAbsent(const uint8_t* p, uint64_t len) {
   const uint64_t page = SharedMapping::PageSize();
   const auto start = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
   const uint64_t span = reinterpret_cast<uintptr_t>(p) + len - start;
@@ -120,7 +117,30 @@ uint64_t FirstAbsent(const uint8_t* p, uint64_t len) {
   return len;
 }
 
-}  // namespace
+absl::Status SharedMapping::SealAgainstHoles(int fd) {
+  if (::fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) != 0) {
+    const int err = errno;
+    return absl::InvalidArgumentError(absl::StrCat(
+        absl::ErrnoToStatus(err, absl::StrCat("fcntl(memfd fd ", fd, ", F_ADD_SEALS)")).message(),
+        ": the memfd takes no more seals"));
+  }
+  sealed_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::View(
+    std::shared_ptr<SharedMapping> whole, uint64_t offset, uint64_t bytes) {
+  if (absl::Status s = CheckBytes(bytes); !s.ok()) return s;
+  if (offset > whole->size_ || bytes > whole->size_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("bytes [", offset, ", ", offset + bytes,
+                                                   ") lie outside the ", whole->size_, " mapped"));
+  }
+  std::shared_ptr<SharedMapping> v(new SharedMapping(whole->data_ + offset, bytes));
+  v->client_pages_ = whole->client_pages_;
+  v->sealed_ = whole->sealed_;
+  v->whole_ = std::move(whole);
+  return v;
+}
 
 absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromPopulatedMemfd(int fd,
                                                                                  uint64_t offset,
@@ -139,7 +159,7 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::FromPopulatedMemfd
 }
 
 bool SharedMapping::resident(const uint8_t* p, uint64_t len) const {
-  return !client_pages_ || len == 0 || FirstAbsent(p, len) == len;
+  return sealed_ || !client_pages_ || len == 0 || FirstAbsent(p, len) == len;
 }
 
 absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::Anonymous(uint64_t bytes) {
@@ -149,6 +169,8 @@ absl::StatusOr<std::shared_ptr<SharedMapping>> SharedMapping::Anonymous(uint64_t
   return std::shared_ptr<SharedMapping>(new SharedMapping(*p, bytes));
 }
 
-SharedMapping::~SharedMapping() { ::munmap(data_, static_cast<size_t>(size_)); }
+SharedMapping::~SharedMapping() {
+  if (!whole_) ::munmap(data_, static_cast<size_t>(size_));
+}
 
 }  // namespace mooncake::softnic

@@ -37,6 +37,24 @@ class SharedMapping {
   static absl::StatusOr<std::shared_ptr<SharedMapping>> FromPopulatedMemfd(int fd, uint64_t offset,
                                                                            uint64_t bytes);
 
+  // Seals `fd`, the memfd this maps, with F_SEAL_FUTURE_WRITE
+  // (rdma/sealed_memfd_mappings.h): from then on no page of it can be
+  // punched out (fallocate, MADV_REMOVE), written with write(), or mapped
+  // writable again, while mappings made before, the client's and this one,
+  // keep writing. Its pages stay in memory for as long as it is mapped, so
+  // resident() is true without a look. InvalidArgument when the memfd
+  // takes no more seals (F_SEAL_SEAL).
+  absl::Status SealAgainstHoles(int fd);
+
+  // [offset, offset + bytes) of `whole` (within it), sharing its memory
+  // and keeping it mapped; resident() as whole's.
+  static absl::StatusOr<std::shared_ptr<SharedMapping>> View(std::shared_ptr<SharedMapping> whole,
+                                                             uint64_t offset, uint64_t bytes);
+
+  // The offset of the first page of [p, p + len) that holds no memory
+  // (mincore), or len when every page does.
+  static uint64_t FirstAbsent(const uint8_t* p, uint64_t len);
+
   // Anonymous memory of the daemon's own (tests, sink buffers).
   static absl::StatusOr<std::shared_ptr<SharedMapping>> Anonymous(uint64_t bytes);
 
@@ -47,16 +65,19 @@ class SharedMapping {
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   // Whether the engine may touch [p, p + len) of this mapping: always for
-  // the daemon's own and ring memory; for an application's region
-  // (FromPopulatedMemfd) only when every page of it is in memory (mincore),
-  // so that touching it faults nothing in.
+  // the daemon's own memory and sealed memfds (SealAgainstHoles); for an
+  // application's region (FromPopulatedMemfd) only when every page of it is
+  // in memory (mincore), so that touching it faults nothing in.
   bool resident(const uint8_t* p, uint64_t len) const;
+  bool sealed() const { return sealed_; }
 
  private:
   SharedMapping(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
   uint8_t* data_;
   uint64_t size_;
-  bool client_pages_ = false;  // FromPopulatedMemfd
+  bool client_pages_ = false;             // FromPopulatedMemfd
+  bool sealed_ = false;                   // SealAgainstHoles, or a view of such
+  std::shared_ptr<SharedMapping> whole_;  // a View's: what is mapped (unmapped by it)
 };
 
 }  // namespace mooncake::softnic

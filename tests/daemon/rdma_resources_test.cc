@@ -139,6 +139,69 @@ TEST_F(RdmaResourcesTest, RefusesControlMemoryWithHoles) {
   EXPECT_TRUE(rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, kDepth), far}).ok());
 }
 
+// Issue 24 item 11 and the residual of the rule above: control memory is
+// mapped once, whole, and sealed against hole punching
+// (F_SEAL_FUTURE_WRITE), so softnic touches rings and CQEs without a
+// residency look per access (six mincore calls on a WRITE + quiet). The
+// client's own mapping keeps writing; its memory can be neither punched out
+// nor mapped writable anew; queue pairs destroyed and made again in the
+// same memory (recreateQueuePairs) get the same mapping; memory given up
+// for other control memory cannot come back, and says so.
+TEST_F(RdmaResourcesTest, ControlMemoryIsSealedOnceAndQueuePairsCanBeMadeAgainInIt) {
+  const SessionInfo s = Open(1000, 1);
+  constexpr uint32_t kDepth = 4;
+  const uint64_t bytes = 2 * (2ull * kDepth * 64 + 64);
+  FdBundlePtr control = Memfd(bytes, true);
+  const int fd = control->fds[0].get();
+  void* mine = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(mine, MAP_FAILED);
+  absl::StatusOr<std::vector<uint32_t>> q =
+      rdma_.CreateQueuePairs(s, control, bytes, {Layout(0, kDepth)});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), -1);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(::madvise(mine, 4096, MADV_REMOVE), -1);
+  EXPECT_EQ(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  static_cast<volatile uint8_t*>(mine)[bytes - 1] = 7;  // the client's own mapping writes on
+  EXPECT_EQ(rdma_.SealedMemfdsMapped(), 1u);
+
+  // Made again in the same memory, in another slot too.
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, *q).ok());
+  q = rdma_.CreateQueuePairs(s, control, bytes, {Layout(1, kDepth)});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(rdma_.SealedMemfdsMapped(), 1u);
+
+  // Other control memory after this one is unused: the first is given up.
+  ASSERT_TRUE(rdma_.DestroyQueuePairs(s, *q).ok());
+  ASSERT_TRUE(rdma_.CreateQueuePairs(s, Memfd(bytes, true), bytes, {Layout(0, kDepth)}).ok());
+  EXPECT_EQ(rdma_.SealedMemfdsMapped(), 1u);
+  absl::StatusOr<std::vector<uint32_t>> again =
+      rdma_.CreateQueuePairs(s, control, bytes, {Layout(0, kDepth)});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kPermissionDenied) << again.status();
+  EXPECT_TRUE(absl::StrContains(again.status().message(), "make a new memfd")) << again.status();
+
+  // The session's end unmaps what it kept.
+  sessions_.Close(s.id);
+  rdma_.SessionEnded(s.id);
+  EXPECT_EQ(rdma_.SealedMemfdsMapped(), 0u);
+  ::munmap(mine, bytes);
+}
+
+// Control memory that cannot be sealed (F_SEAL_SEAL set, or sparse) is
+// taken as before: the span only, with every page of it in memory, and
+// looked at before each access; nothing is sealed.
+TEST_F(RdmaResourcesTest, ControlMemoryThatTakesNoMoreSealsIsMappedAsBefore) {
+  const SessionInfo s = Open(1000, 1);
+  constexpr uint32_t kDepth = 4;
+  const uint64_t bytes = 2ull * kDepth * 64 + 64;
+  FdBundlePtr control = Memfd(bytes, true);
+  ASSERT_EQ(::fcntl(control->fds[0].get(), F_ADD_SEALS, F_SEAL_SEAL), 0);
+  auto q = rdma_.CreateQueuePairs(s, control, bytes, {Layout(0, kDepth)});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(rdma_.SealedMemfdsMapped(), 0u);
+  EXPECT_EQ(::fcntl(control->fds[0].get(), F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+}
+
 TEST_F(RdmaResourcesTest, SoftnicRefusesRingsInGpuMemory) {
   SessionInfo s = Open(1000, 10);
   const uint32_t depth = 4;

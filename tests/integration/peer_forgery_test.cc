@@ -85,6 +85,9 @@ struct Side {
   std::unique_ptr<v1::Rdma::Stub> rdma;
   UniqueFd fdconn;
   std::vector<UniqueFd> controls;  // each QP's control memory
+  // ... mapped here before it is handed over: the daemon seals it against
+  // new writable mappings (rdma/sealed_memfd_mappings.h).
+  std::vector<uint8_t*> control_maps;
   uint32_t qpn = 0;
   UniqueFd region;
   uint8_t* memory = nullptr;  // the region, as the application sees it
@@ -94,6 +97,7 @@ struct Side {
 
   ~Side() {
     if (memory != nullptr) ::munmap(memory, region_bytes);
+    for (uint8_t* m : control_maps) ::munmap(m, kControlBytes);
   }
 
   void Open(const std::string& socket) {
@@ -111,6 +115,9 @@ struct Side {
   uint32_t NewQp() {
     UniqueFd mem = abuse::SealedMemfd(kControlBytes);
     EXPECT_TRUE(mem.valid());
+    void* map = ::mmap(nullptr, kControlBytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem.get(), 0);
+    EXPECT_NE(map, MAP_FAILED);
+    if (map != MAP_FAILED) control_maps.push_back(static_cast<uint8_t*>(map));
     absl::StatusOr<std::string> ticket = abuse::PutFd(fdconn.get(), session->opened, mem.get());
     EXPECT_TRUE(ticket.ok()) << ticket.status();
     controls.push_back(std::move(mem));
@@ -352,10 +359,8 @@ class PeerForgeryTest : public ::testing::Test {
   // `sample` every 5 ms meanwhile. False when no CQE came.
   static bool PostWriteAndWait(Side& from, uint32_t rkey, uint64_t bytes, int timeout_s,
                                device::mlx5::Cqe64* out, const std::function<void()>& sample = {}) {
-    void* ctl = ::mmap(nullptr, kControlBytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                       from.controls[0].get(), 0);
-    if (ctl == MAP_FAILED) return false;
-    auto* base = static_cast<uint8_t*>(ctl);
+    if (from.control_maps.empty()) return false;
+    uint8_t* base = from.control_maps[0];
     uint8_t* cq = base + kDepth * 64;
     std::memset(cq, 0xff, kDepth * 64);  // no CQE yet
     auto* sq_dbrec = reinterpret_cast<uint32_t*>(base + 2 * kDepth * 64);
@@ -375,7 +380,6 @@ class PeerForgeryTest : public ::testing::Test {
       if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (done) std::memcpy(out, cqe, sizeof(*out));
-    ::munmap(ctl, kControlBytes);
     return done;
   }
 

@@ -358,10 +358,12 @@ SelftestReport RunPlacement(const std::string& socket, const std::string& nic, i
         "selftest rdma` (CPU) first, then check `mcctl gpus` and `mcctl doctor`";
     return r;
   }
+  bool agents = false;
   if (mooncake::DaemonRdmaTransport* t = p.rank[0]->rdmaTransport()) {
     r.nic = t->nic();
     r.provider = t->nodeInfo().provider;
     r.doorbell_mode = t->doorbellMode();
+    agents = t->copyAgentRunning();
   }
   const bool on_gpu = rings == mooncake::DaemonRdmaOptions::RingMemory::kGpu;
   const bool softnic = r.provider == "softnic";
@@ -372,6 +374,23 @@ SelftestReport RunPlacement(const std::string& socket, const std::string& nic, i
       {Op::kBadKey, "bad-rkey"}};  // last: it fails the queue pair
   for (const auto& [op, name] : steps)
     r.steps.push_back(RunStep(p, op, name, on_gpu, softnic, dev));
+  if (softnic) {
+    r.where = absl::StrCat(r.where, agents ? ", GPU bytes moved by this process's copy agents"
+                                           : ", GPU bytes moved by mooncaked (no copy agent)");
+    // Milliseconds are softnic's, not the node's: say so where a first
+    // user would read them as the RDMA route's latency.
+    for (SelftestStep& step : r.steps) {
+      if (step.pass && step.latency_us > 1000) {
+        step.detail =
+            absl::StrCat(step.detail,
+                         "; softnic ran it in mooncaked's CUDA context, which waits for a GPU "
+                         "time slice while a kernel spins (",
+                         agents ? "atomics on GPU words go there even with copy agents"
+                                : "MOONCAKE_COPY_AGENT=0 or no agent: writes go there too",
+                         "; docs/rdma.md, the copy agent): a NIC takes microseconds");
+      }
+    }
+  }
   return r;
 }
 

@@ -1768,9 +1768,17 @@ void Engine::Kick() {
 
 void Engine::Run() {
   using Clock = std::chrono::steady_clock;
-  const auto spin = std::chrono::microseconds(options_.spin_us);
   const uint32_t max_sleep_us = std::max<uint32_t>(1, options_.max_idle_sleep_us);
   Clock::time_point last_work = Clock::now();
+  // Running average of the gaps between rounds that found work (us): the
+  // spin window after work is four times it, at least spin_us, at most
+  // kMaxSpinWindowUs, as the CPU-assisted doorbell does. A kernel that
+  // posts one WQE at a time with gaps of a millisecond is then served
+  // within microseconds, not after the idle sleep it would otherwise fall
+  // into (up to max_idle_sleep_us: a GPU doorbell cannot wake the thread);
+  // an engine whose traffic stopped sleeps again after the window.
+  double gap_avg_us = static_cast<double>(options_.spin_us);
+  const double min_window_us = std::min<double>(options_.spin_us, kMaxSpinWindowUs);
   uint32_t sleep_us = 1;
   std::vector<uint32_t> round;  // the QPs to visit this round
   while (!stop_.load(std::memory_order_relaxed)) {
@@ -1810,11 +1818,17 @@ void Engine::Run() {
       if (it != qps_.end() && it->second->state != QpState::kReset) did |= Poll(*it->second);
     }
     if (did || kicked_.exchange(false, std::memory_order_relaxed)) {
-      last_work = Clock::now();
+      const Clock::time_point now = Clock::now();
+      if (did) {
+        const double gap = std::chrono::duration<double, std::micro>(now - last_work).count();
+        gap_avg_us = 0.875 * gap_avg_us + 0.125 * std::min<double>(gap, kMaxSpinWindowUs);
+      }
+      last_work = now;
       sleep_us = 1;
       continue;
     }
-    if (Clock::now() - last_work < spin) {
+    const double window_us = std::clamp<double>(4 * gap_avg_us, min_window_us, kMaxSpinWindowUs);
+    if (Clock::now() - last_work < std::chrono::duration<double, std::micro>(window_us)) {
       // Posters may share our cores (CI has two): let them run.
       std::this_thread::yield();
       continue;

@@ -128,9 +128,11 @@ struct EngineOptions {
   AtomicsModel atomics = AtomicsModel::kDevice;
   uint32_t hca_atomic_window_us = 0;  // kHca: between an atomic's read and write
   uint32_t hca_round_trip_us = 0;     // kHca: what a fence after an atomic waits
-  // Longest sleep of the idle engine thread between polls (it spins for
-  // spin_us after the last work it found, then sleeps, doubling from 1 us).
-  // With no QP connected the thread sleeps until one is (no wakeups at all).
+  // Longest sleep of the idle engine thread between polls. After the last
+  // work it found it spins for a window that adapts to the gaps between
+  // work (four times their running average, at least spin_us, at most
+  // Engine::kMaxSpinWindowUs), then sleeps, doubling from 1 us. With no QP
+  // connected the thread sleeps until one is (no wakeups at all).
   uint32_t max_idle_sleep_us = 1000;
   uint32_t spin_us = 200;
   // Threads that run WQEs touching GPU memory (GpuWorkers), started as
@@ -156,6 +158,9 @@ class Engine {
   // still holds reaches no later region): a key cannot be guessed from
   // another one.
   static constexpr size_t kRetiredKeys = 16384;
+  // The longest the engine thread spins after work before it sleeps
+  // (EngineOptions::spin_us adapts up to this).
+  static constexpr uint32_t kMaxSpinWindowUs = 10000;
   // InvalidArgument: length 0, iova + length past 2^64, a kHost region
   // without a mapping or not inside it, a kCuda region not inside its
   // buffer. The engine keeps the mapping (or buffer) alive until the region

@@ -1,5 +1,6 @@
 #include "peering/peer_revocation.h"
 
+#include <fcntl.h>
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
@@ -7,15 +8,16 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <cerrno>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "mooncake/common/escape.h"
 #include "mooncake/common/log.h"
+#include "mooncake/common/unique_fd.h"
 
 namespace mooncake::daemon::peering {
 
@@ -75,6 +77,12 @@ std::string Shown(absl::Time t) {
 
 }  // namespace
 
+PeerRevocations::FileStamp PeerRevocations::StampOf(const struct stat& st) {
+  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                   static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
 struct PeerRevocations::Ca {
   std::vector<Cert> certs;
 };
@@ -116,16 +124,24 @@ absl::StatusOr<std::shared_ptr<PeerRevocations>> PeerRevocations::Load(std::stri
 }
 
 absl::StatusOr<PeerRevocations::List> PeerRevocations::Read() const {
-  std::ifstream in(file_, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError("cannot be read");
+  // One open file: its size and stamp are those of the bytes read.
+  UniqueFd fd(::open(file_.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat st {};
-  if (::stat(file_.c_str(), &st) != 0) return absl::InvalidArgumentError("cannot be read");
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
+    return absl::InvalidArgumentError("cannot be read");
+  }
   if (static_cast<uint64_t>(st.st_size) > kMaxCrlBytes) {
     return absl::InvalidArgumentError(absl::StrCat("larger than ", kMaxCrlBytes >> 20, " MiB"));
   }
-  std::stringstream s;
-  s << in.rdbuf();
-  const std::string pem = s.str();
+  std::string pem(static_cast<size_t>(st.st_size), '\0');
+  size_t got = 0;
+  while (got < pem.size()) {
+    const ssize_t n = ::read(fd.get(), pem.data() + got, pem.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  pem.resize(got);
   Bio bio = MemoryBio(pem);
   Crl crl(bio ? PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr) : nullptr);
   ERR_clear_error();
@@ -151,9 +167,7 @@ absl::StatusOr<PeerRevocations::List> PeerRevocations::Read() const {
   List list;
   list.issuer = issuer;
   list.next_update = AsTime(X509_CRL_get0_nextUpdate(crl.get()));
-  list.stamp = FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                         static_cast<uint64_t>(st.st_size),
-                         static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  list.stamp = StampOf(st);
   STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
   for (int i = 0; revoked != nullptr && i < sk_X509_REVOKED_num(revoked); ++i) {
     list.serials.insert(
@@ -168,11 +182,7 @@ void PeerRevocations::RefreshLocked() {
   looked_at_ = now;
   struct stat st {};
   FileStamp stamp;  // all zero: the file is gone
-  if (::stat(file_.c_str(), &st) == 0) {
-    stamp = FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
-                      static_cast<uint64_t>(st.st_size),
-                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-  }
+  if (::stat(file_.c_str(), &st) == 0) stamp = StampOf(st);
   if (stamp == list_.stamp || stamp == refused_) return;
   absl::StatusOr<List> next = Read();
   if (!next.ok()) {

@@ -19,6 +19,8 @@
 // nodes verified under an older list.
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <set>
@@ -67,6 +69,7 @@ class PeerRevocations {
     int64_t mtime_ns = 0;
     bool operator==(const FileStamp&) const = default;
   };
+  static FileStamp StampOf(const struct stat& st);
   struct List {
     std::string issuer;             // the CRL's issuer name (DER)
     std::set<std::string> serials;  // upper-case hex, as openssl prints them

@@ -69,7 +69,6 @@ class SharedMapping {
   // application's region (FromPopulatedMemfd) only when every page of it is
   // in memory (mincore), so that touching it faults nothing in.
   bool resident(const uint8_t* p, uint64_t len) const;
-  bool sealed() const { return sealed_; }
 
  private:
   SharedMapping(uint8_t* data, uint64_t size) : data_(data), size_(size) {}

@@ -3,7 +3,7 @@
 // writes whenever it likes, and the daemon reads it on every WQE that
 // touches the client's GPU memory; here two hostile agents
 // (hostile_copy_agent.h) write any of its words while the daemon copies
-// through, between and within their channels.
+// through, between and within their channels, and asks them for atomics.
 //
 // Input:
 //   u8 flags: bit 0/1 agent A/B answers honestly once its script ends;
@@ -24,6 +24,7 @@
 // - FromDevice hands the sink the staging area's pieces in order, each
 //   within the copy, and reports Aborted exactly when the sink refused;
 // - MirrorThenWrite runs the write exactly once and returns its result;
+// - FetchAdd says "applied" with no reason, anything else with one;
 // - requests_done() never falls and grows by at most the requests sent;
 // - a staging page the client punched out stays out of memory: the daemon
 //   never faults a page in on its own account (issue 23 item 5).
@@ -191,7 +192,7 @@ void Step(ByteReader& in, Side& a, Side& b) {
 
   const auto start = std::chrono::steady_clock::now();
   const char* what = "";
-  switch (kind % 9) {
+  switch (kind % 10) {
     case 0: {
       what = "ToDevice";
       absl::Status s = Checked(what, side.link->ToDevice(x, bytes.data(), n));
@@ -261,15 +262,32 @@ void Step(ByteReader& in, Side& a, Side& b) {
       side.punched.insert(page);
       break;
     }
-    default:
+    case 8:
       // The header page: the agent writes it again at once (the client's
       // own memory); the daemon must notice or not care.
       what = "punch the header page";
       Punch(side, 0);
       break;
+    default: {
+      // An atomic on the agent's GPU word: whatever the agent does, the
+      // outcome comes with a reason exactly when it is not "applied".
+      what = "FetchAdd";
+      const CopyAgentLink::AtomicOutcome a =
+          side.link->FetchAdd(x, (y & 1) != 0, y >> 1, static_cast<uint32_t>(n));
+      if (verbose) {
+        std::fprintf(stderr, "copy_agent_fuzzer: %s: outcome %d %s\n", what,
+                     static_cast<int>(a.kind), a.why.ToString().c_str());
+      }
+      if (a.kind == CopyAgentLink::AtomicOutcome::Kind::kApplied) {
+        FUZZ_CHECK(a.why.ok(), what, ": applied, with a reason: ", a.why);
+      } else {
+        FUZZ_CHECK(!a.why.ok() && AllowedCode(a.why), what, ": not applied, for ", a.why);
+      }
+      break;
+    }
   }
   CheckAfterStep(side, std::chrono::steady_clock::now() - start, what);
-  if (kind % 9 == 3) CheckAfterStep(other, std::chrono::steady_clock::duration{}, what);
+  if (kind % 10 == 3) CheckAfterStep(other, std::chrono::steady_clock::duration{}, what);
 }
 
 }  // namespace

@@ -153,13 +153,16 @@ class HostileAgent {
   }
 
   // The current request, as a real agent serves it (with no GPU: the
-  // bytes do not move): take it, pass the gate for a copy in, answer.
+  // bytes do not move): take it, pass the gate for what writes GPU
+  // memory, answer.
   void Serve() {
     const uint32_t seq = Seq();
     Store(c_->busy_since_ns, MonotonicNs());
     if (copy_agent::Settle(*c_, seq, seq) == seq) {
       const auto op = copy_agent::Ref(c_->request.op).load(std::memory_order_relaxed);
-      if (op == static_cast<uint32_t>(copy_agent::Op::kToDevice) &&
+      // Every op but a copy out writes GPU memory through the gate. (An
+      // atomic's answer it does not write: the staging area is not its.)
+      if (op != static_cast<uint32_t>(copy_agent::Op::kFromDevice) &&
           copy_agent::Ref(c_->gate.gated).load(std::memory_order_relaxed) == 1) {
         const uint64_t bytes = copy_agent::Ref(c_->request.bytes).load(std::memory_order_relaxed);
         PassGate(seq, copy_agent::LandingBlocks(bytes), false);

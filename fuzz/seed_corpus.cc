@@ -637,7 +637,8 @@ std::string AScript(const std::vector<std::string>& steps) {
   return out;
 }
 // A daemon step: kind (0 ToDevice, 1 FromDevice, 2 WithinDevice, 3 Between,
-// 4 Mirror, 5 MirrorThenWrite, 6 usable, 7 punch staging, 8 punch header),
+// 4 Mirror, 5 MirrorThenWrite, 6 usable, 7 punch staging, 8 punch header,
+// 9 FetchAdd: x the word, y the add (bit 0: masked), n the boundary),
 // link (0 A, 1 B), whole staging pieces, x, y, n.
 std::string DStep(int kind, int link, int pieces, uint64_t x, uint64_t y, uint16_t n) {
   return std::string{static_cast<char>(kind), static_cast<char>(link | (pieces << 1))} + U64(x) +
@@ -674,6 +675,14 @@ void CopyAgentSeeds() {
                      AStep(kWrite, 3 + 20 * 3, 10'000'000)}) +
             none + DStep(0, 0, 0, 0x1000, 0, 16) + DStep(4, 0, 0, 0x1000, 0, 8) +
             DStep(5, 0, 0, 0x1008, 0, 8) + DStep(6, 0, 0, 0x1000, 0, 16));
+  // Atomics: served, then one whose kernel passes the gate and never
+  // lands (the outcome is unknown), then a within copy on the paused link.
+  Write(t, "atomics_served_then_unknown",
+        head(4) +
+            AScript({AStep(kWait, 0), AStep(kServe, 0), AStep(kWait, 0), AStep(kPassGate, 1, 1),
+                     AStep(kWrite, 3 + 20 * 3, 10'000'000)}) +
+            none + DStep(9, 0, 0, 0x1000, 6, 0) + DStep(9, 0, 0, 0x1008, 7, 0x8000) +
+            DStep(2, 0, 0, 0x2000, 0x1000, 64) + DStep(6, 0, 0, 0x1000, 0, 8));
   Write(t, "closes_mid_request",
         head(0) + AScript({AStep(kWait, 0), AStep(kClose, 0)}) + none +
             DStep(0, 0, 0, 0x1000, 0, 64) + DStep(3, 1, 0, 0, 0, 64));

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,6 +54,25 @@ drivers::CuResult WaitForStream(drivers::CudaDriver& cu, drivers::CuStream strea
   return r;
 }
 
+// This process's token in every channel it makes (Channel::process_token):
+// random, drawn once. A child forked later inherits it, but not its pid.
+uint64_t ProcessToken() {
+  static const uint64_t token = [] {
+    uint64_t t = 0;
+    for (int tries = 0; tries < 4 && t == 0; ++tries) {
+      if (::getrandom(&t, sizeof(t), 0) != static_cast<ssize_t>(sizeof(t))) t = 0;
+    }
+    // No getrandom: a guess needs this process's start time to the
+    // nanosecond and its stack address; 0 (no token) is never used.
+    if (t == 0) {
+      t = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+          (reinterpret_cast<uintptr_t>(&t) << 20) ^ static_cast<uint64_t>(::getpid());
+    }
+    return t == 0 ? 1 : t;
+  }();
+  return token;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
@@ -67,10 +87,16 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
   c->magic = copy_agent::kMagic;
   c->version = copy_agent::kVersion;
   c->staging_bytes = staging_bytes;
+  c->process_token = ProcessToken();
   std::unique_ptr<CopyAgent> agent(
       new CopyAgent(std::move(driver), ctx, std::move(m.fd), m.data, staging_bytes, options));
   drivers::CudaDriver& cu = *agent->driver_;
   MC_RETURN_IF_ERROR(drivers::CuStatus(cu, cu.ctxSetCurrent(ctx), "cuCtxSetCurrent (copy agent)"));
+  // Which GPU: the daemon lands copies between two agents of this process
+  // straight from the source only when both run on the same one.
+  if (drivers::CuDevice dev = 0; cu.ctxGetDevice(&dev) == drivers::kCudaSuccess && dev >= 0) {
+    c->device = static_cast<uint32_t>(dev) + 1;
+  }
   // CU_STREAM_NON_BLOCKING: no implicit wait on the legacy default stream,
   // where the application's kernels may spin.
   MC_RETURN_IF_ERROR(
@@ -178,6 +204,7 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
     if (module_ != nullptr) cu.moduleUnload(module_);
     module_ = nullptr;
     land_ = nullptr;
+    atomic_ = nullptr;
   };
   if (drivers::CuResult r = cu.moduleLoadData(&module_, internal::kCopyAgentLandingImage);
       r != drivers::kCudaSuccess) {
@@ -192,7 +219,8 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
   // load of its code) is not the first request's.
   constexpr uint64_t kProbe = 64;
   for (uint64_t i = 0; i < kProbe; ++i) staging()[i] = static_cast<uint8_t>(i * 7 + 1);
-  if (drivers::CuResult r = SubmitToDevice(Request{.dst = scratch, .bytes = kProbe}, ~0u);
+  if (drivers::CuResult r =
+          SubmitLanding(scratch, channel_dev_ + copy_agent::kHeaderBytes, kProbe, ~0u);
       r != drivers::kCudaSuccess) {
     return fail("cuLaunchKernel", r);
   }
@@ -202,6 +230,33 @@ void CopyAgent::LoadLandingKernel(drivers::CuDevicePtr scratch) {
   if (r != drivers::kCudaSuccess) return fail("the warm-up landing", r);
   if (std::memcmp(back, staging(), kProbe) != 0) {
     return fail("the warm-up landing moved other bytes", drivers::kCudaErrorInvalidValue);
+  }
+  // The atomic kernel, once, on a word of the scratch memory: it must add
+  // and answer with the old value, or the agent runs without its kernels
+  // (the daemon then sends it no atomic and no device-to-device copy).
+  if (drivers::CuResult r = cu.moduleGetFunction(&atomic_, module_, copy_agent::kAtomicKernel);
+      r != drivers::kCudaSuccess) {
+    return fail("cuModuleGetFunction (atomic)", r);
+  }
+  {
+    constexpr uint64_t kAnswerAt = 128;  // past the probe's bytes
+    auto* answer = reinterpret_cast<copy_agent::AtomicAnswer*>(staging() + kAnswerAt);
+    *answer = copy_agent::AtomicAnswer{};
+    const Request add{.op = static_cast<uint32_t>(Op::kFetchAdd64),
+                      .dst = scratch,
+                      .src = 5,
+                      .bytes = sizeof(copy_agent::AtomicAnswer),
+                      .staging_offset = kAnswerAt};
+    uint64_t before = 0, after = 0;
+    std::memcpy(&before, staging(), 8);  // what the landing put in the word
+    drivers::CuResult r = SubmitAtomic(add, ~0u);
+    if (r == drivers::kCudaSuccess) r = cu.memcpyDtoHAsync(&after, scratch, 8, stream_);
+    if (r == drivers::kCudaSuccess) r = WaitForStream(cu, stream_);
+    if (r != drivers::kCudaSuccess) return fail("the warm-up atomic", r);
+    if (Ref(answer->applied).load() != ~0u || Ref(answer->old).load() != before ||
+        after != before + 5) {
+      return fail("the warm-up atomic added or answered wrong", drivers::kCudaErrorInvalidValue);
+    }
   }
   Ref(channel()->gate.gated).store(1, std::memory_order_release);
   // The resident kernel: loaded and launched once now, told beforehand to
@@ -250,18 +305,32 @@ drivers::CuResult CopyAgent::CreateStream(drivers::CuStream* stream) {
 }
 
 drivers::CuResult CopyAgent::SubmitToDevice(const Request& r, uint32_t seq) {
-  drivers::CudaDriver& cu = *driver_;
   if (land_ == nullptr) {
-    return cu.memcpyHtoDAsync(r.dst, staging() + r.staging_offset, r.bytes, stream_);
+    return driver_->memcpyHtoDAsync(r.dst, staging() + r.staging_offset, r.bytes, stream_);
   }
-  uint64_t dst = r.dst;
-  uint64_t src = channel_dev_ + copy_agent::kHeaderBytes + r.staging_offset;
-  uint64_t bytes = r.bytes;
+  return SubmitLanding(r.dst, channel_dev_ + copy_agent::kHeaderBytes + r.staging_offset, r.bytes,
+                       seq);
+}
+
+drivers::CuResult CopyAgent::SubmitLanding(uint64_t dst, uint64_t src, uint64_t bytes,
+                                           uint32_t seq) {
   uint64_t gate = channel_dev_ + offsetof(Channel, gate);
   uint32_t s = seq;
   void* args[] = {&dst, &src, &bytes, &gate, &s};
-  return cu.launchKernel(land_, copy_agent::LandingBlocks(r.bytes), 1, 1,
-                         copy_agent::kLandingThreads, 1, 1, 0, stream_, args, nullptr);
+  return driver_->launchKernel(land_, copy_agent::LandingBlocks(bytes), 1, 1,
+                               copy_agent::kLandingThreads, 1, 1, 0, stream_, args, nullptr);
+}
+
+drivers::CuResult CopyAgent::SubmitAtomic(const Request& r, uint32_t seq) {
+  uint64_t word = r.dst;
+  uint64_t add = r.src;
+  uint32_t boundary = r.field_boundary;
+  uint32_t op = r.op;
+  uint64_t answer = channel_dev_ + copy_agent::kHeaderBytes + r.staging_offset;
+  uint64_t gate = channel_dev_ + offsetof(Channel, gate);
+  uint32_t s = seq;
+  void* args[] = {&word, &add, &boundary, &op, &answer, &gate, &s};
+  return driver_->launchKernel(atomic_, 1, 1, 1, 1, 1, 1, 0, stream_, args, nullptr);
 }
 
 drivers::CuResult CopyAgent::LaunchResident(uint32_t served) {
@@ -392,12 +461,25 @@ int32_t CopyAgent::Execute(const Request& r, uint32_t seq, bool* answered) {
   uint8_t* const s = staging() + r.staging_offset;
   const auto t0 = std::chrono::steady_clock::now();
   Ref(c->phase).store(static_cast<uint32_t>(Phase::kSubmitting), std::memory_order_relaxed);
-  const bool to_device = static_cast<Op>(r.op) == Op::kToDevice;
+  const Op op = static_cast<Op>(r.op);
+  const bool to_device = op == Op::kToDevice;
   uint32_t mirrored = Ref(c->mirror_seq).load(std::memory_order_acquire);
   drivers::CuResult res = drivers::kCudaErrorInvalidValue;
-  switch (static_cast<Op>(r.op)) {
+  switch (op) {
     case Op::kToDevice: res = SubmitToDevice(r, seq); break;
     case Op::kFromDevice: res = cu.memcpyDtoHAsync(s, r.src, r.bytes, stream_); break;
+    case Op::kWithinDevice:
+      // Only through the landing kernel, whose blocks read src past the
+      // gate (the daemon sends it only to a gated agent).
+      if (land_ != nullptr) res = SubmitLanding(r.dst, r.src, r.bytes, seq);
+      break;
+    case Op::kFetchAdd64:
+    case Op::kMaskedFetchAdd32:
+      if (atomic_ != nullptr && r.bytes >= sizeof(copy_agent::AtomicAnswer) &&
+          r.staging_offset % alignof(copy_agent::AtomicAnswer) == 0) {
+        res = SubmitAtomic(r, seq);
+      }
+      break;
     default: break;
   }
   const auto t1 = std::chrono::steady_clock::now();
@@ -424,7 +506,7 @@ int32_t CopyAgent::Execute(const Request& r, uint32_t seq, bool* answered) {
       __builtin_ia32_pause();
     }
   }
-  if (to_device && land_ != nullptr &&
+  if (op != Op::kFromDevice && land_ != nullptr &&
       Ref(c->gate.cancel_seq).load(std::memory_order_acquire) == seq) {
     ++called_off_;
   }
@@ -443,9 +525,13 @@ void CopyAgent::NoteTiming(const Request& r, std::chrono::nanoseconds submit,
   // agent).
   ++slow_copies_;
   if ((slow_copies_ & (slow_copies_ - 1)) == 0) {
-    MC_LOG(kWarning, "copy agent: a ", r.bytes, "-byte copy ",
-           r.op == static_cast<uint32_t>(Op::kToDevice) ? "to" : "from", " the GPU took ",
-           absl::FormatDuration(absl::FromChrono(total)), ": ",
+    const Op op = static_cast<Op>(r.op);
+    MC_LOG(kWarning, "copy agent: a ", r.bytes, "-byte ",
+           op == Op::kToDevice       ? "copy to the GPU"
+           : op == Op::kFromDevice   ? "copy from the GPU"
+           : op == Op::kWithinDevice ? "copy within the GPU"
+                                     : "request (an atomic on a GPU word)",
+           " took ", absl::FormatDuration(absl::FromChrono(total)), ": ",
            absl::FormatDuration(absl::FromChrono(submit)), " submitting it, ",
            absl::FormatDuration(absl::FromChrono(wait)), " until it ran (", slow_copies_,
            " copies over ", absl::FormatDuration(absl::FromChrono(kSlowCopy)), " so far)");
@@ -470,6 +556,7 @@ void CopyAgent::Run() {
       seen = seq;
       Request r;
       r.op = Ref(c->request.op).load(std::memory_order_relaxed);
+      r.field_boundary = Ref(c->request.field_boundary).load(std::memory_order_relaxed);
       r.dst = Ref(c->request.dst).load(std::memory_order_relaxed);
       r.src = Ref(c->request.src).load(std::memory_order_relaxed);
       r.bytes = Ref(c->request.bytes).load(std::memory_order_relaxed);

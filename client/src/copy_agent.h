@@ -25,7 +25,11 @@
 // blocked never lands after the daemon wrote the bytes itself
 // (mooncake/common/copy_agent_gate.h). Otherwise they are copy-engine
 // copies, queued again with the newest bytes when the daemon writes over
-// one it gave up on (Channel::mirror_seq).
+// one it gave up on (Channel::mirror_seq). A gated agent also runs, for
+// the daemon, copies from GPU memory to GPU memory of this process (one
+// landing straight from the source) and the NIC's atomics on its GPU
+// words (a one-thread kernel, decided at the same gate, that says whether
+// it added), all on its stream beside the process's kernels.
 //
 // Requests of at most CopyAgentOptions::resident_max_bytes (0 by default:
 // on the H200 it saves 3 us a copy in and costs 1 us a copy out, and holds
@@ -115,8 +119,15 @@ class CopyAgent {
   // until it has, up to a second.
   void StopResident(bool wait);
   void DropResident(const char* why, drivers::CuResult r);
-  // Queues request `seq`'s copy into GPU memory on the stream.
+  // Queues request `seq`'s copy into GPU memory on the stream: a landing
+  // from the staging area, or a plain copy without the landing kernel.
   drivers::CuResult SubmitToDevice(const copy_agent::Request& r, uint32_t seq);
+  // Queues a landing kernel of request `seq`: src -> dst (device
+  // addresses: the staging area's, or the process's GPU memory).
+  drivers::CuResult SubmitLanding(uint64_t dst, uint64_t src, uint64_t bytes, uint32_t seq);
+  // Queues the atomic kernel for request `seq` (kFetchAdd64 or
+  // kMaskedFetchAdd32), its answer into the staging area.
+  drivers::CuResult SubmitAtomic(const copy_agent::Request& r, uint32_t seq);
   // Adds one copy's time; logs a slow one, saying which call it sat in.
   void NoteTiming(const copy_agent::Request& r, std::chrono::nanoseconds submit,
                   std::chrono::nanoseconds wait);
@@ -131,7 +142,8 @@ class CopyAgent {
   bool pinned_ = false;                   // the whole channel, header and staging
   drivers::CuDevicePtr channel_dev_ = 0;  // its device address, when pinned
   drivers::CuModule module_ = nullptr;
-  drivers::CuFunction land_ = nullptr;  // null: plain copies
+  drivers::CuFunction land_ = nullptr;    // null: plain copies
+  drivers::CuFunction atomic_ = nullptr;  // set with land_ (the gate needs both)
   const CopyAgentOptions options_;
   // The resident kernel (the thread's, but for the flags read by tests).
   drivers::CuFunction serve_ = nullptr;  // null: not used (none, or it failed)

@@ -1,7 +1,10 @@
 // The copy agent's kernels (copy_agent_landing_kernel.h):
 //   mc_copy_agent_land   moves the bytes of one request from the staging
-//                        area (host memory) into the process's GPU memory,
-//                        unless the daemon called the request off first;
+//                        area (host memory), or from other GPU memory of
+//                        the process, into its GPU memory, unless the
+//                        daemon called the request off first;
+//   mc_copy_agent_atomic runs a NIC atomic on a GPU word of the process,
+//                        under the same rule;
 //   mc_copy_agent_serve  the resident kernel: one block that stays while
 //                        requests come and serves the small ones both ways.
 // The call-off is the Dekker handshake of mooncake/common/copy_agent_gate.h.
@@ -12,10 +15,12 @@
 
 #include "copy_agent_block_copy.h"
 #include "mooncake/common/copy_agent_gate.h"
+#include "mooncake/common/masked_add.h"
 #include "mooncake/device/platform.h"  // the ordered loads and stores, the fence, the clock
 
 namespace {
 
+using mooncake::copy_agent::AtomicAnswer;
 using mooncake::copy_agent::Gate;
 using mooncake::copy_agent::Op;
 using mooncake::copy_agent::Request;  // its layout, read field by field
@@ -83,6 +88,47 @@ extern "C" __global__ void mc_copy_agent_land(uint8_t* dst, const uint8_t* src, 
     mc_fence_sc_sys();
     mc_st_relaxed<uint32_t>(&gate->landed[b], seq);
   }
+}
+
+// The NIC's atomic on a GPU word of this process, decided at the gate as a
+// landing is (block 0; one thread): the add runs only past the gate, and
+// the answer says whether it ran (copy_agent_gate.h, AtomicAnswer), so the
+// daemon, having called it off, runs it itself only when it did not.
+// System scope, as softnic's own kernel: the word's other writers are this
+// process's kernels, NVLink peers and the CPU.
+extern "C" __global__ void mc_copy_agent_atomic(uint64_t word, uint64_t add, uint32_t boundary,
+                                                uint32_t op, AtomicAnswer* answer, Gate* gate,
+                                                uint32_t seq) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const bool wide = static_cast<Op>(op) == Op::kFetchAdd64;
+  const bool known = wide || static_cast<Op>(op) == Op::kMaskedFetchAdd32;
+  // Unaligned words the daemon never sends (it checks the iova and the
+  // mapping); another process of this uid could write the request page.
+  const bool aligned = word % (wide ? 8 : 4) == 0;
+  uint64_t old = 0;
+  uint32_t applied = 0;
+  if (known && aligned && PassGate(gate, 0, seq)) {
+    if (wide) {
+      old = atomicAdd_system(reinterpret_cast<unsigned long long*>(word),
+                             static_cast<unsigned long long>(add));
+    } else {
+      auto* w = reinterpret_cast<unsigned int*>(word);
+      unsigned int expected = *reinterpret_cast<volatile unsigned int*>(w);
+      for (;;) {
+        const unsigned int seen = atomicCAS_system(
+            w, expected, mooncake::MaskedAdd(expected, static_cast<uint32_t>(add), boundary));
+        if (seen == expected) break;
+        expected = seen;
+      }
+      old = expected;
+    }
+    applied = seq;
+  }
+  mc_st_relaxed<uint64_t>(&answer->old, old);
+  mc_st_relaxed<uint32_t>(&answer->applied, applied);
+  // The answer before `landed`: the daemon reads it once it sees landed.
+  mc_fence_sc_sys();
+  mc_st_relaxed<uint32_t>(&gate->landed[0], seq);
 }
 
 extern "C" __global__ void mc_copy_agent_serve(ServeArgs a) {

@@ -57,6 +57,8 @@ absl::StatusOr<std::shared_ptr<CopyAgentLink>> CopyAgentLink::Create(
     absl::MutexLock lock(&link->mu_);
     link->seq_ = Ref(c->request_seq).load(std::memory_order_relaxed);
   }
+  link->process_token_ = Ref(c->process_token).load(std::memory_order_relaxed);
+  link->device_ = Ref(c->device).load(std::memory_order_relaxed);
   return link;
 }
 
@@ -103,7 +105,9 @@ absl::Status CopyAgentLink::PaceLocked(std::chrono::nanoseconds spent, uint64_t 
 }
 
 absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_t bytes,
-                                      const uint8_t* stage_in) {
+                                      const uint8_t* stage_in, uint32_t field_boundary,
+                                      uint32_t* sent) {
+  if (sent != nullptr) *sent = 0;
   if (ended_) return absl::FailedPreconditionError("the copy agent link has ended");
   if (paused_) {
     SettleLateLocked();
@@ -128,6 +132,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   // staging area (paused), nothing but MirrorIntoLateCopy writes it.
   if (stage_in != nullptr) std::memcpy(staging(), stage_in, bytes);
   Ref(c->request.op).store(static_cast<uint32_t>(op), std::memory_order_relaxed);
+  Ref(c->request.field_boundary).store(field_boundary, std::memory_order_relaxed);
   Ref(c->request.dst).store(dst, std::memory_order_relaxed);
   Ref(c->request.src).store(src, std::memory_order_relaxed);
   Ref(c->request.bytes).store(bytes, std::memory_order_relaxed);
@@ -135,6 +140,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   uint32_t seq = ++seq_;
   while (seq == 0 || seq == called_off_seq_) seq = ++seq_;
   Ref(c->request_seq).store(seq, std::memory_order_release);
+  if (sent != nullptr) *sent = seq;
   // The agent sets agent_sleeping, then re-reads request_seq before it
   // sleeps; this side stores request_seq, then reads agent_sleeping. With a
   // full fence on both sides one of them sees the other.
@@ -267,7 +273,8 @@ bool CopyAgentLink::CallOffLocked(uint32_t seq, uint64_t bytes) {
 CopyAgentLink::LateCopy CopyAgentLink::LateLocked(uint32_t seq, Op op, uint64_t dst, uint64_t bytes,
                                                   std::chrono::steady_clock::time_point sent) {
   LateCopy late{seq, op, dst, bytes, sent};
-  late.may_land = op == Op::kToDevice && !CallOffLocked(seq, bytes);
+  // Every op but a copy out writes GPU memory when it runs.
+  late.may_land = op != Op::kFromDevice && !CallOffLocked(seq, bytes);
   return late;
 }
 
@@ -312,7 +319,10 @@ bool CopyAgentLink::MirrorThenWrite(uint64_t dst, const uint8_t* bytes, uint64_t
 
 void CopyAgentLink::MirrorLocked(uint64_t dst, const uint8_t* bytes, uint64_t n) {
   SettleLateLocked();
-  if (!late_ || !late_->may_land) return;
+  // Only a copy from the staging area can carry newer bytes; the other
+  // kinds that may still land (a copy within the GPU, an atomic, both
+  // through the gate) read nothing the daemon can keep current.
+  if (!late_ || !late_->may_land || late_->op != Op::kToDevice) return;
   const uint64_t lo = std::max(dst, late_->dst);
   const uint64_t hi = std::min(dst + n, late_->dst + late_->bytes);
   if (lo >= hi) return;
@@ -353,9 +363,18 @@ absl::Status CopyAgentLink::FromDevice(uint64_t src, uint64_t n, const Sink& sin
   return absl::OkStatus();
 }
 
+bool CopyAgentLink::SameProcessAndDevice(const CopyAgentLink& other) const {
+  return pid_ > 0 && pid_ == other.pid_ && process_token_ != 0 &&
+         process_token_ == other.process_token_ && device_ != 0 && device_ == other.device_;
+}
+
 absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyAgentLink& dst,
                                     uint64_t dst_addr, uint64_t n) {
   if (&src == &dst) return src.WithinDevice(dst_addr, src_addr, n);
+  // One process: its addresses mean the same to both agents, so dst's
+  // reaches src's memory (one landing per piece when gated; a process
+  // that lied about its token or device can only fault its own kernel).
+  if (src.SameProcessAndDevice(dst)) return dst.WithinDevice(dst_addr, src_addr, n);
   // Both locks, always in address order: two workers copying A -> B and
   // B -> A at once would otherwise each hold one and wait for the other.
   CopyAgentLink* first = &src < &dst ? &src : &dst;
@@ -390,18 +409,80 @@ absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyA
   return absl::OkStatus();
 }
 
+bool CopyAgentLink::GatedLocked() const {
+  return Ref(channel()->gate.gated).load(std::memory_order_acquire) == 1;
+}
+
 absl::Status CopyAgentLink::WithinDevice(uint64_t dst, uint64_t src, uint64_t n) {
   absl::MutexLock lock(&mu_);
   const auto start = std::chrono::steady_clock::now();
+  // A gated agent lands each piece straight from src: one request, and a
+  // landing called off reads nothing (copy_agent_gate.h, kWithinDevice).
+  const bool direct = GatedLocked();
   for (uint64_t off = 0; off < n;) {
     const uint64_t len = std::min(n - off, staging_bytes_);
-    // Out to the staging area, then in from it: the bytes stay there.
-    if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) return s;
-    if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, nullptr); !s.ok()) return s;
+    if (direct) {
+      if (absl::Status s = RunLocked(Op::kWithinDevice, dst + off, src + off, len, nullptr);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      // Out to the staging area, then in from it: the bytes stay there.
+      if (absl::Status s = RunLocked(Op::kFromDevice, 0, src + off, len, nullptr); !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = RunLocked(Op::kToDevice, dst + off, 0, len, nullptr); !s.ok()) return s;
+    }
     off += len;
     MC_RETURN_IF_ERROR(PaceLocked(std::chrono::steady_clock::now() - start, off, n));
   }
   return absl::OkStatus();
+}
+
+CopyAgentLink::AtomicOutcome CopyAgentLink::FetchAdd(uint64_t word, bool masked, uint64_t add,
+                                                     uint32_t field_boundary) {
+  using Kind = AtomicOutcome::Kind;
+  absl::MutexLock lock(&mu_);
+  if (!GatedLocked()) {
+    return {Kind::kNotApplied, 0,
+            absl::FailedPreconditionError("the copy agent has no atomic kernel")};
+  }
+  // The answer's place, cleared with the request: a request that never ran
+  // leaves `applied` at 0, which no request number is.
+  const copy_agent::AtomicAnswer blank{};
+  uint32_t sent = 0;
+  absl::Status s =
+      RunLocked(masked ? Op::kMaskedFetchAdd32 : Op::kFetchAdd64, word, add, sizeof(blank),
+                reinterpret_cast<const uint8_t*>(&blank), field_boundary, &sent);
+  if (sent == 0) return {Kind::kNotApplied, 0, std::move(s)};  // never asked
+  Channel* c = channel();
+  if (late_ && late_->seq == sent && late_->may_land &&
+      Ref(c->done_seq).load(std::memory_order_acquire) != sent) {
+    // Taken, past the gate and not finished within the landing bound: it
+    // may still add, so nobody else may.
+    return {Kind::kUnknown, 0, std::move(s)};
+  }
+  // Answered, or called off with every block that passed the gate landed:
+  // the answer is final (the kernel writes it before `landed` and before
+  // the agent answers). No later request overwrites it meanwhile: the link
+  // ended or pauses until this one is answered.
+  auto* answer = reinterpret_cast<copy_agent::AtomicAnswer*>(staging());
+  if (!mapping_->resident(staging(), sizeof(*answer))) {
+    // The client punched the page out (a channel the daemon could not
+    // seal): the answer is gone, and with it whether the add ran.
+    return {Kind::kUnknown, 0,
+            EndLocked(absl::FailedPreconditionError(
+                "the page of an atomic's answer in the copy agent's channel is no longer in "
+                "memory"))};
+  }
+  if (Ref(answer->applied).load(std::memory_order_acquire) == sent) {
+    return {Kind::kApplied, Ref(answer->old).load(std::memory_order_relaxed), absl::OkStatus()};
+  }
+  if (s.ok()) {
+    s = absl::InternalError(
+        absl::StrCat("the copy agent of pid ", pid_, " answered an atomic its kernel did not run"));
+  }
+  return {Kind::kNotApplied, 0, std::move(s)};
 }
 
 }  // namespace mooncake::softnic

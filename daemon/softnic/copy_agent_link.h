@@ -107,19 +107,43 @@ class CopyAgentLink {
   // staging area. A sink that returns false stops the copy (Aborted).
   using Sink = std::function<bool(const uint8_t* piece, uint64_t offset, uint64_t length)>;
   absl::Status FromDevice(uint64_t src, uint64_t n, const Sink& sink);
-  // src -> dst, both addresses of the agent's process, through the staging
-  // area: two requests per piece. Never one device-to-device copy: a copy
-  // the agent is blocked on lands late (see the header comment), and one
-  // that read its source then could write bytes the engine cannot keep
-  // current; one from the staging area carries what MirrorIntoLateCopy
-  // put there.
+  // src -> dst, both addresses of the agent's process. A gated agent
+  // lands each piece straight from src (one request): its blocks read src
+  // only past the gate, so one called off reads and writes nothing. An
+  // ungated one goes through the staging area, two requests per piece,
+  // never a device-to-device copy: a plain copy the agent is blocked on
+  // lands late (see the header comment), and one that read its source then
+  // could write bytes the engine cannot keep current; one from the staging
+  // area carries what MirrorIntoLateCopy put there.
   absl::Status WithinDevice(uint64_t dst, uint64_t src, uint64_t n);
-  // `src`'s device bytes at src_addr -> `dst`'s at dst_addr, two processes'
-  // agents (one: WithinDevice): out through src's staging area, in through
-  // dst's, piece by piece, with both links locked (in address order, so
-  // two threads copying each way between the same two processes cannot
-  // wait for each other). Never a sink that takes the other link's lock
-  // inside FromDevice: that is the deadlock.
+  // The NIC's fetch-add on the agent's GPU word `word` (8 bytes; masked: a
+  // 4-byte masked fetch-add with `field_boundary`), run by the agent's
+  // kernel beside the process's kernels. An atomic cannot be undone or run
+  // twice, so the outcome says whether it ran:
+  //   kApplied     it ran; `old` is the word before the add;
+  //   kNotApplied  it did not and never will (no gated agent, not sent,
+  //                cancelled before the agent took it, called off at the
+  //                gate, or a CUDA error before it ran): the caller runs
+  //                it another way;
+  //   kUnknown     the kernel passed the gate and did not finish within
+  //                options.landing: it may still add, so the caller must
+  //                not (the WQE fails).
+  // `why`: the reason for the last two.
+  struct AtomicOutcome {
+    enum class Kind { kApplied, kNotApplied, kUnknown } kind;
+    uint64_t old = 0;
+    absl::Status why;
+  };
+  AtomicOutcome FetchAdd(uint64_t word, bool masked, uint64_t add, uint32_t field_boundary);
+  // `src`'s device bytes at src_addr -> `dst`'s at dst_addr, two links
+  // (one: WithinDevice). Two agents of one process on one GPU (the same
+  // pid, process token and device: two sessions of one process, as ranks
+  // sharing a GPU have): dst's agent copies within its process
+  // (WithinDevice on dst). Otherwise two processes: out through src's
+  // staging area, in through dst's, piece by piece, with both links locked
+  // (in address order, so two threads copying each way between the same
+  // two processes cannot wait for each other). Never a sink that takes the
+  // other link's lock inside FromDevice: that is the deadlock.
   static absl::Status Between(CopyAgentLink& src, uint64_t src_addr, CopyAgentLink& dst,
                               uint64_t dst_addr, uint64_t n) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
@@ -150,11 +174,16 @@ class CopyAgentLink {
  private:
   CopyAgentLink(std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
                 CopyAgentLinkOptions options);
-  // Sends one request and waits for its answer; `stage_in` (kToDevice):
-  // the bytes to put in the staging area first, or null when they are
-  // there already.
+  // Sends one request and waits for its answer; `stage_in` (kToDevice,
+  // an atomic's blank answer): the bytes to put in the staging area first,
+  // or null when they are there already. `sent`: the request's number once
+  // it went out, else 0.
   absl::Status RunLocked(copy_agent::Op op, uint64_t dst, uint64_t src, uint64_t bytes,
-                         const uint8_t* stage_in) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         const uint8_t* stage_in, uint32_t field_boundary = 0,
+                         uint32_t* sent = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the agent decides its writes to GPU memory at the gate (it
+  // loaded its kernels): only then does it get kWithinDevice and atomics.
+  bool GatedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the link for good, logging why once.
   absl::Status EndLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK while `spent` on this link's requests of a call that moved `moved`
@@ -167,6 +196,13 @@ class CopyAgentLink {
   const std::shared_ptr<SharedMapping> mapping_;
   const uint64_t staging_bytes_;
   const int32_t pid_;
+  // Read from the channel once, at Create (Between): the client's process
+  // token and its agent's device ordinal + 1 (0: not known).
+  uint64_t process_token_ = 0;
+  uint32_t device_ = 0;
+  // Whether `other` is an agent of the same process on the same GPU, so
+  // that either reaches the other's memory with a kernel.
+  bool SameProcessAndDevice(const CopyAgentLink& other) const;
   const CopyAgentLinkOptions options_;
   mutable absl::Mutex mu_;
   absl::Mutex mirror_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // MirrorThenWrite's steps, one at a time
@@ -186,10 +222,10 @@ class CopyAgentLink {
     uint64_t bytes = 0;
     // When the request went out (the log says how late it was).
     std::chrono::steady_clock::time_point sent;
-    // Whether it can still write GPU memory: a copy into it (kToDevice)
-    // the gate could not call off. False otherwise: it still holds the
-    // agent (the link stays paused until it is answered) but writes
-    // nothing the engine must mirror.
+    // Whether it can still write GPU memory: a request that writes it
+    // (all but kFromDevice) the gate could not call off. False otherwise:
+    // it still holds the agent (the link stays paused until it is
+    // answered) but writes nothing.
     bool may_land = true;
   };
   // Paused on a blocked CUDA call of the agent (stall): late_ is that

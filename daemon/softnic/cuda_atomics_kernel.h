@@ -1,7 +1,7 @@
 // softnic's atomics on GPU memory, shared by the host (engine.cc,
-// cuda_memory.cc) and the kernels in cuda_atomics_kernel.cu: the masked-add
-// rule of the mlx5 extended atomics, and the names and parameters of the
-// one-thread kernels mooncaked launches for a fetch-add on GPU memory.
+// cuda_memory.cc) and the kernels in cuda_atomics_kernel.cu: the names and
+// parameters of the one-thread kernels mooncaked launches for a fetch-add
+// on GPU memory, and the masked-add rule they follow.
 //
 // The kernels are compiled by nvcc into a fatbin (SASS for
 // MOONCAKE_CUDA_ARCHITECTURES plus PTX of the newest, so later GPUs JIT it),
@@ -16,21 +16,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MC_SOFTNIC_HD __host__ __device__
-#else
-#define MC_SOFTNIC_HD
-#endif
+#include "mooncake/common/masked_add.h"
 
 namespace mooncake::softnic {
 
-// A masked add: a carry out of a bit set in `boundary` is dropped, so each
-// field (ending at a set bit) wraps on its own. The boundary bits are left
-// out of the add (no carry can leave them) and put back as a sum bit.
-MC_SOFTNIC_HD inline uint32_t MaskedAdd(uint32_t value, uint32_t add, uint32_t boundary) {
-  const uint32_t low = (value & ~boundary) + (add & ~boundary);
-  return low ^ ((value ^ add) & boundary);
-}
+// The masked-add rule (mooncake/common/masked_add.h), by its old name here.
+using ::mooncake::MaskedAdd;
 
 namespace internal {
 

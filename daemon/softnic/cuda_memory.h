@@ -59,8 +59,10 @@
 // atomic about 19 us while the client's GPU is idle, but about 2.4 ms each
 // (one time slice) while a client kernel is resident and spinning, as a
 // kernel waiting for a CQE is. It completes, it is only slow: signals and
-// CQ polling that must be fast belong in host memory (memfd regions), or
-// the node runs MPS. The engine calls from its GPU workers, so that wait
+// CQ polling that must be fast belong in host memory (memfd regions), the
+// client runs a copy agent (copy_agent_link.h: its copies and atomics run
+// in its own context, and come here only when it cannot serve), or the
+// node runs MPS. The engine calls from its GPU workers, so that wait
 // holds up only the QP whose WQE it is (softnic/gpu_workers.h), and the
 // lanes keep two sessions' copies from waiting for each other.
 //

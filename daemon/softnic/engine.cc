@@ -880,7 +880,32 @@ ResponderResult Engine::RunResponder(const ByteSpan& target, const ResponderOp& 
   const uint64_t where = target.addr;
   if (target.kind == MemoryKind::kCuda) {
     // On the GPU's atomic units: the client's kernels (and peers over
-    // NVLink) update the same words.
+    // NVLink) update the same words. First by the owner's copy agent, in
+    // its own context beside its kernels (microseconds); the daemon's
+    // context waits for a time slice while a kernel spins (milliseconds).
+    if (target.agent != nullptr && target.agent->usable()) {
+      const CopyAgentLink::AtomicOutcome a =
+          target.agent->FetchAdd(target.agent_addr, width == 4, op.add, op.field_boundary);
+      using Kind = CopyAgentLink::AtomicOutcome::Kind;
+      if (a.kind == Kind::kApplied) {
+        result.fetched = a.old;
+        return result;
+      }
+      if (a.kind == Kind::kUnknown) {
+        // It may still add: adding here too could count it twice. The
+        // responder could not finish the operation, as a NIC reports it.
+        MC_LOG(kWarning, "softnic: a ", width,
+               "-byte atomic on GPU memory failed: its copy agent may still run it (",
+               a.why.message(), ")");
+        result.syndrome = mlx5::kSyndRemoteOpErr;
+        return result;
+      }
+      // It did not run and will not: the daemon's context runs it.
+    }
+    if (target.cuda == nullptr) {
+      result.syndrome = mlx5::kSyndRemoteAccessErr;
+      return result;
+    }
     CudaMemory& cuda = *target.cuda;
     if (width == 8) {
       absl::StatusOr<uint64_t> old = cuda.FetchAdd64(where, op.add);

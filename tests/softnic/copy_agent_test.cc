@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "copy_agent_fixtures.h"
 #include "fake_copy_agent_kernels.h"
 #include "fake_cuda_driver.h"
 #include "fake_gpu.h"
@@ -42,71 +43,12 @@
 namespace mooncake::softnic {
 namespace {
 
+// The fixtures, and the fakes' and mlx5's names they use.
+using namespace copy_agent_testing;  // NOLINT: the shared fixtures
+
 using namespace std::chrono_literals;
-using drivers::FakeCudaDriver;
-using drivers::FakeGpu;
-using test_util::ClientAllocation;
 using test_util::CqeOpcode;
 using test_util::CqeSyndrome;
-using test_util::FakeOptions;
-using test_util::FakeWithGpus;
-using test_util::kGran;
-using test_util::RawQp;
-namespace mlx5 = test_util::mlx5;
-using mlx5::Cqe64;
-using mlx5::Wqe64;
-
-constexpr PdId kPdA = 11;  // requesters
-constexpr PdId kPdB = 22;  // the responder
-constexpr uint8_t kUpd = mlx5::kCtrlCqUpdate;
-constexpr uint64_t kStaging = copy_agent::kMinStagingBytes;  // 64 KiB: big copies go in pieces
-
-uint8_t PatternByte(uint64_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 8)); }
-
-std::shared_ptr<FakeCudaDriver> ClientDriver() {
-  auto cu = std::make_shared<FakeCudaDriver>();
-  cu->addGpu(FakeGpu::Hopper(0));
-  cu->setGranularity(kGran);
-  EXPECT_EQ(cu->init(0), drivers::kCudaSuccess);
-  return cu;
-}
-
-drivers::CuContext PrimaryContext(FakeCudaDriver& cu) {
-  drivers::CuDevice dev = 0;
-  drivers::CuContext ctx = nullptr;
-  EXPECT_EQ(cu.deviceGet(&dev, 0), drivers::kCudaSuccess);
-  EXPECT_EQ(cu.devicePrimaryCtxRetain(&ctx, dev), drivers::kCudaSuccess);
-  return ctx;
-}
-
-// The daemon's mapping of a channel memfd `fd`, as RdmaResources::
-// AttachCopyAgent maps it.
-absl::StatusOr<std::shared_ptr<SharedMapping>> MapChannel(int fd, uint64_t staging = kStaging) {
-  return SharedMapping::FromPopulatedMemfd(fd, 0, copy_agent::kHeaderBytes + staging);
-}
-
-// A channel with no agent behind it: a serving header over anonymous
-// memory, which the test itself plays the agent in (or leaves silent).
-std::shared_ptr<SharedMapping> ChannelWithoutAgent() {
-  auto m = SharedMapping::Anonymous(copy_agent::kHeaderBytes + kStaging);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  auto* c = reinterpret_cast<copy_agent::Channel*>((*m)->data());
-  c->magic = copy_agent::kMagic;
-  c->version = copy_agent::kVersion;
-  c->state = static_cast<uint32_t>(copy_agent::State::kServing);
-  return *m;
-}
-
-// The daemon's side of `fd`.
-absl::StatusOr<std::shared_ptr<CopyAgentLink>> LinkTo(
-    int fd, uint64_t staging, int32_t pid, absl::Duration timeout = absl::Seconds(2),
-    absl::Duration stall = absl::Milliseconds(20)) {
-  auto mapping = MapChannel(fd, staging);
-  if (!mapping.ok()) return mapping.status();
-  return CopyAgentLink::Create(*mapping, staging, pid,
-                               CopyAgentLinkOptions{.timeout = timeout, .stall = stall});
-}
 
 // ---- the agent and the link --------------------------------------------------------
 
@@ -181,16 +123,17 @@ TEST(CopyAgentWarmUpTest, EachKindOfCopyRunsOnceAtCreation) {
 // two threads could each hold one link and wait for the other for good.
 TEST_F(CopyAgentLinkTest, TwoProcessesCopyingEachWayAtOnceNeverWaitForEachOther) {
   // Links that tolerate a loaded machine: an agent thread descheduled for
-  // 20 ms would pause a link, which is not what this test is about.
-  auto slow_ok = [](int fd) {
-    return LinkTo(fd, kStaging, ::getpid(), absl::Seconds(30), absl::Seconds(30));
+  // 20 ms would pause a link, which is not what this test is about. Two
+  // pids: as one process's, the destination's agent would copy alone.
+  auto slow_ok = [](int fd, int32_t pid) {
+    return LinkTo(fd, kStaging, pid, absl::Seconds(30), absl::Seconds(30));
   };
-  auto mine_link = slow_ok(agent_->fd());
+  auto mine_link = slow_ok(agent_->fd(), 1000);
   ASSERT_TRUE(mine_link.ok()) << mine_link.status();
   auto other_cu = ClientDriver();
   auto other_agent = CopyAgent::Create(other_cu, PrimaryContext(*other_cu), kStaging);
   ASSERT_TRUE(other_agent.ok()) << other_agent.status();
-  auto other_link = slow_ok((*other_agent)->fd());
+  auto other_link = slow_ok((*other_agent)->fd(), 2000);
   ASSERT_TRUE(other_link.ok()) << other_link.status();
   ClientAllocation mine(*cu_, kGran), theirs(*other_cu, kGran);
   constexpr uint64_t kBytes = kStaging / 2;
@@ -506,33 +449,6 @@ TEST(CopyAgentHeldTest, ACopyHeldBackLandsLastWithTheNewestBytes) {
 // ---- the gate: copies into GPU memory that can be called off after submission -----
 
 #if MC_CLIENT_HAVE_LANDING_KERNEL
-// An agent whose copies into GPU memory go through the landing kernel, and
-// its small requests to the resident kernel unless `resident` is false
-// (their host stand-ins on the fake driver: fake_copy_agent_kernels.h).
-std::unique_ptr<CopyAgent> GatedAgent(const std::shared_ptr<FakeCudaDriver>& cu,
-                                      bool resident = true) {
-  test_util::RegisterFakeCopyAgentKernels(*cu);
-  CopyAgentOptions options;
-  options.resident_max_bytes = resident ? kResidentMaxBytes : 0;
-  auto agent = CopyAgent::Create(cu, PrimaryContext(*cu), kStaging, options);
-  EXPECT_TRUE(agent.ok()) << agent.status();
-  if (!agent.ok()) return nullptr;
-  EXPECT_TRUE((*agent)->gated()) << "the warm-up landing failed";
-  EXPECT_EQ((*agent)->resident(), resident) << "the resident kernel's warm-up";
-  return *std::move(agent);
-}
-
-// How many requests `agent`'s resident kernel served, once that is `n` (or
-// 5 s passed): the agent counts a request only after the kernel's answer
-// reached the daemon.
-uint64_t ServedByResident(const CopyAgent& agent, uint64_t n) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (agent.served_by_resident() < n && std::chrono::steady_clock::now() < until) {
-    std::this_thread::yield();
-  }
-  return agent.served_by_resident();
-}
-
 // A gated agent of this process and the daemon's link to it; each request
 // through the resident kernel (GetParam() true) or a landing kernel each.
 class CopyAgentGateTest : public ::testing::TestWithParam<bool> {
@@ -557,17 +473,6 @@ class CopyAgentGateTest : public ::testing::TestWithParam<bool> {
   std::shared_ptr<CopyAgentLink> link_;
 };
 
-// Waits until the link serves again (the agent answered the request it
-// was blocked in).
-bool ServesAgain(CopyAgentLink& link) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!link.usable()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
-
 TEST_P(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
   std::vector<uint8_t> src(3 * kStaging + 17);
   ClientAllocation gpu(*cu_, (src.size() + 8 + kGran - 1) / kGran * kGran);
@@ -586,7 +491,8 @@ TEST_P(CopyAgentGateTest, LandingsMoveBytesOfEverySizeAndAlignment) {
     EXPECT_EQ(ServedByResident(*agent_, 9), 9u);
   } else {
     EXPECT_EQ(agent_->served_by_resident(), 0u);
-    EXPECT_EQ(cu_->calls("launchKernel"), 1 + 9) << "the warm-up's and one per piece";
+    EXPECT_EQ(cu_->calls("launchKernel"), 2 + 9)
+        << "the warm-up's (a landing and an atomic) and one per piece";
   }
 }
 
@@ -817,50 +723,6 @@ TEST(CopyAgentGateLinkTest, TheSequenceSkipsTheNumberTheGateHolds) {
 
 // ---- the engine through agents ---------------------------------------------------
 
-class AgentEngineTest : public test_util::GpuEngineFixture {
- protected:
-  void SetUp() override {
-    client_cu_ = ClientDriver();
-    ctx_ = PrimaryContext(*client_cu_);
-    cu_ = FakeWithGpus(1);
-    cuda_ = CudaMemory::Create(FakeOptions(cu_));
-    StartEngine();
-  }
-
-  // An agent for `pd`, as if its session's process were `pid`.
-  // `stall`: the link's bound on a busy agent (a kernel on the fake runs on
-  // a thread of its own, which a loaded machine may not schedule for tens
-  // of milliseconds).
-  std::unique_ptr<CopyAgent> Attach(PdId pd, int32_t pid,
-                                    absl::Duration stall = absl::Milliseconds(20)) {
-    auto agent = CopyAgent::Create(client_cu_, ctx_, kStaging);
-    EXPECT_TRUE(agent.ok()) << agent.status();
-    if (!agent.ok()) return nullptr;
-    auto link =
-        LinkTo((*agent)->fd(), kStaging, pid, std::max(absl::Milliseconds(200), 2 * stall), stall);
-    EXPECT_TRUE(link.ok()) << link.status();
-    if (!link.ok()) return nullptr;
-    EXPECT_TRUE(engine_.AttachCopyAgent(pd, *link).ok());
-    return *std::move(agent);
-  }
-  Cqe64 RunOne(RawQp& qp, const Wqe64& w) {
-    qp.Write(w);
-    qp.Ring();
-    Cqe64 c{};
-    EXPECT_TRUE(qp.Next(&c)) << "no CQE";
-    return c;
-  }
-  // Copies the daemon's own CUDA context ran.
-  int DaemonCopies() const {
-    return cu_->calls("memcpyHtoD") + cu_->calls("memcpyDtoH") + cu_->calls("memcpyDtoD") +
-           cu_->calls("memcpy");
-  }
-
-  std::shared_ptr<FakeCudaDriver> client_cu_;
-  drivers::CuContext ctx_ = nullptr;
-  std::shared_ptr<FakeCudaDriver> cu_;  // the daemon's
-};
-
 TEST_F(AgentEngineTest, HostToGpuAndInlineSignalsGoThroughTheOwnersAgent) {
   ClientAllocation dst(*client_cu_, kGran);
   // Registered before the agent attaches: it still takes the region.
@@ -920,9 +782,12 @@ TEST_F(AgentEngineTest, GpuToGpuInOneProcessIsOneCopyAndAcrossProcessesGoesThrou
   EXPECT_EQ(DaemonCopies(), 0);
 }
 
-// Two sessions of one process: out through one agent's staging area, in
-// through the other's; never device to device (CopyAgentLink::WithinDevice).
-TEST_F(AgentEngineTest, TwoSessionsOfOneProcessGoThroughTheirStagingAreas) {
+// Two sessions of one process on one GPU (ranks sharing a GPU, as the GPU
+// suite runs them): the destination's agent runs the whole copy, out to its
+// staging area and in again, never device to device, as these agents have
+// no kernels (CopyAgentLink::WithinDevice; a gated one lands it straight:
+// copy_agent_ops_test.cc). Another pid goes through both agents (above).
+TEST_F(AgentEngineTest, TwoSessionsOfOneProcessOnOneGpuCopyThroughTheDestinationsAgent) {
   ClientAllocation a(*client_cu_, kGran), b(*client_cu_, kGran);
   auto agent_a = Attach(kPdA, 1000), agent_b = Attach(kPdB, 1000);
   const uint32_t a_key = GpuRegion(kPdA, a, 0);
@@ -934,8 +799,8 @@ TEST_F(AgentEngineTest, TwoSessionsOfOneProcessGoThroughTheirStagingAreas) {
   mlx5::build_rdma_write(&w, 0, qp->qpn(), kUpd, b.va(), b_key, a.va() + 1, a_key, 5000);
   EXPECT_EQ(CqeOpcode(RunOne(*qp, w)), mlx5::kCqeReq);
   EXPECT_EQ(std::memcmp(b.data(), a.data() + 1, 5000), 0);
-  EXPECT_EQ(agent_a->copies(), 1u);
-  EXPECT_EQ(agent_b->copies(), 1u);
+  EXPECT_EQ(agent_a->copies(), 0u);
+  EXPECT_EQ(agent_b->copies(), 2u);
   EXPECT_EQ(client_cu_->calls("memcpy"), 0) << "no device-to-device copy";
   EXPECT_EQ(DaemonCopies(), 0);
 }

@@ -4,7 +4,9 @@
 // - the landing: each "block" takes its half of the gate's handshake
 //   (mooncake/common/copy_agent_gate.h) when the launch runs (at once, or
 //   when the fake's hold ends), then copies its slice from the staging area
-//   or writes nothing;
+//   (or the process's own memory) or writes nothing;
+// - the atomic: the same handshake, then the add on the word (the fake's
+//   "GPU memory" is host memory) and its answer, or no add;
 // - the resident kernel: polls the handed-over request number and the stop
 //   word, and serves each request both ways as the real one does (the gate
 //   for copies into GPU memory), answering in the channel; it returns by
@@ -24,6 +26,7 @@
 
 #include "fake_cuda_driver.h"
 #include "mooncake/common/copy_agent_gate.h"
+#include "mooncake/common/masked_add.h"
 
 namespace mooncake::softnic::test_util {
 
@@ -75,6 +78,35 @@ inline void RegisterFakeCopyAgentKernels(drivers::FakeCudaDriver& cu,
         }
         At(gate->landed[b]).store(seq, std::memory_order_release);
       }
+    });
+  });
+  cu.registerKernel(copy_agent::kAtomicKernel, [](unsigned, unsigned, void** args) {
+    const uint64_t word = *static_cast<uint64_t*>(args[0]);
+    const uint64_t add = *static_cast<uint64_t*>(args[1]);
+    const uint32_t boundary = *static_cast<uint32_t*>(args[2]);
+    const auto op = static_cast<copy_agent::Op>(*static_cast<uint32_t*>(args[3]));
+    auto* answer = reinterpret_cast<copy_agent::AtomicAnswer*>(*static_cast<uint64_t*>(args[4]));
+    auto* gate = reinterpret_cast<copy_agent::Gate*>(*static_cast<uint64_t*>(args[5]));
+    const uint32_t seq = *static_cast<uint32_t*>(args[6]);
+    return drivers::FakeCudaDriver::FakeKernelBody([=] {
+      uint64_t old = 0;
+      uint32_t applied = 0;
+      if (PassGate(gate, 0, seq)) {
+        if (op == copy_agent::Op::kFetchAdd64) {
+          old = At(*reinterpret_cast<uint64_t*>(word)).fetch_add(add);
+        } else {
+          auto w = At(*reinterpret_cast<uint32_t*>(word));
+          uint32_t expected = w.load();
+          while (!w.compare_exchange_weak(
+              expected, MaskedAdd(expected, static_cast<uint32_t>(add), boundary))) {
+          }
+          old = expected;
+        }
+        applied = seq;
+      }
+      At(answer->old).store(old, std::memory_order_relaxed);
+      At(answer->applied).store(applied, std::memory_order_relaxed);
+      At(gate->landed[0]).store(seq, std::memory_order_release);
     });
   });
   cu.registerKernel(copy_agent::kServeKernel, [&cu, bounds](unsigned, unsigned, void** args) {

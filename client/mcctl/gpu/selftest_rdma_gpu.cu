@@ -385,8 +385,10 @@ SelftestReport RunPlacement(const std::string& socket, const std::string& nic, i
             absl::StrCat(step.detail,
                          "; softnic ran it in mooncaked's CUDA context, which waits for a GPU "
                          "time slice while a kernel spins (",
-                         agents ? "atomics on GPU words go there even with copy agents"
-                                : "MOONCAKE_COPY_AGENT=0 or no agent: writes go there too",
+                         agents ? "the copy agent did not serve this step: paused on a "
+                                  "blocked CUDA call, or running without its kernels (the "
+                                  "client's log says which)"
+                                : "MOONCAKE_COPY_AGENT=0 or no agent: writes and atomics go there",
                          "; docs/rdma.md, the copy agent): a NIC takes microseconds");
       }
     }

@@ -30,11 +30,14 @@
 // FUTEX_WAITs on it (a shared futex: both processes map the page).
 //
 // Trust: the daemon reads only done_seq, result, state, busy_since_ns,
-// phase, claim and the gate's words from this memory, never a pointer, a length or an
+// phase, claim, the gate's words and an atomic's answer (its old value and
+// whether it ran) from this memory, never a pointer, a length or an
 // offset: requests are its own, bounded by the staging size it was told in
 // the RPC and checked against its own mapping. Its one compare-and-swap
 // (claim) is bounded too. An agent can only hurt its own process: it
-// copies between its own memory and the staging area.
+// copies between its own memory and the staging area, and the atomics it
+// answers are on its own words (a false old value tells a peer no more
+// than the process could by writing the word).
 #pragma once
 
 #include <atomic>
@@ -48,7 +51,7 @@
 namespace mooncake::copy_agent {
 
 inline constexpr uint32_t kMagic = 0x4143434d;  // "MCCA", little-endian
-inline constexpr uint32_t kVersion = 3;         // 3: the gate
+inline constexpr uint32_t kVersion = 4;         // 3: the gate; 4: within and atomics
 inline constexpr uint64_t kHeaderBytes = 4096;  // the staging area starts here
 inline constexpr uint64_t kMinStagingBytes = uint64_t{64} << 10;
 inline constexpr uint64_t kMaxStagingBytes = uint64_t{16} << 20;
@@ -85,11 +88,15 @@ enum class State : uint32_t {
 };
 
 struct Channel {
-  // Written by the client before attaching; never read back by the daemon
-  // for anything but a sanity check of magic and version.
+  // Written by the client before attaching; read by the daemon once, when
+  // it attaches: a sanity check of magic and version, and the token.
   alignas(64) uint32_t magic;
   uint32_t version;
   uint64_t staging_bytes;
+  // Random, the same in every channel of one client process, read by the
+  // daemon once (with `device` below): two channels of the same pid and
+  // token are one process's, whose agents reach each other's memory.
+  uint64_t process_token;
   // Daemon -> agent.
   alignas(64) Request request;
   alignas(64) uint32_t request_seq;  // the futex word
@@ -105,7 +112,13 @@ struct Channel {
   alignas(64) uint32_t done_seq;
   int32_t result;  // 0: done; else the CUDA error of the copy
   uint32_t state;  // State
-  uint32_t reserved;
+  // Written by the client before attaching, read by the daemon once: the
+  // CUDA device ordinal of the agent's context, plus 1 (0: not known).
+  // Two agents of one process (pid and process_token) on one device may
+  // land each other's copies straight from the source
+  // (CopyAgentLink::Between); a false value can only make this process's
+  // own kernel fault.
+  uint32_t device;
   // CLOCK_MONOTONIC ns when the agent entered the CUDA calls of the
   // current request; 0 between requests. A CUDA call blocks while another
   // thread of the process synchronizes the context (cudaDeviceSynchronize),

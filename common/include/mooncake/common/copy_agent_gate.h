@@ -50,24 +50,57 @@ namespace mooncake::copy_agent {
 inline constexpr uint32_t kMaxLandingBlocks = 64;
 inline constexpr uint32_t kLandingThreads = 256;
 inline constexpr uint64_t kLandingBytesPerBlock = uint64_t{16} << 10;
-// The kernel's name in the agent's embedded module.
+// The kernels' names in the agent's embedded module.
 inline constexpr const char* kLandingKernel = "mc_copy_agent_land";
+// mc_copy_agent_atomic(uint64_t word, uint64_t add, uint32_t field_boundary,
+//                      uint32_t op, AtomicAnswer* answer, Gate* gate,
+//                      uint32_t seq): one block of one thread, block 0 of
+// the gate.
+inline constexpr const char* kAtomicKernel = "mc_copy_agent_atomic";
 
 // What the agent does for a request. Addresses are the agent process's own
 // (CUDA unified addressing); staging offsets are from the staging area.
+// Every op that writes GPU memory (all but kFromDevice) is decided at the
+// gate when the agent has its kernels (Gate::gated), so the daemon can
+// call it off after submission; kWithinDevice and the atomics the daemon
+// sends only then.
 enum class Op : uint32_t {
   kNone = 0,
   kToDevice = 1,    // staging[staging_offset, +bytes) -> dst
   kFromDevice = 2,  // src -> staging[staging_offset, +bytes)
+  // src -> dst, both GPU memory of the process, by the landing kernel
+  // straight from src: one request where the staging area would take two
+  // (the blocks read src only once past the gate, so a landing called off
+  // reads and writes nothing).
+  kWithinDevice = 3,
+  // The NIC's atomics on a GPU word (dst) of the process, on the GPU's own
+  // atomic units: atomic against the process's kernels and NVLink peers.
+  // src: the value to add; field_boundary: the masked add's. The answer
+  // (AtomicAnswer) goes to staging[staging_offset, +bytes); bytes is its
+  // size.
+  kFetchAdd64 = 4,
+  kMaskedFetchAdd32 = 5,
 };
 
 struct alignas(64) Request {
-  uint32_t op = 0;  // Op
-  uint32_t reserved = 0;
+  uint32_t op = 0;              // Op
+  uint32_t field_boundary = 0;  // kMaskedFetchAdd32's
   uint64_t dst = 0;
   uint64_t src = 0;
   uint64_t bytes = 0;
   uint64_t staging_offset = 0;
+};
+
+// What the atomic kernel leaves in the staging area: the word's value
+// before the add, and whether it ran the add (`applied` == the request's
+// number) or saw the daemon's cancel first (anything else). The daemon
+// reads it once the agent answered, or once the kernel's block landed
+// after a call-off: an atomic cannot be undone, so the daemon runs it
+// itself only where this says it did not run, and never twice.
+struct AtomicAnswer {
+  uint64_t old = 0;
+  uint32_t applied = 0;
+  uint32_t reserved = 0;
 };
 
 struct Gate {

@@ -675,14 +675,20 @@ void CopyAgentSeeds() {
                      AStep(kWrite, 3 + 20 * 3, 10'000'000)}) +
             none + DStep(0, 0, 0, 0x1000, 0, 16) + DStep(4, 0, 0, 0x1000, 0, 8) +
             DStep(5, 0, 0, 0x1008, 0, 8) + DStep(6, 0, 0, 0x1000, 0, 16));
-  // Atomics: served, then one whose kernel passes the gate and never
-  // lands (the outcome is unknown), then a within copy on the paused link.
-  Write(t, "atomics_served_then_unknown",
+  // Atomics: one answered without running (no answer written), then one
+  // whose kernel passes the gate and never lands (the outcome is unknown),
+  // then a within copy on the paused link.
+  Write(t, "atomics_not_run_then_unknown",
         head(4) +
             AScript({AStep(kWait, 0), AStep(kServe, 0), AStep(kWait, 0), AStep(kPassGate, 1, 1),
                      AStep(kWrite, 3 + 20 * 3, 10'000'000)}) +
             none + DStep(9, 0, 0, 0x1000, 6, 0) + DStep(9, 0, 0, 0x1008, 7, 0x8000) +
             DStep(2, 0, 0, 0x2000, 0x1000, 64) + DStep(6, 0, 0, 0x1000, 0, 8));
+  // Both channels of one process and context: Between lands through B's
+  // agent alone, each way, gated and not.
+  Write(t, "one_process_between",
+        head(1 | 2 | 4 | 16) + none + none + DStep(3, 0, 0, 0x1000, 0x2000, 4096) +
+            DStep(3, 1, 1, 0x2000, 0x1000, 100) + DStep(6, 0, 0, 0, 0, 0));
   Write(t, "closes_mid_request",
         head(0) + AScript({AStep(kWait, 0), AStep(kClose, 0)}) + none +
             DStep(0, 0, 0, 0x1000, 0, 64) + DStep(3, 1, 0, 0, 0, 64));

@@ -92,11 +92,9 @@ absl::StatusOr<std::unique_ptr<CopyAgent>> CopyAgent::Create(
       new CopyAgent(std::move(driver), ctx, std::move(m.fd), m.data, staging_bytes, options));
   drivers::CudaDriver& cu = *agent->driver_;
   MC_RETURN_IF_ERROR(drivers::CuStatus(cu, cu.ctxSetCurrent(ctx), "cuCtxSetCurrent (copy agent)"));
-  // Which GPU: the daemon lands copies between two agents of this process
-  // straight from the source only when both run on the same one.
-  if (drivers::CuDevice dev = 0; cu.ctxGetDevice(&dev) == drivers::kCudaSuccess && dev >= 0) {
-    c->device = static_cast<uint32_t>(dev) + 1;
-  }
+  // Which context: the daemon lands copies between two agents of this
+  // process straight from the source only when both run in the same one.
+  c->context = reinterpret_cast<uintptr_t>(ctx);
   // CU_STREAM_NON_BLOCKING: no implicit wait on the legacy default stream,
   // where the application's kernels may spin.
   MC_RETURN_IF_ERROR(

@@ -58,7 +58,7 @@ absl::StatusOr<std::shared_ptr<CopyAgentLink>> CopyAgentLink::Create(
     link->seq_ = Ref(c->request_seq).load(std::memory_order_relaxed);
   }
   link->process_token_ = Ref(c->process_token).load(std::memory_order_relaxed);
-  link->device_ = Ref(c->device).load(std::memory_order_relaxed);
+  link->context_ = Ref(c->context).load(std::memory_order_relaxed);
   return link;
 }
 
@@ -106,8 +106,10 @@ absl::Status CopyAgentLink::PaceLocked(std::chrono::nanoseconds spent, uint64_t 
 
 absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_t bytes,
                                       const uint8_t* stage_in, uint32_t field_boundary,
-                                      uint32_t* sent) {
-  if (sent != nullptr) *sent = 0;
+                                      Sent* sent) {
+  Sent ignored;
+  if (sent == nullptr) sent = &ignored;
+  *sent = Sent{};
   if (ended_) return absl::FailedPreconditionError("the copy agent link has ended");
   if (paused_) {
     SettleLateLocked();
@@ -140,7 +142,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   uint32_t seq = ++seq_;
   while (seq == 0 || seq == called_off_seq_) seq = ++seq_;
   Ref(c->request_seq).store(seq, std::memory_order_release);
-  if (sent != nullptr) *sent = seq;
+  sent->seq = seq;
   // The agent sets agent_sleeping, then re-reads request_seq before it
   // sleeps; this side stores request_seq, then reads agent_sleeping. With a
   // full fence on both sides one of them sees the other.
@@ -160,6 +162,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
     if (copy_agent::Settle(*c, seq, seq | copy_agent::kCancelled) !=
         (seq | copy_agent::kCancelled)) {
       late_ = LateLocked(seq, op, dst, bytes, start);
+      sent->may_still_land = late_->may_land;
     }
     return EndLocked(std::move(why));
   };
@@ -167,6 +170,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   // until that call returns and the request is answered (RunLocked).
   const auto stalled = [&](absl::Status why) {
     late_ = LateLocked(seq, op, dst, bytes, start);
+    sent->may_still_land = late_->may_land;
     if (!paused_) {
       paused_ = true;
       ++pauses_;
@@ -229,8 +233,20 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
   }
   const int32_t result = Ref(c->result).load(std::memory_order_relaxed);
   if (result != 0) {
-    return absl::InternalError(absl::StrCat("the copy agent of pid ", pid_, " failed a ", bytes,
-                                            "-byte copy with CUDA error ", result));
+    absl::Status failed =
+        absl::InternalError(absl::StrCat("the copy agent of pid ", pid_, " failed a ", bytes,
+                                         "-byte request with CUDA error ", result));
+    // The agent answers as soon as a CUDA call fails, but a kernel it
+    // queued before the failure may still run: the caller is about to
+    // redo the request (a copy, an atomic), so it is called off at the
+    // gate first. One that passed the gate and does not finish may still
+    // write: the agent is not asked again.
+    if (op != Op::kFromDevice && GatedLocked() && !CallOffLocked(seq, bytes)) {
+      sent->may_still_land = true;
+      return EndLocked(absl::InternalError(
+          absl::StrCat(failed.message(), ", and its kernel passed the gate without finishing")));
+    }
+    return failed;
   }
   ++done_;
   round_trip_ns_ += static_cast<uint64_t>(
@@ -363,18 +379,19 @@ absl::Status CopyAgentLink::FromDevice(uint64_t src, uint64_t n, const Sink& sin
   return absl::OkStatus();
 }
 
-bool CopyAgentLink::SameProcessAndDevice(const CopyAgentLink& other) const {
+bool CopyAgentLink::SameProcessAndContext(const CopyAgentLink& other) const {
   return pid_ > 0 && pid_ == other.pid_ && process_token_ != 0 &&
-         process_token_ == other.process_token_ && device_ != 0 && device_ == other.device_;
+         process_token_ == other.process_token_ && context_ != 0 && context_ == other.context_;
 }
 
 absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyAgentLink& dst,
                                     uint64_t dst_addr, uint64_t n) {
   if (&src == &dst) return src.WithinDevice(dst_addr, src_addr, n);
-  // One process: its addresses mean the same to both agents, so dst's
-  // reaches src's memory (one landing per piece when gated; a process
-  // that lied about its token or device can only fault its own kernel).
-  if (src.SameProcessAndDevice(dst)) return dst.WithinDevice(dst_addr, src_addr, n);
+  // One process, one context: its addresses mean the same to both agents,
+  // so dst's reaches src's memory (one landing per piece when gated). Only
+  // the process itself can make two channels match (the token is random
+  // and its own), and a false context can only fault its own kernel.
+  if (src.SameProcessAndContext(dst)) return dst.WithinDevice(dst_addr, src_addr, n);
   // Both locks, always in address order: two workers copying A -> B and
   // B -> A at once would otherwise each hold one and wait for the other.
   CopyAgentLink* first = &src < &dst ? &src : &dst;
@@ -410,7 +427,11 @@ absl::Status CopyAgentLink::Between(CopyAgentLink& src, uint64_t src_addr, CopyA
 }
 
 bool CopyAgentLink::GatedLocked() const {
-  return Ref(channel()->gate.gated).load(std::memory_order_acquire) == 1;
+  // The header page is looked at first: on a channel the daemon could not
+  // seal, a page the client punched out is not faulted in on the daemon's
+  // account (RunLocked then ends the link).
+  return mapping_->resident(mapping_->data(), copy_agent::kHeaderBytes) &&
+         Ref(channel()->gate.gated).load(std::memory_order_acquire) == 1;
 }
 
 absl::Status CopyAgentLink::WithinDevice(uint64_t dst, uint64_t src, uint64_t n) {
@@ -450,22 +471,23 @@ CopyAgentLink::AtomicOutcome CopyAgentLink::FetchAdd(uint64_t word, bool masked,
   // The answer's place, cleared with the request: a request that never ran
   // leaves `applied` at 0, which no request number is.
   const copy_agent::AtomicAnswer blank{};
-  uint32_t sent = 0;
+  Sent sent;
   absl::Status s =
       RunLocked(masked ? Op::kMaskedFetchAdd32 : Op::kFetchAdd64, word, add, sizeof(blank),
                 reinterpret_cast<const uint8_t*>(&blank), field_boundary, &sent);
-  if (sent == 0) return {Kind::kNotApplied, 0, std::move(s)};  // never asked
+  if (sent.seq == 0) return {Kind::kNotApplied, 0, std::move(s)};  // never asked
   Channel* c = channel();
-  if (late_ && late_->seq == sent && late_->may_land &&
-      Ref(c->done_seq).load(std::memory_order_acquire) != sent) {
-    // Taken, past the gate and not finished within the landing bound: it
-    // may still add, so nobody else may.
+  if (sent.may_still_land && !(Ref(c->done_seq).load(std::memory_order_acquire) == sent.seq &&
+                               Ref(c->result).load(std::memory_order_relaxed) == 0)) {
+    // Past the gate and not finished within the landing bound (nor
+    // answered as done since): it may still add, so nobody else may.
     return {Kind::kUnknown, 0, std::move(s)};
   }
   // Answered, or called off with every block that passed the gate landed:
-  // the answer is final (the kernel writes it before `landed` and before
-  // the agent answers). No later request overwrites it meanwhile: the link
-  // ended or pauses until this one is answered.
+  // the answer is final (the kernel writes it before `landed`, and the
+  // agent answers done only once its stream ran it). No later request
+  // overwrites it meanwhile: the link ended or pauses until this one is
+  // answered.
   auto* answer = reinterpret_cast<copy_agent::AtomicAnswer*>(staging());
   if (!mapping_->resident(staging(), sizeof(*answer))) {
     // The client punched the page out (a channel the daemon could not
@@ -475,7 +497,7 @@ CopyAgentLink::AtomicOutcome CopyAgentLink::FetchAdd(uint64_t word, bool masked,
                 "the page of an atomic's answer in the copy agent's channel is no longer in "
                 "memory"))};
   }
-  if (Ref(answer->applied).load(std::memory_order_acquire) == sent) {
+  if (Ref(answer->applied).load(std::memory_order_acquire) == sent.seq) {
     return {Kind::kApplied, Ref(answer->old).load(std::memory_order_relaxed), absl::OkStatus()};
   }
   if (s.ok()) {

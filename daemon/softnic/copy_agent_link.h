@@ -31,8 +31,9 @@
 // Thread-safety: calls are serialized by an internal mutex (the engine
 // calls from its GPU workers, softnic/gpu_workers.h, without its own lock:
 // a link that stalls holds up only the WQEs that need it). A copy between
-// two links takes both (Between), in address order; no call takes another
-// link's lock while holding its own otherwise.
+// two processes' links takes both (Between), in address order; one within
+// a process takes the destination's alone; no call takes another link's
+// lock while holding its own otherwise.
 #pragma once
 
 #include <chrono>
@@ -136,10 +137,11 @@ class CopyAgentLink {
   };
   AtomicOutcome FetchAdd(uint64_t word, bool masked, uint64_t add, uint32_t field_boundary);
   // `src`'s device bytes at src_addr -> `dst`'s at dst_addr, two links
-  // (one: WithinDevice). Two agents of one process on one GPU (the same
-  // pid, process token and device: two sessions of one process, as ranks
-  // sharing a GPU have): dst's agent copies within its process
-  // (WithinDevice on dst). Otherwise two processes: out through src's
+  // (one: WithinDevice). Two agents of one process in one CUDA context
+  // (the same pid, process token and context: two sessions of one
+  // process, as ranks sharing a GPU have): dst's agent copies within its
+  // process (WithinDevice on dst, dst's lock alone). Otherwise two
+  // processes: out through src's
   // staging area, in through dst's, piece by piece, with both links locked
   // (in address order, so two threads copying each way between the same
   // two processes cannot wait for each other). Never a sink that takes the
@@ -174,13 +176,22 @@ class CopyAgentLink {
  private:
   CopyAgentLink(std::shared_ptr<SharedMapping> mapping, uint64_t staging_bytes, int32_t pid,
                 CopyAgentLinkOptions options);
+  // What became of a request RunLocked sent: its number (0: it never went
+  // out), and whether it may still write GPU memory: its kernel passed the
+  // gate and did not finish within options.landing, after the link gave
+  // up on it or after the agent answered it with a CUDA error.
+  struct Sent {
+    uint32_t seq = 0;
+    bool may_still_land = false;
+  };
   // Sends one request and waits for its answer; `stage_in` (kToDevice,
   // an atomic's blank answer): the bytes to put in the staging area first,
-  // or null when they are there already. `sent`: the request's number once
-  // it went out, else 0.
+  // or null when they are there already. A request of a gated agent that
+  // writes GPU memory and is answered with a CUDA error is called off at
+  // the gate before this returns: the caller redoes it.
   absl::Status RunLocked(copy_agent::Op op, uint64_t dst, uint64_t src, uint64_t bytes,
-                         const uint8_t* stage_in, uint32_t field_boundary = 0,
-                         uint32_t* sent = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                         const uint8_t* stage_in, uint32_t field_boundary = 0, Sent* sent = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the agent decides its writes to GPU memory at the gate (it
   // loaded its kernels): only then does it get kWithinDevice and atomics.
   bool GatedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -197,12 +208,12 @@ class CopyAgentLink {
   const uint64_t staging_bytes_;
   const int32_t pid_;
   // Read from the channel once, at Create (Between): the client's process
-  // token and its agent's device ordinal + 1 (0: not known).
+  // token and its agent's CUDA context (0: not known).
   uint64_t process_token_ = 0;
-  uint32_t device_ = 0;
-  // Whether `other` is an agent of the same process on the same GPU, so
-  // that either reaches the other's memory with a kernel.
-  bool SameProcessAndDevice(const CopyAgentLink& other) const;
+  uint64_t context_ = 0;
+  // Whether `other` is an agent of the same process in the same CUDA
+  // context, so that either reaches the other's memory with a kernel.
+  bool SameProcessAndContext(const CopyAgentLink& other) const;
   const CopyAgentLinkOptions options_;
   mutable absl::Mutex mu_;
   absl::Mutex mirror_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // MirrorThenWrite's steps, one at a time

@@ -123,10 +123,13 @@ uint8_t* HostPtr(uint64_t addr) { return reinterpret_cast<uint8_t*>(static_cast<
 // (copy_agent_link.h): true when they moved the bytes, false when the
 // engine must copy itself (no usable agent on a GPU side, an agent on only
 // one of two GPU sides, or an agent that failed the copy; the engine's own
-// copy then redoes it whole). GPU to GPU goes out through the source's
-// staging area and in through the destination's (one area when both are
-// one session's), piece by piece, never device to device (WithinDevice
-// says why).
+// copy then redoes it whole, once the agent called off what it queued).
+// GPU to GPU within one process and CUDA context is the destination
+// agent's alone: one landing straight from the source per piece when it
+// has its kernels, else out and in through its staging area; between two
+// processes it goes out through the source's staging area and in through
+// the destination's, piece by piece (CopyAgentLink::Between,
+// WithinDevice).
 bool CopyThroughAgents(const ByteSpan& dst, const ByteSpan& src) {
   const auto usable = [](const ByteSpan& b) {
     return b.kind == MemoryKind::kCuda && b.agent != nullptr && b.agent->usable();

@@ -23,9 +23,11 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "mooncake/common/populate.h"
+#include "mooncake/device/mlx5/prm.h"
 #include "rdma/mlx5/devx_ifc.h"
 #include "rdma/rdma_resources.h"
 #include "server/rdma_service.h"
@@ -531,6 +533,56 @@ TEST_F(Mlx5FakeTest, QpsListTheClientsRingCountersNotCompletions) {
   EXPECT_EQ(rows[q[1]].info.wqes_done, 0u);  // a NIC's completions are not seen
   ASSERT_TRUE(rdma_->DestroyQueuePairs(a, {q[1]}).ok());
   EXPECT_EQ(provider_->ListRingCounters().size(), 1u);
+}
+
+// A NIC's error CQE in a QP's ring (the client's control memory; the
+// daemon never polls it): the listing shows the QP in ERROR with the
+// cause's syndrome (mcctl qps names it with its hint), a ring of flushes
+// alone says flushed, and the daemon logs each failure once: when first
+// listed, or when a failed QP is destroyed unlisted.
+TEST_F(Mlx5FakeTest, ANicsErrorCqeIsListedAndLoggedOnce) {
+  Make();
+  SessionInfo a = Open(1000, 1);
+  uint8_t* view = nullptr;
+  std::vector<uint32_t> q = Qps(a, 3, &view);
+  ASSERT_EQ(q.size(), 3u);
+  namespace prm = ::mooncake::device::mlx5;
+  const auto put_cqe = [&](size_t qp, uint32_t index, uint8_t syndrome) {
+    uint8_t* cqe = view + Layout(3 * 4096 * qp).cq_offset + index * prm::kCqeBytes;
+    cqe[prm::kCqeSyndromeByte] = syndrome;
+    cqe[prm::kCqeBytes - 1] = static_cast<uint8_t>(prm::kCqeReqErr << 4);
+  };
+  // QP 1: the retry budget ran out on its third WQE, the fourth was
+  // flushed. QP 2: flushes only.
+  put_cqe(1, 3, prm::kSyndWrFlushErr);
+  put_cqe(1, 2, prm::kSyndTransportRetryExcErr);
+  put_cqe(2, 0, prm::kSyndWrFlushErr);
+  testing::internal::CaptureStderr();
+  std::map<uint32_t, QpRow> rows;
+  for (int listing = 0; listing < 3; ++listing) {
+    for (const QpRow& r : rdma_->ListQps(1000, false)) rows[r.info.qpn] = r;
+  }
+  // QP 0 fails after the listings and is destroyed: its end says why.
+  put_cqe(0, 1, prm::kSyndRemoteAccessErr);
+  ASSERT_TRUE(rdma_->DestroyQueuePairs(a, {q[0]}).ok());
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rows[q[0]].info.last_syndrome, 0);
+  EXPECT_NE(rows[q[0]].info.state, softnic::QpState::kError);
+  EXPECT_EQ(rows[q[1]].info.last_syndrome, prm::kSyndTransportRetryExcErr);
+  EXPECT_EQ(rows[q[1]].info.state, softnic::QpState::kError);
+  EXPECT_EQ(rows[q[2]].info.last_syndrome, prm::kSyndWrFlushErr);
+  const auto lines_naming = [&](uint32_t qpn) {
+    const std::string name = absl::StrCat("queue pair ", qpn, " ");
+    size_t n = 0;
+    for (size_t at = log.find(name); at != std::string::npos; at = log.find(name, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(lines_naming(q[1]), 1u) << log;
+  EXPECT_TRUE(absl::StrContains(log, "transport retry exceeded")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "check the GID index")) << log;
+  EXPECT_EQ(lines_naming(q[2]), 1u) << log;
+  EXPECT_EQ(lines_naming(q[0]), 1u) << log;
+  EXPECT_TRUE(absl::StrContains(log, "as it was destroyed")) << log;
 }
 
 TEST_F(Mlx5FakeTest, AConnectRefusedHalfWayStopsThereAndNamesEveryPair) {

@@ -7,8 +7,10 @@
 //
 // What an atomic must never do is run twice or be lost: every way a request
 // can end (answered, cancelled before it was taken, called off at the gate
-// before its kernel ran, past the gate and landed, past the gate and never
-// landed) is tested for what the word holds and what the caller is told.
+// before its kernel ran, answered with a CUDA error while its kernel was
+// queued or past the gate, past the gate and landed, past the gate and
+// never landed) is tested for what the word holds and what the caller is
+// told.
 #include <gtest/gtest.h>
 #include <time.h>
 
@@ -172,12 +174,16 @@ TEST(CopyAgentAtomicTest, AnUngatedAgentIsNotAsked) {
   EXPECT_EQ((*agent)->copies(), 0u);
 }
 
-// The test plays a gated agent whose atomic kernel passes the gate, then
-// takes `finish` to answer after the daemon called the request off:
-// it lands (writing `answer`) or never does.
+// The test plays a gated agent whose atomic kernel takes the request and
+// passes the gate, and then ends one of three ways (Ending).
 class PlayedAtomicKernel {
  public:
-  PlayedAtomicKernel(bool lands, uint64_t old_value) : lands_(lands), old_(old_value) {
+  enum class Ending {
+    kLands,       // stalls; once called off, lands 50 ms later with its answer
+    kNeverLands,  // stalls; never lands
+    kCudaError,   // the agent answers at once with a CUDA error; the kernel never lands
+  };
+  PlayedAtomicKernel(Ending ending, uint64_t old_value) : ending_(ending), old_(old_value) {
     mapping_ = ChannelWithoutAgent();
     c_ = reinterpret_cast<copy_agent::Channel*>(mapping_->data());
     c_->gate.gated = 1;
@@ -207,17 +213,22 @@ class PlayedAtomicKernel {
       std::this_thread::yield();
     }
     copy_agent::Settle(*c_, seq, seq);
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC, &now);
-    At(c_->phase).store(static_cast<uint32_t>(copy_agent::Phase::kWaiting));
     At(c_->gate.intent[0]).store(seq);  // past the gate: adding
-    At(c_->busy_since_ns).store(uint64_t(now.tv_sec) * 1'000'000'000ull + uint64_t(now.tv_nsec));
+    if (ending_ == Ending::kCudaError) {
+      At(c_->result).store(1);  // CUDA_ERROR_INVALID_VALUE
+      At(c_->done_seq).store(seq, std::memory_order_release);
+    } else {
+      timespec now{};
+      ::clock_gettime(CLOCK_MONOTONIC, &now);
+      At(c_->phase).store(static_cast<uint32_t>(copy_agent::Phase::kWaiting));
+      At(c_->busy_since_ns).store(uint64_t(now.tv_sec) * 1'000'000'000ull + uint64_t(now.tv_nsec));
+    }
     while (At(c_->gate.cancel_seq).load() != seq) {
       if (stop_.load()) return;
       std::this_thread::yield();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));  // still adding
-    if (lands_) {
+    if (ending_ == Ending::kLands) {
       auto* answer =
           reinterpret_cast<copy_agent::AtomicAnswer*>(mapping_->data() + copy_agent::kHeaderBytes);
       At(answer->old).store(old_);
@@ -226,7 +237,7 @@ class PlayedAtomicKernel {
     }
     while (!stop_.load()) std::this_thread::yield();
   }
-  const bool lands_;
+  const Ending ending_;
   const uint64_t old_;
   std::shared_ptr<SharedMapping> mapping_;
   copy_agent::Channel* c_ = nullptr;
@@ -236,22 +247,25 @@ class PlayedAtomicKernel {
 
 // Past the gate before the call-off: the daemon waits for the kernel; one
 // that lands has added (its answer is taken, not run again); one that does
-// not land within the bound may still add, and the outcome is unknown.
+// not land within the bound may still add, and the outcome is unknown,
+// also when the agent answered the request with a CUDA error meanwhile.
 TEST(CopyAgentAtomicTest, PastTheGateItIsWaitedForAndUnknownOnlyIfItNeverLands) {
-  for (const bool lands : {true, false}) {
-    PlayedAtomicKernel kernel(lands, 1234);
+  using Ending = PlayedAtomicKernel::Ending;
+  for (const Ending ending : {Ending::kLands, Ending::kNeverLands, Ending::kCudaError}) {
+    SCOPED_TRACE(static_cast<int>(ending));
+    PlayedAtomicKernel kernel(ending, 1234);
     auto link = kernel.Link();
     ASSERT_NE(link, nullptr);
     const auto t0 = std::chrono::steady_clock::now();
     const CopyAgentLink::AtomicOutcome a = link->FetchAdd(0x9000, false, 1, 0);
-    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(60))
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50))
         << "did not wait for the kernel past the gate";
-    if (lands) {
+    if (ending == Ending::kLands) {
       EXPECT_EQ(a.kind, Kind::kApplied) << a.why;
       EXPECT_EQ(a.old, 1234u);
     } else {
       EXPECT_EQ(a.kind, Kind::kUnknown) << a.why;
-      EXPECT_TRUE(link->LateCopyOverlaps(0x9000, 8)) << "it may still add";
+      EXPECT_FALSE(link->usable()) << "asked again while its kernel may still add";
     }
   }
 }
@@ -314,10 +328,9 @@ TEST_F(AgentAtomicsEngineTest, FetchAddsOnGpuWordsRunInTheOwnersAgent) {
   EXPECT_EQ(DaemonCopies(), 0);
 }
 
-// Two sessions of one process on one GPU, agents with their kernels: one
-// landing by the destination's agent, straight from the source. A session
-// that claims the pid but not the process's token (or another device)
-// goes through both agents' staging areas.
+// Two sessions of one process in one context, agents with their kernels:
+// one landing by the destination's agent, straight from the source (which
+// claims count as one process: CopyAgentBetweenTest below).
 TEST_F(AgentAtomicsEngineTest, TwoSessionsOfOneProcessOnOneGpuAreOneLanding) {
   Prepare();
   ClientAllocation src(*client_cu_, kGran);
@@ -340,29 +353,67 @@ TEST_F(AgentAtomicsEngineTest, TwoSessionsOfOneProcessOnOneGpuAreOneLanding) {
   EXPECT_EQ(DaemonCopies(), 0);
 }
 
-TEST(CopyAgentBetweenTest, OnlyTheSameProcessTokenAndDeviceLandStraight) {
+// Only one process (pid and token) in one context lands straight: a
+// channel of the same pid with another token, or this process's token in
+// another context, goes through both agents.
+TEST(CopyAgentBetweenTest, OnlyOneProcessInOneContextLandsStraight) {
   GatedPair a, b;
   ASSERT_NE(a.link, nullptr);
   ASSERT_NE(b.link, nullptr);
   ClientAllocation from(*a.cu, kGran), to(*b.cu, kGran);
   std::memset(from.data(), 9, 100);
-  // One process (this one: pid and token), one device: b's agent lands it.
   ASSERT_TRUE(CopyAgentLink::Between(*a.link, from.va(), *b.link, to.va(), 100).ok());
   EXPECT_EQ(to.data()[99], 9);
   EXPECT_EQ(a.agent->copies(), 0u);
-  EXPECT_EQ(b.agent->copies(), 1u);
-  // A channel of the same pid without the token: through both.
-  auto other = ChannelWithoutAgent();
-  ASSERT_NE(other, nullptr);
-  auto* c = reinterpret_cast<copy_agent::Channel*>(other->data());
-  c->device = 1;  // the fake's GPU 0, as the agents say
-  auto stranger = CopyAgentLink::Create(other, kStaging, ::getpid(),
-                                        CopyAgentLinkOptions{.timeout = absl::Milliseconds(50)});
-  ASSERT_TRUE(stranger.ok()) << stranger.status();
-  const absl::Status s = CopyAgentLink::Between(**stranger, from.va(), *b.link, to.va(), 100);
-  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded)
-      << "it went to the stranger's agent (none answers): " << s;
-  EXPECT_EQ(b.agent->copies(), 1u) << "b's agent was asked to reach the stranger's memory";
+  EXPECT_EQ(b.agent->copies(), 1u) << "b's agent alone, one landing";
+  // What a's channel says of its process (the daemon reads it once).
+  auto mine = MapChannel(a.agent->fd());
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  const auto* ours = reinterpret_cast<const copy_agent::Channel*>((*mine)->data());
+  ASSERT_NE(ours->process_token, 0u);
+  ASSERT_NE(ours->context, 0u);
+  struct Claim {
+    const char* what;
+    uint64_t token, context;
+  };
+  for (const Claim& claim : {Claim{"another token", ours->process_token ^ 1, ours->context},
+                             Claim{"another context", ours->process_token, ours->context + 64}}) {
+    auto other = ChannelWithoutAgent();  // no agent answers it
+    ASSERT_NE(other, nullptr);
+    auto* c = reinterpret_cast<copy_agent::Channel*>(other->data());
+    c->process_token = claim.token;
+    c->context = claim.context;
+    auto stranger = CopyAgentLink::Create(other, kStaging, ::getpid(),
+                                          CopyAgentLinkOptions{.timeout = absl::Milliseconds(50)});
+    ASSERT_TRUE(stranger.ok()) << stranger.status();
+    const absl::Status s = CopyAgentLink::Between(**stranger, from.va(), *b.link, to.va(), 100);
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded)
+        << claim.what << ": not through the stranger's agent: " << s;
+    EXPECT_EQ(b.agent->copies(), 1u) << claim.what << ": b's agent reached the stranger's memory";
+  }
+}
+
+// The agent answers a request with a CUDA error (a failed stream query)
+// while its kernel is still queued: the daemon calls it off at the gate
+// before it redoes the add, so the kernel, running later, adds nothing.
+TEST(CopyAgentAtomicTest, OneAnsweredWithACudaErrorIsCalledOffBeforeItIsRedone) {
+  GatedPair p;
+  ASSERT_NE(p.link, nullptr);
+  ClientAllocation gpu(*p.cu, kGran);
+  std::memset(gpu.data(), 0, 8);
+  p.cu->holdStreams(true);
+  p.cu->failNext("streamQuery", drivers::kCudaErrorUnknown);
+  const CopyAgentLink::AtomicOutcome a = p.link->FetchAdd(gpu.va(), false, 5, 0);
+  EXPECT_EQ(a.kind, Kind::kNotApplied) << a.why;
+  EXPECT_EQ(a.why.code(), absl::StatusCode::kInternal) << a.why;
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(gpu.data()));
+  word.fetch_add(5);  // the daemon's own add
+  p.cu->holdStreams(false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (p.cu->busyKernelStreams() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(word.load(), 5u) << "the held kernel added after the daemon did";
 }
 
 // A called-off atomic (the agent's submit call blocked) runs once, in the
@@ -396,7 +447,7 @@ TEST_F(AgentAtomicsEngineTest, ACalledOffAtomicRunsOnceInTheDaemonsContext) {
 TEST_F(AgentAtomicsEngineTest, AnAtomicThatMayStillRunFailsInsteadOfRunningTwice) {
   ClientAllocation word(*client_cu_, kGran);
   std::memset(word.data(), 0, 8);
-  PlayedAtomicKernel kernel(/*lands=*/false, 0);
+  PlayedAtomicKernel kernel(PlayedAtomicKernel::Ending::kNeverLands, 0);
   ASSERT_TRUE(engine_.AttachCopyAgent(kPdB, kernel.Link()).ok());
   const uint32_t word_key = GpuRegion(kPdB, word, kRemoteAtomic);
   const uint32_t fetch_key = HostRegion(kPdA, 0, 4096, kLocalWrite);

@@ -12,6 +12,9 @@
 #include "mooncake/common/log.h"
 #include "mooncake/common/random.h"
 #include "mooncake/common/status.h"
+#include "mooncake/device/mlx5/prm.h"
+#include "mooncake/device/qp_error.h"
+#include "rdma/mlx5/cq_error_scan.h"
 #include "softnic/cuda_memory.h"
 
 namespace mooncake::daemon::mlx5 {
@@ -359,6 +362,8 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateOnUmem(
     if (control != nullptr) {
       entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
       entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
+      entry.cq = control->data() + rings.cq.offset;
+      entry.cq_cqe_cnt = l.cq_cqe_cnt;
       entry.control = control;
     }
     made.push_back(std::move(entry));
@@ -529,6 +534,7 @@ absl::Status Mlx5Provider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
       return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
     }
     umem = s->qps.at(qpn).umem;
+    (void)NoteFailureLocked(session, s->qps.at(qpn), "as it was destroyed");
   }
   // Out of the doorbell thread before the QP goes.
   doorbell_.Unwatch(DoorbellKey(session, qpn));
@@ -561,7 +567,10 @@ void Mlx5Provider::SessionEnded(uint64_t session) {
     if (it == sessions_.end()) return;
     gone = std::move(it->second);
     sessions_.erase(it);
-    for (const auto& [qpn, qp] : gone->qps) qpns.push_back(qpn);
+    for (const auto& [qpn, qp] : gone->qps) {
+      qpns.push_back(qpn);
+      (void)NoteFailureLocked(session, qp, "at its session's end");
+    }
   }
   for (uint32_t qpn : qpns) doorbell_.Unwatch(DoorbellKey(session, qpn));
   // ~Mlx5Session (QPs, CQs, umems, regions, UAR, PD, context) with the last
@@ -633,9 +642,29 @@ std::vector<softnic::QpInfo> Mlx5Provider::ListQps() const {
     for (const auto& [qpn, qp] : s->qps) {
       out.push_back(qp.info);
       if (s->client_rings) out.back().doorbell_mode = "gpu-uar";
+      // The NIC's error, as softnic's QPs report theirs.
+      if (const uint8_t syndrome = NoteFailureLocked(id, qp, "listing queue pairs");
+          syndrome != 0) {
+        out.back().last_syndrome = syndrome;
+        out.back().state = softnic::QpState::kError;
+      }
     }
   }
   return out;
+}
+
+uint8_t Mlx5Provider::NoteFailureLocked(uint64_t session, const Qp& qp, const char* when) const {
+  if (qp.cq == nullptr || qp.control == nullptr) return 0;  // rings in GPU memory
+  // A page the client punched out of an unsealed memfd is not faulted in
+  // on the daemon's account.
+  if (!qp.control->resident(qp.cq, uint64_t{qp.cq_cqe_cnt} * device::mlx5::kCqeBytes)) return 0;
+  const uint8_t syndrome = CqFailureSyndrome(qp.cq, qp.cq_cqe_cnt);
+  if (syndrome != 0 && !qp.failure_logged) {
+    qp.failure_logged = true;
+    MC_LOG(kWarning, "mlx5: queue pair ", qp.info.qpn, " of session ", session, " on ", qp.info.nic,
+           " failed (seen ", when, "): ", device::DescribeCqeSyndrome(syndrome));
+  }
+  return syndrome;
 }
 
 std::vector<QpRingCounters> Mlx5Provider::ListRingCounters() const {

@@ -33,6 +33,10 @@
 //            calls cannot keep the daemon opening device contexts.
 //   counters ListRingCounters reads each QP's doorbell records in the
 //            client's control memory (relaxed loads; provider.h).
+//   failures ListQps reads each QP's CQ ring there for an error CQE, so
+//            `mcctl qps` names a NIC's error as it does softnic's; the first
+//            sighting, or the QP's end in error, is logged with the
+//            syndrome's name and hint (cq_error_scan.h).
 //   doorbell "cpu-assisted" (rdma/mlx5/cpu_doorbell.h) by default: a daemon
 //            thread rings for every connected QP; "gpu-uar" for a session
 //            that took its command fd and UAR (OpenDoorbellAccess): its
@@ -145,7 +149,11 @@ class Mlx5Provider final : public RdmaProvider {
     // The daemon's view of the rings: null where they are in GPU memory.
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
+    const uint8_t* cq = nullptr;  // its CQ ring (cq_cqe_cnt CQEs): why the NIC failed it
+    uint32_t cq_cqe_cnt = 0;
     std::shared_ptr<softnic::SharedMapping> control;
+    // Its failure was logged (once: NoteFailureLocked).
+    mutable bool failure_logged = false;
     uint32_t psn = 0;         // its initial send PSN (random; the peer's next_rcv_psn)
     std::string remote_node;  // connected to another node's QP ("": none, or this node's)
   };
@@ -156,6 +164,12 @@ class Mlx5Provider final : public RdmaProvider {
     absl::flat_hash_map<uint32_t, uint32_t> umem_qps;            // umem id -> live QPs
     bool client_rings = false;  // its command fd was handed out ("gpu-uar")
   };
+  // The syndrome of `qp`'s failure, read from its CQ ring in the client's
+  // control memory (cq_error_scan.h): 0 when none (or the ring is in GPU
+  // memory, or a page of it is no longer in memory). Logged the first time
+  // it is seen, `when` saying on which occasion.
+  uint8_t NoteFailureLocked(uint64_t session, const Qp& qp, const char* when) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // FailedPrecondition when `s` holds regions or QPs (the doorbell hand-off
   // comes first, so no object ever changes hands).
   absl::Status CheckNothingHeld(const Session& s, const char* what) const

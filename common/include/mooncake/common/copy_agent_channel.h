@@ -94,9 +94,15 @@ struct Channel {
   uint32_t version;
   uint64_t staging_bytes;
   // Random, the same in every channel of one client process, read by the
-  // daemon once (with `device` below): two channels of the same pid and
-  // token are one process's, whose agents reach each other's memory.
+  // daemon once: two channels of the same pid and token are one
+  // process's.
   uint64_t process_token;
+  // The agent's CUDA context (its handle as a number; 0: none), read by
+  // the daemon once: two agents of one process in one context share its
+  // address space, so either's kernel reaches the other's memory
+  // (CopyAgentLink::Between). A false value can only make this process's
+  // own kernel fault.
+  uint64_t context;
   // Daemon -> agent.
   alignas(64) Request request;
   alignas(64) uint32_t request_seq;  // the futex word
@@ -112,13 +118,7 @@ struct Channel {
   alignas(64) uint32_t done_seq;
   int32_t result;  // 0: done; else the CUDA error of the copy
   uint32_t state;  // State
-  // Written by the client before attaching, read by the daemon once: the
-  // CUDA device ordinal of the agent's context, plus 1 (0: not known).
-  // Two agents of one process (pid and process_token) on one device may
-  // land each other's copies straight from the source
-  // (CopyAgentLink::Between); a false value can only make this process's
-  // own kernel fault.
-  uint32_t device;
+  uint32_t reserved;
   // CLOCK_MONOTONIC ns when the agent entered the CUDA calls of the
   // current request; 0 between requests. A CUDA call blocks while another
   // thread of the process synchronizes the context (cudaDeviceSynchronize),

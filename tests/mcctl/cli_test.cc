@@ -306,6 +306,42 @@ TEST_F(McctlTest, GpusAndNics) {
             "fetch-add,masked-fetch-add; sizes 4,8 B");
 }
 
+// `selftest rdma` without --nic: a loopback pair on every NIC the daemon
+// serves (issue 24 item 10), each reported under its name, then a line for
+// them all; a NIC it does not serve is left out. (This fake daemon serves
+// no sessions: each NIC fails at setup, which is what shows the loop.)
+TEST_F(McctlTest, SelftestRunsOnEveryNicTheDaemonServes) {
+  for (const auto& [name, provider] : std::vector<std::pair<std::string, std::string>>{
+           {"mlx5_0", "mlx5"}, {"mlx5_1", "mlx5"}, {"mlx5_2", ""}}) {
+    auto* nic = fake_.topo_.add_nics();
+    nic->set_name(name);
+    nic->set_provider(provider);
+  }
+  Result t = Mcctl({"--socket", socket_, "--timeout-ms", "3000", "selftest", "rdma"});
+  EXPECT_EQ(t.rc, kExitError) << t.out << t.err;
+  EXPECT_TRUE(absl::StrContains(t.out, "selftest rdma on mlx5_0: FAIL at setup")) << t.out;
+  EXPECT_TRUE(absl::StrContains(t.out, "selftest rdma on mlx5_1: FAIL at setup")) << t.out;
+  EXPECT_FALSE(absl::StrContains(t.out, "mlx5_2")) << "a NIC the daemon does not serve: " << t.out;
+  EXPECT_TRUE(absl::StrContains(
+      t.out, "selftest rdma on 2 NICs (mlx5_0, mlx5_1): some NIC failed a step (above)"))
+      << t.out;
+  Result j = Mcctl({"--socket", socket_, "--timeout-ms", "3000", "--json", "selftest", "rdma"});
+  EXPECT_EQ(j.rc, kExitError) << j.out << j.err;
+  Struct s;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(j.out, &s).ok()) << j.out;
+  EXPECT_FALSE(s.fields().at("ok").bool_value());
+  const auto& each = s.fields().at("nics").list_value().values();
+  ASSERT_EQ(each.size(), 2) << j.out;
+  EXPECT_EQ(each[0].struct_value().fields().at("nic").string_value(), "mlx5_0");
+  EXPECT_EQ(each[1].struct_value().fields().at("nic").string_value(), "mlx5_1");
+  // --nic: that NIC alone, reported as one.
+  Result one =
+      Mcctl({"--socket", socket_, "--timeout-ms", "3000", "selftest", "rdma", "--nic", "mlx5_1"});
+  EXPECT_TRUE(absl::StrContains(one.out, "selftest rdma on mlx5_1: FAIL at setup")) << one.out;
+  EXPECT_FALSE(absl::StrContains(one.out, "mlx5_0")) << one.out;
+  EXPECT_FALSE(absl::StrContains(one.out, "NICs (")) << one.out;
+}
+
 TEST_F(McctlTest, Topo) {
   Result t = Mcctl({"--socket", socket_, "topo"});
   ASSERT_EQ(t.rc, kExitOk) << t.err;

@@ -5,14 +5,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "mooncake/common/escape.h"
 #include "mooncake/common/fd_passing.h"
 #include "mooncake/common/paths.h"
@@ -160,7 +164,8 @@ std::string UsageText() {
       "  -j, --json        print JSON instead of tables (watch: one object per line)\n"
       "  --count N         watch: stop after N events\n"
       "  --root DIR        doctor: read sys/, proc/ and etc/ below DIR instead of /\n"
-      "  --nic NIC         selftest: put the queue pairs on NIC (default: the daemon's choice)\n"
+      "  --nic NIC         selftest: put the queue pairs on NIC (default: every NIC the\n"
+      "                    daemon serves, a loopback pair each)\n"
       "  --gpu G           selftest: run the steps from CUDA kernels on GPU G, once per ring\n"
       "                    placement the node supports (host memory, GPU memory)\n"
       "  --version         print the version and exit\n"
@@ -410,16 +415,60 @@ int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::os
     err << failure.line << "\n";
     return failure.exit_code;
   }
-  if (opt.gpu >= 0) return RunGpuSelftest(opt, socket, out, err);
-  SelftestOptions o;
-  o.socket = socket;
-  o.nic = opt.nic;
-  // Setup is a group rendezvous and QP creation: more than one call's worth.
-  o.timeout_ms = opt.timeout_given ? opt.timeout_ms : 30000;
-  const SelftestReport report = RunRdmaSelftest(o);
-  out << (opt.json ? PrettyJson(SelftestJson(report)) + "\n" : FormatSelftest(report));
+  // A loopback pair per NIC (issue 24 item 10): the one --nic names, else
+  // every NIC the daemon serves. With none or one listed, the daemon's
+  // choice, reported as before.
+  std::vector<std::string> nics;
+  if (!opt.nic.empty()) {
+    nics.push_back(opt.nic);
+  } else if (absl::StatusOr<v1::Topology> topo = client.GetTopology(); topo.ok()) {
+    for (const auto& n : topo->nics()) {
+      if (!n.provider().empty()) nics.push_back(n.name());
+    }
+  }
+  if (nics.size() <= 1) nics.assign(1, opt.nic);
+  bool all_ok = true;
+  int worst = kExitOk;
+  std::vector<std::string> jsons;
+  for (const std::string& nic : nics) {
+    std::ostringstream one;
+    if (opt.gpu >= 0) {
+      CliOptions on_nic = opt;
+      on_nic.nic = nic;
+      const int rc = RunGpuSelftest(on_nic, socket, one, err);
+      all_ok = all_ok && rc == kExitOk;
+      worst = std::max(worst, rc);
+    } else {
+      SelftestOptions o;
+      o.socket = socket;
+      o.nic = nic;
+      // Setup is a group rendezvous and QP creation: more than one call's worth.
+      o.timeout_ms = opt.timeout_given ? opt.timeout_ms : 30000;
+      const SelftestReport report = RunRdmaSelftest(o);
+      all_ok = all_ok && report.ok();
+      worst = std::max(worst, report.ok() ? kExitOk : kExitError);
+      one << (opt.json ? SelftestJson(report) : FormatSelftest(report));
+    }
+    if (opt.json) {
+      jsons.push_back(one.str());
+    } else {
+      out << one.str();
+    }
+  }
+  if (nics.size() == 1) {
+    if (opt.json) out << (opt.gpu >= 0 ? jsons[0] : PrettyJson(jsons[0]) + "\n");
+  } else if (opt.json) {
+    out << PrettyJson(absl::StrCat("{\"ok\":", all_ok ? "true" : "false", ",\"nics\":[",
+                                   absl::StrJoin(jsons, ","), "]}"))
+        << "\n";
+  } else {
+    out << "selftest rdma on " << nics.size() << " NICs ("
+        << EscapeForDisplay(absl::StrJoin(nics, ", "), 256)
+        << "): " << (all_ok ? "every step passed on every NIC" : "some NIC failed a step (above)")
+        << "\n";
+  }
   out.flush();
-  return report.ok() ? kExitOk : kExitError;
+  return worst;
 }
 
 }  // namespace

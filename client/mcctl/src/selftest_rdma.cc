@@ -362,6 +362,7 @@ bool SelftestReport::ok() const {
 
 SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
   SelftestReport r;
+  r.nic = options.nic;  // the NIC asked for; the one used once the pair is up
   absl::StatusOr<Pair> pair = SetUp(options, AtomicsRoute::kNic);
   // A setup that fails only with the loopback queue pairs is the loopback's
   // failure: the other steps run on a pair without them.
@@ -374,7 +375,11 @@ SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
     }
   }
   if (!pair.ok()) {
-    r.setup_error = std::string(pair.status().message());
+    // Never empty: an empty setup_error reads as a setup that worked (a
+    // daemon that does not implement the session calls answers a bare
+    // UNIMPLEMENTED).
+    r.setup_error = pair.status().message().empty() ? pair.status().ToString()
+                                                    : std::string(pair.status().message());
     r.setup_hint =
         "two ranks of this process could not form an RDMA pair through mooncaked: check that it "
         "serves RDMA (`mcctl nics`: a provider mlx5 or softnic, rdma_provider not off) and that "
@@ -408,7 +413,9 @@ SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
 
 std::string FormatSelftest(const SelftestReport& r) {
   if (!r.setup_error.empty()) {
-    return absl::StrCat("selftest rdma: FAIL at setup: ", EscapeForDisplay(r.setup_error, 1024),
+    return absl::StrCat("selftest rdma",
+                        r.nic.empty() ? "" : absl::StrCat(" on ", EscapeForDisplay(r.nic, 64)),
+                        ": FAIL at setup: ", EscapeForDisplay(r.setup_error, 1024),
                         "\n  check: ", r.setup_hint, "\n");
   }
   std::string out = absl::StrCat("selftest rdma on ", EscapeForDisplay(r.nic, 64), " (",

@@ -200,6 +200,7 @@ absl::Status Communicator::PrepareRdma() {
   ro.cuda = o.platform == Platform::kCuda;
   ro.nics = o.rdma_nics;
   ro.ring_memory = o.rdma_ring_memory;
+  ro.gpu_doorbells = o.rdma_gpu_doorbells;
   absl::StatusOr<std::unique_ptr<DaemonRdmaTransport>> t =
       DaemonRdmaTransport::Create(client_.get(), ro);
   if (!t.ok()) return step("RDMA route", t.status());

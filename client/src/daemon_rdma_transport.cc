@@ -76,44 +76,48 @@ DaemonRdmaTransport::~DaemonRdmaTransport() {
 
 void DaemonRdmaTransport::OnDaemonLoss(const std::string& why) {
   std::lock_guard<std::mutex> lock(loss_mu_);
-  // First the UAR (issue 24 item 7): in gpu-uar mode this process holds
-  // the command fd, so the verbs context, and with it the NIC's QPs, live
-  // on after the daemon; a NIC still completing WQEs could write a CQE over
-  // the flush entry below. Letting go of the fd's mapping ends the context,
-  // and only then is the CQ ours alone.
-  std::string uar;
-  if (uar_page_ != nullptr && !uar_detached_) {
-    GpuUar mapped{uar_page_, uar_page_bytes_, uar_register_dev_, false};
-    absl::Status s = DetachUarFromCommandFd(mapped);
-    uar_detached_ = mapped.detached;
-    uar = s.ok() ? "; the UAR page no longer holds the daemon's verbs context"
-                 : absl::StrCat("; ", s.message());
-  }
-  // Now the daemon's objects are gone (softnic stopped with it; a NIC's
-  // QPs went with the verbs context): nothing will complete these QPs'
-  // WQEs again.
+  // First the UAR, then the rings (issue 24 item 7; DetachThenFailRings):
+  // in gpu-uar mode this process holds the command fd, so the verbs
+  // context, and with it the NIC's QPs, live on after the daemon; a NIC
+  // still completing WQEs could write a CQE over a flush entry. Letting go
+  // of the fd's mapping ends the context, and only then is the CQ ours
+  // alone.
+  const bool holds_uar = uar_page_ != nullptr && !uar_detached_;
+  GpuUar mapped;
+  if (holds_uar) mapped = GpuUar{uar_page_, uar_page_bytes_, uar_register_dev_, false};
+  // The daemon's objects are gone once the UAR is (softnic stopped with
+  // the daemon; a NIC's QPs went with the verbs context): nothing will
+  // complete these QPs' WQEs again.
   int failed = 0;
   std::string gpu_error;
-  if (gpu_control_ != nullptr) {
-    // On the memory's own stream and context: never behind the kernels.
-    drivers::CudaDriver& drv = Cuda(cuda_);
-    for (size_t slot = 0; slot < qpns_.size(); ++slot) {
-      if (qpns_[slot] == 0) continue;
-      absl::Status s =
-          FailGpuQueuePairRings(drv, *gpu_control_, options_.sq_depth, slot, qpns_[slot]);
-      if (s.ok()) {
+  const absl::Status detach = DetachThenFailRings(mapped, [&] {
+    if (gpu_control_ != nullptr) {
+      // On the memory's own stream and context: never behind the kernels.
+      drivers::CudaDriver& drv = Cuda(cuda_);
+      for (size_t slot = 0; slot < qpns_.size(); ++slot) {
+        if (qpns_[slot] == 0) continue;
+        absl::Status s =
+            FailGpuQueuePairRings(drv, *gpu_control_, options_.sq_depth, slot, qpns_[slot]);
+        if (s.ok()) {
+          ++failed;
+        } else if (gpu_error.empty()) {
+          gpu_error = absl::StrCat("; a QP's rings in GPU memory could not be failed (",
+                                   s.message(), "): its kernels get kTimedOut after timeout_ns");
+        }
+      }
+    } else if (control_ != nullptr) {
+      for (size_t slot = 0; slot < qpns_.size(); ++slot) {
+        if (qpns_[slot] == 0) continue;
+        FailQueuePairRings(control_, options_.sq_depth, slot, qpns_[slot]);
         ++failed;
-      } else if (gpu_error.empty()) {
-        gpu_error = absl::StrCat("; a QP's rings in GPU memory could not be failed (", s.message(),
-                                 "): its kernels get kTimedOut after timeout_ns");
       }
     }
-  } else if (control_ != nullptr) {
-    for (size_t slot = 0; slot < qpns_.size(); ++slot) {
-      if (qpns_[slot] == 0) continue;
-      FailQueuePairRings(control_, options_.sq_depth, slot, qpns_[slot]);
-      ++failed;
-    }
+  });
+  std::string uar;
+  if (holds_uar) {
+    uar_detached_ = mapped.detached;
+    uar = detach.ok() ? "; the UAR page no longer holds the daemon's verbs context"
+                      : absl::StrCat("; ", detach.message());
   }
   if (failed > 0 || !uar.empty() || !gpu_error.empty()) {
     MC_LOG(kWarning, "mooncaked went away (", why, "): ", failed,
@@ -229,7 +233,7 @@ int DaemonRdmaTransport::initialize(const std::string& device_name, int num_rank
   if (!nic.ok()) return Fail(nic.status());
   nic_ = nic->first;
   nic_reason_ = nic->second;
-  if (cuda_ && info_.provider == "mlx5" && !doorbell_tried_) {
+  if (cuda_ && info_.provider == "mlx5" && options_.gpu_doorbells && !doorbell_tried_) {
     doorbell_tried_ = true;  // once per session (the daemon's rule)
     SetUpGpuDoorbells();
   }

@@ -78,4 +78,10 @@ void UnmapUarForGpu(GpuUar& uar, drivers::CudaDriver& cuda) {
   uar = GpuUar{};
 }
 
+absl::Status DetachThenFailRings(GpuUar& uar, absl::FunctionRef<void()> fail_rings) {
+  absl::Status detached = DetachUarFromCommandFd(uar);
+  fail_rings();
+  return detached;
+}
+
 }  // namespace mooncake

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "mooncake/client/client.h"
 #include "mooncake/drivers/cuda_driver.h"
@@ -53,5 +54,14 @@ absl::Status DetachUarFromCommandFd(GpuUar& uar);
 
 // Unregisters and unmaps (no-op for an empty GpuUar), detached or not.
 void UnmapUarForGpu(GpuUar& uar, drivers::CudaDriver& cuda);
+
+// What the client does when the daemon is gone, in this order (issue 24
+// item 7): detaches `uar` from the command fd (DetachUarFromCommandFd; an
+// empty GpuUar: nothing), so the verbs context, and with it the NIC's QPs
+// that could still write CQEs, goes; only then `fail_rings` (the flush
+// CQEs the kernels will read: FailQueuePairRings). The other order leaves a
+// window in which a NIC still completing WQEs writes a CQE over a flush
+// entry. Returns the detach's status (the rings are failed either way).
+absl::Status DetachThenFailRings(GpuUar& uar, absl::FunctionRef<void()> fail_rings);
 
 }  // namespace mooncake

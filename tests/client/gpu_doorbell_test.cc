@@ -108,6 +108,26 @@ TEST_F(GpuDoorbellTest, DetachingFromTheDaemonDropsTheCommandFdButKeepsTheRegist
   EXPECT_TRUE(DetachUarFromCommandFd(empty).ok());
 }
 
+// The daemon went away (issue 24 item 7): the flush CQEs are written only
+// once this process no longer maps the command fd, so the verbs context,
+// and a NIC that could still write CQEs over them, is gone first.
+TEST_F(GpuDoorbellTest, OnDaemonLossTheRingsFailOnlyAfterTheCommandFdIsLetGo) {
+  absl::StatusOr<GpuUar> uar = MapUarForGpu(Access(), cu_);
+  ASSERT_TRUE(uar.ok()) << uar.status();
+  ASSERT_EQ(MappingsOfTheCommandFd(), 1);
+  int mappings_when_failing = -1;
+  ASSERT_TRUE(
+      DetachThenFailRings(*uar, [&] { mappings_when_failing = MappingsOfTheCommandFd(); }).ok());
+  EXPECT_EQ(mappings_when_failing, 0) << "the rings failed while the verbs context was held";
+  EXPECT_TRUE(uar->detached);
+  // Without a UAR (cpu-assisted doorbells, softnic) the rings still fail.
+  GpuUar none;
+  bool failed = false;
+  EXPECT_TRUE(DetachThenFailRings(none, [&] { failed = true; }).ok());
+  EXPECT_TRUE(failed);
+  UnmapUarForGpu(*uar, cu_);
+}
+
 TEST_F(GpuDoorbellTest, AGpuThatRefusesIoMemorySaysWhatToEnableAndLeavesNothingMapped) {
   cu_.failNext("memHostRegister", drivers::kCudaErrorNotSupported);
   absl::StatusOr<GpuUar> uar = MapUarForGpu(Access(), cu_);

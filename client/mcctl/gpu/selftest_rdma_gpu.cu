@@ -6,7 +6,9 @@
 // daemon, the NIC or the driver refuses is reported as not supported here,
 // with the reason, and is not a failure). The doorbell mode is whatever the
 // daemon gives the session (gpu-uar where the GPU maps the UAR, else
-// cpu-assisted; softnic: the doorbell record), and is printed.
+// cpu-assisted; softnic: the doorbell record), and is printed; where it is
+// gpu-uar, the host-ring run is repeated with the daemon ringing
+// (cpu-assisted), so every mode the node offers runs.
 //
 // Each step runs in a one-thread kernel that times itself with %globaltimer:
 // per operation (posted, then mc_quiet) for the latency, and back to back
@@ -14,12 +16,16 @@
 // posts 69 999 NOPs and then one inline WRITE: the ring's owner bit and
 // 16-bit counter wrap as with WRITEs, and the last WRITE must land.
 //
-// softnic writes GPU memory with the daemon's own CUDA copies, which wait
-// for a time slice while the kernel spins (about 2.4 ms each on an H200:
-// issue 24 item 11), so on softnic the timed steps run 50 operations and
-// 200 back to back instead of 500 and 4000.
+// softnic writes GPU memory through CUDA: the process's copy agent
+// (tens of microseconds), else the daemon's own context, which waits for a
+// time slice while the kernel spins (about 2.4 ms each on an H200: issue
+// 24 item 11), so on softnic the timed steps run 50 operations and 200
+// back to back instead of 500 and 4000.
 //
 // Usage: mcctl-selftest-gpu --socket S [--nic N] [--gpu G] [--json]
+// Runs the steps with the rings in host memory, then in GPU memory (where
+// the node takes them), then, where kernels rang the NIC themselves
+// (gpu-uar), once more with the daemon ringing (cpu-assisted).
 // Exit: 0 all passed, 1 a step or a setup failed, 2 bad usage or no GPU.
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -161,7 +167,7 @@ struct Pair {
 };
 
 Pair SetUp(const std::string& socket, const std::string& nic, int gpu,
-           mooncake::DaemonRdmaOptions::RingMemory rings) {
+           mooncake::DaemonRdmaOptions::RingMemory rings, bool gpu_doorbells) {
   std::mt19937_64 rng(static_cast<uint64_t>(::getpid()) ^ reinterpret_cast<uintptr_t>(&rng));
   const std::string group =
       absl::StrFormat("mcctl-selftest-gpu-%d-%08x", ::getpid(), static_cast<uint32_t>(rng()));
@@ -180,6 +186,7 @@ Pair SetUp(const std::string& socket, const std::string& nic, int gpu,
     o.atomics_route = mooncake::AtomicsRoute::kNic;  // loopback QPs for loopback-atomic
     o.rdma_sq_depth = 256;
     o.rdma_ring_memory = rings;
+    o.rdma_gpu_doorbells = gpu_doorbells;
     o.client_name = "mcctl selftest rdma --gpu";
     if (!nic.empty()) o.rdma_nics = {nic};
     auto c = mooncake::Communicator::Create(o);
@@ -344,11 +351,13 @@ SelftestStep RunStep(Pair& p, Op op, const char* name, bool rings_on_gpu, bool s
   return s;
 }
 
+// `gpu_doorbells` false: the daemon rings for the kernels (cpu-assisted)
+// even where it would hand the doorbell over.
 SelftestReport RunPlacement(const std::string& socket, const std::string& nic, int gpu,
                             mooncake::DaemonRdmaOptions::RingMemory rings, const char* where,
-                            Result* dev) {
+                            Result* dev, bool gpu_doorbells = true) {
   SelftestReport r;
-  Pair p = SetUp(socket, nic, gpu, rings);
+  Pair p = SetUp(socket, nic, gpu, rings, gpu_doorbells);
   r.where = absl::StrCat("a pair of ranks in this process, from CUDA kernels on GPU ", gpu,
                          ", rings in ", where);
   if (!p.rank[0]) {
@@ -431,17 +440,32 @@ int main(int argc, char** argv) {
   using Rings = mooncake::DaemonRdmaOptions::RingMemory;
   SelftestReport host = RunPlacement(socket, nic, gpu, Rings::kHost, "host memory", dev);
   SelftestReport gpumem = RunPlacement(socket, nic, gpu, Rings::kGpu, "GPU memory", dev);
+  // Every doorbell mode the node offers: where kernels rang the NIC
+  // themselves (gpu-uar), once more with the daemon ringing for them
+  // (cpu-assisted, the mode of a refused hand-off), host rings (GPU rings
+  // need gpu-uar). softnic has one mode (doorbell-record).
+  const bool both_modes = host.doorbell_mode == "gpu-uar";
+  SelftestReport assisted;
+  if (both_modes) {
+    assisted = RunPlacement(socket, nic, gpu, Rings::kHost, "host memory", dev,
+                            /*gpu_doorbells=*/false);
+  }
   // GPU rings are optional: a node that refuses them at setup does not
   // support them, which is no failure (the reason is shown).
   const bool gpu_supported = gpumem.setup_error.empty();
-  const bool ok = host.ok() && (!gpu_supported || gpumem.ok());
+  const bool ok = host.ok() && (!gpu_supported || gpumem.ok()) && (!both_modes || assisted.ok());
   if (json) {
-    std::printf("{\"ok\":%s,\"host_rings\":%s,\"gpu_rings\":%s}\n", ok ? "true" : "false",
-                mooncake::mcctl::SelftestJson(host).c_str(),
-                gpu_supported ? mooncake::mcctl::SelftestJson(gpumem).c_str()
-                              : absl::StrCat("{\"supported\":false,\"report\":",
-                                             mooncake::mcctl::SelftestJson(gpumem), "}")
-                                    .c_str());
+    std::printf(
+        "{\"ok\":%s,\"host_rings\":%s,\"gpu_rings\":%s%s}\n", ok ? "true" : "false",
+        mooncake::mcctl::SelftestJson(host).c_str(),
+        gpu_supported
+            ? mooncake::mcctl::SelftestJson(gpumem).c_str()
+            : absl::StrCat(
+                  "{\"supported\":false,\"report\":", mooncake::mcctl::SelftestJson(gpumem), "}")
+                  .c_str(),
+        both_modes
+            ? absl::StrCat(",\"cpu_assisted\":", mooncake::mcctl::SelftestJson(assisted)).c_str()
+            : "");
   } else {
     std::fputs(mooncake::mcctl::FormatSelftest(host).c_str(), stdout);
     if (gpu_supported) {
@@ -450,6 +474,7 @@ int main(int argc, char** argv) {
       std::printf("rings in GPU memory: not supported on this node: %s\n",
                   mooncake::EscapeForDisplay(gpumem.setup_error, 1024).c_str());
     }
+    if (both_modes) std::fputs(mooncake::mcctl::FormatSelftest(assisted).c_str(), stdout);
   }
   cudaFree(dev);
   return ok ? 0 : 1;

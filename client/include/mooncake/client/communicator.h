@@ -129,6 +129,10 @@ struct CommunicatorOptions {
   // Where the QPs' rings live (DaemonRdmaOptions::ring_memory): GPU memory
   // when kernels ring the NIC themselves, host memory otherwise (kAuto).
   DaemonRdmaOptions::RingMemory rdma_ring_memory = DaemonRdmaOptions::RingMemory::kAuto;
+  // CUDA over mlx5: kernels ring the NIC themselves when the daemon hands
+  // the doorbell over (DaemonRdmaOptions::gpu_doorbells); false: the
+  // daemon rings for them.
+  bool rdma_gpu_doorbells = true;
 };
 
 class MOONCAKE_API Communicator {

@@ -96,6 +96,12 @@ struct DaemonRdmaOptions {
   // bench/results/2026-12-05-h200-quiet-sweep.md). The environment
   // variable MOONCAKE_COPY_AGENT=0 (or 1) overrides this field.
   bool copy_agent = true;
+  // CUDA over mlx5: ask the daemon for the doorbell hand-off, so this
+  // process's kernels ring the NIC themselves ("gpu-uar"). False: the
+  // daemon's thread rings for them ("cpu-assisted"), as after a refused
+  // hand-off; `mcctl selftest rdma --gpu` runs both where the node offers
+  // both.
+  bool gpu_doorbells = true;
 };
 
 struct GpuControlMemory;  // client/src/gpu_rings.h

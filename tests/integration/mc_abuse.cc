@@ -21,10 +21,10 @@
 //       one join with that timeout_ms; prints its status.
 //   mc_abuse SOCKET rdma-flood SESSIONS HOLD_MS [--qps-per-call N]
 //            [--region-bytes B] [--region-offset O] [--max-qps N] [--max-mrs N]
-//            [--connect]
+//            [--connect] [--sparse-regions]
 //       SESSIONS sessions one after the other, each creating queue pairs
-//       and then registering regions of B bytes (at offset O of a sparse
-//       memfd) until refused, or up to --max-qps/--max-mrs each; prints
+//       and then registering regions of B bytes (at offset O of a memfd,
+//       written whole unless --sparse-regions) until refused, or up to --max-qps/--max-mrs each; prints
 //       "flooded ...", holds them HOLD_MS, then the last refusal of each
 //       RPC (rdma_flood.h).
 // Every run ends with one line "result key=value ...".
@@ -71,7 +71,8 @@ int Usage() {
       "       join-all WORLD [--fds] [--timeout-ms T] | waiting-joins COUNT TIMEOUT_MS |\n"
       "       join-timeout TIMEOUT_MS |\n"
       "       rdma-flood SESSIONS HOLD_MS [--qps-per-call N] [--region-bytes B]\n"
-      "                  [--region-offset O] [--max-qps N] [--max-mrs N] [--connect]\n");
+      "                  [--region-offset O] [--max-qps N] [--max-mrs N] [--connect]\n"
+      "                  [--sparse-regions]\n");
   return 64;
 }
 
@@ -337,6 +338,8 @@ int main(int argc, char** argv) {
         ok = num(++i, &o.max_qps);
       } else if (flag == "--max-mrs") {
         ok = num(++i, &o.max_mrs);
+      } else if (flag == "--sparse-regions") {
+        o.sparse_regions = true;
       } else {
         ok = false;
       }

@@ -50,14 +50,15 @@ inline std::unique_ptr<RawSession> OpenRawSession(const std::string& socket) {
   return s;
 }
 
-// A sparse memfd sealed against shrinking and growing, as the daemon
-// requires of client memory; invalid when the kernel refuses.
-inline UniqueFd SealedMemfd(uint64_t bytes) {
+// A memfd sealed against shrinking and growing, as the daemon requires of
+// client memory; invalid when the kernel refuses. `populate` false leaves
+// it sparse (which the daemon refuses to register).
+inline UniqueFd SealedMemfd(uint64_t bytes, bool populate = true) {
   UniqueFd fd(::memfd_create("mc_abuse_rdma", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   // Allocated whole (as the client library does): mooncaked registers only
   // memfds whose every page holds data.
   if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0 ||
-      PopulateMemfd(fd.get(), 0, bytes) != 0 ||
+      (populate && PopulateMemfd(fd.get(), 0, bytes) != 0) ||
       ::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     return UniqueFd();
   }

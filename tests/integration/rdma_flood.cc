@@ -46,7 +46,7 @@ int RdmaFlood(const std::string& socket, const RdmaFloodOptions& o) {
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t control_bytes = (o.qps_per_call * kSlot + page - 1) / page * page;
   UniqueFd control = SealedMemfd(control_bytes);
-  UniqueFd region = SealedMemfd(o.region_offset + o.region_bytes);
+  UniqueFd region = SealedMemfd(o.region_offset + o.region_bytes, !o.sparse_regions);
   absl::StatusOr<UniqueFd> fdconn = ConnectUnix(FdSocketPath(socket));
   if (!control.valid() || !region.valid() || !fdconn.ok()) {
     std::printf("result attack=rdma-flood error=setup\n");

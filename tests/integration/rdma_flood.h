@@ -12,7 +12,13 @@ struct RdmaFloodOptions {
   uint32_t hold_ms = 0;         // sessions held open this long after the flood
   uint32_t qps_per_call = 256;  // per CreateQueuePairs (the daemon allows 4096)
   uint64_t region_bytes = 1 << 20;
-  uint64_t region_offset = 0;  // into a sparse memfd of offset + bytes
+  uint64_t region_offset = 0;  // into a memfd of offset + bytes
+  // The region memfd is left sparse instead of written whole: the daemon
+  // must refuse it (it registers only memfds whose every page holds data),
+  // and an attacker cannot make it hold a terabyte it never allocated. A
+  // populated memfd at a terabyte's offset would exhaust the attacker's
+  // own machine first.
+  bool sparse_regions = false;
   // Per session, stop here instead of at the first refusal (a victim that
   // wants a few QPs, not a flood).
   uint32_t max_qps = UINT32_MAX;

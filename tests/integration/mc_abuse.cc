@@ -24,9 +24,8 @@
 //            [--connect] [--sparse-regions]
 //       SESSIONS sessions one after the other, each creating queue pairs
 //       and then registering regions of B bytes (at offset O of a memfd,
-//       written whole unless --sparse-regions) until refused, or up to --max-qps/--max-mrs each; prints
-//       "flooded ...", holds them HOLD_MS, then the last refusal of each
-//       RPC (rdma_flood.h).
+//       written whole unless --sparse-regions) until refused, or up to --max-qps/--max-mrs each;
+//       prints "flooded ...", holds them HOLD_MS, then the last refusal of each RPC (rdma_flood.h).
 // Every run ends with one line "result key=value ...".
 #include <grpcpp/create_channel_posix.h>
 #include <grpcpp/grpcpp.h>

@@ -160,9 +160,9 @@ class HostileAgent {
     Store(c_->busy_since_ns, MonotonicNs());
     if (copy_agent::Settle(*c_, seq, seq) == seq) {
       const auto op = copy_agent::Ref(c_->request.op).load(std::memory_order_relaxed);
-      // Every op but a copy out writes GPU memory through the gate. (An
-      // atomic's answer it does not write: the staging area is not its.)
-      if (op != static_cast<uint32_t>(copy_agent::Op::kFromDevice) &&
+      // What writes GPU memory goes through the gate. (An atomic's answer
+      // it does not write: the staging area is not its.)
+      if (copy_agent::WritesGpuMemory(static_cast<copy_agent::Op>(op)) &&
           copy_agent::Ref(c_->gate.gated).load(std::memory_order_relaxed) == 1) {
         const uint64_t bytes = copy_agent::Ref(c_->request.bytes).load(std::memory_order_relaxed);
         PassGate(seq, copy_agent::LandingBlocks(bytes), false);

@@ -504,7 +504,7 @@ int32_t CopyAgent::Execute(const Request& r, uint32_t seq, bool* answered) {
       __builtin_ia32_pause();
     }
   }
-  if (op != Op::kFromDevice && land_ != nullptr &&
+  if (copy_agent::WritesGpuMemory(op) && land_ != nullptr &&
       Ref(c->gate.cancel_seq).load(std::memory_order_acquire) == seq) {
     ++called_off_;
   }

@@ -241,7 +241,7 @@ absl::Status CopyAgentLink::RunLocked(Op op, uint64_t dst, uint64_t src, uint64_
     // redo the request (a copy, an atomic), so it is called off at the
     // gate first. One that passed the gate and does not finish may still
     // write: the agent is not asked again.
-    if (op != Op::kFromDevice && GatedLocked() && !CallOffLocked(seq, bytes)) {
+    if (copy_agent::WritesGpuMemory(op) && GatedLocked() && !CallOffLocked(seq, bytes)) {
       sent->may_still_land = true;
       return EndLocked(absl::InternalError(
           absl::StrCat(failed.message(), ", and its kernel passed the gate without finishing")));
@@ -289,8 +289,7 @@ bool CopyAgentLink::CallOffLocked(uint32_t seq, uint64_t bytes) {
 CopyAgentLink::LateCopy CopyAgentLink::LateLocked(uint32_t seq, Op op, uint64_t dst, uint64_t bytes,
                                                   std::chrono::steady_clock::time_point sent) {
   LateCopy late{seq, op, dst, bytes, sent};
-  // Every op but a copy out writes GPU memory when it runs.
-  late.may_land = op != Op::kFromDevice && !CallOffLocked(seq, bytes);
+  late.may_land = copy_agent::WritesGpuMemory(op) && !CallOffLocked(seq, bytes);
   return late;
 }
 

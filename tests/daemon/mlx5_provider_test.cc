@@ -539,13 +539,14 @@ TEST_F(Mlx5FakeTest, QpsListTheClientsRingCountersNotCompletions) {
 // daemon never polls it): the listing shows the QP in ERROR with the
 // cause's syndrome (mcctl qps names it with its hint), a ring of flushes
 // alone says flushed, and the daemon logs each failure once: when first
-// listed, or when a failed QP is destroyed unlisted.
+// listed, or when a failed QP is destroyed unlisted. A ring of garbage
+// is described, not trusted.
 TEST_F(Mlx5FakeTest, ANicsErrorCqeIsListedAndLoggedOnce) {
   Make();
   SessionInfo a = Open(1000, 1);
   uint8_t* view = nullptr;
-  std::vector<uint32_t> q = Qps(a, 3, &view);
-  ASSERT_EQ(q.size(), 3u);
+  std::vector<uint32_t> q = Qps(a, 4, &view);
+  ASSERT_EQ(q.size(), 4u);
   namespace prm = ::mooncake::device::mlx5;
   const auto put_cqe = [&](size_t qp, uint32_t index, uint8_t syndrome) {
     uint8_t* cqe = view + Layout(3 * 4096 * qp).cq_offset + index * prm::kCqeBytes;
@@ -557,6 +558,9 @@ TEST_F(Mlx5FakeTest, ANicsErrorCqeIsListedAndLoggedOnce) {
   put_cqe(1, 3, prm::kSyndWrFlushErr);
   put_cqe(1, 2, prm::kSyndTransportRetryExcErr);
   put_cqe(2, 0, prm::kSyndWrFlushErr);
+  // QP 3: a client that fills its whole ring with one byte, every CQE an
+  // error with a syndrome no NIC sends: listed and described as unknown.
+  std::memset(view + Layout(3 * 4096 * 3).cq_offset, 0xd5, 4 * prm::kCqeBytes);
   testing::internal::CaptureStderr();
   std::map<uint32_t, QpRow> rows;
   for (int listing = 0; listing < 3; ++listing) {
@@ -571,6 +575,7 @@ TEST_F(Mlx5FakeTest, ANicsErrorCqeIsListedAndLoggedOnce) {
   EXPECT_EQ(rows[q[1]].info.last_syndrome, prm::kSyndTransportRetryExcErr);
   EXPECT_EQ(rows[q[1]].info.state, softnic::QpState::kError);
   EXPECT_EQ(rows[q[2]].info.last_syndrome, prm::kSyndWrFlushErr);
+  EXPECT_EQ(rows[q[3]].info.last_syndrome, 0xd5);
   const auto lines_naming = [&](uint32_t qpn) {
     const std::string name = absl::StrCat("queue pair ", qpn, " ");
     size_t n = 0;
@@ -582,6 +587,8 @@ TEST_F(Mlx5FakeTest, ANicsErrorCqeIsListedAndLoggedOnce) {
   EXPECT_TRUE(absl::StrContains(log, "check the GID index")) << log;
   EXPECT_EQ(lines_naming(q[2]), 1u) << log;
   EXPECT_EQ(lines_naming(q[0]), 1u) << log;
+  EXPECT_EQ(lines_naming(q[3]), 1u) << log;
+  EXPECT_TRUE(absl::StrContains(log, "completion error (syndrome 0xd5)")) << log;
   EXPECT_TRUE(absl::StrContains(log, "as it was destroyed")) << log;
 }
 

@@ -362,8 +362,7 @@ absl::StatusOr<std::vector<uint32_t>> Mlx5Provider::CreateOnUmem(
     if (control != nullptr) {
       entry.sq_dbrec = control->data() + rings.sq_dbrec.offset;
       entry.cq_dbrec = control->data() + rings.cq_dbrec.offset;
-      entry.cq = control->data() + rings.cq.offset;
-      entry.cq_cqe_cnt = l.cq_cqe_cnt;
+      entry.cq = CqView{control, control->data() + rings.cq.offset, l.cq_cqe_cnt};
       entry.control = control;
     }
     made.push_back(std::move(entry));
@@ -528,20 +527,26 @@ absl::Status Mlx5Provider::ConnectTo(uint64_t session, const std::shared_ptr<Ses
 absl::Status Mlx5Provider::DestroyQueuePair(uint64_t session, uint32_t qpn) {
   std::shared_ptr<Session> s = Find(session);
   uint32_t umem = 0;
+  CqView cq;
   {
     absl::MutexLock lock(&mu_);
     if (s == nullptr || !s->qps.contains(qpn)) {
       return absl::NotFoundError(absl::StrCat("queue pair ", qpn, " is not one of this session's"));
     }
     umem = s->qps.at(qpn).umem;
-    (void)NoteFailureLocked(session, s->qps.at(qpn), "as it was destroyed");
+    cq = s->qps.at(qpn).cq;
   }
+  // Why the NIC failed it, if it did: read before the QP goes, logged below.
+  const uint8_t syndrome = FailureSyndrome(cq);
   // Out of the doorbell thread before the QP goes.
   doorbell_.Unwatch(DoorbellKey(session, qpn));
   MC_RETURN_IF_ERROR(s->mlx5->DestroyQueuePair(qpn));
   bool last_of_umem = false;
   {
     absl::MutexLock lock(&mu_);
+    if (auto it = s->qps.find(qpn); it != s->qps.end()) {
+      LogFailureOnce(session, it->second, syndrome, "as it was destroyed");
+    }
     s->qps.erase(qpn);
     auto u = s->umem_qps.find(umem);
     if (u != s->umem_qps.end() && --u->second == 0) {
@@ -567,12 +572,14 @@ void Mlx5Provider::SessionEnded(uint64_t session) {
     if (it == sessions_.end()) return;
     gone = std::move(it->second);
     sessions_.erase(it);
-    for (const auto& [qpn, qp] : gone->qps) {
-      qpns.push_back(qpn);
-      (void)NoteFailureLocked(session, qp, "at its session's end");
-    }
+    for (const auto& [qpn, qp] : gone->qps) qpns.push_back(qpn);
   }
   for (uint32_t qpn : qpns) doorbell_.Unwatch(DoorbellKey(session, qpn));
+  // Out of the map: nobody else reads these QPs now, and their rings are
+  // read without mu_.
+  for (const auto& [qpn, qp] : gone->qps) {
+    LogFailureOnce(session, qp, FailureSyndrome(qp.cq), "at its session's end");
+  }
   // ~Mlx5Session (QPs, CQs, umems, regions, UAR, PD, context) with the last
   // reference: here, or after a peer's Connect that still holds it.
   gone.reset();
@@ -636,35 +643,64 @@ absl::Status Mlx5Provider::ReleaseDoorbellAccess(uint64_t session) {
 }
 
 std::vector<softnic::QpInfo> Mlx5Provider::ListQps() const {
-  absl::MutexLock lock(&mu_);
   std::vector<softnic::QpInfo> out;
-  for (const auto& [id, s] : sessions_) {
-    for (const auto& [qpn, qp] : s->qps) {
-      out.push_back(qp.info);
-      if (s->client_rings) out.back().doorbell_mode = "gpu-uar";
-      // The NIC's error, as softnic's QPs report theirs.
-      if (const uint8_t syndrome = NoteFailureLocked(id, qp, "listing queue pairs");
-          syndrome != 0) {
-        out.back().last_syndrome = syndrome;
-        out.back().state = softnic::QpState::kError;
+  // The CQ rings are read without mu_ (a ring is up to thousands of CQEs,
+  // and mu_ guards only the maps: one listing must not stall every
+  // session's lookups); the copied mapping keeps each ring readable.
+  struct Look {
+    size_t row;
+    uint64_t session;
+    uint32_t qpn;
+    CqView cq;
+  };
+  std::vector<Look> looks;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, s] : sessions_) {
+      for (const auto& [qpn, qp] : s->qps) {
+        out.push_back(qp.info);
+        if (s->client_rings) out.back().doorbell_mode = "gpu-uar";
+        if (qp.cq.cq != nullptr) looks.push_back(Look{out.size() - 1, id, qpn, qp.cq});
+      }
+    }
+  }
+  // The NIC's error, as softnic's QPs report theirs; logged once per QP.
+  std::vector<const Look*> failed;
+  for (const Look& l : looks) {
+    if (const uint8_t syndrome = FailureSyndrome(l.cq); syndrome != 0) {
+      out[l.row].last_syndrome = syndrome;
+      out[l.row].state = softnic::QpState::kError;
+      failed.push_back(&l);
+    }
+  }
+  if (!failed.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const Look* l : failed) {
+      auto s = sessions_.find(l->session);
+      if (s == sessions_.end()) continue;
+      auto qp = s->second->qps.find(l->qpn);
+      if (qp != s->second->qps.end()) {
+        LogFailureOnce(l->session, qp->second, out[l->row].last_syndrome, "listing queue pairs");
       }
     }
   }
   return out;
 }
 
-uint8_t Mlx5Provider::NoteFailureLocked(uint64_t session, const Qp& qp, const char* when) const {
-  if (qp.cq == nullptr || qp.control == nullptr) return 0;  // rings in GPU memory
+uint8_t Mlx5Provider::FailureSyndrome(const CqView& v) {
+  if (v.cq == nullptr || v.control == nullptr) return 0;  // rings in GPU memory
   // A page the client punched out of an unsealed memfd is not faulted in
   // on the daemon's account.
-  if (!qp.control->resident(qp.cq, uint64_t{qp.cq_cqe_cnt} * device::mlx5::kCqeBytes)) return 0;
-  const uint8_t syndrome = CqFailureSyndrome(qp.cq, qp.cq_cqe_cnt);
-  if (syndrome != 0 && !qp.failure_logged) {
-    qp.failure_logged = true;
-    MC_LOG(kWarning, "mlx5: queue pair ", qp.info.qpn, " of session ", session, " on ", qp.info.nic,
-           " failed (seen ", when, "): ", device::DescribeCqeSyndrome(syndrome));
-  }
-  return syndrome;
+  if (!v.control->resident(v.cq, uint64_t{v.cqe_cnt} * device::mlx5::kCqeBytes)) return 0;
+  return CqFailureSyndrome(v.cq, v.cqe_cnt);
+}
+
+void Mlx5Provider::LogFailureOnce(uint64_t session, const Qp& qp, uint8_t syndrome,
+                                  const char* when) {
+  if (syndrome == 0 || qp.failure_logged) return;
+  qp.failure_logged = true;
+  MC_LOG(kWarning, "mlx5: queue pair ", qp.info.qpn, " of session ", session, " on ", qp.info.nic,
+         " failed (seen ", when, "): ", device::DescribeCqeSyndrome(syndrome));
 }
 
 std::vector<QpRingCounters> Mlx5Provider::ListRingCounters() const {

@@ -143,16 +143,23 @@ class Mlx5Provider final : public RdmaProvider {
   uint64_t doorbell_rings() const { return doorbell_.rings(); }
 
  private:
+  // A QP's CQ ring in the daemon's mapping of host control memory, and
+  // the mapping that keeps it readable; empty for rings in GPU memory.
+  struct CqView {
+    std::shared_ptr<softnic::SharedMapping> control;
+    const uint8_t* cq = nullptr;
+    uint32_t cqe_cnt = 0;
+  };
   struct Qp {
     softnic::QpInfo info;
     uint32_t umem = 0;
     // The daemon's view of the rings: null where they are in GPU memory.
     const uint8_t* sq_dbrec = nullptr;
     const uint8_t* cq_dbrec = nullptr;
-    const uint8_t* cq = nullptr;  // its CQ ring (cq_cqe_cnt CQEs): why the NIC failed it
-    uint32_t cq_cqe_cnt = 0;
+    CqView cq;  // its CQ ring: why the NIC failed it
     std::shared_ptr<softnic::SharedMapping> control;
-    // Its failure was logged (once: NoteFailureLocked).
+    // Its failure was logged (once: LogFailureOnce, under mu_, or after the
+    // QP left the maps).
     mutable bool failure_logged = false;
     uint32_t psn = 0;         // its initial send PSN (random; the peer's next_rcv_psn)
     std::string remote_node;  // connected to another node's QP ("": none, or this node's)
@@ -164,12 +171,13 @@ class Mlx5Provider final : public RdmaProvider {
     absl::flat_hash_map<uint32_t, uint32_t> umem_qps;            // umem id -> live QPs
     bool client_rings = false;  // its command fd was handed out ("gpu-uar")
   };
-  // The syndrome of `qp`'s failure, read from its CQ ring in the client's
+  // The syndrome of a QP's failure, read from its CQ ring in the client's
   // control memory (cq_error_scan.h): 0 when none (or the ring is in GPU
-  // memory, or a page of it is no longer in memory). Logged the first time
-  // it is seen, `when` saying on which occasion.
-  uint8_t NoteFailureLocked(uint64_t session, const Qp& qp, const char* when) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // memory, or a page of it is no longer in memory). Needs no lock.
+  static uint8_t FailureSyndrome(const CqView& cq);
+  // Logs `syndrome` (not 0) for `qp` the first time, `when` saying on which
+  // occasion. Under mu_ while the QP is in the maps.
+  static void LogFailureOnce(uint64_t session, const Qp& qp, uint8_t syndrome, const char* when);
   // FailedPrecondition when `s` holds regions or QPs (the doorbell hand-off
   // comes first, so no object ever changes hands).
   absl::Status CheckNothingHeld(const Session& s, const char* what) const

@@ -82,6 +82,13 @@ enum class Op : uint32_t {
   kMaskedFetchAdd32 = 5,
 };
 
+// Whether `op` writes the process's GPU memory when it runs (and so is
+// decided at the gate, and may still land after the daemon gave up on it).
+MC_COPY_AGENT_HD constexpr bool WritesGpuMemory(Op op) {
+  return op == Op::kToDevice || op == Op::kWithinDevice || op == Op::kFetchAdd64 ||
+         op == Op::kMaskedFetchAdd32;
+}
+
 struct alignas(64) Request {
   uint32_t op = 0;              // Op
   uint32_t field_boundary = 0;  // kMaskedFetchAdd32's

@@ -9,7 +9,9 @@
 //                                rings are deep enough that no post waits)
 //   rdma_bench bound             the floor under any post path: one warp's
 //                                64-byte stores into host-pinned and GPU rings,
-//                                with and without a release store per batch
+//                                then per batch the doorbell record's release,
+//                                and a shared queue pair's reservation and
+//                                ready_head release, piece by piece
 //   rdma_bench doorbell          the CPU-assisted doorbell (mooncaked's ringer
 //                                thread, in this process): a kernel's doorbell-
 //                                record write until the register (host memory
@@ -372,17 +374,38 @@ int Post(const std::string& socket) {
 
 // ---- the bound: what the GPU's own stores allow -------------------------------
 
-// One warp writes `k` 64-byte WQE images per round into a ring and then,
-// per `mode`, stores a doorbell record: 0 none, 1 st.release.sys, 2
-// st.release.gpu. No queue pair, no reservation: the floor under any post
-// path with these rings.
-__global__ void FloorKernel(uint8_t* ring, uint32_t* record, int k, int rounds, int mode,
-                            unsigned long long* ns) {
+// One warp writes `k` 64-byte WQE images per round into a ring and then
+// stores a doorbell record, adding one by one what a post on a shared queue
+// pair does beyond that (qp_ops.h), so each row shows what its piece costs:
+//   kReserve    the round's slots come from an atomic add on a GPU word
+//               (the reservation: the slot stores wait for its answer)
+//   kRecordSys  the record: st.release.sys (host rings)
+//   kRecordGpu  the record: st.release.gpu (rings in GPU memory)
+//   kReadyGpu   after the record, st.release.gpu of a GPU word (ready_head,
+//               which keeps doorbells of concurrent posters in index order)
+// No queue pair, no NIC: the floor under any post path with these rings.
+enum FloorStep : int {
+  kReserve = 1,
+  kRecordSys = 2,
+  kRecordGpu = 4,
+  kReadyGpu = 8,
+};
+
+__global__ void FloorKernel(uint8_t* ring, uint32_t* record, uint64_t* words, int k, int rounds,
+                            int steps, unsigned long long* ns) {
   const unsigned lane = threadIdx.x;
+  uint64_t* resv = words;
+  uint64_t* ready = words + 8;  // its own 64-byte line
   const uint64_t t0 = mooncake::device::mc_time_ns();
   for (int r = 0; r < rounds; ++r) {
+    uint64_t base = uint64_t(r) * k;
+    if ((steps & kReserve) != 0) {
+      uint64_t got = 0;
+      if (lane == 0) got = mooncake::device::mc_atomic_add_relaxed_gpu(resv, uint64_t(k));
+      base = __shfl_sync(0xffffffffu, got, 0);
+    }
     for (int w = static_cast<int>(lane); w < k; w += 32) {
-      uint8_t* slot = ring + ((uint64_t(r) * k + w) & (kDepth - 1)) * 64;
+      uint8_t* slot = ring + ((base + w) & (kDepth - 1)) * 64;
       for (int i = 0; i < 4; ++i) {
         mooncake::device::mc_st_v4(
             slot + 16 * i,
@@ -391,9 +414,10 @@ __global__ void FloorKernel(uint8_t* ring, uint32_t* record, int k, int rounds, 
     }
     __syncwarp();
     if (lane == 0) {
-      const uint32_t v = static_cast<uint32_t>((r + 1) * k);
-      if (mode == 1) mooncake::device::mc_st_release(record, v);
-      if (mode == 2) mooncake::device::mc_st_release_gpu(record, v);
+      const uint32_t v = static_cast<uint32_t>(base + k);
+      if ((steps & kRecordSys) != 0) mooncake::device::mc_st_release(record, v);
+      if ((steps & kRecordGpu) != 0) mooncake::device::mc_st_release_gpu(record, v);
+      if ((steps & kReadyGpu) != 0) mooncake::device::mc_st_release_gpu(ready, base + k);
     }
     __syncwarp();
   }
@@ -403,6 +427,7 @@ __global__ void FloorKernel(uint8_t* ring, uint32_t* record, int k, int rounds, 
 int Bound() {
   uint8_t *host_ring = nullptr, *host_ring_dev = nullptr, *gpu_ring = nullptr;
   uint32_t *host_rec = nullptr, *host_rec_dev = nullptr, *gpu_rec = nullptr;
+  uint64_t* words = nullptr;
   unsigned long long* ns = nullptr;
   BENCH_CUDA(cudaHostAlloc(&host_ring, size_t{kDepth} * 64, cudaHostAllocMapped));
   BENCH_CUDA(cudaHostAlloc(&host_rec, 64, cudaHostAllocMapped));
@@ -410,28 +435,36 @@ int Bound() {
   BENCH_CUDA(cudaHostGetDevicePointer(&host_rec_dev, host_rec, 0));
   BENCH_CUDA(cudaMalloc(&gpu_ring, size_t{kDepth} * 64));
   BENCH_CUDA(cudaMalloc(&gpu_rec, 64));
+  BENCH_CUDA(cudaMalloc(&words, 128));
+  BENCH_CUDA(cudaMemset(words, 0, 128));
   BENCH_CUDA(cudaMalloc(&ns, sizeof(*ns)));
   std::printf(
       "\nThe bound: one warp storing 64-byte WQEs (no queue pair), then a doorbell record "
       "per batch; M WQEs/s, ns per batch\n");
-  std::printf("%-44s %18s %18s %18s\n", "rings, record store", "1 WQE/batch", "8 WQEs/batch",
-              "32 WQEs/batch");
+  std::printf("%-58s %18s %18s %18s\n", "rings, what each batch does", "1 WQE/batch",
+              "8 WQEs/batch", "32 WQEs/batch");
   const struct {
     const char* name;
     bool gpu;
-    int mode;
-  } rows[] = {{"host-pinned, no record (posted writes only)", false, 0},
-              {"host-pinned, st.release.sys per batch", false, 1},
-              {"GPU memory, no record", true, 0},
-              {"GPU memory, st.release.gpu per batch", true, 2}};
+    int steps;
+  } rows[] = {
+      {"host-pinned, no record (posted writes only)", false, 0},
+      {"host-pinned, st.release.sys record", false, kRecordSys},
+      {"host-pinned, reservation + record", false, kReserve | kRecordSys},
+      {"host-pinned, record + ready_head release", false, kRecordSys | kReadyGpu},
+      {"host-pinned, reservation + record + ready_head", false, kReserve | kRecordSys | kReadyGpu},
+      {"GPU memory, no record", true, 0},
+      {"GPU memory, st.release.gpu record", true, kRecordGpu},
+      {"GPU memory, reservation + record + ready_head", true, kReserve | kRecordGpu | kReadyGpu},
+  };
   for (const auto& row : rows) {
-    std::printf("%-44s", row.name);
+    std::printf("%-58s", row.name);
     for (int k : {1, 8, 32}) {
       const int rounds = 20000;
       std::vector<double> per;
       for (int rep = 0; rep < 5; ++rep) {
         FloorKernel<<<1, 32>>>(row.gpu ? gpu_ring : host_ring_dev, row.gpu ? gpu_rec : host_rec_dev,
-                               k, rounds, row.mode, ns);
+                               words, k, rounds, row.steps, ns);
         BENCH_CUDA(cudaDeviceSynchronize());
         unsigned long long t = 0;
         BENCH_CUDA(cudaMemcpy(&t, ns, sizeof(t), cudaMemcpyDeviceToHost));
@@ -446,6 +479,7 @@ int Bound() {
   cudaFreeHost(host_rec);
   cudaFree(gpu_ring);
   cudaFree(gpu_rec);
+  cudaFree(words);
   cudaFree(ns);
   return 0;
 }

@@ -583,21 +583,29 @@ TEST_F(McctlTest, SocketPrecedence) {
 }
 
 TEST_F(McctlTest, UsageHelpAndVersion) {
-  for (std::vector<std::string> bad : {std::vector<std::string>{},
-                                       {"frobnicate"},
-                                       {"--bogus", "status"},
-                                       {"status", "extra"},
-                                       {"--socket"},
-                                       {"--socket", ""},
-                                       {"--timeout-ms", "0", "status"},
-                                       {"--timeout-ms", "soon", "status"},
-                                       {"selftest"},
-                                       {"selftest", "gpu"},
-                                       {"selftest", "rdma", "--nic", ""},
-                                       {"selftest", "rdma", "--gpu", "first"},
-                                       {"selftest", "rdma", "--gpu", "-1"},
-                                       {"status", "--gpu", "0"},
-                                       {"nics", "--nic", "mlx5_0"}}) {
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{},
+        {"frobnicate"},
+        {"--bogus", "status"},
+        {"status", "extra"},
+        {"--socket"},
+        {"--socket", ""},
+        {"--timeout-ms", "0", "status"},
+        {"--timeout-ms", "soon", "status"},
+        {"selftest"},
+        {"selftest", "gpu"},
+        {"selftest", "rdma", "--nic", ""},
+        {"selftest", "rdma", "--gpu", "first"},
+        {"selftest", "rdma", "--gpu", "-1"},
+        {"status", "--gpu", "0"},
+        {"nics", "--nic", "mlx5_0"},
+        {"selftest", "rdma", "--across", "g"},
+        {"selftest", "rdma", "--rank", "1"},
+        {"selftest", "rdma", "--across", "", "--rank", "0"},
+        {"selftest", "rdma", "--across", "g", "--rank", "2"},
+        {"selftest", "rdma", "--across", "g", "--rank", "-1"},
+        {"selftest", "rdma", "--across", "g", "--rank", "0", "--gpu", "0"},
+        {"status", "--across", "g", "--rank", "0"}}) {
     Result r = Mcctl(bad);
     EXPECT_EQ(r.rc, kExitUsage) << absl::StrJoin(bad, " ");
     EXPECT_TRUE(absl::StartsWith(r.err, "mcctl: ")) << r.err;

@@ -22,7 +22,10 @@ _mcctl() {
     --root)
       COMPREPLY=($(compgen -d -- "$cur"))
       return ;;
-    --timeout-ms | --count)
+    --timeout-ms | --count | --across)
+      return ;;
+    --rank)
+      COMPREPLY=($(compgen -W "0 1" -- "$cur"))
       return ;;
     --nic)
       # The NICs the daemon lists (quietly nothing when it is down).
@@ -36,7 +39,7 @@ _mcctl() {
   local i cmd=""
   for ((i = 1; i < cword; i++)); do
     case ${words[i]} in
-      --socket | --timeout-ms | --root | --count | --nic) ((i++)) ;;
+      --socket | --timeout-ms | --root | --count | --nic | --gpu | --across | --rank) ((i++)) ;;
       -*) ;;
       *) cmd=${words[i]}; break ;;
     esac
@@ -55,7 +58,7 @@ _mcctl() {
       COMPREPLY=($(compgen -W "--root --json -j" -- "$cur")) ;;
     selftest)
       if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "--nic --gpu --json -j" -- "$cur"))
+        COMPREPLY=($(compgen -W "--nic --gpu --across --rank --json -j" -- "$cur"))
       else
         COMPREPLY=($(compgen -W "rdma" -- "$cur"))
       fi ;;

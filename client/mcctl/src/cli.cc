@@ -149,6 +149,9 @@ std::string UsageText() {
       "            mooncaked: a pair of ranks, WRITEs, atomics, a ring wrap, a bad key; pass\n"
       "            or fail per step with latency, rate and what to check; exit 0 when all\n"
       "            pass, 1 when not\n"
+      "  selftest rdma --across GROUP --rank R [--nic NIC]  the same steps between two\n"
+      "            nodes, both ways: run it with R 0 on one node and R 1 on the other (same\n"
+      "            GROUP, same $MC_GROUP_SECRET); each prints the steps it ran\n"
       "  doctor    check this node for GPU-initiated transfers (driver, P2P, peermem,\n"
       "            dmabuf, regkey, ACS, IOMMU, limits, socket, NIC ports, daemon view);\n"
       "            exit 0 when ready, 1 when not\n"
@@ -168,6 +171,8 @@ std::string UsageText() {
       "                    daemon serves, a loopback pair each)\n"
       "  --gpu G           selftest: run the steps from CUDA kernels on GPU G, once per ring\n"
       "                    placement the node supports (host memory, GPU memory)\n"
+      "  --across GROUP    selftest: be one rank of GROUP, a pair across nodes (with --rank)\n"
+      "  --rank R          selftest --across: this node's rank, 0 or 1\n"
       "  --version         print the version and exit\n"
       "\n"
       "exit status: 0 ok, 1 error reported by the daemon (doctor: node not ready),\n"
@@ -242,6 +247,25 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
       }
       continue;
     }
+    matched = value_of("--across", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (value.empty() || value.size() > 128) {
+        return absl::InvalidArgumentError("--across needs a group name (at most 128 bytes)");
+      }
+      opt.across = value;
+      continue;
+    }
+    matched = value_of("--rank", &value);
+    if (!matched.ok()) return matched.status();
+    if (*matched) {
+      if (value != "0" && value != "1") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--rank wants 0 or 1 (a pair across nodes), got '", value, "'"));
+      }
+      opt.rank = value == "1" ? 1 : 0;
+      continue;
+    }
     matched = value_of("--root", &value);
     if (!matched.ok()) return matched.status();
     if (*matched) {
@@ -289,6 +313,17 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
   }
   if (opt.gpu >= 0 && opt.command != "selftest") {
     return absl::InvalidArgumentError("--gpu is an option of selftest");
+  }
+  if ((!opt.across.empty() || opt.rank >= 0) && opt.command != "selftest") {
+    return absl::InvalidArgumentError("--across and --rank are options of selftest");
+  }
+  if (opt.across.empty() != (opt.rank < 0)) {
+    return absl::InvalidArgumentError(
+        "--across GROUP and --rank R go together: R 0 on one node, 1 on the other");
+  }
+  if (!opt.across.empty() && opt.gpu >= 0) {
+    return absl::InvalidArgumentError(
+        "--across runs the steps from a CPU thread; --gpu G runs them on this node only");
   }
   return opt;
 }
@@ -418,6 +453,20 @@ int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::os
   // A loopback pair per NIC (issue 24 item 10): the one --nic names, else
   // every NIC the daemon serves. With none or one listed, the daemon's
   // choice, reported as before.
+  if (!opt.across.empty()) {
+    // One rank of a pair across nodes, on the NIC asked for or the
+    // daemon's choice. The other node's command may start a while later.
+    SelftestOptions o;
+    o.socket = socket;
+    o.nic = opt.nic;
+    o.timeout_ms = opt.timeout_given ? opt.timeout_ms : 60000;
+    o.across_group = opt.across;
+    o.across_rank = opt.rank;
+    const SelftestReport report = RunRdmaSelftest(o);
+    out << (opt.json ? PrettyJson(SelftestJson(report)) + "\n" : FormatSelftest(report));
+    out.flush();
+    return report.ok() ? kExitOk : kExitError;
+  }
   std::vector<std::string> nics;
   if (!opt.nic.empty()) {
     nics.push_back(opt.nic);

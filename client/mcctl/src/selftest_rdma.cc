@@ -20,6 +20,7 @@
 #include "mooncake/device/mlx5/prm.h"
 #include "mooncake/device/qp_error.h"
 #include "mooncake/mcctl/table.h"
+#include "selftest_across.h"
 
 namespace mooncake::mcctl {
 namespace {
@@ -38,26 +39,6 @@ const char* kAtomicsHint =
     "NIC atomics: mcctl nics shows what the NIC answers; the firmware must allow PCI atomics "
     "(mlxconfig ... set PCI_ATOMIC_MODE=...; docs/rdma.md, \"First run\")";
 
-std::string StatusName(McStatus s) {
-  switch (s) {
-    case McStatus::kOk: return "ok";
-    case McStatus::kRdmaError: return "an error completion";
-    case McStatus::kTimedOut: return "no completion within the queue pair's timeout";
-    case McStatus::kNoRoute: return "no route";
-    case McStatus::kNotRegistered: return "source not registered";
-    default: return absl::StrCat("status ", static_cast<int>(s));
-  }
-}
-
-// The reason a queue pair failed, in words (qp_error.h), when it did.
-std::string QpFailure(McStatus s, const device::IbgdaQpDevCtx* qp) {
-  std::string out = StatusName(s);
-  if (qp != nullptr && qp->error != 0) {
-    absl::StrAppend(&out, " (", device::DescribeQpError(qp->error), ")");
-  }
-  return out;
-}
-
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
@@ -65,6 +46,28 @@ double Median(std::vector<double> v) {
 }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A rank's Communicator as the selftest sets it up: a group of two, RDMA
+// between them, on the NIC asked for.
+CommunicatorOptions RankOptions(const SelftestOptions& o, const std::string& group, uint32_t rank,
+                                AtomicsRoute atomics) {
+  CommunicatorOptions c;
+  c.socket_path = o.socket;
+  c.group = group;
+  c.rank = rank;
+  c.world_size = 2;
+  c.buffer_bytes = kBufferBytes;
+  c.platform = Platform::kHost;
+  c.route = Route::kRdma;
+  // NIC atomics: every rank also gets a loopback queue pair, which the
+  // loopback-atomic step tries.
+  c.atomics_route = atomics;
+  c.rdma_sq_depth = 256;
+  c.timeout = absl::Milliseconds(o.timeout_ms);
+  c.client_name = "mcctl selftest rdma";
+  if (!o.nic.empty()) c.rdma_nics = {o.nic};
+  return c;
+}
 
 // The two ranks, each set up by its own Communicator (Create blocks for the
 // rendezvous, so rank 1's runs on a thread).
@@ -77,27 +80,10 @@ absl::StatusOr<Pair> SetUp(const SelftestOptions& o, AtomicsRoute atomics) {
                       static_cast<uint64_t>(::getpid()));
   const std::string group =
       absl::StrFormat("mcctl-selftest-%d-%08x", ::getpid(), static_cast<uint32_t>(rng()));
-  auto options = [&](uint32_t r) {
-    CommunicatorOptions c;
-    c.socket_path = o.socket;
-    c.group = group;
-    c.rank = r;
-    c.world_size = 2;
-    c.buffer_bytes = kBufferBytes;
-    c.platform = Platform::kHost;
-    c.route = Route::kRdma;
-    // NIC atomics: every rank also gets a loopback queue pair, which the
-    // loopback-atomic step tries.
-    c.atomics_route = atomics;
-    c.rdma_sq_depth = 256;
-    c.timeout = absl::Milliseconds(o.timeout_ms);
-    c.client_name = "mcctl selftest rdma";
-    if (!o.nic.empty()) c.rdma_nics = {o.nic};
-    return c;
-  };
   absl::StatusOr<std::unique_ptr<Communicator>> second = absl::UnknownError("not run");
-  std::thread t([&] { second = Communicator::Create(options(1)); });
-  absl::StatusOr<std::unique_ptr<Communicator>> first = Communicator::Create(options(0));
+  std::thread t([&] { second = Communicator::Create(RankOptions(o, group, 1, atomics)); });
+  absl::StatusOr<std::unique_ptr<Communicator>> first =
+      Communicator::Create(RankOptions(o, group, 0, atomics));
   t.join();
   if (!first.ok()) return first.status();
   if (!second.ok()) return second.status();
@@ -115,6 +101,33 @@ T* At(Communicator& c, uint64_t off) {
 template <class T>
 T Load(const T* p) {
   return std::atomic_ref<T>(*const_cast<T*>(p)).load(std::memory_order_acquire);
+}
+
+// Where a step runs: this rank (`self`) posts toward rank `peer`, and reads
+// the peer's buffer back with `read_peer` once its operations completed:
+// straight from the other Communicator in this process, or, across nodes,
+// by asking the other rank (selftest_across.h).
+struct Ends {
+  Communicator* self = nullptr;
+  uint32_t peer = 1;
+  std::function<absl::StatusOr<std::string>(uint64_t offset, uint64_t length)> read_peer;
+};
+
+const char* kReadBackHint =
+    "the other rank did not send its memory back: its own report (on its node) says why";
+
+// A word of the peer's buffer, read back.
+template <class T>
+absl::StatusOr<T> PeerWord(const Ends& e, uint64_t off) {
+  absl::StatusOr<std::string> bytes = e.read_peer(off, sizeof(T));
+  if (!bytes.ok()) return bytes.status();
+  T v{};
+  std::memcpy(&v, bytes->data(), sizeof(T));
+  return v;
+}
+
+std::string ReadBackFailure(const absl::Status& s) {
+  return absl::StrCat("could not read the peer's memory back: ", s.message());
 }
 
 // Times `post` (one operation, then mc_quiet) kLatencyOps times, then posts
@@ -145,22 +158,27 @@ Timing Measure(const device::CommCtx& ctx, const std::function<McStatus(uint64_t
   return t;
 }
 
-SelftestStep WriteInline(Pair& p) {
+SelftestStep WriteInline(const Ends& e) {
   SelftestStep s{.name = "write-inline"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer peer = device::mc_peer(ctx, 1);
-  auto* word = At<uint64_t>(*p.rank[0], kWordOff);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer peer = device::mc_peer(ctx, static_cast<int>(e.peer));
+  auto* word = At<uint64_t>(*e.self, kWordOff);
   uint64_t next = 1;
   const Timing t = Measure(
       ctx, [&](uint64_t v) { return device::mc_put_thread(peer, word, &v, sizeof(v)); }, &next);
-  const uint64_t seen = Load(At<uint64_t>(*p.rank[1], kWordOff));
   s.latency_us = t.latency_us;
   s.rate = t.rate;
   if (t.status != McStatus::kOk) {
     s.detail = QpFailure(t.status, peer.qp);
     s.hint = kLinkHint;
-  } else if (seen != next - 1) {
-    s.detail = absl::StrCat("the peer's word holds ", seen, ", not the last value written (",
+    return s;
+  }
+  const absl::StatusOr<uint64_t> seen = PeerWord<uint64_t>(e, kWordOff);
+  if (!seen.ok()) {
+    s.detail = ReadBackFailure(seen.status());
+    s.hint = kReadBackHint;
+  } else if (*seen != next - 1) {
+    s.detail = absl::StrCat("the peer's word holds ", *seen, ", not the last value written (",
                             next - 1, ")");
     s.hint = "completions arrive but data does not land: report this with `mcctl qps`";
   } else {
@@ -170,12 +188,12 @@ SelftestStep WriteInline(Pair& p) {
   return s;
 }
 
-SelftestStep Write(Pair& p) {
+SelftestStep Write(const Ends& e) {
   SelftestStep s{.name = "write"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer peer = device::mc_peer(ctx, 1);
-  uint8_t* src = At<uint8_t>(*p.rank[0], kSrcOff);
-  void* dst = At<uint8_t>(*p.rank[0], kDstOff);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer peer = device::mc_peer(ctx, static_cast<int>(e.peer));
+  uint8_t* src = At<uint8_t>(*e.self, kSrcOff);
+  void* dst = At<uint8_t>(*e.self, kDstOff);
   uint64_t next = 1;
   // Filled once: every WRITE sends the same bytes, so the source never
   // changes under a WRITE in flight.
@@ -191,9 +209,16 @@ SelftestStep Write(Pair& p) {
                           "registration: host memory pinned, RLIMIT_MEMLOCK");
     return s;
   }
-  const uint8_t* got = At<uint8_t>(*p.rank[1], kDstOff);
+  const absl::StatusOr<std::string> got = e.read_peer(kDstOff, kWriteBytes);
+  if (!got.ok()) {
+    s.detail = ReadBackFailure(got.status());
+    s.hint = kReadBackHint;
+    return s;
+  }
   size_t bad = 0;
-  for (uint64_t i = 0; i < kWriteBytes; ++i) bad += got[i] != static_cast<uint8_t>(i * 131 + 7);
+  for (uint64_t i = 0; i < kWriteBytes; ++i) {
+    bad += static_cast<uint8_t>((*got)[i]) != static_cast<uint8_t>(i * 131 + 7);
+  }
   if (bad != 0) {
     s.detail = absl::StrCat(bad, " of ", kWriteBytes, " bytes wrong at the peer");
     s.hint = "completions arrive but data does not land: report this with `mcctl mrs`";
@@ -209,13 +234,13 @@ SelftestStep Write(Pair& p) {
 // fetch-add-8 and masked-fa-4: the counter's total, and the old value the
 // last add fetched (its byte order is the NIC's atomic mode).
 template <class T>
-SelftestStep FetchAdd(Pair& p) {
+SelftestStep FetchAdd(const Ends& e) {
   constexpr bool k64 = sizeof(T) == 8;
   SelftestStep s{.name = k64 ? "fetch-add-8" : "masked-fa-4"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer peer = device::mc_peer(ctx, 1);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer peer = device::mc_peer(ctx, static_cast<int>(e.peer));
   const uint64_t off = k64 ? kCounter64Off : kCounter32Off;
-  T* counter = At<T>(*p.rank[0], off);
+  T* counter = At<T>(*e.self, off);
   uint64_t next = 0;
   const Timing t = Measure(
       ctx, [&](uint64_t) { return device::mc_red_add(peer, counter, T{1}); }, &next);
@@ -226,7 +251,13 @@ SelftestStep FetchAdd(Pair& p) {
     s.hint = kAtomicsHint;
     return s;
   }
-  const uint64_t total = Load(At<T>(*p.rank[1], off));
+  const absl::StatusOr<T> read = PeerWord<T>(e, off);
+  if (!read.ok()) {
+    s.detail = ReadBackFailure(read.status());
+    s.hint = kReadBackHint;
+    return s;
+  }
+  const uint64_t total = *read;
   uint64_t raw = 0;
   std::memcpy(&raw, peer.qp->fetch_scratch, sizeof(raw));
   // What the last add fetched: the counter before it, next - 1. The 8-byte
@@ -251,11 +282,11 @@ SelftestStep FetchAdd(Pair& p) {
   return s;
 }
 
-SelftestStep RingWrap(Pair& p) {
+SelftestStep RingWrap(const Ends& e) {
   SelftestStep s{.name = "ring-wrap"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer peer = device::mc_peer(ctx, 1);
-  auto* word = At<uint64_t>(*p.rank[0], kWordOff);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer peer = device::mc_peer(ctx, static_cast<int>(e.peer));
+  auto* word = At<uint64_t>(*e.self, kWordOff);
   const uint64_t before = peer.qp->resv_head;
   const auto t0 = Clock::now();
   McStatus st = McStatus::kOk;
@@ -266,14 +297,19 @@ SelftestStep RingWrap(Pair& p) {
   const double secs = Seconds(Clock::now() - t0);
   s.rate = kWrapWqes / std::max(secs, 1e-9);
   const uint64_t posted = peer.qp->resv_head - before;
-  const uint64_t seen = Load(At<uint64_t>(*p.rank[1], kWordOff));
   if (st != McStatus::kOk) {
     s.detail = absl::StrCat(QpFailure(st, peer.qp), " after ", posted, " WQEs");
     s.hint =
         "the ring failed while wrapping: owner bits or the 16-bit WQE counter disagree with "
         "the NIC's; report this with `mcctl qps`";
-  } else if (seen != kWrapWqes) {
-    s.detail = absl::StrCat("the peer's word holds ", seen, " after ", kWrapWqes, " WRITEs");
+    return s;
+  }
+  const absl::StatusOr<uint64_t> seen = PeerWord<uint64_t>(e, kWordOff);
+  if (!seen.ok()) {
+    s.detail = ReadBackFailure(seen.status());
+    s.hint = kReadBackHint;
+  } else if (*seen != kWrapWqes) {
+    s.detail = absl::StrCat("the peer's word holds ", *seen, " after ", kWrapWqes, " WRITEs");
     s.hint = "WQEs completed but the last one did not land last: report this with `mcctl qps`";
   } else {
     s.pass = true;
@@ -288,11 +324,11 @@ const char* kLoopbackHint =
     "(docs/rdma.md \"Atomics across routes\"); set atomics_route device where no word takes "
     "adds over both routes, and report this with `mcctl qps`";
 
-SelftestStep LoopbackAtomic(Pair& p) {
+SelftestStep LoopbackAtomic(const Ends& e) {
   SelftestStep s{.name = "loopback-atomic"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer self = device::mc_peer(ctx, 0);
-  auto* counter = At<uint64_t>(*p.rank[0], kLoopbackOff);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer self = device::mc_peer(ctx, e.self->rank());
+  auto* counter = At<uint64_t>(*e.self, kLoopbackOff);
   if (!self.nic_atomics || self.atomic_qp == nullptr) {
     s.detail = "no loopback queue pair in the context";
     s.hint = "report this: the Communicator was asked for NIC atomics";
@@ -317,16 +353,18 @@ SelftestStep LoopbackAtomic(Pair& p) {
   return s;
 }
 
-SelftestStep BadRkey(Pair& p) {
+// On `channel`: it leaves that queue pair (and the other rank's end of it)
+// in error.
+SelftestStep BadRkey(const Ends& e, int channel) {
   SelftestStep s{.name = "bad-rkey"};
-  const device::CommCtx& ctx = p.rank[0]->ctx();
-  const McPeer peer = device::mc_peer(ctx, 1);
+  const device::CommCtx& ctx = e.self->ctx();
+  const McPeer peer = device::mc_peer(ctx, static_cast<int>(e.peer), channel);
   // A key the peer never gave: every bit of the low byte (the mkey's
   // variant) and more flipped, so it names no region of any session.
   McPeer forged = peer;
   forged.rkey = peer.rkey ^ 0x00a5a5ffu;
   const uint64_t v = 1;
-  McStatus st = device::mc_put_thread(forged, At<uint64_t>(*p.rank[0], kBadKeyOff), &v, sizeof(v));
+  McStatus st = device::mc_put_thread(forged, At<uint64_t>(*e.self, kBadKeyOff), &v, sizeof(v));
   if (st == McStatus::kOk) st = device::mc_qp_quiet(peer.qp);
   const uint8_t syndrome = static_cast<uint8_t>(peer.qp->error & 0xffu);
   if (st == McStatus::kRdmaError && (peer.qp->error & device::kQpErrCqe) != 0 &&
@@ -360,7 +398,18 @@ bool SelftestReport::ok() const {
   return true;
 }
 
-SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
+namespace {
+
+void DescribeNic(Communicator& c, SelftestReport* r) {
+  if (DaemonRdmaTransport* t = c.rdmaTransport()) {
+    r->nic = t->nic();
+    r->provider = t->nodeInfo().provider;
+    r->doorbell_mode = t->doorbellMode();
+  }
+}
+
+// Both ranks in this process: a loopback pair through the local daemon.
+SelftestReport RunLocal(const SelftestOptions& options) {
   SelftestReport r;
   r.nic = options.nic;  // the NIC asked for; the one used once the pair is up
   absl::StatusOr<Pair> pair = SetUp(options, AtomicsRoute::kNic);
@@ -387,18 +436,21 @@ SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
     return r;
   }
   Pair& p = *pair;
-  if (DaemonRdmaTransport* t = p.rank[0]->rdmaTransport()) {
-    r.nic = t->nic();
-    r.provider = t->nodeInfo().provider;
-    r.doorbell_mode = t->doorbellMode();
-  }
-  r.steps.push_back(WriteInline(p));
-  r.steps.push_back(Write(p));
-  r.steps.push_back(FetchAdd<uint64_t>(p));
-  r.steps.push_back(FetchAdd<uint32_t>(p));
-  r.steps.push_back(RingWrap(p));
+  DescribeNic(*p.rank[0], &r);
+  Communicator* other = p.rank[1].get();
+  const Ends e{
+      p.rank[0].get(), 1, [other](uint64_t offset, uint64_t length) {
+        // After mc_quiet saw the completions: the bytes are in place.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        return absl::StatusOr<std::string>(std::string(At<const char>(*other, offset), length));
+      }};
+  r.steps.push_back(WriteInline(e));
+  r.steps.push_back(Write(e));
+  r.steps.push_back(FetchAdd<uint64_t>(e));
+  r.steps.push_back(FetchAdd<uint32_t>(e));
+  r.steps.push_back(RingWrap(e));
   if (loopback_setup.empty()) {
-    r.steps.push_back(LoopbackAtomic(p));
+    r.steps.push_back(LoopbackAtomic(e));
   } else {
     r.steps.push_back(SelftestStep{.name = "loopback-atomic",
                                    .detail = "setup with loopback queue pairs failed (without "
@@ -407,8 +459,101 @@ SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
                                    .hint = kLoopbackHint});
   }
   // Last: it leaves the queue pair toward rank 1 in error.
-  r.steps.push_back(BadRkey(p));
+  r.steps.push_back(BadRkey(e, 0));
   return r;
+}
+
+const char* kAcrossSetupHint =
+    "the group of two across nodes did not form: run `mcctl selftest rdma --across GROUP --rank "
+    "R` on both nodes (R 0 on one, 1 on the other) within --timeout-ms of each other, with the "
+    "same $MC_GROUP_SECRET; both daemons must be in one cluster (`mcctl peers` lists the other "
+    "node) and serve RDMA; run `mcctl selftest rdma` on each node first";
+const char* kAcrossPeerHint =
+    "the other rank stopped taking part: its own report (on its node) says why; a queue pair "
+    "that failed here names its cause above";
+
+// One rank of a group of two across nodes: rank 0 runs the steps toward
+// rank 1 while rank 1 answers its reads, then the other way round, then
+// rank 0 the bad key on channel 1 (channel 0 carries the last hand-over).
+SelftestReport RunAcross(const SelftestOptions& o) {
+  SelftestReport r;
+  r.nic = o.nic;
+  const auto me = static_cast<uint32_t>(o.across_rank);
+  const uint32_t other = 1 - me;
+  CommunicatorOptions c = RankOptions(o, o.across_group, me, AtomicsRoute::kDevice);
+  c.qps_per_peer = 2;
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(c);
+  r.where = absl::StrCat("rank ", me, " of group ", EscapeForDisplay(o.across_group, 64),
+                         " across nodes, from a CPU thread");
+  if (!comm.ok()) {
+    r.setup_error = comm.status().message().empty() ? comm.status().ToString()
+                                                    : std::string(comm.status().message());
+    r.setup_hint = kAcrossSetupHint;
+    return r;
+  }
+  Communicator* self = comm->get();
+  DescribeNic(*self, &r);
+  const std::vector<GroupMember>& members = self->view().members;
+  const std::string other_node = other < members.size() ? members[other].node_id : "";
+  r.where = absl::StrCat(
+      "rank ", me, " of group ", EscapeForDisplay(o.across_group, 64), " on node ",
+      EscapeForDisplay(members.size() > me ? members[me].node_id : "", 64), ", to rank ", other,
+      " on node ", EscapeForDisplay(other_node, 64), ", from a CPU thread");
+  const absl::Duration patience = absl::Milliseconds(o.timeout_ms);
+  selftest::PeerReader reader(self, other, patience);
+  selftest::PeerAnswerer answerer(self, other, patience);
+  const Ends e{self, other,
+               [&reader](uint64_t offset, uint64_t length) { return reader.Read(offset, length); }};
+  // Serves the other rank's reads until it hands over; one step saying so.
+  auto answer = [&](const char* while_it) {
+    const uint64_t before = answerer.served();
+    const absl::Status a = answerer.ServeUntilHandOver();
+    SelftestStep s{.name = "answer", .pass = a.ok()};
+    s.detail = a.ok() ? absl::StrCat("sent rank ", other, " its ", answerer.served() - before,
+                                     " reads back while it ", while_it)
+                      : absl::StrCat("while rank ", other, " ", while_it, ": ", a.message());
+    if (!a.ok()) s.hint = kAcrossPeerHint;
+    r.steps.push_back(std::move(s));
+    return a.ok();
+  };
+  auto drive = [&] {
+    r.steps.push_back(WriteInline(e));
+    r.steps.push_back(Write(e));
+    r.steps.push_back(FetchAdd<uint64_t>(e));
+    r.steps.push_back(FetchAdd<uint32_t>(e));
+    r.steps.push_back(RingWrap(e));
+    const absl::Status h = reader.HandOver();
+    if (!h.ok()) {
+      r.steps.push_back(
+          SelftestStep{.name = "hand-over", .detail = std::string(h.message()), .hint = kLinkHint});
+    }
+    return h.ok();
+  };
+  if (me == 0) {
+    if (drive() && answer("ran its steps")) {
+      r.steps.push_back(BadRkey(e, 1));
+      // The end: rank 1 waits for it, so its session outlives the bad key.
+      if (absl::Status h = reader.HandOver(); !h.ok()) {
+        r.steps.push_back(SelftestStep{
+            .name = "hand-over", .detail = std::string(h.message()), .hint = kLinkHint});
+      }
+    }
+  } else if (answer("ran its steps") && drive()) {
+    const absl::Status end = answerer.ServeUntilHandOver();
+    if (!end.ok()) {
+      r.steps.push_back(SelftestStep{
+          .name = "end",
+          .detail = absl::StrCat("while rank ", other, " tried the bad key: ", end.message()),
+          .hint = kAcrossPeerHint});
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+SelftestReport RunRdmaSelftest(const SelftestOptions& options) {
+  return options.across_group.empty() ? RunLocal(options) : RunAcross(options);
 }
 
 std::string FormatSelftest(const SelftestReport& r) {
@@ -439,10 +584,10 @@ std::string FormatSelftest(const SelftestReport& r) {
 }
 
 std::string SelftestJson(const SelftestReport& r) {
-  std::string out =
-      absl::StrCat("{\"ok\":", r.ok() ? "true" : "false", ",\"nic\":", EscapeForJson(r.nic),
-                   ",\"provider\":", EscapeForJson(r.provider),
-                   ",\"doorbell_mode\":", EscapeForJson(r.doorbell_mode));
+  std::string out = absl::StrCat(
+      "{\"ok\":", r.ok() ? "true" : "false", ",\"nic\":", EscapeForJson(r.nic),
+      ",\"provider\":", EscapeForJson(r.provider),
+      ",\"doorbell_mode\":", EscapeForJson(r.doorbell_mode), ",\"where\":", EscapeForJson(r.where));
   if (!r.setup_error.empty()) {
     absl::StrAppend(&out, ",\"setup_error\":", EscapeForJson(r.setup_error),
                     ",\"hint\":", EscapeForJson(r.setup_hint));

@@ -5,7 +5,8 @@
 //   mcctl [--socket PATH] [--timeout-ms N] [--json|-j] COMMAND
 //   COMMAND: status | gpus | nics | topo | sessions | groups [NAME] | qps |
 //            mrs | peers | watch [--count N] | doctor [--root DIR] |
-//            selftest rdma [--nic NIC] | help
+//            selftest rdma [--nic NIC] [--gpu G | --across GROUP --rank R] |
+//            help
 //   mcctl --version | --help
 //
 // `watch` streams group events until interrupted (or N events with
@@ -63,6 +64,8 @@ struct CliOptions {
   std::string subject;  // `selftest rdma`
   std::string nic;      // selftest --nic
   int gpu = -1;         // selftest --gpu: from CUDA kernels on this GPU (-1: a CPU thread)
+  std::string across;   // selftest --across GROUP: one rank of a pair across nodes
+  int rank = -1;        // selftest --rank R (0 or 1) with --across
 };
 
 // What tests substitute for the node (mcctl itself passes none).

@@ -24,6 +24,17 @@
 // unchanged on a real NIC. `--gpu G` runs the same steps from CUDA kernels
 // on GPU G, once per ring placement (mcctl-selftest-gpu, next to mcctl in
 // CUDA builds: client/mcctl/gpu/).
+//
+// A loopback pair never leaves the NIC: a wrong GID index, a missing
+// MAC/ARP entry or a lossy priority between nodes shows only across them.
+// `--across GROUP --rank R` (R = 0 on one node, 1 on the other, both
+// started within the timeout, both with the same $MC_GROUP_SECRET) makes
+// this process one rank of a group of two across nodes. Rank 0 runs the
+// steps toward rank 1, then rank 1 toward rank 0 (a path can fail one way
+// only), then rank 0 the bad key; loopback-atomic is the local selftest's.
+// A rank reads the other's memory back by asking it (selftest_across.h):
+// the answering rank copies the bytes asked for into the asker's
+// readback area with an RDMA WRITE of its own.
 #pragma once
 
 #include <cstdint>
@@ -36,12 +47,17 @@ namespace mooncake::mcctl {
 // CPU steps and mcctl-selftest-gpu's kernels.
 namespace selftest {
 inline constexpr uint64_t kBufferBytes = 1 << 20;
-inline constexpr uint64_t kWordOff = 0;         // write-inline, ring-wrap
-inline constexpr uint64_t kCounter64Off = 64;   // fetch-add-8
-inline constexpr uint64_t kCounter32Off = 128;  // masked-fa-4
-inline constexpr uint64_t kLoopbackOff = 192;   // loopback-atomic
-inline constexpr uint64_t kBadKeyOff = 256;     // bad-rkey target
+inline constexpr uint64_t kWordOff = 0;          // write-inline, ring-wrap
+inline constexpr uint64_t kCounter64Off = 64;    // fetch-add-8
+inline constexpr uint64_t kCounter32Off = 128;   // masked-fa-4
+inline constexpr uint64_t kLoopbackOff = 192;    // loopback-atomic
+inline constexpr uint64_t kBadKeyOff = 256;      // bad-rkey target
+inline constexpr uint64_t kRequestOff = 320;     // across: {offset, length} asked for
+inline constexpr uint64_t kRequestSeqOff = 384;  // across: the request's number, after it
+inline constexpr uint64_t kReplySeqOff = 448;    // across: the answer's number, after the bytes
 inline constexpr uint64_t kSrcOff = 64 << 10;
+inline constexpr uint64_t kReadbackOff = 256 << 10;  // across: the bytes read back land here
+inline constexpr uint64_t kMaxReadBytes = 64 << 10;
 inline constexpr uint64_t kDstOff = 512 << 10;
 inline constexpr uint64_t kWriteBytes = 64 << 10;
 inline constexpr int kLatencyOps = 500;       // each posted and waited for
@@ -52,7 +68,12 @@ inline constexpr uint64_t kWrapWqes = 70000;  // through a 256-deep ring
 struct SelftestOptions {
   std::string socket;  // resolved daemon socket
   std::string nic;     // empty: the daemon's choice
+  // Rendezvous, and across nodes also the longest wait for the other rank.
   int timeout_ms = 30000;
+  // Empty: both ranks in this process (a loopback pair). Else the group of
+  // two across nodes this process joins as rank `across_rank` (0 or 1).
+  std::string across_group;
+  int across_rank = -1;
 };
 
 struct SelftestStep {

@@ -1,0 +1,151 @@
+#include "selftest_across.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "mooncake/device/comm_device.h"
+#include "mooncake/device/qp_error.h"
+#include "mooncake/mcctl/selftest_rdma.h"
+
+namespace mooncake::mcctl::selftest {
+namespace {
+
+using device::McPeer;
+using device::McStatus;
+
+template <class T>
+T* At(Communicator* c, uint64_t off) {
+  return reinterpret_cast<T*>(static_cast<uint8_t*>(c->buffer()) + off);
+}
+
+// Words the other rank's NIC writes while this thread looks.
+uint64_t Load(Communicator* c, uint64_t off) {
+  return std::atomic_ref<uint64_t>(*At<uint64_t>(c, off)).load(std::memory_order_acquire);
+}
+
+// Waits until `done()` or `patience` has passed: false on the latter.
+// Spins a little, then sleeps in short steps (a WRITE from another node
+// takes microseconds; the other rank's whole step may take seconds).
+template <class Done>
+bool WaitFor(Done done, absl::Duration patience) {
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(patience);
+  for (int spins = 0; !done(); ++spins) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  return true;
+}
+
+std::string StatusName(McStatus s) {
+  switch (s) {
+    case McStatus::kOk: return "ok";
+    case McStatus::kRdmaError: return "an error completion";
+    case McStatus::kTimedOut: return "no completion within the queue pair's timeout";
+    case McStatus::kNoRoute: return "no route";
+    case McStatus::kNotRegistered: return "source not registered";
+    default: return absl::StrCat("status ", static_cast<int>(s));
+  }
+}
+
+}  // namespace
+
+std::string QpFailure(McStatus status, const device::IbgdaQpDevCtx* qp) {
+  std::string out = StatusName(status);
+  if (status != McStatus::kOk && qp != nullptr && qp->error != 0) {
+    absl::StrAppend(&out, " (", device::DescribeQpError(qp->error), ")");
+  }
+  return out;
+}
+
+bool ReadableRange(uint64_t offset, uint64_t length) {
+  return length != 0 && length <= kMaxReadBytes && offset <= kBufferBytes &&
+         length <= kBufferBytes - offset;
+}
+
+absl::Status PeerReader::Post(uint64_t offset, uint64_t length) {
+  const McPeer peer = device::mc_peer(self_->ctx(), static_cast<int>(peer_));
+  const uint64_t request[2] = {offset, length};
+  ++seq_;
+  // Both inline (at most 28 bytes each): the source is copied at once.
+  McStatus st = device::mc_put_thread(peer, At<void>(self_, kRequestOff), request, sizeof(request));
+  if (st == McStatus::kOk) {
+    st = device::mc_put_thread(peer, At<void>(self_, kRequestSeqOff), &seq_, sizeof(seq_));
+  }
+  // This queue pair only: the bad key leaves channel 1 in error before the
+  // last hand-over.
+  if (st == McStatus::kOk) st = device::mc_qp_quiet(peer.qp);
+  if (st != McStatus::kOk) {
+    return absl::UnavailableError(absl::StrCat("asking the other rank: ", QpFailure(st, peer.qp)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
+  if (!ReadableRange(offset, length)) {
+    return absl::InvalidArgumentError(absl::StrCat("no read of ", length, " bytes at ", offset));
+  }
+  if (absl::Status s = Post(offset, length); !s.ok()) return s;
+  uint64_t reply = 0;
+  const bool answered = WaitFor(
+      [&] {
+        reply = Load(self_, kReplySeqOff);
+        return (reply & ~kRefused) == seq_;
+      },
+      patience_);
+  if (!answered) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank ", peer_, " did not send its memory back within ",
+                     absl::FormatDuration(patience_), " (its own report says why)"));
+  }
+  if ((reply & kRefused) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", peer_, " refused to send ", length, " bytes at ", offset));
+  }
+  return std::string(At<const char>(self_, kReadbackOff), length);
+}
+
+absl::Status PeerReader::HandOver() { return Post(0, kTurnOver); }
+
+absl::Status PeerAnswerer::ServeUntilHandOver() {
+  const McPeer peer = device::mc_peer(self_->ctx(), static_cast<int>(peer_));
+  for (;;) {
+    uint64_t seq = last_;
+    if (!WaitFor(
+            [&] {
+              seq = Load(self_, kRequestSeqOff);
+              return seq != last_;
+            },
+            patience_)) {
+      return absl::DeadlineExceededError(absl::StrCat("rank ", peer_, " asked nothing for ",
+                                                      absl::FormatDuration(patience_),
+                                                      " (its own report says why)"));
+    }
+    last_ = seq;
+    // Written before the number, on the same queue pair: in place now.
+    const uint64_t offset = Load(self_, kRequestOff);
+    const uint64_t length = Load(self_, kRequestOff + 8);
+    if (length == kTurnOver) return absl::OkStatus();
+    uint64_t reply = seq;
+    McStatus st = McStatus::kOk;
+    if (ReadableRange(offset, length)) {
+      st = device::mc_put_thread(peer, At<void>(self_, kReadbackOff), At<const void>(self_, offset),
+                                 length);
+    } else {
+      reply |= kRefused;
+    }
+    if (st == McStatus::kOk) {
+      st = device::mc_put_thread(peer, At<void>(self_, kReplySeqOff), &reply, sizeof(reply));
+    }
+    if (st == McStatus::kOk) st = device::mc_qp_quiet(peer.qp);
+    if (st != McStatus::kOk) {
+      return absl::UnavailableError(
+          absl::StrCat("sending memory back to the other rank: ", QpFailure(st, peer.qp)));
+    }
+    ++served_;
+  }
+}
+
+}  // namespace mooncake::mcctl::selftest

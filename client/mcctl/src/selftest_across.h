@@ -1,0 +1,85 @@
+// `mcctl selftest rdma --across`: how one rank reads the other's memory
+// back across nodes, where it cannot look at it. Both ranks hold the
+// symmetric selftest buffer (selftest_rdma.h); on one queue pair, whose
+// WRITEs the responder places in order:
+//
+//   asker     WRITE {offset, length} to the other's kRequestOff, then the
+//             request's number (1, 2, ...) to its kRequestSeqOff
+//   answerer  sees the number move, WRITEs the `length` bytes at `offset`
+//             of its own buffer to the asker's kReadbackOff, then the
+//             number to the asker's kReplySeqOff (with kRefused set, and
+//             no bytes, for a range outside the buffer or over
+//             kMaxReadBytes)
+//
+// A request of length kTurnOver reads nothing: the asker is done, and the
+// answerer returns from Answer() (to take its turn, or to end).
+// Internal to mcctl (client/mcctl/src).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mooncake/client/communicator.h"
+#include "mooncake/device/ibgda_qp.h"
+#include "mooncake/device/types_device.h"
+
+namespace mooncake::mcctl::selftest {
+
+inline constexpr uint64_t kTurnOver = ~uint64_t{0};
+inline constexpr uint64_t kRefused = uint64_t{1} << 63;
+
+// A post's or a wait's failure in words, with the queue pair's cause
+// (qp_error.h) when it failed (shared by every selftest step).
+std::string QpFailure(device::McStatus status, const device::IbgdaQpDevCtx* qp);
+
+// Whether [offset, offset + length) is a range the answerer sends back.
+bool ReadableRange(uint64_t offset, uint64_t length);
+
+// The asker's side, over channel 0 toward `peer`.
+class PeerReader {
+ public:
+  PeerReader(Communicator* self, uint32_t peer, absl::Duration patience)
+      : self_(self), peer_(peer), patience_(patience) {}
+  // The peer's bytes at [offset, offset + length), as they are once
+  // everything this rank completed toward it has landed. DeadlineExceeded
+  // when it does not answer within the patience, InvalidArgument when it
+  // refuses, the queue pair's failure when the request cannot be posted.
+  absl::StatusOr<std::string> Read(uint64_t offset, uint64_t length);
+  // Tells the peer this rank asks nothing more (kTurnOver).
+  absl::Status HandOver();
+
+ private:
+  absl::Status Post(uint64_t offset, uint64_t length);
+
+  Communicator* self_;
+  uint32_t peer_;
+  absl::Duration patience_;
+  uint64_t seq_ = 0;
+};
+
+// The answerer's side, over channel 0 toward `peer`.
+class PeerAnswerer {
+ public:
+  PeerAnswerer(Communicator* self, uint32_t peer, absl::Duration patience)
+      : self_(self), peer_(peer), patience_(patience) {}
+  // Serves the peer's reads until it hands over. Each wait for the next
+  // request gives up after the patience (DeadlineExceeded, naming it).
+  // Called again, it goes on from the last request seen.
+  absl::Status ServeUntilHandOver();
+  // Reads answered so far.
+  uint64_t served() const { return served_; }
+
+ private:
+  Communicator* self_;
+  uint32_t peer_;
+  absl::Duration patience_;
+  // The last request number seen; the buffer starts zeroed, so the first
+  // is 1 whenever it comes.
+  uint64_t last_ = 0;
+  uint64_t served_ = 0;
+};
+
+}  // namespace mooncake::mcctl::selftest

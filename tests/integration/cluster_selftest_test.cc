@@ -1,0 +1,97 @@
+// `mcctl selftest rdma --across GROUP --rank R` between two nodes of a real
+// etcd cluster (two mooncaked with mutual TLS on the peer port, softnic
+// carrying the RDMA route across them): two mcctl processes, one per node,
+// each printing the steps it ran toward the other and the reads it
+// answered. And what a rank alone says.
+#include <string>
+#include <vector>
+
+#include "cluster_fixture.h"
+#include "gtest/gtest.h"
+
+namespace mooncake::testing {
+namespace {
+
+constexpr char kSecretEnv[] = "MC_GROUP_SECRET=6a0f3c1d2e5b4a79880c1d2e3f405162";
+
+class ClusterSelftestTest : public ClusterFixture {
+ protected:
+  ClusterSelftestTest() : ClusterFixture("/mcselftest") {}
+
+  static Child Mcctl(const DaemonProcess& node, std::vector<std::string> args) {
+    std::vector<std::string> argv = {BinDir() + "/mcctl", "--socket", node.socket()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Child::Spawn(argv, -1, {kSecretEnv});
+  }
+
+  // The line of `text` that starts with `step` ("" when none).
+  static std::string Line(const std::string& text, const std::string& step) {
+    const size_t at = text.find("\n" + step + " ");
+    if (at == std::string::npos) return "";
+    return text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  }
+  // How many times `needle` appears in `text`.
+  static int Count(const std::string& text, const std::string& needle) {
+    int n = 0;
+    for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+};
+
+TEST_F(ClusterSelftestTest, TwoNodesRunEveryStepEachWayAndAnswerEachOthersReads) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  Child zero = Mcctl(*a, {"selftest", "rdma", "--across", "fabric-check", "--rank", "0"});
+  Child one = Mcctl(*b, {"selftest", "rdma", "--across", "fabric-check", "--rank", "1"});
+  ASSERT_EQ(zero.Wait(120000), 0) << zero.output() << "\n--- rank 1:\n" << one.output();
+  ASSERT_EQ(one.Wait(30000), 0) << one.output();
+  for (const Child* c : {&zero, &one}) {
+    const std::string& out = c->output();
+    EXPECT_NE(out.find("selftest rdma: all steps passed"), std::string::npos) << out;
+    for (const char* step : {"write-inline", "write ", "fetch-add-8", "masked-fa-4", "ring-wrap"}) {
+      EXPECT_EQ(Count(out, std::string("\n") + step), 1) << step << "\n" << out;
+    }
+    // The other rank's reads of this node's memory: the five steps' checks.
+    EXPECT_NE(out.find("reads back while it ran its steps"), std::string::npos) << out;
+    // Loopback is the single-node selftest's.
+    EXPECT_EQ(out.find("loopback-atomic"), std::string::npos) << out;
+  }
+  EXPECT_NE(zero.output().find("rank 0 of group fabric-check on node node-a, to rank 1 on node "
+                               "node-b"),
+            std::string::npos)
+      << zero.output();
+  EXPECT_NE(one.output().find("rank 1 of group fabric-check on node node-b, to rank 0 on node "
+                              "node-a"),
+            std::string::npos)
+      << one.output();
+  // The forged key: rank 0's, refused by node-b's side by name.
+  const std::string bad_key = Line(zero.output(), "bad-rkey");
+  EXPECT_NE(bad_key.find(" pass "), std::string::npos) << zero.output();
+  EXPECT_NE(bad_key.find("syndrome 0x13"), std::string::npos) << zero.output();
+  EXPECT_EQ(one.output().find("bad-rkey"), std::string::npos) << one.output();
+
+  // The same as JSON, a second time in the same group name: the first
+  // pair's group is gone with its processes.
+  Child zj = Mcctl(*a, {"--json", "selftest", "rdma", "--across", "fabric-check", "--rank", "0"});
+  Child oj = Mcctl(*b, {"-j", "selftest", "rdma", "--across", "fabric-check", "--rank", "1"});
+  ASSERT_EQ(zj.Wait(120000), 0) << zj.output() << "\n--- rank 1:\n" << oj.output();
+  ASSERT_EQ(oj.Wait(30000), 0) << oj.output();
+  EXPECT_NE(zj.output().find("\"ok\": true"), std::string::npos) << zj.output();
+  EXPECT_NE(zj.output().find("to rank 1 on node node-b"), std::string::npos) << zj.output();
+  EXPECT_NE(oj.output().find("\"name\": \"answer\""), std::string::npos) << oj.output();
+}
+
+TEST_F(ClusterSelftestTest, ARankAloneFailsAtSetupSayingWhatToStartWhere) {
+  auto a = Node("node-a");
+  Child alone = Mcctl(
+      *a, {"--timeout-ms", "3000", "selftest", "rdma", "--across", "nobody-else", "--rank", "0"});
+  EXPECT_EQ(alone.Wait(60000), 1) << alone.output();
+  EXPECT_NE(alone.output().find("FAIL at setup"), std::string::npos) << alone.output();
+  EXPECT_NE(alone.output().find("(R 0 on one, 1 on the other)"), std::string::npos)
+      << alone.output();
+}
+
+}  // namespace
+}  // namespace mooncake::testing

@@ -54,7 +54,7 @@ TEST_F(ClusterSelftestTest, TwoNodesRunEveryStepEachWayAndAnswerEachOthersReads)
       EXPECT_EQ(Count(out, std::string("\n") + step), 1) << step << "\n" << out;
     }
     // The other rank's reads of this node's memory: the five steps' checks.
-    EXPECT_NE(out.find("reads back while it ran its steps"), std::string::npos) << out;
+    EXPECT_NE(out.find("its 5 reads back while it ran its steps"), std::string::npos) << out;
     // Loopback is the single-node selftest's.
     EXPECT_EQ(out.find("loopback-atomic"), std::string::npos) << out;
   }
@@ -81,6 +81,20 @@ TEST_F(ClusterSelftestTest, TwoNodesRunEveryStepEachWayAndAnswerEachOthersReads)
   EXPECT_NE(zj.output().find("\"ok\": true"), std::string::npos) << zj.output();
   EXPECT_NE(zj.output().find("to rank 1 on node node-b"), std::string::npos) << zj.output();
   EXPECT_NE(oj.output().find("\"name\": \"answer\""), std::string::npos) << oj.output();
+}
+
+// Two ranks through one daemon would loop back through its NIC: refused,
+// saying so, on both.
+TEST_F(ClusterSelftestTest, BothRanksOnOneNodeAreRefusedAtSetup) {
+  auto a = Node("node-a");
+  Child zero = Mcctl(*a, {"selftest", "rdma", "--across", "one-node", "--rank", "0"});
+  Child one = Mcctl(*a, {"selftest", "rdma", "--across", "one-node", "--rank", "1"});
+  for (Child* c : {&zero, &one}) {
+    EXPECT_EQ(c->Wait(90000), 1) << c->output();
+    EXPECT_NE(c->output().find("FAIL at setup: both ranks are on node node-a"), std::string::npos)
+        << c->output();
+    EXPECT_EQ(c->output().find("write-inline"), std::string::npos) << c->output();
+  }
 }
 
 TEST_F(ClusterSelftestTest, ARankAloneFailsAtSetupSayingWhatToStartWhere) {

@@ -605,7 +605,8 @@ TEST_F(McctlTest, UsageHelpAndVersion) {
         {"selftest", "rdma", "--across", "g", "--rank", "2"},
         {"selftest", "rdma", "--across", "g", "--rank", "-1"},
         {"selftest", "rdma", "--across", "g", "--rank", "0", "--gpu", "0"},
-        {"status", "--across", "g", "--rank", "0"}}) {
+        {"status", "--across", "g", "--rank", "0"},
+        {"selftest", "rdma", "--across", "my check", "--rank", "0"}}) {
     Result r = Mcctl(bad);
     EXPECT_EQ(r.rc, kExitUsage) << absl::StrJoin(bad, " ");
     EXPECT_TRUE(absl::StartsWith(r.err, "mcctl: ")) << r.err;
@@ -613,6 +614,13 @@ TEST_F(McctlTest, UsageHelpAndVersion) {
     EXPECT_EQ(r.out, "");
   }
   EXPECT_TRUE(absl::StrContains(Mcctl({"frobnicate"}).err, "unknown command 'frobnicate'"));
+  EXPECT_TRUE(absl::StrContains(Mcctl({"selftest", "rdma", "--across", "g"}).err,
+                                "--across GROUP and --rank R go together"));
+  EXPECT_TRUE(absl::StrContains(Mcctl({"selftest", "rdma", "--across", "a/b", "--rank", "1"}).err,
+                                "[A-Za-z0-9._:-]"));
+  EXPECT_TRUE(absl::StrContains(
+      Mcctl({"selftest", "rdma", "--across", "g", "--rank", "1", "--gpu", "0"}).err,
+      "--across runs the steps from a CPU thread"));
 
   Result help = Mcctl({"help"});
   EXPECT_EQ(help.rc, kExitOk);

@@ -163,7 +163,7 @@ std::string UsageText() {
       ")\n"
       "  --timeout-ms N    deadline per call in milliseconds (default ",
       kDefaultTimeoutMs,
-      ")\n"
+      "); selftest: the ranks' rendezvous (default 30000, with --across 60000)\n"
       "  -j, --json        print JSON instead of tables (watch: one object per line)\n"
       "  --count N         watch: stop after N events\n"
       "  --root DIR        doctor: read sys/, proc/ and etc/ below DIR instead of /\n"
@@ -250,8 +250,14 @@ absl::StatusOr<CliOptions> ParseCommandLine(const std::vector<std::string>& args
     matched = value_of("--across", &value);
     if (!matched.ok()) return matched.status();
     if (*matched) {
-      if (value.empty() || value.size() > 128) {
-        return absl::InvalidArgumentError("--across needs a group name (at most 128 bytes)");
+      const bool valid =
+          !value.empty() && value.size() <= 64 &&
+          value.find_first_not_of(
+              "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-") ==
+              std::string::npos;
+      if (!valid) {
+        return absl::InvalidArgumentError(
+            "--across wants a group name of 1-64 characters of [A-Za-z0-9._:-]");
       }
       opt.across = value;
       continue;
@@ -450,12 +456,9 @@ int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::os
     err << failure.line << "\n";
     return failure.exit_code;
   }
-  // A loopback pair per NIC (issue 24 item 10): the one --nic names, else
-  // every NIC the daemon serves. With none or one listed, the daemon's
-  // choice, reported as before.
   if (!opt.across.empty()) {
-    // One rank of a pair across nodes, on the NIC asked for or the
-    // daemon's choice. The other node's command may start a while later.
+    // One rank of a pair across nodes, on the NIC --nic names or the
+    // daemon's choice (one NIC: the pair of nodes is what is checked).
     SelftestOptions o;
     o.socket = socket;
     o.nic = opt.nic;
@@ -467,6 +470,9 @@ int RunSelftestCommand(const CliOptions& opt, const std::string& socket, std::os
     out.flush();
     return report.ok() ? kExitOk : kExitError;
   }
+  // A loopback pair per NIC (issue 24 item 10): the one --nic names, else
+  // every NIC the daemon serves. With none or one listed, the daemon's
+  // choice, reported as before.
   std::vector<std::string> nics;
   if (!opt.nic.empty()) {
     nics.push_back(opt.nic);

@@ -87,7 +87,8 @@ absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
   if (!ReadableRange(offset, length)) {
     return absl::InvalidArgumentError(absl::StrCat("no read of ", length, " bytes at ", offset));
   }
-  if (absl::Status s = Post(offset, length); !s.ok()) return s;
+  if (!stopped_.ok()) return stopped_;
+  if (absl::Status s = Post(offset, length); !s.ok()) return stopped_ = s;
   uint64_t reply = 0;
   const bool answered = WaitFor(
       [&] {
@@ -96,9 +97,11 @@ absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
       },
       patience_);
   if (!answered) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("rank ", peer_, " did not send its memory back within ",
-                     absl::FormatDuration(patience_), " (its own report says why)"));
+    // No request may overwrite this one while the other rank could still
+    // be reading it: this rank asks nothing more.
+    return stopped_ = absl::DeadlineExceededError(
+               absl::StrCat("rank ", peer_, " did not send its memory back within ",
+                            absl::FormatDuration(patience_), " (its own report says why)"));
   }
   if ((reply & kRefused) != 0) {
     return absl::InvalidArgumentError(
@@ -107,7 +110,10 @@ absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
   return std::string(At<const char>(self_, kReadbackOff), length);
 }
 
-absl::Status PeerReader::HandOver() { return Post(0, kTurnOver); }
+absl::Status PeerReader::HandOver() {
+  if (!stopped_.ok()) return stopped_;
+  return stopped_ = Post(0, kTurnOver);
+}
 
 absl::Status PeerAnswerer::ServeUntilHandOver() {
   const McPeer peer = device::mc_peer(self_->ctx(), static_cast<int>(peer_));
@@ -124,7 +130,9 @@ absl::Status PeerAnswerer::ServeUntilHandOver() {
                                                       " (its own report says why)"));
     }
     last_ = seq;
-    // Written before the number, on the same queue pair: in place now.
+    // Written before the number, on the same queue pair: in place now. (An
+    // asker writes no request before the last one's answer, or stops
+    // asking: PeerReader.)
     const uint64_t offset = Load(self_, kRequestOff);
     const uint64_t length = Load(self_, kRequestOff + 8);
     if (length == kTurnOver) return absl::OkStatus();

@@ -12,7 +12,7 @@
 //             kMaxReadBytes)
 //
 // A request of length kTurnOver reads nothing: the asker is done, and the
-// answerer returns from Answer() (to take its turn, or to end).
+// answerer returns from ServeUntilHandOver() (to take its turn, or to end).
 // Internal to mcctl (client/mcctl/src).
 #pragma once
 
@@ -38,6 +38,13 @@ std::string QpFailure(device::McStatus status, const device::IbgdaQpDevCtx* qp);
 // Whether [offset, offset + length) is a range the answerer sends back.
 bool ReadableRange(uint64_t offset, uint64_t length);
 
+// How long one rank waits for the other once the pair has formed: for the
+// answer to a read, and between two requests (which spans one of the
+// other's steps: 295 MB of WRITEs, or 70 000 WQEs). Apart from the
+// rendezvous window (--timeout-ms), so a short window does not cut off a
+// slow link, which is what the selftest is run to diagnose.
+inline constexpr absl::Duration kPatience = absl::Minutes(2);
+
 // The asker's side, over channel 0 toward `peer`.
 class PeerReader {
  public:
@@ -46,9 +53,12 @@ class PeerReader {
   // The peer's bytes at [offset, offset + length), as they are once
   // everything this rank completed toward it has landed. DeadlineExceeded
   // when it does not answer within the patience, InvalidArgument when it
-  // refuses, the queue pair's failure when the request cannot be posted.
+  // refuses, Unavailable (the queue pair's failure) when the request
+  // cannot be posted. After a request that was not answered or not
+  // posted, every later call returns that status and posts nothing: a
+  // request is never overwritten while the peer may still read it.
   absl::StatusOr<std::string> Read(uint64_t offset, uint64_t length);
-  // Tells the peer this rank asks nothing more (kTurnOver).
+  // Tells the peer this rank asks nothing more (kTurnOver) for now.
   absl::Status HandOver();
 
  private:
@@ -58,6 +68,7 @@ class PeerReader {
   uint32_t peer_;
   absl::Duration patience_;
   uint64_t seq_ = 0;
+  absl::Status stopped_;  // not OK once this rank asks nothing more
 };
 
 // The answerer's side, over channel 0 toward `peer`.

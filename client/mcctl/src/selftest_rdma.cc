@@ -116,6 +116,12 @@ struct Ends {
 const char* kReadBackHint =
     "the other rank did not send its memory back: its own report (on its node) says why";
 
+// What to check when reading the peer's memory back failed: this rank's
+// own queue pair (the request could not be posted), else the other rank.
+const char* ReadBackHint(const absl::Status& s) {
+  return absl::IsUnavailable(s) ? kLinkHint : kReadBackHint;
+}
+
 // A word of the peer's buffer, read back.
 template <class T>
 absl::StatusOr<T> PeerWord(const Ends& e, uint64_t off) {
@@ -176,7 +182,7 @@ SelftestStep WriteInline(const Ends& e) {
   const absl::StatusOr<uint64_t> seen = PeerWord<uint64_t>(e, kWordOff);
   if (!seen.ok()) {
     s.detail = ReadBackFailure(seen.status());
-    s.hint = kReadBackHint;
+    s.hint = ReadBackHint(seen.status());
   } else if (*seen != next - 1) {
     s.detail = absl::StrCat("the peer's word holds ", *seen, ", not the last value written (",
                             next - 1, ")");
@@ -212,7 +218,7 @@ SelftestStep Write(const Ends& e) {
   const absl::StatusOr<std::string> got = e.read_peer(kDstOff, kWriteBytes);
   if (!got.ok()) {
     s.detail = ReadBackFailure(got.status());
-    s.hint = kReadBackHint;
+    s.hint = ReadBackHint(got.status());
     return s;
   }
   size_t bad = 0;
@@ -254,7 +260,7 @@ SelftestStep FetchAdd(const Ends& e) {
   const absl::StatusOr<T> read = PeerWord<T>(e, off);
   if (!read.ok()) {
     s.detail = ReadBackFailure(read.status());
-    s.hint = kReadBackHint;
+    s.hint = ReadBackHint(read.status());
     return s;
   }
   const uint64_t total = *read;
@@ -307,7 +313,7 @@ SelftestStep RingWrap(const Ends& e) {
   const absl::StatusOr<uint64_t> seen = PeerWord<uint64_t>(e, kWordOff);
   if (!seen.ok()) {
     s.detail = ReadBackFailure(seen.status());
-    s.hint = kReadBackHint;
+    s.hint = ReadBackHint(seen.status());
   } else if (*seen != kWrapWqes) {
     s.detail = absl::StrCat("the peer's word holds ", *seen, " after ", kWrapWqes, " WRITEs");
     s.hint = "WQEs completed but the last one did not land last: report this with `mcctl qps`";
@@ -480,7 +486,10 @@ SelftestReport RunAcross(const SelftestOptions& o) {
   r.nic = o.nic;
   const auto me = static_cast<uint32_t>(o.across_rank);
   const uint32_t other = 1 - me;
-  CommunicatorOptions c = RankOptions(o, o.across_group, me, AtomicsRoute::kDevice);
+  // A name of the selftest's own, so a pair never joins (and writes into)
+  // a job's group of two that happens to have the same name.
+  CommunicatorOptions c =
+      RankOptions(o, absl::StrCat(kAcrossGroupPrefix, o.across_group), me, AtomicsRoute::kDevice);
   c.qps_per_peer = 2;
   absl::StatusOr<std::unique_ptr<Communicator>> comm = Communicator::Create(c);
   r.where = absl::StrCat("rank ", me, " of group ", EscapeForDisplay(o.across_group, 64),
@@ -494,12 +503,22 @@ SelftestReport RunAcross(const SelftestOptions& o) {
   Communicator* self = comm->get();
   DescribeNic(*self, &r);
   const std::vector<GroupMember>& members = self->view().members;
+  const std::string my_node = me < members.size() ? members[me].node_id : "";
   const std::string other_node = other < members.size() ? members[other].node_id : "";
-  r.where = absl::StrCat(
-      "rank ", me, " of group ", EscapeForDisplay(o.across_group, 64), " on node ",
-      EscapeForDisplay(members.size() > me ? members[me].node_id : "", 64), ", to rank ", other,
-      " on node ", EscapeForDisplay(other_node, 64), ", from a CPU thread");
-  const absl::Duration patience = absl::Milliseconds(o.timeout_ms);
+  r.where = absl::StrCat("rank ", me, " of group ", EscapeForDisplay(o.across_group, 64),
+                         " on node ", EscapeForDisplay(my_node, 64), ", to rank ", other,
+                         " on node ", EscapeForDisplay(other_node, 64), ", from a CPU thread");
+  if (other >= members.size() || members[other].same_node || other_node == my_node) {
+    // RDMA between two ranks of one node loops back through its NIC: the
+    // fabric this is run for would not be touched.
+    r.setup_error = absl::StrCat("both ranks are on node ", EscapeForDisplay(my_node, 64),
+                                 ": --across checks the path between two nodes");
+    r.setup_hint =
+        "run --rank 1 on the other node (its mcctl talks to that node's mooncaked); for this "
+        "node alone, `mcctl selftest rdma` without --across";
+    return r;
+  }
+  const absl::Duration patience = selftest::kPatience;
   selftest::PeerReader reader(self, other, patience);
   selftest::PeerAnswerer answerer(self, other, patience);
   const Ends e{self, other,
@@ -512,7 +531,8 @@ SelftestReport RunAcross(const SelftestOptions& o) {
     s.detail = a.ok() ? absl::StrCat("sent rank ", other, " its ", answerer.served() - before,
                                      " reads back while it ", while_it)
                       : absl::StrCat("while rank ", other, " ", while_it, ": ", a.message());
-    if (!a.ok()) s.hint = kAcrossPeerHint;
+    // Unavailable: this rank's own WRITE back failed (its queue pair).
+    if (!a.ok()) s.hint = absl::IsUnavailable(a) ? kLinkHint : kAcrossPeerHint;
     r.steps.push_back(std::move(s));
     return a.ok();
   };
@@ -540,6 +560,9 @@ SelftestReport RunAcross(const SelftestOptions& o) {
     }
   } else if (answer("ran its steps") && drive()) {
     const absl::Status end = answerer.ServeUntilHandOver();
+    // A moment before the session (and its queue pairs) goes: a hand-over
+    // whose acknowledgement was lost is sent again, and must still land.
+    if (end.ok()) std::this_thread::sleep_for(std::chrono::seconds(1));
     if (!end.ok()) {
       r.steps.push_back(SelftestStep{
           .name = "end",

@@ -65,10 +65,14 @@ inline constexpr int kRateOps = 4000;         // posted back to back
 inline constexpr uint64_t kWrapWqes = 70000;  // through a 256-deep ring
 }  // namespace selftest
 
+// --across GROUP joins the group kAcrossGroupPrefix + GROUP: never a job's.
+inline constexpr char kAcrossGroupPrefix[] = "mcctl-selftest-";
+
 struct SelftestOptions {
   std::string socket;  // resolved daemon socket
   std::string nic;     // empty: the daemon's choice
-  // Rendezvous, and across nodes also the longest wait for the other rank.
+  // The rendezvous (the two ranks' Creates). Across nodes, once the pair
+  // formed, a rank waits up to 2 minutes for the other (selftest_across.h).
   int timeout_ms = 30000;
   // Empty: both ranks in this process (a loopback pair). Else the group of
   // two across nodes this process joins as rank `across_rank` (0 or 1).

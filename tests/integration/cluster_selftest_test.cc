@@ -3,7 +3,11 @@
 // carrying the RDMA route across them): two mcctl processes, one per node,
 // each printing the steps it ran toward the other and the reads it
 // answered. And what a rank alone says.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cluster_fixture.h"
@@ -81,6 +85,39 @@ TEST_F(ClusterSelftestTest, TwoNodesRunEveryStepEachWayAndAnswerEachOthersReads)
   EXPECT_NE(zj.output().find("\"ok\": true"), std::string::npos) << zj.output();
   EXPECT_NE(zj.output().find("to rank 1 on node node-b"), std::string::npos) << zj.output();
   EXPECT_NE(oj.output().find("\"name\": \"answer\""), std::string::npos) << oj.output();
+}
+
+// Rank 1 killed while the pair runs: rank 0 fails, naming the step, well
+// before its 2-minute patience (the queue pair toward a session that is
+// gone fails, and a reader that got no answer asks nothing more).
+TEST_F(ClusterSelftestTest, AKilledPeerEndsTheOtherRankWithAFailureNotAHang) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  Child zero = Mcctl(*a, {"selftest", "rdma", "--across", "killed", "--rank", "0"});
+  Child one = Mcctl(*b, {"selftest", "rdma", "--across", "killed", "--rank", "1"});
+  // Both in the group and rank 0 into its steps (setup takes well under
+  // a second here; the steps several).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const auto start = std::chrono::steady_clock::now();
+  one.Kill(SIGKILL);
+  EXPECT_EQ(one.Wait(10000), 128 + SIGKILL);
+  EXPECT_EQ(zero.Wait(100000), 1) << zero.output();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 100.0) << zero.output();
+  EXPECT_NE(zero.output().find("selftest rdma: FAILED"), std::string::npos) << zero.output();
+  // Where a step's queue pair failed, the later steps say so instead of
+  // failing under hints of their own.
+  const std::string& out = zero.output();
+  if (out.find("an error completion") != std::string::npos &&
+      out.find("\nring-wrap ") != std::string::npos &&
+      Line(out, "ring-wrap").find("an error completion") == std::string::npos) {
+    EXPECT_NE(Line(out, "ring-wrap").find("not run: the queue pair to the peer failed in"),
+              std::string::npos)
+        << out;
+  }
+  std::printf("[ figures ] rank 0 reported %.1f s after rank 1 was killed\n%s", secs,
+              zero.output().c_str());
 }
 
 // Two ranks through one daemon would loop back through its NIC: refused,

@@ -120,6 +120,34 @@ TEST_F(ClusterSelftestTest, AKilledPeerEndsTheOtherRankWithAFailureNotAHang) {
               zero.output().c_str());
 }
 
+// Rank 0 killed while rank 1 answers its reads: rank 1 learns from its
+// session's events that rank 0 is gone and says so at once, not after its
+// 2-minute patience.
+TEST_F(ClusterSelftestTest, TheAnsweringRankHearsThatTheOtherIsGone) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  Child zero = Mcctl(*a, {"selftest", "rdma", "--across", "gone", "--rank", "0"});
+  Child one = Mcctl(*b, {"selftest", "rdma", "--across", "gone", "--rank", "1"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  const auto start = std::chrono::steady_clock::now();
+  zero.Kill(SIGKILL);
+  EXPECT_EQ(zero.Wait(10000), 128 + SIGKILL);
+  EXPECT_EQ(one.Wait(100000), 1) << one.output();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(secs, 60.0) << one.output();
+  EXPECT_NE(one.output().find("selftest rdma: FAILED"), std::string::npos) << one.output();
+  // Killed in its steps (the usual case here): the answer step names why.
+  if (one.output().find("FAIL at setup") == std::string::npos) {
+    EXPECT_NE(Line(one.output(), "answer").find("rank 0 "), std::string::npos) << one.output();
+    EXPECT_TRUE(one.output().find("rank 0 left") != std::string::npos ||
+                one.output().find("rank 0 was lost") != std::string::npos)
+        << one.output();
+  }
+  std::printf("[ figures ] rank 1 reported %.1f s after rank 0 was killed\n%s", secs,
+              one.output().c_str());
+}
+
 // Two ranks through one daemon would loop back through its NIC: refused,
 // saying so, on both.
 TEST_F(ClusterSelftestTest, BothRanksOnOneNodeAreRefusedAtSetup) {

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -26,17 +27,50 @@ uint64_t Load(Communicator* c, uint64_t off) {
   return std::atomic_ref<uint64_t>(*At<uint64_t>(c, off)).load(std::memory_order_acquire);
 }
 
-// Waits until `done()` or `patience` has passed: false on the latter.
+// Why waiting for rank `peer` is over before its time, from this
+// session's events ("" while nothing says so): it left the group or was
+// lost with its node, or this node's daemon went away. Events about other
+// ranks, and READY, are passed over.
+std::string PeerGone(Communicator* self, uint32_t peer) {
+  while (std::optional<SessionEvent> ev = self->client().nextEvent(absl::ZeroDuration())) {
+    using Kind = SessionEvent::Kind;
+    if ((ev->kind == Kind::kLeft || ev->kind == Kind::kLost) && ev->rank == peer) {
+      return absl::StrCat("rank ", peer, " ", ev->kind == Kind::kLeft ? "left" : "was lost",
+                          ev->detail.empty() ? "" : ": ", ev->detail);
+    }
+    if (ev->kind == Kind::kDaemonShutdown || ev->kind == Kind::kDisconnected) {
+      return absl::StrCat("this node's mooncaked went away", ev->detail.empty() ? "" : ": ",
+                          ev->detail);
+    }
+  }
+  return "";
+}
+
+// Waits until `done()`: OK; DeadlineExceeded (`what`) once `patience` has
+// passed; Aborted as soon as the session's events say rank `peer` is gone.
 // Spins a little, then sleeps in short steps (a WRITE from another node
-// takes microseconds; the other rank's whole step may take seconds).
+// takes microseconds; the other rank's whole step may take seconds),
+// looking at the events every 50 ms.
 template <class Done>
-bool WaitFor(Done done, absl::Duration patience) {
-  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(patience);
+absl::Status WaitFor(Communicator* self, uint32_t peer, Done done, absl::Duration patience,
+                     const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + absl::ToChronoNanoseconds(patience);
+  auto next_look = start;
   for (int spins = 0; !done(); ++spins) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) return absl::DeadlineExceededError(what);
+    if (now >= next_look) {
+      if (std::string gone = PeerGone(self, peer); !gone.empty()) {
+        // The other rank may have answered just before it went.
+        if (done()) return absl::OkStatus();
+        return absl::AbortedError(gone);
+      }
+      next_look = now + std::chrono::milliseconds(50);
+    }
     if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  return true;
+  return absl::OkStatus();
 }
 
 std::string StatusName(McStatus s) {
@@ -90,18 +124,19 @@ absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
   if (!stopped_.ok()) return stopped_;
   if (absl::Status s = Post(offset, length); !s.ok()) return stopped_ = s;
   uint64_t reply = 0;
-  const bool answered = WaitFor(
+  const absl::Status answered = WaitFor(
+      self_, peer_,
       [&] {
         reply = Load(self_, kReplySeqOff);
         return (reply & ~kRefused) == seq_;
       },
-      patience_);
-  if (!answered) {
+      patience_,
+      absl::StrCat("rank ", peer_, " did not send its memory back within ",
+                   absl::FormatDuration(patience_), " (its own report says why)"));
+  if (!answered.ok()) {
     // No request may overwrite this one while the other rank could still
     // be reading it: this rank asks nothing more.
-    return stopped_ = absl::DeadlineExceededError(
-               absl::StrCat("rank ", peer_, " did not send its memory back within ",
-                            absl::FormatDuration(patience_), " (its own report says why)"));
+    return stopped_ = answered;
   }
   if ((reply & kRefused) != 0) {
     return absl::InvalidArgumentError(
@@ -119,16 +154,16 @@ absl::Status PeerAnswerer::ServeUntilHandOver() {
   const McPeer peer = device::mc_peer(self_->ctx(), static_cast<int>(peer_));
   for (;;) {
     uint64_t seq = last_;
-    if (!WaitFor(
-            [&] {
-              seq = Load(self_, kRequestSeqOff);
-              return seq != last_;
-            },
-            patience_)) {
-      return absl::DeadlineExceededError(absl::StrCat("rank ", peer_, " asked nothing for ",
-                                                      absl::FormatDuration(patience_),
-                                                      " (its own report says why)"));
-    }
+    const absl::Status asked = WaitFor(
+        self_, peer_,
+        [&] {
+          seq = Load(self_, kRequestSeqOff);
+          return seq != last_;
+        },
+        patience_,
+        absl::StrCat("rank ", peer_, " asked nothing for ", absl::FormatDuration(patience_),
+                     " (its own report says why)"));
+    if (!asked.ok()) return asked;
     last_ = seq;
     // Written before the number, on the same queue pair: in place now. (An
     // asker writes no request before the last one's answer, or stops

@@ -38,7 +38,8 @@ std::string QpFailure(device::McStatus status, const device::IbgdaQpDevCtx* qp);
 // Whether [offset, offset + length) is a range the answerer sends back.
 bool ReadableRange(uint64_t offset, uint64_t length);
 
-// How long one rank waits for the other once the pair has formed: for the
+// How long one rank waits for the other once the pair has formed (unless
+// the session's events say first that the other left or was lost): for the
 // answer to a read, and between two requests (which spans one of the
 // other's steps: 295 MB of WRITEs, or 70 000 WQEs). Apart from the
 // rendezvous window (--timeout-ms), so a short window does not cut off a

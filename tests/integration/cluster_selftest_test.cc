@@ -51,6 +51,8 @@ TEST_F(ClusterSelftestTest, TwoNodesRunEveryStepEachWayAndAnswerEachOthersReads)
   Child one = Mcctl(*b, {"selftest", "rdma", "--across", "fabric-check", "--rank", "1"});
   ASSERT_EQ(zero.Wait(120000), 0) << zero.output() << "\n--- rank 1:\n" << one.output();
   ASSERT_EQ(one.Wait(30000), 0) << one.output();
+  std::printf("[ figures ] node-a:\n%s[ figures ] node-b:\n%s", zero.output().c_str(),
+              one.output().c_str());
   for (const Child* c : {&zero, &one}) {
     const std::string& out = c->output();
     EXPECT_NE(out.find("selftest rdma: all steps passed"), std::string::npos) << out;

@@ -61,6 +61,8 @@ class PeerReader {
   absl::StatusOr<std::string> Read(uint64_t offset, uint64_t length);
   // Tells the peer this rank asks nothing more (kTurnOver) for now.
   absl::Status HandOver();
+  // Whether this rank asks nothing more (after a read or hand-over failed).
+  bool stopped() const { return !stopped_.ok(); }
 
  private:
   absl::Status Post(uint64_t offset, uint64_t length);

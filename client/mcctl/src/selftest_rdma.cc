@@ -574,9 +574,11 @@ SelftestReport RunAcross(const SelftestOptions& o) {
   auto drive = [&] {
     StepRunner run(e, &r.steps);
     RunPeerSteps(e, &run);
-    // Over a failed queue pair nothing reaches the other rank: it waits
-    // out its patience and says so.
-    if (!run.failed_in().empty()) return false;
+    // Over a failed queue pair nothing reaches the other rank, and after a
+    // read that got no answer this rank asks nothing more (the step that
+    // read says why): either way the other learns of it when this process
+    // ends and its session with it (the session's events).
+    if (!run.failed_in().empty() || reader.stopped()) return false;
     const absl::Status h = reader.HandOver();
     if (!h.ok()) {
       r.steps.push_back(

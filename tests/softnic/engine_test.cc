@@ -584,30 +584,41 @@ TEST(Engine, WqesAMillisecondsApartAreServedWithoutWaitingOutASleep) {
   ASSERT_TRUE(engine.Connect(1, qp->qpn(), peer->qpn()).ok());
   ASSERT_TRUE(engine.Connect(1, peer->qpn(), qp->qpn()).ok());
   engine.Start();
-  constexpr int kWqes = 60, kWarmUp = 20;
-  std::vector<double> us;
-  for (int i = 0; i < kWqes; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    mlx5::Wqe64 w;
-    mlx5::build_nop(&w, static_cast<uint16_t>(i), qp->qpn(), mlx5::kCtrlCqUpdate);
-    qp->Write(w);
-    const auto t0 = std::chrono::steady_clock::now();
-    qp->Ring();
-    mlx5::Cqe64 c;
-    ASSERT_TRUE(qp->Next(&c));
-    if (i >= kWarmUp) {
-      us.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  // The best median of up to three rounds: a round on a CI machine whose two
+  // cores are busy with other tests can lose the engine thread's spin to the
+  // scheduler (317 us once, beside two other suites), while a sleeping
+  // engine gives about 500 us in every round.
+  constexpr int kRounds = 3, kWqes = 60, kWarmUp = 20;
+  double best = 1e9;
+  for (int round = 0, i = 0; round < kRounds && best >= 200.0; ++round) {
+    std::vector<double> us;
+    for (int n = 0; n < kWqes; ++n, ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      mlx5::Wqe64 w;
+      mlx5::build_nop(&w, static_cast<uint16_t>(i), qp->qpn(), mlx5::kCtrlCqUpdate);
+      qp->Write(w);
+      const auto t0 = std::chrono::steady_clock::now();
+      qp->Ring();
+      mlx5::Cqe64 c;
+      ASSERT_TRUE(qp->Next(&c));
+      if (n >= kWarmUp) {
+        us.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      }
     }
+    std::sort(us.begin(), us.end());
+    const double median = us[us.size() / 2];
+    std::printf(
+        "[ figures ] a NOP every 2 ms, doorbell to CQE (round %d): median %.1f us, p90 "
+        "%.1f us\n",
+        round + 1, median, us[us.size() * 9 / 10]);
+    best = std::min(best, median);
   }
   engine.Stop();
-  std::sort(us.begin(), us.end());
-  const double median = us[us.size() / 2];
-  std::printf("[ figures ] a NOP every 2 ms, doorbell to CQE: median %.1f us, p90 %.1f us\n",
-              median, us[us.size() * 9 / 10]);
   // Spinning it is microseconds (tens under a loaded CI machine); asleep,
   // half of the 1 ms sleep on average.
-  EXPECT_LT(median, 200.0);
+  EXPECT_LT(best, 200.0);
 }
 
 }  // namespace

@@ -27,32 +27,13 @@ uint64_t Load(Communicator* c, uint64_t off) {
   return std::atomic_ref<uint64_t>(*At<uint64_t>(c, off)).load(std::memory_order_acquire);
 }
 
-// Why waiting for rank `peer` is over before its time, from this
-// session's events ("" while nothing says so): it left the group or was
-// lost with its node, or this node's daemon went away. Events about other
-// ranks, and READY, are passed over.
-std::string PeerGone(Communicator* self, uint32_t peer) {
-  while (std::optional<SessionEvent> ev = self->client().nextEvent(absl::ZeroDuration())) {
-    using Kind = SessionEvent::Kind;
-    if ((ev->kind == Kind::kLeft || ev->kind == Kind::kLost) && ev->rank == peer) {
-      return absl::StrCat("rank ", peer, " ", ev->kind == Kind::kLeft ? "left" : "was lost",
-                          ev->detail.empty() ? "" : ": ", ev->detail);
-    }
-    if (ev->kind == Kind::kDaemonShutdown || ev->kind == Kind::kDisconnected) {
-      return absl::StrCat("this node's mooncaked went away", ev->detail.empty() ? "" : ": ",
-                          ev->detail);
-    }
-  }
-  return "";
-}
-
 // Waits until `done()`: OK; DeadlineExceeded (`what`) once `patience` has
-// passed; Aborted as soon as the session's events say rank `peer` is gone.
-// Spins a little, then sleeps in short steps (a WRITE from another node
-// takes microseconds; the other rank's whole step may take seconds),
-// looking at the events every 50 ms.
+// passed; the watch's status as soon as it says the peer is gone. Spins a
+// little, then sleeps in short steps (a WRITE from another node takes
+// microseconds; the other rank's whole step may take seconds), looking at
+// the session's events every 50 ms.
 template <class Done>
-absl::Status WaitFor(Communicator* self, uint32_t peer, Done done, absl::Duration patience,
+absl::Status WaitFor(PeerWatch* watch, Done done, absl::Duration patience,
                      const std::string& what) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + absl::ToChronoNanoseconds(patience);
@@ -61,10 +42,9 @@ absl::Status WaitFor(Communicator* self, uint32_t peer, Done done, absl::Duratio
     const auto now = std::chrono::steady_clock::now();
     if (now > deadline) return absl::DeadlineExceededError(what);
     if (now >= next_look) {
-      if (std::string gone = PeerGone(self, peer); !gone.empty()) {
+      if (absl::Status gone = watch->Gone(); !gone.ok()) {
         // The other rank may have answered just before it went.
-        if (done()) return absl::OkStatus();
-        return absl::AbortedError(gone);
+        return done() ? absl::OkStatus() : gone;
       }
       next_look = now + std::chrono::milliseconds(50);
     }
@@ -92,6 +72,24 @@ std::string QpFailure(McStatus status, const device::IbgdaQpDevCtx* qp) {
     absl::StrAppend(&out, " (", device::DescribeQpError(qp->error), ")");
   }
   return out;
+}
+
+absl::Status PeerWatch::Gone() {
+  while (gone_.ok()) {
+    std::optional<SessionEvent> ev = self_->client().nextEvent(absl::ZeroDuration());
+    if (!ev) break;
+    using Kind = SessionEvent::Kind;
+    if ((ev->kind == Kind::kLeft || ev->kind == Kind::kLost) && ev->rank == peer_) {
+      gone_ = absl::AbortedError(absl::StrCat("rank ", peer_, " ",
+                                              ev->kind == Kind::kLeft ? "left" : "was lost",
+                                              ev->detail.empty() ? "" : ": ", ev->detail));
+    } else if (ev->kind == Kind::kDaemonShutdown || ev->kind == Kind::kDisconnected) {
+      gone_ = absl::FailedPreconditionError(absl::StrCat(
+          "this node's mooncaked went away", ev->detail.empty() ? "" : ": ", ev->detail));
+    }
+    // Events about other ranks, and READY, are passed over.
+  }
+  return gone_;
 }
 
 bool ReadableRange(uint64_t offset, uint64_t length) {
@@ -125,7 +123,7 @@ absl::StatusOr<std::string> PeerReader::Read(uint64_t offset, uint64_t length) {
   if (absl::Status s = Post(offset, length); !s.ok()) return stopped_ = s;
   uint64_t reply = 0;
   const absl::Status answered = WaitFor(
-      self_, peer_,
+      watch_,
       [&] {
         reply = Load(self_, kReplySeqOff);
         return (reply & ~kRefused) == seq_;
@@ -155,7 +153,7 @@ absl::Status PeerAnswerer::ServeUntilHandOver() {
   for (;;) {
     uint64_t seq = last_;
     const absl::Status asked = WaitFor(
-        self_, peer_,
+        watch_,
         [&] {
           seq = Load(self_, kRequestSeqOff);
           return seq != last_;

@@ -46,11 +46,28 @@ bool ReadableRange(uint64_t offset, uint64_t length);
 // slow link, which is what the selftest is run to diagnose.
 inline constexpr absl::Duration kPatience = absl::Minutes(2);
 
+// Whether rank `peer` is gone, from this session's events: it left the
+// group or was lost with its node (Aborted), or this node's daemon went
+// away (FailedPrecondition). Once known it stays known: the event is read
+// once, and every later wait ends at once. Shared by the reader and the
+// answerer of one rank.
+class PeerWatch {
+ public:
+  PeerWatch(Communicator* self, uint32_t peer) : self_(self), peer_(peer) {}
+  // OK while nothing says the peer is gone.
+  absl::Status Gone();
+
+ private:
+  Communicator* self_;
+  uint32_t peer_;
+  absl::Status gone_;
+};
+
 // The asker's side, over channel 0 toward `peer`.
 class PeerReader {
  public:
-  PeerReader(Communicator* self, uint32_t peer, absl::Duration patience)
-      : self_(self), peer_(peer), patience_(patience) {}
+  PeerReader(Communicator* self, uint32_t peer, absl::Duration patience, PeerWatch* watch)
+      : self_(self), peer_(peer), patience_(patience), watch_(watch) {}
   // The peer's bytes at [offset, offset + length), as they are once
   // everything this rank completed toward it has landed. DeadlineExceeded
   // when it does not answer within the patience, InvalidArgument when it
@@ -70,6 +87,7 @@ class PeerReader {
   Communicator* self_;
   uint32_t peer_;
   absl::Duration patience_;
+  PeerWatch* watch_;
   uint64_t seq_ = 0;
   absl::Status stopped_;  // not OK once this rank asks nothing more
 };
@@ -77,8 +95,8 @@ class PeerReader {
 // The answerer's side, over channel 0 toward `peer`.
 class PeerAnswerer {
  public:
-  PeerAnswerer(Communicator* self, uint32_t peer, absl::Duration patience)
-      : self_(self), peer_(peer), patience_(patience) {}
+  PeerAnswerer(Communicator* self, uint32_t peer, absl::Duration patience, PeerWatch* watch)
+      : self_(self), peer_(peer), patience_(patience), watch_(watch) {}
   // Serves the peer's reads until it hands over. Each wait for the next
   // request gives up after the patience (DeadlineExceeded, naming it).
   // Called again, it goes on from the last request seen.
@@ -90,6 +108,7 @@ class PeerAnswerer {
   Communicator* self_;
   uint32_t peer_;
   absl::Duration patience_;
+  PeerWatch* watch_;
   // The last request number seen; the buffer starts zeroed, so the first
   // is 1 whenever it comes.
   uint64_t last_ = 0;

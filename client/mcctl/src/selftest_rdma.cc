@@ -116,10 +116,20 @@ struct Ends {
 const char* kReadBackHint =
     "the other rank did not send its memory back: its own report (on its node) says why";
 
+const char* kAcrossPeerHint =
+    "the other rank stopped taking part: its own report (on its node) says why; a queue pair "
+    "that failed here names its cause above";
+const char* kDaemonGoneHint =
+    "this node's mooncaked went away during the selftest: `systemctl status mooncaked` and its "
+    "log say why";
+
 // What to check when reading the peer's memory back failed: this rank's
-// own queue pair (the request could not be posted), else the other rank.
+// own queue pair (the request could not be posted), this node's daemon,
+// else the other rank.
 const char* ReadBackHint(const absl::Status& s) {
-  return absl::IsUnavailable(s) ? kLinkHint : kReadBackHint;
+  if (absl::IsUnavailable(s)) return kLinkHint;
+  if (absl::IsFailedPrecondition(s)) return kDaemonGoneHint;
+  return kReadBackHint;
 }
 
 // A word of the peer's buffer, read back.
@@ -144,22 +154,26 @@ struct Timing {
   double latency_us = 0;
   double rate = 0;
 };
+// `quiet` waits for what was posted: mc_quiet(ctx), every queue pair of the
+// context, unless the step has a queue pair of its own (loopback-atomic,
+// which must not fail because the pair toward the peer did).
 Timing Measure(const device::CommCtx& ctx, const std::function<McStatus(uint64_t)>& post,
-               uint64_t* next) {
+               uint64_t* next, const std::function<McStatus()>& quiet = {}) {
+  auto wait = [&] { return quiet ? quiet() : device::mc_quiet(ctx); };
   Timing t;
   std::vector<double> lat;
   lat.reserve(kLatencyOps);
   for (int i = 0; i < kLatencyOps && t.status == McStatus::kOk; ++i) {
     const auto t0 = Clock::now();
     t.status = post((*next)++);
-    if (t.status == McStatus::kOk) t.status = device::mc_quiet(ctx);
+    if (t.status == McStatus::kOk) t.status = wait();
     lat.push_back(Seconds(Clock::now() - t0) * 1e6);
   }
   if (t.status != McStatus::kOk) return t;
   t.latency_us = Median(std::move(lat));
   const auto t0 = Clock::now();
   for (int i = 0; i < kRateOps && t.status == McStatus::kOk; ++i) t.status = post((*next)++);
-  if (t.status == McStatus::kOk) t.status = device::mc_quiet(ctx);
+  if (t.status == McStatus::kOk) t.status = wait();
   t.rate = kRateOps / std::max(Seconds(Clock::now() - t0), 1e-9);
   return t;
 }
@@ -342,7 +356,8 @@ SelftestStep LoopbackAtomic(const Ends& e) {
   }
   uint64_t next = 0;
   const Timing t = Measure(
-      ctx, [&](uint64_t) { return device::mc_red_add(self, counter, uint64_t{1}); }, &next);
+      ctx, [&](uint64_t) { return device::mc_red_add(self, counter, uint64_t{1}); }, &next,
+      [&] { return device::mc_qp_quiet(self.atomic_qp); });
   s.latency_us = t.latency_us;
   s.rate = t.rate;
   const uint64_t total = Load(counter);
@@ -388,31 +403,68 @@ SelftestStep BadRkey(const Ends& e, int channel) {
 }
 
 // Runs the steps that need the queue pair toward the peer (channel 0) in
-// order. Once a step leaves it failed, the later ones are not run: each
-// would fail the same way under a hint of its own (atomics, ring format)
-// that points away from the cause, which the first failure names.
+// order. Once a step leaves that pair unusable (an error completion, or
+// WQEs it rang that never completed: a timeout), or, across nodes, the
+// other rank stopped answering reads, the later steps are not run: each
+// would fail the same way (or wait out another timeout) under a hint of its
+// own (atomics, ring format) that points away from the cause, which the
+// first failure names.
 class StepRunner {
  public:
-  StepRunner(const Ends& e, std::vector<SelftestStep>* out)
-      : qp_(device::mc_peer(e.self->ctx(), static_cast<int>(e.peer)).qp), out_(out) {}
+  // Across nodes: `reader` (whether the other rank stopped answering) and
+  // `watch` (whether it is gone, which explains a failure better than the
+  // link hint).
+  StepRunner(const Ends& e, std::vector<SelftestStep>* out,
+             const selftest::PeerReader* reader = nullptr, selftest::PeerWatch* watch = nullptr)
+      : qp_(device::mc_peer(e.self->ctx(), static_cast<int>(e.peer)).qp),
+        peer_(e.peer),
+        reader_(reader),
+        watch_(watch),
+        out_(out) {}
   template <class Step>
   void Run(const char* name, Step step) {
-    if (!failed_in_.empty()) {
-      out_->push_back(SelftestStep{
-          .name = name,
-          .detail = absl::StrCat("not run: the queue pair to the peer failed in ", failed_in_)});
+    if (!stopped_by_.empty()) {
+      out_->push_back(SelftestStep{.name = name, .detail = "not run: " + stopped_by_});
       return;
     }
     out_->push_back(step());
-    if (qp_ != nullptr && qp_->error != 0) failed_in_ = name;
+    if (!out_->back().pass && watch_ != nullptr) {
+      // A peer that died fails the queue pair a moment before its session's
+      // LOST arrives here: wait for that up to a second, then say so.
+      absl::Status gone = watch_->Gone();
+      for (int i = 0; gone.ok() && i < 100; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        gone = watch_->Gone();
+      }
+      if (!gone.ok()) {
+        SelftestStep& failed = out_->back();
+        absl::StrAppend(&failed.detail, "; meanwhile ", gone.message());
+        failed.hint = absl::IsFailedPrecondition(gone) ? kDaemonGoneHint : kAcrossPeerHint;
+        stopped_by_ = std::string(gone.message());
+        return;
+      }
+    }
+    if (QpUnusable()) {
+      stopped_by_ = absl::StrCat("the queue pair to the peer failed in ", name);
+    } else if (reader_ != nullptr && reader_->stopped()) {
+      stopped_by_ = absl::StrCat("rank ", peer_, " stopped answering in ", name);
+    }
   }
-  // The step the queue pair failed in; empty while it works.
-  const std::string& failed_in() const { return failed_in_; }
+  // Why the later steps are not run; empty while they are.
+  const std::string& stopped_by() const { return stopped_by_; }
 
  private:
+  bool QpUnusable() const {
+    // Read on the thread that polls it (the host platform's kernels are
+    // this thread), as the steps read it.
+    return qp_ != nullptr && (qp_->error != 0 || qp_->ready_head != qp_->cons_tail);
+  }
   const device::IbgdaQpDevCtx* qp_;
+  uint32_t peer_;
+  const selftest::PeerReader* reader_;
+  selftest::PeerWatch* watch_;
   std::vector<SelftestStep>* out_;
-  std::string failed_in_;
+  std::string stopped_by_;
 };
 
 // The steps toward the peer that both modes run, in order.
@@ -509,9 +561,6 @@ const char* kAcrossSetupHint =
     "R` on both nodes (R 0 on one, 1 on the other) within --timeout-ms of each other, with the "
     "same $MC_GROUP_SECRET; both daemons must be in one cluster (`mcctl peers` lists the other "
     "node) and serve RDMA; run `mcctl selftest rdma` on each node first";
-const char* kAcrossPeerHint =
-    "the other rank stopped taking part: its own report (on its node) says why; a queue pair "
-    "that failed here names its cause above";
 
 // One rank of a group of two across nodes: rank 0 runs the steps toward
 // rank 1 while rank 1 answers its reads, then the other way round, then
@@ -554,8 +603,9 @@ SelftestReport RunAcross(const SelftestOptions& o) {
     return r;
   }
   const absl::Duration patience = selftest::kPatience;
-  selftest::PeerReader reader(self, other, patience);
-  selftest::PeerAnswerer answerer(self, other, patience);
+  selftest::PeerWatch watch(self, other);
+  selftest::PeerReader reader(self, other, patience, &watch);
+  selftest::PeerAnswerer answerer(self, other, patience, &watch);
   const Ends e{self, other,
                [&reader](uint64_t offset, uint64_t length) { return reader.Read(offset, length); }};
   // Serves the other rank's reads until it hands over; one step saying so.
@@ -566,19 +616,24 @@ SelftestReport RunAcross(const SelftestOptions& o) {
     s.detail = a.ok() ? absl::StrCat("sent rank ", other, " its ", answerer.served() - before,
                                      " reads back while it ", while_it)
                       : absl::StrCat("while rank ", other, " ", while_it, ": ", a.message());
-    // Unavailable: this rank's own WRITE back failed (its queue pair).
-    if (!a.ok()) s.hint = absl::IsUnavailable(a) ? kLinkHint : kAcrossPeerHint;
+    // Unavailable: this rank's own WRITE back failed (its queue pair);
+    // FailedPrecondition: this node's daemon went away.
+    if (!a.ok()) {
+      s.hint = absl::IsUnavailable(a)          ? kLinkHint
+               : absl::IsFailedPrecondition(a) ? kDaemonGoneHint
+                                               : kAcrossPeerHint;
+    }
     r.steps.push_back(std::move(s));
     return a.ok();
   };
   auto drive = [&] {
-    StepRunner run(e, &r.steps);
+    StepRunner run(e, &r.steps, &reader, &watch);
     RunPeerSteps(e, &run);
     // Over a failed queue pair nothing reaches the other rank, and after a
     // read that got no answer this rank asks nothing more (the step that
     // read says why): either way the other learns of it when this process
     // ends and its session with it (the session's events).
-    if (!run.failed_in().empty() || reader.stopped()) return false;
+    if (!run.stopped_by().empty() || reader.stopped()) return false;
     const absl::Status h = reader.HandOver();
     if (!h.ok()) {
       r.steps.push_back(
@@ -604,7 +659,7 @@ SelftestReport RunAcross(const SelftestOptions& o) {
       r.steps.push_back(SelftestStep{
           .name = "end",
           .detail = absl::StrCat("while rank ", other, " tried the bad key: ", end.message()),
-          .hint = kAcrossPeerHint});
+          .hint = absl::IsFailedPrecondition(end) ? kDaemonGoneHint : kAcrossPeerHint});
     }
   }
   return r;

@@ -22,10 +22,12 @@ class ClusterSelftestTest : public ClusterFixture {
  protected:
   ClusterSelftestTest() : ClusterFixture("/mcselftest") {}
 
-  static Child Mcctl(const DaemonProcess& node, std::vector<std::string> args) {
+  static Child Mcctl(const DaemonProcess& node, std::vector<std::string> args,
+                     std::vector<std::string> env = {}) {
     std::vector<std::string> argv = {BinDir() + "/mcctl", "--socket", node.socket()};
     argv.insert(argv.end(), args.begin(), args.end());
-    return Child::Spawn(argv, -1, {kSecretEnv});
+    env.push_back(kSecretEnv);
+    return Child::Spawn(argv, -1, env);
   }
 
   // The line of `text` that starts with `step` ("" when none).
@@ -152,6 +154,43 @@ TEST_F(ClusterSelftestTest, TheAnsweringRankHearsThatTheOtherIsGone) {
         << one.output();
   }
   std::printf("[ figures ] rank 1 reported %.1f s after rank 0 was killed\n%s", secs,
+              one.output().c_str());
+}
+
+// Rank 1 stopped (SIGSTOP: alive, its session too, so no event says
+// anything) while rank 0 runs its steps: rank 0's read gets no answer
+// within the patience (3 s here), it asks nothing more, and the later
+// steps are not run, saying why. Resumed, rank 1 hears that rank 0 is
+// gone once rank 0 exits.
+TEST_F(ClusterSelftestTest, AStalledPeerIsReportedAfterThePatienceAndNothingMoreIsAsked) {
+  auto a = Node("node-a");
+  auto b = Node("node-b");
+  const std::vector<std::string> patience = {"MOONCAKE_SELFTEST_PATIENCE_MS=3000"};
+  Child zero = Mcctl(*a, {"selftest", "rdma", "--across", "stalled", "--rank", "0"}, patience);
+  Child one = Mcctl(*b, {"selftest", "rdma", "--across", "stalled", "--rank", "1"}, patience);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  one.Kill(SIGSTOP);
+  EXPECT_EQ(zero.Wait(90000), 1) << zero.output();
+  one.Kill(SIGCONT);
+  EXPECT_EQ(one.Wait(60000), 1) << one.output();
+  const std::string& out = zero.output();
+  EXPECT_NE(out.find("selftest rdma: FAILED"), std::string::npos) << out;
+  if (out.find("FAIL at setup") == std::string::npos) {
+    EXPECT_NE(out.find("did not send its memory back within 3s"), std::string::npos) << out;
+    if (Line(out, "ring-wrap").find("did not send") == std::string::npos) {
+      EXPECT_NE(Line(out, "ring-wrap").find("not run: rank 1 stopped answering in"),
+                std::string::npos)
+          << out;
+    }
+    // No hand-over after a read that got no answer.
+    EXPECT_EQ(out.find("hand-over"), std::string::npos) << out;
+    // Resumed, rank 1 learns that rank 0 is gone, whichever way it finds
+    // out first (its WRITE back failing, or the session's event).
+    EXPECT_TRUE(one.output().find("rank 0 was lost") != std::string::npos ||
+                one.output().find("rank 0 left") != std::string::npos)
+        << one.output();
+  }
+  std::printf("[ figures ] a stalled rank 1:\n%s--- rank 1, resumed:\n%s", out.c_str(),
               one.output().c_str());
 }
 

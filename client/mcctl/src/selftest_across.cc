@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "mooncake/device/comm_device.h"
 #include "mooncake/device/qp_error.h"
@@ -90,6 +92,25 @@ absl::Status PeerWatch::Gone() {
     // Events about other ranks, and READY, are passed over.
   }
   return gone_;
+}
+
+absl::Status PeerWatch::GoneWithin(absl::Duration wait) {
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(wait);
+  absl::Status gone = Gone();
+  while (gone.ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    gone = Gone();
+  }
+  return gone;
+}
+
+absl::Duration Patience() {
+  const char* env = std::getenv(kPatienceEnv);
+  int ms = 0;
+  if (env != nullptr && absl::SimpleAtoi(env, &ms) && ms >= 1 && ms <= 3600 * 1000) {
+    return absl::Milliseconds(ms);
+  }
+  return kPatience;
 }
 
 bool ReadableRange(uint64_t offset, uint64_t length) {

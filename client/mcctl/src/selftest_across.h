@@ -44,7 +44,12 @@ bool ReadableRange(uint64_t offset, uint64_t length);
 // other's steps: 295 MB of WRITEs, or 70 000 WQEs). Apart from the
 // rendezvous window (--timeout-ms), so a short window does not cut off a
 // slow link, which is what the selftest is run to diagnose.
+// $MOONCAKE_SELFTEST_PATIENCE_MS (1 ms to 1 h) changes it: a fabric slower
+// than 295 MB in 2 minutes, or a test that stalls a rank on purpose.
 inline constexpr absl::Duration kPatience = absl::Minutes(2);
+inline constexpr char kPatienceEnv[] = "MOONCAKE_SELFTEST_PATIENCE_MS";
+// kPatience, or what kPatienceEnv says when it holds a valid number.
+absl::Duration Patience();
 
 // Whether rank `peer` is gone, from this session's events: it left the
 // group or was lost with its node (Aborted), or this node's daemon went
@@ -56,6 +61,9 @@ class PeerWatch {
   PeerWatch(Communicator* self, uint32_t peer) : self_(self), peer_(peer) {}
   // OK while nothing says the peer is gone.
   absl::Status Gone();
+  // Gone(), waiting up to `wait` for an event: a peer that died fails a
+  // queue pair a moment before its session's LOST arrives here.
+  absl::Status GoneWithin(absl::Duration wait);
 
  private:
   Communicator* self_;

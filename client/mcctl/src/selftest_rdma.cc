@@ -429,13 +429,7 @@ class StepRunner {
     }
     out_->push_back(step());
     if (!out_->back().pass && watch_ != nullptr) {
-      // A peer that died fails the queue pair a moment before its session's
-      // LOST arrives here: wait for that up to a second, then say so.
-      absl::Status gone = watch_->Gone();
-      for (int i = 0; gone.ok() && i < 100; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        gone = watch_->Gone();
-      }
+      const absl::Status gone = watch_->GoneWithin(absl::Seconds(1));
       if (!gone.ok()) {
         SelftestStep& failed = out_->back();
         absl::StrAppend(&failed.detail, "; meanwhile ", gone.message());
@@ -602,7 +596,7 @@ SelftestReport RunAcross(const SelftestOptions& o) {
         "node alone, `mcctl selftest rdma` without --across";
     return r;
   }
-  const absl::Duration patience = selftest::kPatience;
+  const absl::Duration patience = selftest::Patience();
   selftest::PeerWatch watch(self, other);
   selftest::PeerReader reader(self, other, patience, &watch);
   selftest::PeerAnswerer answerer(self, other, patience, &watch);
@@ -616,12 +610,19 @@ SelftestReport RunAcross(const SelftestOptions& o) {
     s.detail = a.ok() ? absl::StrCat("sent rank ", other, " its ", answerer.served() - before,
                                      " reads back while it ", while_it)
                       : absl::StrCat("while rank ", other, " ", while_it, ": ", a.message());
-    // Unavailable: this rank's own WRITE back failed (its queue pair);
+    // Unavailable: this rank's own WRITE back failed (its queue pair),
+    // unless the other rank is gone, which explains it better;
     // FailedPrecondition: this node's daemon went away.
     if (!a.ok()) {
       s.hint = absl::IsUnavailable(a)          ? kLinkHint
                : absl::IsFailedPrecondition(a) ? kDaemonGoneHint
                                                : kAcrossPeerHint;
+      if (absl::IsUnavailable(a)) {
+        if (const absl::Status gone = watch.GoneWithin(absl::Seconds(1)); !gone.ok()) {
+          absl::StrAppend(&s.detail, "; meanwhile ", gone.message());
+          s.hint = absl::IsFailedPrecondition(gone) ? kDaemonGoneHint : kAcrossPeerHint;
+        }
+      }
     }
     r.steps.push_back(std::move(s));
     return a.ok();

@@ -108,7 +108,7 @@ TEST_F(ClusterSelftestTest, AKilledPeerEndsTheOtherRankWithAFailureNotAHang) {
   EXPECT_EQ(zero.Wait(100000), 1) << zero.output();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(secs, 100.0) << zero.output();
+  EXPECT_LT(secs, 30.0) << zero.output();  // not its 2-minute patience
   EXPECT_NE(zero.output().find("selftest rdma: FAILED"), std::string::npos) << zero.output();
   // Killed in rank 0's steps (the usual case here): the failed step says
   // the peer is gone, which explains it better than the link, and the
@@ -144,7 +144,7 @@ TEST_F(ClusterSelftestTest, TheAnsweringRankHearsThatTheOtherIsGone) {
   EXPECT_EQ(one.Wait(100000), 1) << one.output();
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(secs, 60.0) << one.output();
+  EXPECT_LT(secs, 30.0) << one.output();  // not its 2-minute patience
   EXPECT_NE(one.output().find("selftest rdma: FAILED"), std::string::npos) << one.output();
   // Killed in its steps (the usual case here): the answer step names why.
   if (one.output().find("FAIL at setup") == std::string::npos) {
